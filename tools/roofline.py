@@ -1,0 +1,54 @@
+"""Device peaks and percent-of-peak: t_ideal = max(flops / peak_flops, bytes / peak_bw).
+
+Datasheet figures are dense (no sparsity). Achievable figures were measured on this
+workplace's lent machines (see BENCHMARKS.md); None where nobody has measured them.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+
+class DevicePeak(BaseModel):
+    name: str
+    tensor_tflops: float  # dense fp16/bf16 tensor-core rate
+    vector_tflops: float  # fp32 CUDA-core rate, the roof for elementwise and reduction work
+    hbm_tbps: float
+    achievable_tensor_tflops: float | None = None
+    achievable_hbm_tbps: float | None = None
+
+
+DEVICE_PEAKS: dict[str, DevicePeak] = {
+    "H100": DevicePeak(name="H100 SXM", tensor_tflops=989.0, vector_tflops=67.0, hbm_tbps=3.35,
+                       achievable_tensor_tflops=798.0, achievable_hbm_tbps=3.0),
+    "H200": DevicePeak(name="H200 SXM", tensor_tflops=989.0, vector_tflops=67.0, hbm_tbps=4.8,
+                       achievable_tensor_tflops=788.0, achievable_hbm_tbps=4.3),
+    "A100": DevicePeak(name="A100 SXM 80GB", tensor_tflops=312.0, vector_tflops=19.5, hbm_tbps=2.039),
+    "L40S": DevicePeak(name="L40S", tensor_tflops=362.0, vector_tflops=91.6, hbm_tbps=0.864),
+}
+
+
+def lookup_peak(device_name: str) -> DevicePeak | None:
+    """Match a CUDA device name such as 'NVIDIA H100 80GB HBM3' to its peak table entry."""
+    upper = device_name.upper()
+    for key, peak in DEVICE_PEAKS.items():
+        if key in upper:
+            return peak
+    return None
+
+
+def ideal_time_s(flops: float, bytes_moved: float, tflops: float, tbps: float) -> float:
+    return max(flops / (tflops * 1e12), bytes_moved / (tbps * 1e12))
+
+
+def percent_of_peak(flops: float, bytes_moved: float, measured_s: float, peak: DevicePeak,
+                    flops_kind: str = "vector") -> dict[str, float | str | None]:
+    """% of the datasheet and the achievable roofline, and which roof binds."""
+    tflops = peak.tensor_tflops if flops_kind == "tensor" else peak.vector_tflops
+    datasheet = ideal_time_s(flops, bytes_moved, tflops, peak.hbm_tbps)
+    bound = "memory" if bytes_moved / peak.hbm_tbps >= flops / tflops else "compute"
+    achievable = None
+    if peak.achievable_hbm_tbps:
+        ach_tflops = (peak.achievable_tensor_tflops or tflops) if flops_kind == "tensor" else tflops
+        achievable = 100.0 * ideal_time_s(flops, bytes_moved, ach_tflops, peak.achievable_hbm_tbps) / measured_s
+    return {"pct_peak": 100.0 * datasheet / measured_s, "pct_achievable": achievable, "bound": bound}
