@@ -1,0 +1,59 @@
+"""Builds the optimization graph. `graph` is the bare compiled graph for `langgraph dev`,
+Studio and `graph.invoke`; the CLI compiles the same builder with a SQLite checkpointer.
+
+    setup -> recall -> planner (Send per beam member) -> dispatch
+          -> candidate (Send per plan x K: executor -> profiler <-> fixer)
+          -> selector -> summarizer -> recall | END
+"""
+
+from __future__ import annotations
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+
+from graph.context import RunContext
+from graph.routing import after_profiler, after_setup, after_summarizer, to_planners, to_samples
+from graph.state import CandidateOutput, CandidateState, RunState
+from nodes.executor import executor
+from nodes.fixer import fixer
+from nodes.planner import planner
+from nodes.profiler import profiler
+from nodes.recall import recall
+from nodes.selector import selector
+from nodes.setup import setup
+from nodes.summarizer import summarizer
+
+
+def build_candidate_graph() -> CompiledStateGraph:
+    sub = StateGraph(CandidateState, context_schema=RunContext, output_schema=CandidateOutput)
+    sub.add_node("executor", executor)
+    sub.add_node("profiler", profiler)
+    sub.add_node("fixer", fixer)
+    sub.add_edge(START, "executor")
+    sub.add_edge("executor", "profiler")
+    sub.add_conditional_edges("profiler", after_profiler, ["fixer", END])
+    sub.add_edge("fixer", "profiler")
+    return sub.compile(name="candidate")
+
+
+def build_graph() -> StateGraph:
+    builder = StateGraph(RunState, context_schema=RunContext)
+    builder.add_node("setup", setup)
+    builder.add_node("recall", recall)
+    builder.add_node("planner", planner)
+    builder.add_node("dispatch", lambda state: {})  # barrier: all plans are in before the samples fan out
+    builder.add_node("candidate", build_candidate_graph())
+    builder.add_node("selector", selector)
+    builder.add_node("summarizer", summarizer)
+    builder.add_edge(START, "setup")
+    builder.add_conditional_edges("setup", after_setup, ["recall", END])
+    builder.add_conditional_edges("recall", to_planners, ["planner"])
+    builder.add_edge("planner", "dispatch")
+    builder.add_conditional_edges("dispatch", to_samples, ["candidate", "selector"])
+    builder.add_edge("candidate", "selector")
+    builder.add_edge("selector", "summarizer")
+    builder.add_conditional_edges("summarizer", after_summarizer, ["recall", END])
+    return builder
+
+
+graph = build_graph().compile(name="accelopt")

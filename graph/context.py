@@ -1,0 +1,49 @@
+"""The run context: search shape, models per role, budgets, device and memory.
+
+Passed as LangGraph's `context` (Runtime), so Studio shows it as a form. Everything here is
+plain data; clients are built from it lazily inside nodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tools.llm import ROLES, ModelSpec
+
+
+@dataclass(kw_only=True)
+class RunContext:
+    beams: int = field(default=2, metadata={"description": "B: beam width (elitist)"})
+    plans: int = field(default=2, metadata={"description": "N: plans per beam member"})
+    samples: int = field(default=2, metadata={"description": "K: kernels written per plan"})
+    fixes: int = field(default=2, metadata={"description": "F: fix attempts per failed kernel"})
+    iterations: int = field(default=3, metadata={"description": "T: iterations"})
+
+    model: str = field(default="tuner", metadata={
+        "description": "Default model for every role, PROVIDER:NAME (openai, vllm, sglang, ollama, tuner)"})
+    base_url: str | None = field(default=None, metadata={"description": "OpenAI-compatible endpoint URL"})
+    role_models: dict[str, dict] = field(default_factory=dict, metadata={
+        "description": "Per-role model settings: {role: ModelSpec fields}, roles: " + ", ".join(ROLES)})
+    # Programmatic use only: ready LangChain chat models per role (or 'default'); not serializable.
+    chat_models: dict[str, Any] | None = None
+
+    max_tokens: int | None = field(default=None, metadata={"description": "Token budget for the run"})
+    max_cost_usd: float | None = field(default=None, metadata={"description": "$ budget for the run"})
+    max_wall_s: float | None = field(default=None, metadata={"description": "Wall-clock budget (s)"})
+    roofline_stop_pct: float = field(default=95.0, metadata={
+        "description": "Stop when the best kernel reaches this % of achievable peak (GPU timings only)"})
+
+    device: str = field(default="auto", metadata={"description": "auto, cuda, or cpu (Triton interpreter)"})
+    eval_timeout_s: float = field(default=300.0, metadata={"description": "Per-candidate evaluation limit (s)"})
+    use_memory: bool = True
+    memory_dir: str | None = field(default=None, metadata={
+        "description": "Insight store directory (default: the user data dir)"})
+    recall_k: int = 5
+    llm_retry_wait_s: float = 1.0
+
+    def model_spec(self, role: str) -> ModelSpec:
+        settings = dict(self.role_models.get(role) or self.role_models.get("default") or {})
+        text = settings.pop("model", None) or self.model
+        settings.setdefault("base_url", self.base_url)
+        return ModelSpec.parse(text, **settings)

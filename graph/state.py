@@ -1,0 +1,67 @@
+"""Graph state: small and JSON-friendly (sources as strings, numbers, ids), because the
+checkpointer and the dev server both serialize it. Keys written by parallel Send branches
+carry reducers; per-iteration accumulators are reset with Overwrite by the recall node."""
+
+from __future__ import annotations
+
+import operator
+from typing import Annotated, Any, TypedDict
+
+
+def merge_dicts(left: dict | None, right: dict | None) -> dict:
+    return {**(left or {}), **(right or {})}
+
+
+class RunState(TypedDict, total=False):
+    # Input
+    task_dir: str
+    run_dir: str | None
+    # Progress
+    iteration: int
+    started_at: float
+    baseline_id: str
+    beam: list[str]                                    # candidate ids, best first (elitist)
+    candidates: Annotated[dict[str, dict], merge_dicts]  # every evaluated attempt, by id
+    recalled: dict[str, list[dict]]                    # beam member id -> insights recalled for it
+    plans: Annotated[list[dict], operator.add]         # this iteration's plans (reset each iteration)
+    insights: Annotated[list[dict], operator.add]      # insights written to memory by this run
+    usage: Annotated[list[dict], operator.add]         # one record per model call: role, tokens, $
+    history: Annotated[list[dict], operator.add]       # one summary per iteration
+    stop_reason: str | None
+
+
+class PlannerInput(TypedDict):
+    """What one planner branch receives through Send: one beam member."""
+
+    task_dir: str
+    iteration: int
+    member_index: int
+    member: dict
+    recalled: list[dict]
+
+
+class CandidateState(TypedDict, total=False):
+    """State of the per-sample subgraph executor -> profiler <-> fixer."""
+
+    task_dir: str
+    run_dir: str | None
+    iteration: int
+    plan: dict
+    sample: int
+    parent: dict
+    baseline: dict
+    current: dict   # the attempt being evaluated or fixed
+    fixes: int
+    candidates: Annotated[dict[str, dict], merge_dicts]
+    usage: Annotated[list[dict], operator.add]
+
+
+class CandidateOutput(TypedDict):
+    candidates: Annotated[dict[str, dict], merge_dicts]
+    usage: Annotated[list[dict], operator.add]
+
+
+def compact(candidate: dict[str, Any]) -> dict[str, Any]:
+    """The part of a candidate a branch needs about its parent or the baseline."""
+    keys = ("id", "source", "status", "workloads", "speedup", "timer", "pct_peak", "iteration")
+    return {k: candidate.get(k) for k in keys}

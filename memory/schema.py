@@ -1,0 +1,48 @@
+"""An insight: one measured lesson, with its evidence and provenance."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+
+class Evidence(BaseModel):
+    speedup: float              # child over parent, geometric mean over workloads
+    spread: float | None = None  # relative IQR of the child's timings
+    hardware: str
+    timer: str                  # cuda_event, or interpreter_wall (never mixed with GPU lessons)
+    task: str
+    backend: str
+
+
+class Provenance(BaseModel):
+    run_id: str
+    parent_id: str
+    child_id: str
+    iteration: int
+
+
+class Insight(BaseModel):
+    id: str = ""
+    kind: Literal["positive", "negative"]
+    title: str = Field(min_length=1)
+    lesson: str = Field(min_length=1)
+    bottleneck: str = "unknown"
+    kernel_class: str = "unknown"
+    before: str = ""
+    after: str = ""
+    author: str = "fallback"  # the summarizer model (e.g. openai:gpt-4.1), or fallback: built from measurements
+    evidence: Evidence
+    provenance: Provenance
+
+    def model_post_init(self, __context) -> None:
+        if not self.id:
+            key = f"{self.provenance.run_id}/{self.provenance.parent_id}/{self.provenance.child_id}"
+            self.id = "ins-" + hashlib.sha1(key.encode()).hexdigest()[:12]
+
+    def compact(self) -> str:
+        """One line for a planner prompt."""
+        sign = "avoid: " if self.kind == "negative" else ""
+        return f"[{self.evidence.speedup:.2f}x on {self.evidence.task}] {sign}{self.title}: {self.lesson}"

@@ -1,0 +1,36 @@
+"""Helpers the nodes share: models per role, the task, and prompt rendering."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from string import Template
+
+from langchain_core.language_models import BaseChatModel
+
+from graph.context import RunContext
+from tools.llm import ModelSpec, build_chat_model
+from tools.task import Task, load_task
+
+PROMPTS = Path(__file__).with_name("prompts")
+
+
+def chat_model(ctx: RunContext, role: str) -> tuple[BaseChatModel, ModelSpec]:
+    spec = ctx.model_spec(role)
+    given = ctx.chat_models or {}
+    model = given.get(role) or given.get("default")
+    return (model, spec) if model is not None else (build_chat_model(spec), spec)
+
+
+def task_of(task_dir: str) -> Task:
+    return load_task(task_dir)
+
+
+@lru_cache(maxsize=None)
+def _template(name: str) -> Template:
+    return Template((PROMPTS / f"{name}.txt").read_text())
+
+
+def render(name: str, **values) -> str:
+    # $-templates, because kernel sources are full of braces.
+    return _template(name).substitute(**values)

@@ -1,0 +1,25 @@
+"""fixer: repair a failed attempt from its error text. Each fix is a new attempt (id suffix .fN)
+that goes back to the profiler; the loop ends when it verifies or F fixes are spent."""
+
+from __future__ import annotations
+
+from langgraph.runtime import Runtime
+
+from graph.context import RunContext
+from graph.state import CandidateState
+from nodes.common import render, task_of
+from nodes.executor import generate, new_attempt
+
+
+def fixer(state: CandidateState, runtime: Runtime[RunContext]) -> dict:
+    task = task_of(state["task_dir"])
+    failed = state["current"]
+    fixes = state["fixes"] + 1
+    root_id = failed["id"].split(".f")[0]
+    attempt = new_attempt(state, f"{root_id}.f{fixes}", failed["id"], fixes)
+    prompt = render("fixer", task_name=task.name, task_description=task.spec.description,
+                    reference=task.reference_source, plan=state["plan"]["text"],
+                    source=failed.get("source") or "(no kernel was produced)",
+                    status=failed["status"], error=failed.get("error") or "",
+                    entry_point=task.spec.entry_point)
+    return {"fixes": fixes, **generate(state, runtime.context, "fixer", prompt, attempt)}

@@ -1,0 +1,40 @@
+"""planner: N plans (text) for one beam member, from the task, the kernel, its measurements and
+the recalled insights. One branch per beam member (Send)."""
+
+from __future__ import annotations
+
+from langchain_core.messages import HumanMessage, SystemMessage
+from langgraph.runtime import Runtime
+
+from graph.context import RunContext
+from graph.state import PlannerInput
+from memory.schema import Insight
+from nodes.common import chat_model, render, task_of
+from nodes.measurements import describe
+from tools.codeparse import split_plans
+from tools.llm import LLMCallError, call_model
+
+
+def planner(state: PlannerInput, runtime: Runtime[RunContext]) -> dict:
+    ctx = runtime.context
+    task = task_of(state["task_dir"])
+    member = state["member"]
+    insights = [Insight.model_validate(i) for i in state["recalled"]]
+    prompt = render(
+        "planner", task_name=task.name, task_description=task.spec.description,
+        reference=task.reference_source, member_id=member["id"], source=member["source"],
+        measurements=describe(member), n=ctx.plans, iteration=state["iteration"],
+        insights="\n".join(f"- ({i.id}) {i.compact()}" for i in insights) or "(none yet)")
+    model, spec = chat_model(ctx, "planner")
+    messages = [SystemMessage(render("system", role="planner")), HumanMessage(prompt)]
+    try:
+        reply, usage = call_model(model, spec, messages, role="planner", iteration=state["iteration"],
+                                  retry_wait_s=ctx.llm_retry_wait_s)
+    except LLMCallError as exc:
+        return {"plans": [], "history": [{"iteration": state["iteration"], "event": "planner_failed",
+                                          "member": member["id"], "error": str(exc)}]}
+    texts = split_plans(reply, ctx.plans)
+    plans = [{"id": f"i{state['iteration']}.m{state['member_index']}.p{j}", "parent_id": member["id"], "text": text,
+              "insight_ids": [i.id for i in insights]}
+             for j, text in enumerate(texts)]
+    return {"plans": plans, "usage": [usage]}

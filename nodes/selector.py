@@ -1,0 +1,68 @@
+"""selector: the elitist beam (top B verified kernels over the old beam plus this iteration's
+children, so the best kernel is never lost), the iteration record, the run summary, and the
+stopping decision (T reached, a budget spent, or the roofline reached)."""
+
+from __future__ import annotations
+
+import time
+
+from langgraph.runtime import Runtime
+
+from graph.context import RunContext
+from graph.state import RunState
+from tools.llm import totals
+from tools.rundir import write_summary
+
+
+def rank(candidates: dict[str, dict], ids: list[str]) -> list[str]:
+    verified = [i for i in ids if candidates[i].get("status") == "verified"]
+    return sorted(verified, key=lambda i: (-(candidates[i].get("speedup") or 0.0), i))
+
+
+def stop_reason(state: RunState, ctx: RunContext, best: dict, spent: dict) -> str | None:
+    if state["iteration"] >= ctx.iterations:
+        return f"reached T={ctx.iterations} iterations"
+    if ctx.max_tokens is not None and spent["input_tokens"] + spent["output_tokens"] >= ctx.max_tokens:
+        return f"token budget of {ctx.max_tokens} spent"
+    if ctx.max_cost_usd is not None and spent["cost_usd"] >= ctx.max_cost_usd:
+        return f"cost budget of ${ctx.max_cost_usd:.2f} spent"
+    if ctx.max_wall_s is not None and time.time() - state["started_at"] >= ctx.max_wall_s:
+        return f"wall-clock budget of {ctx.max_wall_s:.0f} s spent"
+    if best.get("timer") == "cuda_event" and (best.get("pct_achievable") or 0) >= ctx.roofline_stop_pct:
+        return f"best kernel at {best['pct_achievable']:.0f}% of achievable peak (roofline)"
+    return None
+
+
+def run_summary(state: RunState, beam: list[str], reason: str | None, spent: dict) -> dict:
+    candidates = state["candidates"]
+    best = candidates[beam[0]]
+    statuses: dict[str, int] = {}
+    for c in candidates.values():
+        statuses[c["status"]] = statuses.get(c["status"], 0) + 1
+    return {
+        "task_dir": state["task_dir"], "iteration": state["iteration"], "stop_reason": reason,
+        "best_id": best["id"], "best_speedup": best.get("speedup"), "timer": best.get("timer"),
+        "device_name": best.get("device_name"), "best_pct_peak": best.get("pct_peak"),
+        "best_pct_achievable": best.get("pct_achievable"), "beam": beam,
+        "candidates_evaluated": len(candidates) - 1, "statuses": statuses, "usage": spent,
+        "iterations": state.get("history", []),
+        "note": ("timer interpreter_wall: CPU Triton-interpreter times, not GPU performance"
+                 if best.get("timer") == "interpreter_wall" else None),
+    }
+
+
+def selector(state: RunState, runtime: Runtime[RunContext]) -> dict:
+    ctx = runtime.context
+    candidates = state["candidates"]
+    children = [cid for cid, c in candidates.items() if c.get("iteration") == state["iteration"]]
+    beam = rank(candidates, list(dict.fromkeys(state["beam"] + children)))[: ctx.beams]
+    best = candidates[beam[0]]
+    spent = totals(state.get("usage", []))
+    reason = stop_reason(state, ctx, best, spent)
+    record = {"iteration": state["iteration"], "evaluated": len(children),
+              "verified": sum(candidates[c]["status"] == "verified" for c in children),
+              "best_id": best["id"], "best_speedup": best.get("speedup"), "beam": beam,
+              "tokens": spent["input_tokens"] + spent["output_tokens"], "cost_usd": spent["cost_usd"]}
+    summary = run_summary({**state, "history": state.get("history", []) + [record]}, beam, reason, spent)
+    write_summary(state.get("run_dir"), summary, best.get("source"))
+    return {"beam": beam, "history": [record], "stop_reason": reason}

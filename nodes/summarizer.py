@@ -1,0 +1,118 @@
+"""summarizer: turn this iteration's measured slow->fast (and fast->slow) pairs into insights
+and hand them to memory. A reply that is empty or malformed yields a plain insight built from
+the measurements and the diff, never a crash and never an empty lesson."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+
+from langchain_core.messages import HumanMessage, SystemMessage
+from langgraph.runtime import Runtime
+from pydantic import ValidationError
+
+from graph.context import RunContext
+from graph.state import RunState
+from memory.schema import Evidence, Insight, Provenance
+from nodes.common import chat_model, render, task_of
+from nodes.recall import open_store
+from tools.codeparse import strip_reasoning
+from tools.llm import LLMCallError, call_model
+
+POSITIVE = 1.04         # child over parent, and beyond noise
+NEGATIVE = 1 / 1.15     # child regressed this much
+MAX_PER_ITERATION = 8
+
+
+def measured_pairs(state: RunState) -> list[tuple[dict, dict, str]]:
+    pairs = []
+    for child in state["candidates"].values():
+        if child.get("iteration") != state["iteration"] or child.get("status") != "verified":
+            continue
+        ratio = child.get("speedup_vs_parent")
+        if ratio is None:
+            continue
+        if ratio >= POSITIVE and child.get("beats_parent"):
+            pairs.append((state["candidates"][child["parent_id"]], child, "positive"))
+        elif ratio <= NEGATIVE and child.get("loses_to_parent"):
+            pairs.append((state["candidates"][child["parent_id"]], child, "negative"))
+    pairs.sort(key=lambda p: -abs(p[1]["speedup_vs_parent"] - 1.0))
+    return pairs[:MAX_PER_ITERATION]
+
+
+def _changed_lines(before: str, after: str) -> tuple[str, str]:
+    diff = list(difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=0))
+    removed = [l[1:] for l in diff if l.startswith("-") and not l.startswith("---")]
+    added = [l[1:] for l in diff if l.startswith("+") and not l.startswith("+++")]
+    return "\n".join(removed[:8]), "\n".join(added[:8])
+
+
+def _parse_reply(reply: str) -> dict | None:
+    text = strip_reasoning(reply)
+    match = re.search(r"```(?:json)?\s*(\{.*?\})\s*```", text, re.DOTALL) or re.search(r"(\{.*\})", text, re.DOTALL)
+    if not match:
+        return None
+    try:
+        data = json.loads(match.group(1))
+    except json.JSONDecodeError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def build_insight(parent: dict, child: dict, kind: str, plan_text: str, reply: dict | None,
+                  evidence: Evidence, provenance: Provenance, author: str) -> Insight:
+    before, after = _changed_lines(parent.get("source") or "", child.get("source") or "")
+    fallback_title = plan_text.splitlines()[0].lstrip("#* ").strip()[:80] or "kernel rewrite"
+    ratio = evidence.speedup
+    fallback = {
+        "title": fallback_title if kind == "positive" else f"Avoid: {fallback_title}",
+        "lesson": (f"On {evidence.task} ({evidence.hardware}) this change measured {ratio:.2f}x against its "
+                   f"parent. Plan: {' '.join(plan_text.split())[:400]}"),
+        "before": before, "after": after,
+    }
+    if reply:
+        try:
+            return Insight(kind=kind, author=author, evidence=evidence, provenance=provenance,
+                           **{**fallback, **{k: str(v) for k, v in reply.items()
+                                             if k in ("title", "lesson", "bottleneck", "kernel_class", "before",
+                                                      "after") and str(v).strip()}})
+        except ValidationError:
+            pass
+    return Insight(kind=kind, author="fallback", evidence=evidence, provenance=provenance, **fallback)
+
+
+def summarizer(state: RunState, runtime: Runtime[RunContext]) -> dict:
+    ctx = runtime.context
+    task = task_of(state["task_dir"])
+    plans = {p["id"]: p for p in state.get("plans", [])}
+    insights, usage = [], []
+    for parent, child, kind in measured_pairs(state):
+        plan_text = plans.get(child["plan_id"], {}).get("text", "")
+        spread = max((t["iqr_us"] / t["median_us"] for t in child["workloads"].values() if t["median_us"]),
+                     default=None)
+        evidence = Evidence(speedup=child["speedup_vs_parent"], spread=spread, task=task.name,
+                            backend=task.spec.backend, hardware=child.get("device_name") or child["device"],
+                            timer=child["timer"])
+        provenance = Provenance(run_id=state.get("run_dir") or "in-memory", parent_id=parent["id"],
+                                child_id=child["id"], iteration=state["iteration"])
+        prompt = render("summarizer", task_name=task.name, backend=task.spec.backend, hardware=evidence.hardware,
+                        speedup=f"{evidence.speedup:.3f}", plan=plan_text, parent_source=parent["source"],
+                        child_source=child["source"],
+                        direction="faster" if kind == "positive" else "slower: a regression",
+                        direction_hint="" if kind == "positive" else
+                        "It was a regression: phrase the lesson as what to avoid and why.")
+        model, spec = chat_model(ctx, "summarizer")
+        messages = [SystemMessage(render("system", role="summarizer")), HumanMessage(prompt)]
+        try:
+            reply, record = call_model(model, spec, messages, role="summarizer", candidate_id=child["id"],
+                                       iteration=state["iteration"], retry_wait_s=ctx.llm_retry_wait_s)
+            usage.append(record)
+            parsed = _parse_reply(reply)
+        except LLMCallError:
+            parsed = None
+        insights.append(build_insight(parent, child, kind, plan_text, parsed, evidence, provenance, spec.label()))
+    store = open_store(ctx)
+    if store is not None:
+        store.add(insights)
+    return {"insights": [i.model_dump() for i in insights], "usage": usage}
