@@ -1,0 +1,159 @@
+"""The accelopt command line: `accelopt optimize TASK_DIR`, `accelopt resume RUN_DIR`."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from contextlib import closing
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from langgraph.checkpoint.sqlite import SqliteSaver
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from graph.config import context_to_json, load_context
+from graph.context import RunContext
+from tools.llm import ConfigError, totals
+from tools.task import TaskError, load_task
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="accelopt: a self-improving, LLM-driven kernel optimizer.")
+console = Console()
+err = Console(stderr=True)
+
+Opt = Annotated
+
+
+def _fail(message: str, code: int = 2) -> None:
+    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+@app.command()
+def optimize(
+    task_dir: Opt[Path, typer.Argument(help="Task directory (task.json, reference.py, baseline.py)")],
+    beams: Opt[Optional[int], typer.Option("--beams", "-B", min=1, help="Beam width")] = None,
+    plans: Opt[Optional[int], typer.Option("--plans", "-N", min=1, help="Plans per beam member")] = None,
+    samples: Opt[Optional[int], typer.Option("--samples", "-K", min=1, help="Kernels per plan")] = None,
+    fixes: Opt[Optional[int], typer.Option("--fixes", "-F", min=0, help="Fix attempts per kernel")] = None,
+    iterations: Opt[Optional[int], typer.Option("--iterations", "-T", min=1, help="Iterations")] = None,
+    model: Opt[Optional[str], typer.Option(help="PROVIDER:NAME for every role (openai, vllm, sglang, ollama, tuner)")] = None,
+    base_url: Opt[Optional[str], typer.Option(help="OpenAI-compatible endpoint, e.g. http://host:8000/v1")] = None,
+    planner_model: Opt[Optional[str], typer.Option(help="Model for the planner only")] = None,
+    executor_model: Opt[Optional[str], typer.Option(help="Model for the executor only")] = None,
+    fixer_model: Opt[Optional[str], typer.Option(help="Model for the fixer only")] = None,
+    summarizer_model: Opt[Optional[str], typer.Option(help="Model for the summarizer only")] = None,
+    config: Opt[Optional[Path], typer.Option(help="TOML config file (default: ./accelopt.toml)")] = None,
+    run_dir: Opt[Optional[Path], typer.Option(help="Where to write the run (default: runs/TASK-TIME)")] = None,
+    device: Opt[Optional[str], typer.Option(help="auto, cuda, or cpu (Triton interpreter)")] = None,
+    memory: Opt[Optional[Path], typer.Option(help="Insight store directory")] = None,
+    no_memory: Opt[bool, typer.Option("--no-memory", help="Neither recall nor store insights")] = False,
+    max_tokens: Opt[Optional[int], typer.Option(help="Token budget")] = None,
+    max_cost: Opt[Optional[float], typer.Option(help="$ budget")] = None,
+    max_wall: Opt[Optional[float], typer.Option(help="Wall-clock budget in seconds")] = None,
+    eval_timeout: Opt[Optional[float], typer.Option(help="Per-candidate evaluation limit in seconds")] = None,
+) -> None:
+    """Optimize the kernel of TASK_DIR and write a run directory."""
+    try:
+        task = load_task(task_dir)
+        ctx, configured = load_context(
+            config, beams=beams, plans=plans, samples=samples, fixes=fixes, iterations=iterations, model=model,
+            base_url=base_url, planner_model=planner_model, executor_model=executor_model,
+            fixer_model=fixer_model, summarizer_model=summarizer_model, device=device,
+            memory_dir=str(memory) if memory else None, use_memory=False if no_memory else None,
+            max_tokens=max_tokens, max_cost_usd=max_cost, max_wall_s=max_wall, eval_timeout_s=eval_timeout)
+    except (TaskError, ConfigError) as e:
+        _fail(str(e))
+    if task.spec.backend != "triton":
+        _fail(f"task {task.name} needs the {task.spec.backend} backend, which this build cannot run yet")
+    if not configured:
+        console.print("No LLM endpoint configured: using the local tuner policy (no LLM). "
+                      "Set --model or ACCELOPT_MODEL to use one.")
+    if not ctx.use_memory:
+        console.print("Memory disabled (--no-memory): no insights are recalled or stored.")
+    run_dir = run_dir or Path("runs") / f"{task.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "run.json").write_text(json.dumps(
+        {"task_dir": str(Path(task.root)), "context": context_to_json(ctx)}, indent=2))
+    _drive(ctx, run_dir, {"task_dir": task.root, "run_dir": str(run_dir.resolve())})
+
+
+@app.command()
+def resume(run_dir: Opt[Path, typer.Argument(help="A run directory written by `accelopt optimize`")]) -> None:
+    """Continue a run from its last checkpoint; evaluated candidates are kept."""
+    meta_path = run_dir / "run.json"
+    if not meta_path.is_file() or not (run_dir / "checkpoints.sqlite").is_file():
+        _fail(f"{run_dir} is not a resumable run directory (run.json or checkpoints.sqlite missing)")
+    try:
+        ctx = RunContext(**json.loads(meta_path.read_text())["context"])
+    except (TypeError, ValueError, KeyError) as e:
+        _fail(f"{meta_path} is unreadable or from an incompatible version ({e}); start a new run")
+    _drive(ctx, run_dir, None)
+
+
+def _drive(ctx: RunContext, run_dir: Path, inputs: dict | None) -> None:
+    from graph.builder import build_graph  # heavy imports after argument checks
+
+    with closing(sqlite3.connect(run_dir / "checkpoints.sqlite", check_same_thread=False)) as conn:
+        graph = build_graph().compile(checkpointer=SqliteSaver(conn))
+        config = {"configurable": {"thread_id": run_dir.resolve().name}, "recursion_limit": 10_000}
+        _stream_with_progress(graph, inputs, config, ctx)
+        state = graph.get_state(config).values
+    _report(state, run_dir)
+
+
+def _stream_with_progress(graph, inputs, config, ctx: RunContext) -> None:
+    seen: dict[str, dict] = {}
+    usage: list[dict] = []
+    iteration = 0
+    columns = (SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
+               TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as progress:
+        bar = progress.add_task("measuring baseline", total=ctx.iterations, info="")
+        for namespace, update in graph.stream(inputs, config, context=ctx, stream_mode="updates", subgraphs=True):
+            for node, values in (update or {}).items():
+                values = values or {}
+                for cand in (values.get("candidates") or {}).values():
+                    seen[cand["id"]] = cand
+                if not namespace:  # top level only: the subgraph's usage reaches it through `candidate`
+                    usage += values.get("usage") or []
+                if node == "recall":
+                    iteration = values.get("iteration", iteration)
+                if node == "selector":
+                    progress.advance(bar)
+            verified = [c["speedup"] for c in seen.values() if c.get("status") == "verified" and c.get("speedup")]
+            spent = totals(usage)
+            timer = "interpreter time" if any(c.get("timer") == "interpreter_wall" for c in seen.values()) else "GPU"
+            progress.update(bar, description=f"iteration {iteration}/{ctx.iterations}", info=(
+                f"{max(len(seen) - 1, 0)} evaluated · best {max(verified, default=1.0):.2f}x ({timer}) · "
+                f"{spent['input_tokens'] + spent['output_tokens']:,} tok · ${spent['cost_usd']:.4f}"))
+
+
+def _report(state: dict, run_dir: Path) -> None:
+    candidates = state.get("candidates") or {}
+    if not candidates or (state.get("stop_reason") or "").startswith(("the baseline", "task ")):
+        _fail(state.get("stop_reason") or "the run produced no candidates", code=1)
+    best = candidates[state["beam"][0]]
+    spent = totals(state.get("usage", []))
+    table = Table(title=f"accelopt run: {run_dir}", show_header=False)
+    table.add_row("stopped", str(state.get("stop_reason")))
+    table.add_row("best kernel", f"{best['id']}  ({run_dir / 'best_kernel.py'})")
+    label = " (CPU interpreter time: not GPU performance)" if best.get("timer") == "interpreter_wall" else ""
+    table.add_row("speedup vs baseline", f"{best.get('speedup') or 1.0:.3f}x{label}")
+    if best.get("pct_peak") is not None:
+        table.add_row("% of peak", f"{best['pct_peak']:.1f}% datasheet, {best.get('pct_achievable') or 0:.1f}% achievable")
+    statuses: dict[str, int] = {}
+    for c in candidates.values():
+        statuses[c["status"]] = statuses.get(c["status"], 0) + 1
+    table.add_row("candidates", ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())))
+    table.add_row("tokens / cost", f"{spent['input_tokens']:,} in, {spent['output_tokens']:,} out, ${spent['cost_usd']:.4f}")
+    table.add_row("insights stored", str(len(state.get("insights", []))))
+    console.print(table)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,96 @@
+"""Build a RunContext from, in rising precedence: defaults, a TOML config file, environment
+variables, and CLI flags.
+
+accelopt.toml:
+    [run]
+    beams = 2
+    iterations = 4
+    [models.default]
+    model = "vllm:openai/gpt-oss-120b"
+    base_url = "http://gpu-box:8000/v1"
+    reasoning_effort = "medium"
+    [models.executor]
+    model = "vllm:Qwen/Qwen3-Coder-480B-A35B-Instruct"
+    base_url = "http://gpu-box:8001/v1"
+    input_price = 0.2      # $ per 1M tokens, if you want self-hosted time priced
+
+Environment: ACCELOPT_MODEL, ACCELOPT_BASE_URL, ACCELOPT_<ROLE>_MODEL, ACCELOPT_CONFIG.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from graph.context import RunContext
+from tools.llm import ROLES, ConfigError, validate_spec
+
+_RUN_KEYS = {f.name for f in dataclasses.fields(RunContext)} - {"role_models", "chat_models", "model", "base_url"}
+
+
+def load_context(config_file: Path | None = None, **flags: Any) -> tuple[RunContext, bool]:
+    """Return the context and whether a model was configured anywhere (else the tuner is used)."""
+    values: dict[str, Any] = {}
+    role_models: dict[str, dict] = {}
+    path = config_file or (Path(os.environ["ACCELOPT_CONFIG"]) if os.environ.get("ACCELOPT_CONFIG") else None)
+    if path is None and Path("accelopt.toml").is_file():
+        path = Path("accelopt.toml")
+    if path is not None:
+        data = _read_toml(path)
+        unknown = set(data.get("run", {})) - _RUN_KEYS
+        if unknown:
+            raise ConfigError(f"{path}: unknown [run] setting(s): {', '.join(sorted(unknown))}")
+        values.update(data.get("run", {}))
+        for role, settings in (data.get("models") or {}).items():
+            if role not in (*ROLES, "default"):
+                raise ConfigError(f"{path}: unknown model role [models.{role}]: use default, {', '.join(ROLES)}")
+            role_models[role] = dict(settings)
+
+    default = role_models.get("default", {})
+    if os.environ.get("ACCELOPT_MODEL"):
+        default["model"] = os.environ["ACCELOPT_MODEL"]
+    if os.environ.get("ACCELOPT_BASE_URL"):
+        default["base_url"] = os.environ["ACCELOPT_BASE_URL"]
+    for role in ROLES:
+        if os.environ.get(f"ACCELOPT_{role.upper()}_MODEL"):
+            role_models.setdefault(role, {})["model"] = os.environ[f"ACCELOPT_{role.upper()}_MODEL"]
+
+    if flags.get("model"):
+        default["model"] = flags["model"]
+    if flags.get("base_url"):
+        default["base_url"] = flags["base_url"]
+    for role in ROLES:
+        if flags.get(f"{role}_model"):
+            role_models.setdefault(role, {})["model"] = flags[f"{role}_model"]
+    values.update({k: v for k, v in flags.items() if k in _RUN_KEYS and v is not None})
+
+    configured = bool(default.get("model")) or any("model" in s for r, s in role_models.items() if r != "default")
+    ctx = RunContext(model=default.pop("model", "tuner"), base_url=default.pop("base_url", None),
+                     role_models={**({"default": default} if default else {}),
+                                  **{r: s for r, s in role_models.items() if r != "default"}},
+                     **values)
+    for role in ROLES:
+        try:
+            validate_spec(ctx.model_spec(role))
+        except ConfigError as e:
+            raise ConfigError(f"{role} model: {e}") from None
+        except ValueError as e:  # pydantic: a bad field in [models.*]
+            raise ConfigError(f"{role} model settings are invalid: {e}".splitlines()[0]) from None
+    return ctx, configured
+
+
+def context_to_json(ctx: RunContext) -> dict:
+    return {k: v for k, v in dataclasses.asdict(ctx).items() if k != "chat_models"}
+
+
+def _read_toml(path: Path) -> dict:
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: invalid TOML: {e}") from None
+

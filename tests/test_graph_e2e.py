@@ -1,0 +1,81 @@
+"""The whole graph on the CPU interpreter with scripted replies: a good plan, a plan whose
+kernel fails to compile and is repaired by the fixer, and a plan whose kernel is wrong."""
+
+import json
+
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+
+from graph.builder import build_graph
+from graph.context import RunContext
+from tests.scripted import GOOD, ScriptedChatModel, reply_for
+
+pytestmark = pytest.mark.slow
+
+
+def test_graph_end_to_end(tmp_path, softmax_task):
+    run_dir = tmp_path / "run"
+    ctx = RunContext(beams=2, plans=3, samples=1, fixes=1, iterations=1, device="cpu",
+                     memory_dir=str(tmp_path / "memory"), model="openai:scripted",
+                     chat_models={"default": ScriptedChatModel(script=reply_for)})
+    graph = build_graph().compile(checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "e2e"}}
+    out = graph.invoke({"task_dir": str(softmax_task), "run_dir": str(run_dir)}, config, context=ctx)
+    cands = out["candidates"]
+
+    status = {cid: c["status"] for cid, c in cands.items()}
+    assert status == {
+        "baseline": "verified",
+        "i1.m0.p0.k0": "verified",
+        "i1.m0.p1.k0": "compile_error",
+        "i1.m0.p1.k0.f1": "verified",
+        "i1.m0.p2.k0": "wrong_output",
+        "i1.m0.p2.k0.f1": "wrong_output",
+    }
+    # The fix loop ran exactly once per failed kernel, and the repair is linked to its failure.
+    assert cands["i1.m0.p1.k0.f1"]["fix_of"] == "i1.m0.p1.k0"
+    assert cands["i1.m0.p1.k0.f1"]["fix_attempt"] == 1
+    assert "SyntaxError" in cands["i1.m0.p1.k0"]["error"]
+    assert "max abs err" in cands["i1.m0.p2.k0"]["error"]
+    assert cands["i1.m0.p0.k0"]["source"] == GOOD
+
+    # Elitist beam of width B over verified kernels only, best first.
+    assert len(out["beam"]) == 2
+    assert all(cands[b]["status"] == "verified" for b in out["beam"])
+    speeds = [cands[b]["speedup"] for b in out["beam"]]
+    assert speeds == sorted(speeds, reverse=True)
+    assert all(cands[c]["speedup"] is not None and cands[c]["speedup_vs_parent"] is not None
+               for c in ("i1.m0.p0.k0", "i1.m0.p1.k0.f1"))
+    assert out["stop_reason"] == "reached T=1 iterations"
+
+    # Token usage per role and per candidate.
+    roles = [u["role"] for u in out["usage"]]
+    assert roles.count("planner") == 1 and roles.count("executor") == 3 and roles.count("fixer") == 2
+    assert {u["candidate_id"] for u in out["usage"] if u["role"] == "fixer"} == {"i1.m0.p1.k0.f1", "i1.m0.p2.k0.f1"}
+    assert all(u["input_tokens"] > 0 for u in out["usage"])
+
+    # The run directory holds every candidate, the best kernel and a summary.
+    for cid, cand in cands.items():
+        result = json.loads((run_dir / "candidates" / cid / "result.json").read_text())
+        assert result["status"] == cand["status"]
+        assert (run_dir / "candidates" / cid / "kernel.py").read_text() == cand["source"]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["best_id"] == out["beam"][0]
+    assert summary["candidates_evaluated"] == 5
+    assert summary["timer"] == "interpreter_wall" and "not GPU performance" in summary["note"]
+    assert (run_dir / "best_kernel.py").read_text() == cands[out["beam"][0]]["source"]
+
+
+def test_no_code_reply_is_a_failed_candidate_the_fixer_can_repair(tmp_path, softmax_task):
+    def script(messages):
+        role = "executor" if "accelopt executor" in str(messages[0].content) else None
+        if role == "executor":
+            return "I would rather describe the kernel than write it."
+        return reply_for(messages) if "accelopt fixer" not in str(messages[0].content) else f"```python\n{GOOD}```"
+
+    ctx = RunContext(beams=1, plans=1, samples=1, fixes=1, iterations=1, device="cpu", use_memory=False,
+                     model="openai:scripted", chat_models={"default": ScriptedChatModel(script=script)})
+    out = build_graph().compile().invoke({"task_dir": str(softmax_task)}, context=ctx)
+    first, fixed = out["candidates"]["i1.m0.p0.k0"], out["candidates"]["i1.m0.p0.k0.f1"]
+    assert first["status"] == "no_code" and "no complete kernel" in first["error"]
+    assert fixed["status"] == "verified"
