@@ -40,6 +40,8 @@ class RunContext:
     memory_dir: str | None = field(default=None, metadata={
         "description": "Insight store directory (default: the user data dir)"})
     recall_k: int = 5
+    learn_from_interpreter: bool = field(default=False, metadata={
+        "description": "Distill insights from CPU-interpreter timings too (pipeline checks only: they are noise)"})
     llm_retry_wait_s: float = 1.0
 
     def model_spec(self, role: str) -> ModelSpec:

@@ -7,7 +7,6 @@ same two methods (add, recall).
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 from pathlib import Path

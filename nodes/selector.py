@@ -1,6 +1,6 @@
 """selector: the elitist beam (top B verified kernels over the old beam plus this iteration's
-children, so the best kernel is never lost), the iteration record, the run summary, and the
-stopping decision (T reached, a budget spent, or the roofline reached)."""
+children, so the best kernel is never lost), the iteration record, and the stopping decision
+(T reached, a budget spent, or the roofline reached)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from langgraph.runtime import Runtime
 from graph.context import RunContext
 from graph.state import RunState
 from tools.llm import totals
-from tools.rundir import write_summary
 
 
 def rank(candidates: dict[str, dict], ids: list[str]) -> list[str]:
@@ -33,24 +32,6 @@ def stop_reason(state: RunState, ctx: RunContext, best: dict, spent: dict) -> st
     return None
 
 
-def run_summary(state: RunState, beam: list[str], reason: str | None, spent: dict) -> dict:
-    candidates = state["candidates"]
-    best = candidates[beam[0]]
-    statuses: dict[str, int] = {}
-    for c in candidates.values():
-        statuses[c["status"]] = statuses.get(c["status"], 0) + 1
-    return {
-        "task_dir": state["task_dir"], "iteration": state["iteration"], "stop_reason": reason,
-        "best_id": best["id"], "best_speedup": best.get("speedup"), "timer": best.get("timer"),
-        "device_name": best.get("device_name"), "best_pct_peak": best.get("pct_peak"),
-        "best_pct_achievable": best.get("pct_achievable"), "beam": beam,
-        "candidates_evaluated": len(candidates) - 1, "statuses": statuses, "usage": spent,
-        "iterations": state.get("history", []),
-        "note": ("timer interpreter_wall: CPU Triton-interpreter times, not GPU performance"
-                 if best.get("timer") == "interpreter_wall" else None),
-    }
-
-
 def selector(state: RunState, runtime: Runtime[RunContext]) -> dict:
     ctx = runtime.context
     candidates = state["candidates"]
@@ -63,6 +44,4 @@ def selector(state: RunState, runtime: Runtime[RunContext]) -> dict:
               "verified": sum(candidates[c]["status"] == "verified" for c in children),
               "best_id": best["id"], "best_speedup": best.get("speedup"), "beam": beam,
               "tokens": spent["input_tokens"] + spent["output_tokens"], "cost_usd": spent["cost_usd"]}
-    summary = run_summary({**state, "history": state.get("history", []) + [record]}, beam, reason, spent)
-    write_summary(state.get("run_dir"), summary, best.get("source"))
     return {"beam": beam, "history": [record], "stop_reason": reason}

@@ -19,17 +19,20 @@ from nodes.common import chat_model, render, task_of
 from nodes.recall import open_store
 from tools.codeparse import strip_reasoning
 from tools.llm import LLMCallError, call_model
+from tools.rundir import run_summary, write_summary
 
 POSITIVE = 1.04         # child over parent, and beyond noise
 NEGATIVE = 1 / 1.15     # child regressed this much
 MAX_PER_ITERATION = 8
 
 
-def measured_pairs(state: RunState) -> list[tuple[dict, dict, str]]:
+def measured_pairs(state: RunState, ctx: RunContext) -> list[tuple[dict, dict, str]]:
     pairs = []
     for child in state["candidates"].values():
         if child.get("iteration") != state["iteration"] or child.get("status") != "verified":
             continue
+        if child.get("timer") == "interpreter_wall" and not ctx.learn_from_interpreter:
+            continue  # interpreter times say nothing about GPU performance
         ratio = child.get("speedup_vs_parent")
         if ratio is None:
             continue
@@ -87,7 +90,7 @@ def summarizer(state: RunState, runtime: Runtime[RunContext]) -> dict:
     task = task_of(state["task_dir"])
     plans = {p["id"]: p for p in state.get("plans", [])}
     insights, usage = [], []
-    for parent, child, kind in measured_pairs(state):
+    for parent, child, kind in measured_pairs(state, ctx):
         plan_text = plans.get(child["plan_id"], {}).get("text", "")
         spread = max((t["iqr_us"] / t["median_us"] for t in child["workloads"].values() if t["median_us"]),
                      default=None)
@@ -115,4 +118,7 @@ def summarizer(state: RunState, runtime: Runtime[RunContext]) -> dict:
     store = open_store(ctx)
     if store is not None:
         store.add(insights)
-    return {"insights": [i.model_dump() for i in insights], "usage": usage}
+    dumped = [i.model_dump() for i in insights]
+    final = {**state, "usage": state.get("usage", []) + usage, "insights": state.get("insights", []) + dumped}
+    write_summary(state.get("run_dir"), run_summary(final), state["candidates"][state["beam"][0]].get("source"))
+    return {"insights": dumped, "usage": usage}

@@ -16,6 +16,9 @@ GOOD = (BASELINE.replace("num = tl.exp(x)", "num = tl.exp2(x * 1.442695040888963
         .replace("num_warps=4", "num_warps=8"))
 BROKEN = GOOD.replace("den = tl.sum(num, axis=0)", "den = tl.sum(num, axis=0")  # syntax error
 WRONG = BASELINE.replace("num / den", "num / (den + 1.0)")
+# Correct but 16x the work: 16 programs per row each write the same row. A deterministic
+# regression, large enough to stand out of the interpreter's timing noise.
+SLOW = BASELINE.replace("softmax_kernel[(n_rows,)]", "softmax_kernel[(n_rows, 16)]")
 
 PLANS = """Some preamble the parser must skip.
 ### Plan 1: exp2 with more warps
@@ -24,6 +27,8 @@ Use exp2 with a log2(e) prescale and launch 8 warps per row to raise memory para
 Same as plan 1, but this one will be written with a syntax error on the first try.
 ### Plan 3: wrong normalization
 A rewrite whose normalization is off by one, which the harness must reject.
+### Plan 4: redundant programs
+Launch 16 programs per row that all write the row: a regression the summarizer must record.
 """
 
 INSIGHT = """```json
@@ -50,6 +55,8 @@ def reply_for(messages: list[BaseMessage]) -> str:
             return fenced(BROKEN)
         if "wrong normalization" in plan:
             return fenced(WRONG)
+        if "redundant programs" in plan:
+            return fenced(SLOW)
         return fenced(GOOD)
     if role == "fixer":
         if "SyntaxError" in prompt:

@@ -15,8 +15,8 @@ pytestmark = pytest.mark.slow
 
 def test_graph_end_to_end(tmp_path, softmax_task):
     run_dir = tmp_path / "run"
-    ctx = RunContext(beams=2, plans=3, samples=1, fixes=1, iterations=1, device="cpu",
-                     memory_dir=str(tmp_path / "memory"), model="openai:scripted",
+    ctx = RunContext(beams=2, plans=4, samples=1, fixes=1, iterations=1, device="cpu",
+                     memory_dir=str(tmp_path / "memory"), model="openai:scripted", learn_from_interpreter=True,
                      chat_models={"default": ScriptedChatModel(script=reply_for)})
     graph = build_graph().compile(checkpointer=InMemorySaver())
     config = {"configurable": {"thread_id": "e2e"}}
@@ -31,6 +31,7 @@ def test_graph_end_to_end(tmp_path, softmax_task):
         "i1.m0.p1.k0.f1": "verified",
         "i1.m0.p2.k0": "wrong_output",
         "i1.m0.p2.k0.f1": "wrong_output",
+        "i1.m0.p3.k0": "verified",
     }
     # The fix loop ran exactly once per failed kernel, and the repair is linked to its failure.
     assert cands["i1.m0.p1.k0.f1"]["fix_of"] == "i1.m0.p1.k0"
@@ -50,7 +51,7 @@ def test_graph_end_to_end(tmp_path, softmax_task):
 
     # Token usage per role and per candidate.
     roles = [u["role"] for u in out["usage"]]
-    assert roles.count("planner") == 1 and roles.count("executor") == 3 and roles.count("fixer") == 2
+    assert roles.count("planner") == 1 and roles.count("executor") == 4 and roles.count("fixer") == 2
     assert {u["candidate_id"] for u in out["usage"] if u["role"] == "fixer"} == {"i1.m0.p1.k0.f1", "i1.m0.p2.k0.f1"}
     assert all(u["input_tokens"] > 0 for u in out["usage"])
 
@@ -61,9 +62,20 @@ def test_graph_end_to_end(tmp_path, softmax_task):
         assert (run_dir / "candidates" / cid / "kernel.py").read_text() == cand["source"]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["best_id"] == out["beam"][0]
-    assert summary["candidates_evaluated"] == 5
+    assert summary["candidates_evaluated"] == 6
     assert summary["timer"] == "interpreter_wall" and "not GPU performance" in summary["note"]
     assert (run_dir / "best_kernel.py").read_text() == cands[out["beam"][0]]["source"]
+
+    # The 16x-redundant kernel is a measured regression: the summarizer stores it as a lesson to avoid.
+    slow = cands["i1.m0.p3.k0"]
+    assert slow["speedup_vs_parent"] < 1 / 1.15 and slow["loses_to_parent"]
+    negative = [i for i in out["insights"] if i["provenance"]["child_id"] == "i1.m0.p3.k0"]
+    assert len(negative) == 1 and negative[0]["kind"] == "negative"
+    assert negative[0]["title"] == "exp2 and 8 warps for row softmax"  # parsed from the summarizer reply
+    assert negative[0]["evidence"]["timer"] == "interpreter_wall"
+    assert roles.count("summarizer") == len(out["insights"]) == summary["insights"]
+    stored = (tmp_path / "memory" / "insights.jsonl").read_text().splitlines()
+    assert len(stored) == len(out["insights"])
 
 
 def test_no_code_reply_is_a_failed_candidate_the_fixer_can_repair(tmp_path, softmax_task):

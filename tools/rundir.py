@@ -10,6 +10,8 @@ import json
 import os
 from pathlib import Path
 
+from tools.llm import totals
+
 
 def _atomic_write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -34,3 +36,23 @@ def write_summary(run_dir: str | None, summary: dict, best_source: str | None) -
     _atomic_write(Path(run_dir) / "summary.json", json.dumps(summary, indent=2))
     if best_source:
         _atomic_write(Path(run_dir) / "best_kernel.py", best_source)
+
+
+def run_summary(state: dict) -> dict:
+    """summary.json: written by the summarizer at the end of every iteration."""
+    candidates, beam = state["candidates"], state["beam"]
+    best = candidates[beam[0]]
+    spent = totals(state.get("usage", []))
+    statuses: dict[str, int] = {}
+    for c in candidates.values():
+        statuses[c["status"]] = statuses.get(c["status"], 0) + 1
+    return {
+        "task_dir": state["task_dir"], "iteration": state["iteration"], "stop_reason": state.get("stop_reason"),
+        "best_id": best["id"], "best_speedup": best.get("speedup"), "timer": best.get("timer"),
+        "device_name": best.get("device_name"), "best_pct_peak": best.get("pct_peak"),
+        "best_pct_achievable": best.get("pct_achievable"), "beam": beam,
+        "candidates_evaluated": len(candidates) - 1, "statuses": statuses, "usage": spent,
+        "iterations": state.get("history", []), "insights": len(state.get("insights", [])),
+        "note": ("timer interpreter_wall: CPU Triton-interpreter times, not GPU performance"
+                 if best.get("timer") == "interpreter_wall" else None),
+    }

@@ -1,0 +1,3 @@
+from graph.cli import main
+
+main()
