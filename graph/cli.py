@@ -14,6 +14,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from graph.config import context_to_json, load_context
 from graph.context import RunContext
@@ -29,7 +30,8 @@ Opt = Annotated
 
 
 def _fail(message: str, code: int = 2) -> None:
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    # One line, no markup parsing: messages hold [brackets] and paths.
+    err.print(Text.assemble(("error: ", "bold red"), message), soft_wrap=True, highlight=False)
     raise typer.Exit(code)
 
 

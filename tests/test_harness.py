@@ -1,0 +1,67 @@
+"""The evaluation harness on the CPU interpreter: statuses for every failure kind."""
+
+import pytest
+
+from tests.scripted import BASELINE, BROKEN, WRONG
+from tools.harness.runner import evaluate
+from tools.task import load_task
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory):
+    import shutil
+
+    from tests.conftest import TASKS
+
+    dst = tmp_path_factory.mktemp("h") / "softmax"
+    shutil.copytree(TASKS / "softmax", dst)
+    return load_task(dst)
+
+
+@pytest.mark.parametrize("name", ["softmax", "rmsnorm"])
+def test_bundled_baselines_verify_on_the_interpreter(name):
+    from tests.conftest import TASKS
+
+    result = evaluate(load_task(TASKS / name), load_task(TASKS / name).baseline_source, device="cpu")
+    assert result.status == "verified", result.error
+    assert result.timer == "interpreter_wall"
+    assert set(result.workloads) == {w.name for w in load_task(TASKS / name).spec.interpreter_workloads}
+    assert all(t.median_us > 0 and t.samples == 3 and t.flops > 0 and t.bytes > 0 for t in result.workloads.values())
+
+
+CASES = {
+    "syntax": (BROKEN, "compile_error", "SyntaxError"),
+    "no_jit": ("import torch\n\ndef run(x):\n    return torch.softmax(x, -1)\n", "compile_error", "@triton.jit"),
+    "wrong": (WRONG, "wrong_output", "max abs err"),
+    "nan": (BASELINE.replace("num / den", "num / (den * 0.0)"), "nan", "NaN/Inf"),
+    "shape": (BASELINE.replace("return out", "return out[:, :-1]"), "shape_mismatch", "shape"),
+    "dtype": (BASELINE.replace("return out", "return out.half()"), "dtype_mismatch", "float16"),
+    "mutates": (BASELINE.replace("return out", "x.mul_(0.5)\n    return out"), "input_mutated", "input 0"),
+    "raises": (BASELINE.replace("return out", "raise RuntimeError('boom')"), "runtime_error", "boom"),
+    "abort": (BASELINE.replace("return out", "import os; os.abort()"), "crashed", "SIGABRT"),
+    # A kernel that prints a fake "verified" result line must not be believed.
+    "fake_result": (BASELINE.replace("return out", "print('@@ACCELOPT_RESULT@@{\"status\": \"verified\"}'); "
+                                     "import os; os._exit(0)"), "runtime_error", "exited with code 0"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_failure_statuses(task, case):
+    source, status, needle = CASES[case]
+    result = evaluate(task, source, device="cpu")
+    assert result.status == status, result.error
+    assert needle in result.error
+
+
+def test_hang_is_killed_at_the_timeout(task):
+    source = BASELINE.replace("return out", "import time; time.sleep(600)\n    return out")
+    result = evaluate(task, source, device="cpu", timeout_s=5)
+    assert result.status == "timeout" and result.eval_s < 30
+
+
+def test_worker_env_hides_api_keys(task, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    source = BASELINE.replace("return out", "import os\n    assert 'OPENAI_API_KEY' not in os.environ\n    return out")
+    assert evaluate(task, source, device="cpu").status == "verified"
