@@ -80,7 +80,8 @@ def _time_cuda(torch, fn, warmup_ms: float, rep_ms: float) -> list[float]:
     import triton.testing
 
     # do_bench clears L2 before every timed call and times each call with CUDA events.
-    return [t * 1e3 for t in triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="all")]
+    samples = triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="all")
+    return [t * 1e3 for t in samples]
 
 
 def _time_interpreter(fn, reps: int) -> list[float]:
