@@ -137,7 +137,7 @@ def _stream_with_progress(graph, inputs, config, ctx: RunContext) -> None:
 
 def _report(state: dict, run_dir: Path) -> None:
     candidates = state.get("candidates") or {}
-    if not candidates or (state.get("stop_reason") or "").startswith(("the baseline", "task ")):
+    if not state.get("beam"):  # setup stopped the run: no task baseline, or a broken one
         _fail(state.get("stop_reason") or "the run produced no candidates", code=1)
     best = candidates[state["beam"][0]]
     spent = totals(state.get("usage", []))

@@ -24,7 +24,8 @@ def setup(state: RunState, runtime: Runtime[RunContext]) -> dict:
     baseline.update(measure(task, baseline["source"], runtime.context, baseline=None, parent=None))
     write_candidate(state.get("run_dir"), baseline)
     update = {"iteration": 0, "started_at": time.time(), "baseline_id": "baseline",
-              "candidates": {"baseline": baseline}, "beam": ["baseline"], "plans": [], "history": []}
-    if baseline["status"] != "verified":
-        update["stop_reason"] = f"the baseline kernel fails its own check ({baseline['status']}): {baseline['error']}"
-    return update
+              "candidates": {"baseline": baseline}, "plans": [], "history": []}
+    if baseline["status"] != "verified":  # no beam: there is nothing correct to optimize from
+        return {**update, "stop_reason": f"the baseline kernel fails its own check ({baseline['status']}): "
+                                         f"{baseline['error']}"}
+    return {**update, "beam": ["baseline"]}

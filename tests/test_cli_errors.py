@@ -68,3 +68,14 @@ def test_self_hosted_endpoint_needs_no_key(softmax_task, tmp_path):
 
     ctx, configured = load_context(None, model="vllm:openai/gpt-oss-120b")
     assert configured and ctx.model_spec("planner").provider == "vllm"
+
+
+@pytest.mark.slow
+def test_broken_baseline_stops_before_any_model_call(softmax_task, tmp_path):
+    (softmax_task / "baseline.py").write_text(
+        (softmax_task / "baseline.py").read_text().replace("num / den", "num / (den + 1.0)"))
+    proc = run_cli("optimize", str(softmax_task), "--device", "cpu", "--no-memory", "--run-dir", str(tmp_path / "r"))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "the baseline kernel fails its own check (wrong_output)" in proc.stderr
+    result = json.loads((tmp_path / "r" / "candidates" / "baseline" / "result.json").read_text())
+    assert result["status"] == "wrong_output"
