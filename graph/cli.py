@@ -19,6 +19,7 @@ from rich.text import Text
 from graph.config import context_to_json, load_context
 from graph.context import RunContext
 from tools.llm import ConfigError, totals
+from tools.rundir import run_summary
 from tools.task import TaskError, load_task
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -148,9 +149,7 @@ def _report(state: dict, run_dir: Path) -> None:
     table.add_row("speedup vs baseline", f"{best.get('speedup') or 1.0:.3f}x{label}")
     if best.get("pct_peak") is not None:
         table.add_row("% of peak", f"{best['pct_peak']:.1f}% datasheet, {best.get('pct_achievable') or 0:.1f}% achievable")
-    statuses: dict[str, int] = {}
-    for c in candidates.values():
-        statuses[c["status"]] = statuses.get(c["status"], 0) + 1
+    statuses = run_summary(state)["statuses"]
     table.add_row("candidates", ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())))
     table.add_row("tokens / cost", f"{spent['input_tokens']:,} in, {spent['output_tokens']:,} out, ${spent['cost_usd']:.4f}")
     table.add_row("insights stored", str(len(state.get("insights", []))))

@@ -48,7 +48,9 @@ def run_summary(state: dict) -> dict:
         statuses[c["status"]] = statuses.get(c["status"], 0) + 1
     return {
         "task_dir": state["task_dir"], "iteration": state["iteration"], "stop_reason": state.get("stop_reason"),
-        "best_id": best["id"], "best_speedup": best.get("speedup"), "timer": best.get("timer"),
+        "best_id": best["id"], "best_speedup": best.get("speedup"),
+        "best_speedup_vs_parent": best.get("speedup_vs_parent"), "best_parent_id": best.get("parent_id"),
+        "timer": best.get("timer"),
         "device_name": best.get("device_name"), "best_pct_peak": best.get("pct_peak"),
         "best_pct_achievable": best.get("pct_achievable"), "beam": beam,
         "candidates_evaluated": len(candidates) - 1, "statuses": statuses, "usage": spent,
