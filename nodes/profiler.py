@@ -8,27 +8,35 @@ from graph.context import RunContext
 from graph.state import CandidateState
 from nodes.common import task_of
 from nodes.measurements import mean_pct
-from tools.harness.result import beats, speedup
 from tools.harness.runner import evaluate
 from tools.rundir import write_candidate
 from tools.task import Task
 
 
 def measure(task: Task, source: str, ctx: RunContext, *, baseline: dict | None, parent: dict | None) -> dict:
-    """Evaluate a source and return the candidate fields the harness decides."""
+    """Evaluate a source, timed interleaved with its parent and the baseline, and return the
+    candidate fields the harness decides. Speedups are medians over rounds with a 95% interval;
+    `beats_parent` / `loses_to_parent` hold only when the interval excludes 1."""
     device = None if ctx.device == "auto" else ctx.device
-    result = evaluate(task, source, device=device, timeout_s=ctx.eval_timeout_s)
+    compare = {}
+    if baseline is not None:
+        compare["baseline"] = baseline["source"]
+    if parent is not None and parent["id"] != (baseline or {}).get("id"):
+        compare["parent"] = parent["source"]
+    result = evaluate(task, source, device=device, timeout_s=ctx.eval_timeout_s, compare=compare)
     workloads = {k: v.model_dump() for k, v in result.workloads.items()}
     fields = {"status": result.status, "error": result.error, "device": result.device,
               "device_name": result.device_name, "timer": result.timer, "workloads": workloads,
-              "eval_s": result.eval_s, "speedup": None, "speedup_vs_parent": None, "beats_parent": False, "loses_to_parent": False,
+              "flags": result.flags, "eval_s": result.eval_s, "versus": {}, "speedup": None,
+              "speedup_vs_parent": None, "beats_parent": False, "loses_to_parent": False,
               "pct_peak": mean_pct(workloads, "pct_peak"), "pct_achievable": mean_pct(workloads, "pct_achievable")}
     if result.ok:
-        fields["speedup"] = speedup(baseline["workloads"], workloads) if baseline else 1.0
-        if parent and parent.get("workloads"):
-            fields["speedup_vs_parent"] = speedup(parent["workloads"], workloads)
-            fields["beats_parent"] = beats(parent["workloads"], workloads)
-            fields["loses_to_parent"] = beats(workloads, parent["workloads"])
+        fields["versus"] = {k: v.model_dump() for k, v in result.versus.items()}
+        fields["speedup"] = result.versus["baseline"].speedup if baseline is not None else 1.0
+        if parent is not None:
+            vs_parent = result.versus.get("parent") or result.versus["baseline"]
+            fields.update(speedup_vs_parent=vs_parent.speedup, beats_parent=vs_parent.faster,
+                          loses_to_parent=vs_parent.slower)
     return fields
 
 

@@ -14,8 +14,18 @@ from tools.llm import totals
 
 
 def rank(candidates: dict[str, dict], ids: list[str]) -> list[str]:
+    """Verified candidates, fastest first. A child that is not faster than its parent beyond
+    noise ranks just below that parent, whatever its median says: noise is not a win."""
+    def effective(cid: str) -> float:
+        cand = candidates[cid]
+        value = cand.get("speedup") or 0.0
+        parent = candidates.get(cand.get("parent_id") or "")
+        if parent is not None and not cand.get("beats_parent"):
+            value = min(value, (parent.get("speedup") or 0.0) - 1e-9)
+        return value
+
     verified = [i for i in ids if candidates[i].get("status") == "verified"]
-    return sorted(verified, key=lambda i: (-(candidates[i].get("speedup") or 0.0), i))
+    return sorted(verified, key=lambda i: (-effective(i), i))
 
 
 def stop_reason(state: RunState, ctx: RunContext, best: dict, spent: dict) -> str | None:

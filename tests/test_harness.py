@@ -1,5 +1,7 @@
 """The evaluation harness on the CPU interpreter: statuses for every failure kind."""
 
+from pathlib import Path
+
 import pytest
 
 from tests.scripted import BASELINE, BROKEN, WRONG
@@ -28,7 +30,8 @@ def test_bundled_baselines_verify_on_the_interpreter(name):
     assert result.status == "verified", result.error
     assert result.timer == "interpreter_wall"
     assert set(result.workloads) == {w.name for w in load_task(TASKS / name).spec.interpreter_workloads}
-    assert all(t.median_us > 0 and t.samples == 3 and t.flops > 0 and t.bytes > 0 for t in result.workloads.values())
+    assert all(t.median_us > 0 and t.samples == 6 and len(t.round_medians_us) == 2 and t.flops > 0 and t.bytes > 0
+               for t in result.workloads.values())
 
 
 CASES = {
@@ -37,8 +40,8 @@ CASES = {
     "wrong": (WRONG, "wrong_output", "max abs err"),
     "nan": (BASELINE.replace("num / den", "num / (den * 0.0)"), "nan", "NaN/Inf"),
     "shape": (BASELINE.replace("return out", "return out[:, :-1]"), "shape_mismatch", "shape"),
-    "dtype": (BASELINE.replace("return out", "return out.half()"), "dtype_mismatch", "float16"),
-    "mutates": (BASELINE.replace("return out", "x.mul_(0.5)\n    return out"), "input_mutated", "input 0"),
+    "dtype": (BASELINE.replace("out = torch.empty_like(x)", "out = torch.empty_like(x, dtype=torch.float16)"),
+              "dtype_mismatch", "float16"),
     "raises": (BASELINE.replace("return out", "raise RuntimeError('boom')"), "runtime_error", "boom"),
     "abort": (BASELINE.replace("return out", "import os; os.abort()"), "crashed", "SIGABRT"),
     # A kernel that prints a fake "verified" result line must not be believed.
@@ -53,6 +56,42 @@ def test_failure_statuses(task, case):
     result = evaluate(task, source, device="cpu")
     assert result.status == status, result.error
     assert needle in result.error
+
+
+CHEATS = sorted((Path(__file__).parent / "fixtures" / "cheats").glob("*.py"))
+
+
+@pytest.mark.parametrize("path", CHEATS, ids=[p.stem for p in CHEATS])
+def test_cheating_kernels_are_rejected(task, path):
+    source = path.read_text()
+    expected = source.splitlines()[0].removeprefix("# expect: ").strip()
+    result = evaluate(task, source, device="cpu")
+    assert result.status == expected, result.error
+
+
+def test_unwritten_outputs_read_as_poison(task):
+    # The mask leaves each row's last element unwritten; zero-filled memory could hide that.
+    source = BASELINE.replace("mask = offs < n_cols\n", "mask = offs < n_cols - 1\n")
+    result = evaluate(task, source, device="cpu")
+    assert result.status == "nan" and "poison" in result.error
+
+
+def test_interleaved_comparison_decides_on_rounds(task):
+    from tests.scripted import SLOW
+
+    result = evaluate(task, SLOW, device="cpu", compare={"baseline": BASELINE}, rounds=3)
+    vs = result.versus["baseline"]
+    assert result.status == "verified" and vs.rounds == 3
+    assert vs.slower and not vs.faster and vs.ci_high < 1.0
+    assert set(result.compare["baseline"]) == set(result.workloads)
+
+
+def test_a_worker_survives_crashes_and_hangs(task):
+    """A crash and a hang each cost one candidate; the next candidate is measured normally."""
+    assert evaluate(task, BASELINE.replace("return out", "import os; os.abort()"), device="cpu").status == "crashed"
+    hang = BASELINE.replace("return out", "import time; time.sleep(600)\n    return out")
+    assert evaluate(task, hang, device="cpu", timeout_s=5).status == "timeout"
+    assert evaluate(task, BASELINE, device="cpu").status == "verified"
 
 
 def test_hang_is_killed_at_the_timeout(task):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import random
+import statistics
 from typing import Literal
 
 from pydantic import BaseModel
@@ -20,9 +22,10 @@ Status = Literal[
     "shape_mismatch",
     "dtype_mismatch",
     "input_mutated",   # the kernel wrote to its inputs
+    "cheat_suspected",  # torch fallback, side streams/threads, timer patching, cached results, above roofline
 ]
 FIXABLE = {"no_code", "compile_error", "runtime_error", "crashed", "timeout", "wrong_output", "nan",
-           "shape_mismatch", "dtype_mismatch", "input_mutated"}
+           "shape_mismatch", "dtype_mismatch", "input_mutated", "cheat_suspected"}
 
 # Timings on the interpreter are labelled so and must never be compared with GPU timings.
 Timer = Literal["cuda_event", "interpreter_wall"]
@@ -32,11 +35,24 @@ class WorkloadTiming(BaseModel):
     median_us: float
     iqr_us: float
     samples: int
+    metric: str = "cuda_event"  # cuda_event, cupti_kernel (kernel-only), or interpreter_wall
+    round_medians_us: list[float] = []
     flops: float | None = None
     bytes: float | None = None
     pct_peak: float | None = None
     pct_achievable: float | None = None
     bound: str | None = None
+
+
+class Comparison(BaseModel):
+    """Candidate against one comparator timed interleaved in the same worker."""
+
+    speedup: float     # comparator time / candidate time: geomean over workloads, median over rounds
+    ci_low: float      # 95% bootstrap interval over rounds
+    ci_high: float
+    rounds: int
+    faster: bool       # ci_low > 1: faster beyond noise
+    slower: bool       # ci_high < 1: slower beyond noise
 
 
 class EvalResult(BaseModel):
@@ -46,6 +62,9 @@ class EvalResult(BaseModel):
     device_name: str | None = None
     timer: Timer | None = None
     workloads: dict[str, WorkloadTiming] = {}
+    compare: dict[str, dict[str, WorkloadTiming]] = {}
+    versus: dict[str, Comparison] = {}
+    flags: list[str] = []
     max_abs_err: float | None = None
     max_rel_err: float | None = None
     eval_s: float | None = None
@@ -55,28 +74,19 @@ class EvalResult(BaseModel):
         return self.status == "verified"
 
 
-def speedup(base: dict[str, WorkloadTiming] | dict, new: dict[str, WorkloadTiming] | dict) -> float | None:
-    """Geometric mean over shared workloads of base median / new median."""
-    ratios = []
-    for name, timing in new.items():
-        if name in base:
-            b = base[name]["median_us"] if isinstance(base[name], dict) else base[name].median_us
-            n = timing["median_us"] if isinstance(timing, dict) else timing.median_us
-            if n > 0:
-                ratios.append(b / n)
-    if not ratios:
-        return None
-    return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
-
-
-def beats(parent: dict, child: dict) -> bool:
-    """True when the child is faster than the parent beyond noise on the geometric mean:
-    its median plus half its IQR must fall below the parent's median minus half its IQR
-    on most workloads. A child within noise of its parent is not a win."""
-    wins = 0
-    shared = [n for n in child if n in parent]
-    for name in shared:
-        p, c = parent[name], child[name]
-        if c["median_us"] + c["iqr_us"] / 2 < p["median_us"] - p["iqr_us"] / 2:
-            wins += 1
-    return bool(shared) and wins * 2 > len(shared)
+def compare_rounds(candidate: dict[str, WorkloadTiming], other: dict[str, WorkloadTiming],
+                   resamples: int = 2000) -> Comparison:
+    """Per round, the geomean over workloads of other/candidate; then the median over rounds
+    and a bootstrap interval of that median. Rounds, not pooled samples, are the unit: samples
+    inside one do_bench run share clocks and thermal state."""
+    names = [n for n in candidate if n in other]
+    count = min(min(len(candidate[n].round_medians_us), len(other[n].round_medians_us)) for n in names)
+    per_round = []
+    for r in range(count):
+        logs = [math.log(other[n].round_medians_us[r] / candidate[n].round_medians_us[r]) for n in names]
+        per_round.append(math.exp(sum(logs) / len(logs)))
+    rng = random.Random(0)
+    medians = sorted(statistics.median(rng.choices(per_round, k=count)) for _ in range(resamples))
+    low, high = medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]
+    return Comparison(speedup=statistics.median(per_round), ci_low=low, ci_high=high, rounds=count,
+                      faster=low > 1.0, slower=high < 1.0)

@@ -1,34 +1,27 @@
 """The profiler node's instrument: evaluate one kernel source against a task.
 
-Each evaluation runs worker.py in a fresh, spawned process with a scrubbed environment,
-a temporary working directory and its own Triton cache, under a timeout. Concurrency is
-bounded per device: one evaluation per GPU at a time (timings must not overlap), and one
-per core for the CPU interpreter.
+Static checks first (free); then the persistent worker pool (pool.py) checks correctness and
+times the candidate interleaved with its comparators (parent, baseline). Results that look too
+good are re-verified on fresh inputs: above the roofline is impossible and marks the candidate
+cheat_suspected; more than 10x over the baseline is re-checked and flagged.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import queue
-import secrets
-import signal
-import subprocess
-import sys
 import tempfile
 import time
 from functools import lru_cache
 from pathlib import Path
 
-from tools.harness.result import EvalResult, WorkloadTiming
+from tools.harness.pool import get_pool
+from tools.harness.result import EvalResult, WorkloadTiming, compare_rounds
 from tools.harness.static_checks import check_triton_source
-from tools.harness.worker import RESULT_MARK
 from tools.roofline import lookup_peak, percent_of_peak
 from tools.task import Task, load_task
 
-WORKER = Path(__file__).with_name("worker.py")
-# Variables a kernel may see; everything else (API keys above all) is dropped.
-_PASSED_ENV = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "TMPDIR")
+SUSPICIOUS_SPEEDUP = 10.0
+FRESH_SEED_OFFSET = 1000
 
 
 def detect_device() -> str:
@@ -36,11 +29,11 @@ def detect_device() -> str:
     forced = os.environ.get("ACCELOPT_DEVICE")
     if forced:
         return forced
-    return "cuda" if _gpu_count() > 0 else "cpu"
+    return "cuda" if gpu_count() > 0 else "cpu"
 
 
 @lru_cache(maxsize=1)
-def _gpu_count() -> int:
+def gpu_count() -> int:
     try:
         import torch
 
@@ -49,92 +42,75 @@ def _gpu_count() -> int:
         return 0
 
 
-@lru_cache(maxsize=2)
-def _slots(device: str) -> queue.Queue:
-    """A pool of device slots: GPU indices for cuda, plain tokens for the interpreter."""
-    pool: queue.Queue = queue.Queue()
-    count = max(1, _gpu_count()) if device == "cuda" else max(1, os.cpu_count() or 1)
-    for index in range(count):
-        pool.put(index)
-    return pool
-
-
 def evaluate(task: Task | str, source: str, *, device: str | None = None, timeout_s: float = 300.0,
-             seeds: int | None = None, warmup_ms: float = 25.0, rep_ms: float = 100.0,
-             interpreter_reps: int = 3) -> EvalResult:
+             compare: dict[str, str] | None = None, seeds: int | None = None, rounds: int | None = None,
+             warmup_ms: float = 25.0, rep_ms: float = 50.0, interpreter_reps: int = 3,
+             cupti_below_us: float = 20.0) -> EvalResult:
+    """Check and time `source`; `compare` maps names (parent, baseline) to verified sources that
+    are timed interleaved with it, so speedups against them are decided on the same machine state."""
     task = load_task(task) if isinstance(task, str) else task
     device = device or detect_device()
     started = time.monotonic()
     static = check_triton_source(source, task.spec.entry_point)
     if static:
-        status, message = static
-        return EvalResult(status=status, error=message, device=device)
+        return EvalResult(status=static[0], error=static[1], device=device)
 
     dtype = task.spec.dtype_for(device)
     atol, rtol = task.spec.tolerances(dtype)
-    workloads = task.spec.workloads_for(device)
-    slot = _slots(device).get()
-    try:
-        with tempfile.TemporaryDirectory(prefix="accelopt-eval-") as tmp:
-            source_path = Path(tmp) / "candidate.py"
-            source_path.write_text(source)
-            nonce = secrets.token_hex(8)
-            request = {
-                "device": device, "dtype": dtype, "atol": atol, "rtol": rtol,
-                "reference_path": str(Path(task.root) / "reference.py"),
-                "source_path": str(source_path), "entry_point": task.spec.entry_point,
-                "workloads": [w.model_dump() for w in workloads],
-                "seeds": seeds or task.spec.seeds, "warmup_ms": warmup_ms, "rep_ms": rep_ms,
-                "interpreter_reps": interpreter_reps, "nonce": nonce,
-            }
-            raw = _run_worker(request, _worker_env(tmp, device, slot), tmp, timeout_s, nonce)
-    finally:
-        _slots(device).put(slot)
-
-    result = EvalResult(status=raw["status"], error=raw.get("error"), device=device,
-                        device_name=raw.get("device_name"), max_abs_err=raw.get("max_abs_err"),
-                        max_rel_err=raw.get("max_rel_err"), eval_s=time.monotonic() - started)
-    if result.status == "verified":
-        result.timer = "cuda_event" if device == "cuda" else "interpreter_wall"
-        result.workloads = _with_roofline(task, raw["timings"], raw.get("device_name") or "", device, dtype)
+    pool = get_pool(device, gpu_count())
+    with tempfile.TemporaryDirectory(prefix="accelopt-src-") as tmp:
+        paths = {}
+        for name, text in {"candidate": source, **(compare or {})}.items():
+            paths[name] = str(Path(tmp) / f"{name}.py")
+            Path(paths[name]).write_text(text)
+        request = {
+            "device": device, "dtype": dtype, "atol": atol, "rtol": rtol,
+            "reference_path": str(Path(task.root) / "reference.py"), "entry_point": task.spec.entry_point,
+            "source_path": paths.pop("candidate"), "compare": paths,
+            "workloads": [w.model_dump() for w in task.spec.workloads_for(device)],
+            "seeds": seeds or task.spec.seeds, "seed_offset": 0,
+            "rounds": rounds or (5 if device == "cuda" else 2), "warmup_ms": warmup_ms, "rep_ms": rep_ms,
+            "interpreter_reps": interpreter_reps, "cupti_below_us": cupti_below_us, "cupti_reps": 30,
+        }
+        raw = pool.run(request, timeout_s)
+        result = _result(task, raw, device, dtype)
+        if result.ok:
+            _reverify_if_too_good(task, result, pool, request, timeout_s)
+    result.eval_s = time.monotonic() - started
     return result
 
 
-def _worker_env(tmp: str, device: str, slot: int) -> dict[str, str]:
-    env = {k: os.environ[k] for k in _PASSED_ENV if k in os.environ}
-    env.update({"HOME": tmp, "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1",
-                "TRITON_CACHE_DIR": str(Path(tmp) / "triton-cache")})
-    if device == "cuda":
-        env["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[slot] \
-            if os.environ.get("CUDA_VISIBLE_DEVICES") else str(slot)
+def _result(task: Task, raw: dict, device: str, dtype: str) -> EvalResult:
+    result = EvalResult(status=raw["status"], error=raw.get("error"), device=device,
+                        device_name=raw.get("device_name"), max_abs_err=raw.get("max_abs_err"),
+                        max_rel_err=raw.get("max_rel_err"))
+    if result.ok:
+        result.timer = "cuda_event" if device == "cuda" else "interpreter_wall"
+        name = raw.get("device_name") or ""
+        result.workloads = _with_roofline(task, raw["timings"], name, device, dtype)
+        result.compare = {k: _with_roofline(task, v, name, device, dtype) for k, v in raw["compare"].items()}
+        result.versus = {k: compare_rounds(result.workloads, v) for k, v in result.compare.items()}
+    return result
+
+
+def _reverify_if_too_good(task: Task, result: EvalResult, pool, request: dict, timeout_s: float) -> None:
+    above = [n for n, t in result.workloads.items() if (t.pct_peak or 0) > 100.0]
+    fast = result.versus.get("baseline")
+    too_fast = fast is not None and fast.speedup > SUSPICIOUS_SPEEDUP
+    if not (above or too_fast):
+        return
+    recheck = pool.run({**request, "check_only": True, "seed_offset": FRESH_SEED_OFFSET, "compare": {}}, timeout_s)
+    if recheck["status"] != "verified":
+        result.status = "cheat_suspected"
+        result.error = (f"passed the first check but failed on fresh inputs ({recheck['status']}): "
+                        f"{recheck.get('error')}")
+    elif above:
+        worst = max(result.workloads[n].pct_peak for n in above)
+        result.status = "cheat_suspected"
+        result.error = (f"measured at {worst:.0f}% of the datasheet roofline on {', '.join(above)}: faster than "
+                        "the hardware allows, so the timing missed work (or the task's FLOPs/bytes are wrong)")
     else:
-        env["TRITON_INTERPRET"] = "1"
-        env["CUDA_VISIBLE_DEVICES"] = ""
-    return env
-
-
-def _run_worker(request: dict, env: dict, cwd: str, timeout_s: float, nonce: str) -> dict:
-    proc = subprocess.Popen([sys.executable, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, cwd=cwd, env=env, text=True, start_new_session=True)
-    try:
-        stdout, stderr = proc.communicate(json.dumps(request), timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        return {"status": "timeout", "error": f"the kernel did not finish within {timeout_s:.0f} s and was killed"}
-    mark = RESULT_MARK + nonce
-    for line in reversed(stdout.splitlines()):
-        if line.startswith(mark):
-            return json.loads(line[len(mark):])
-    if proc.returncode < 0:
-        name = signal.Signals(-proc.returncode).name
-        return {"status": "crashed", "error": f"the worker died with {name}:\n{_tail(stderr)}"}
-    return {"status": "runtime_error", "error": f"the worker exited with code {proc.returncode}:\n{_tail(stderr)}"}
-
-
-def _tail(text: str, limit: int = 1500) -> str:
-    text = text.strip()
-    return text if len(text) <= limit else "..." + text[-limit:]
+        result.flags.append(f"over_{SUSPICIOUS_SPEEDUP:.0f}x_reverified")
 
 
 def _with_roofline(task: Task, timings: dict, device_name: str, device: str, dtype: str) -> dict[str, WorkloadTiming]:

@@ -1,0 +1,166 @@
+"""Persistent evaluation workers: one per visible GPU (or per core on the interpreter).
+
+Each worker is a spawned process (never forked from this one) running worker.py, with a
+scrubbed environment, its own working directory and Triton cache, and no network where the OS
+allows it (`unshare -n` as root). A request that outlives its timeout gets the worker killed
+(process group) and a fresh one started for the next request; a worker that dies (segfault,
+abort) or reports a poisoned CUDA context is replaced the same way. So a hang or a fault costs
+exactly one candidate.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import queue
+import secrets
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from functools import lru_cache
+from pathlib import Path
+
+from tools.harness.worker import RESULT_MARK
+
+WORKER = Path(__file__).with_name("worker.py")
+# Variables a kernel may see; everything else (API keys above all) is dropped.
+_PASSED_ENV = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "TRITON_PTXAS_PATH",
+               "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST")
+
+
+@lru_cache(maxsize=1)
+def network_isolation_prefix() -> tuple[str, ...]:
+    """`unshare -n` gives the worker an empty network namespace where the OS permits it."""
+    if shutil.which("unshare") is None:
+        return ()
+    try:
+        ok = subprocess.run(["unshare", "-n", "true"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        ok = False
+    return ("unshare", "-n") if ok else ()
+
+
+class Worker:
+    def __init__(self, device: str, slot: int, gpu: str | None):
+        self.device, self.slot, self.gpu = device, slot, gpu
+        self.home = Path(tempfile.mkdtemp(prefix=f"accelopt-worker-{device}{slot}-"))
+        self.proc: subprocess.Popen | None = None
+        self.stderr_path = self.home / "stderr.log"
+        self.started = 0
+
+    def _env(self) -> dict[str, str]:
+        env = {k: os.environ[k] for k in _PASSED_ENV if k in os.environ}
+        env.update({"HOME": str(self.home), "TMPDIR": str(self.home), "PYTHONUNBUFFERED": "1",
+                    "PYTHONDONTWRITEBYTECODE": "1", "TRITON_CACHE_DIR": str(self.home / "triton-cache")})
+        if self.device == "cuda":
+            env["CUDA_VISIBLE_DEVICES"] = self.gpu or "0"
+        else:
+            env["TRITON_INTERPRET"] = "1"
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        return env
+
+    def _start(self) -> None:
+        self.stderr = open(self.stderr_path, "w")
+        self.proc = subprocess.Popen([*network_isolation_prefix(), sys.executable, str(WORKER)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
+                                     cwd=self.home, env=self._env(), text=True, start_new_session=True)
+        self.started += 1
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+        self.proc = None
+
+    def stderr_tail(self, limit: int = 1500) -> str:
+        try:
+            text = self.stderr_path.read_text(errors="replace").strip()
+        except OSError:
+            return ""
+        return text if len(text) <= limit else "..." + text[-limit:]
+
+    def request(self, req: dict, timeout_s: float) -> dict:
+        if self.proc is None or self.proc.poll() is not None:
+            self._start()
+        nonce = secrets.token_hex(8)
+        req = {**req, "nonce": nonce}
+        try:
+            self.proc.stdin.write(json.dumps(req) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            return self._died()
+        mark = RESULT_MARK + nonce
+        while True:
+            ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
+            if not ready:
+                self.kill()
+                return {"status": "timeout",
+                        "error": f"the kernel did not finish within {timeout_s:.0f} s; its worker was killed"}
+            line = self.proc.stdout.readline()
+            if not line:
+                return self._died()
+            if line.startswith(mark):
+                result = json.loads(line[len(mark):])
+                if result.pop("restart", False):
+                    self.kill()
+                return result
+
+    def _died(self) -> dict:
+        code = self.proc.wait() if self.proc else None
+        self.proc = None
+        if code is not None and code < 0:
+            return {"status": "crashed",
+                    "error": f"the worker died with {signal.Signals(-code).name}:\n{self.stderr_tail()}"}
+        return {"status": "runtime_error", "error": f"the worker exited with code {code}:\n{self.stderr_tail()}"}
+
+
+class WorkerPool:
+    """Hands out workers; a worker serves one request at a time."""
+
+    def __init__(self, device: str, count: int, gpus: list[str] | None = None):
+        self.workers = [Worker(device, i, (gpus or [None] * count)[i]) for i in range(count)]
+        self.free: queue.Queue[Worker] = queue.Queue()
+        for w in self.workers:
+            self.free.put(w)
+
+    def run(self, req: dict, timeout_s: float) -> dict:
+        worker = self.free.get()
+        try:
+            return worker.request(req, timeout_s)
+        finally:
+            self.free.put(worker)
+
+    def close(self) -> None:
+        for w in self.workers:
+            w.kill()
+            shutil.rmtree(w.home, ignore_errors=True)
+
+
+_pools: dict[str, WorkerPool] = {}
+_pools_lock = threading.Lock()
+
+
+def get_pool(device: str, gpu_count: int) -> WorkerPool:
+    with _pools_lock:
+        if device not in _pools:
+            if device == "cuda":
+                visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+                gpus = visible.split(",") if visible else [str(i) for i in range(max(1, gpu_count))]
+                _pools[device] = WorkerPool(device, len(gpus), gpus)
+            else:
+                _pools[device] = WorkerPool(device, max(1, os.cpu_count() or 1))
+        return _pools[device]
+
+
+@atexit.register
+def _close_pools() -> None:
+    for pool in _pools.values():
+        pool.close()
