@@ -35,6 +35,8 @@ class RunContext:
         "description": "Stop when the best kernel reaches this % of achievable peak (GPU timings only)"})
 
     device: str = field(default="auto", metadata={"description": "auto, cuda, or cpu (Triton interpreter)"})
+    profile: bool = field(default=True, metadata={
+        "description": "Profile verified kernels on a GPU (ncu if present, else torch.profiler) for the planner"})
     eval_timeout_s: float = field(default=300.0, metadata={"description": "Per-candidate evaluation limit (s)"})
     use_memory: bool = True
     memory_dir: str | None = field(default=None, metadata={

@@ -21,6 +21,8 @@ def describe(candidate: dict) -> str:
                 line += f", {t['pct_achievable']:.0f}% of achievable"
             line += f", {t.get('bound')}-bound"
         lines.append(line)
+    if candidate.get("profile"):
+        lines.append(candidate["profile"])
     vs = (candidate.get("versus") or {}).get("baseline")
     if vs:
         lines.append(f"Speedup over the original baseline: {vs['speedup']:.2f}x "

@@ -8,6 +8,7 @@ from graph.context import RunContext
 from graph.state import CandidateState
 from nodes.common import task_of
 from nodes.measurements import mean_pct
+from tools.harness.profile import profile_kernel
 from tools.harness.runner import evaluate
 from tools.rundir import write_candidate
 from tools.task import Task
@@ -30,6 +31,9 @@ def measure(task: Task, source: str, ctx: RunContext, *, baseline: dict | None, 
               "flags": result.flags, "eval_s": result.eval_s, "versus": {}, "speedup": None,
               "speedup_vs_parent": None, "beats_parent": False, "loses_to_parent": False,
               "pct_peak": mean_pct(workloads, "pct_peak"), "pct_achievable": mean_pct(workloads, "pct_achievable")}
+    if result.ok and result.device == "cuda" and ctx.profile:
+        profile = profile_kernel(task, source)
+        fields["profile"] = profile["summary"] if profile else None
     if result.ok:
         fields["versus"] = {k: v.model_dump() for k, v in result.versus.items()}
         fields["speedup"] = result.versus["baseline"].speedup if baseline is not None else 1.0

@@ -25,3 +25,30 @@ def test_wrong_kernel_is_rejected_on_gpu():
 
     result = evaluate(load_task(TASKS / "softmax"), WRONG, device="cuda")
     assert result.status == "wrong_output"
+
+
+def test_illegal_memory_access_costs_one_candidate():
+    from evals.bench_harness import bad_variants
+
+    task = load_task(TASKS / "softmax")
+    bad = evaluate(task, bad_variants()["illegal_address"], device="cuda", timeout_s=60)
+    assert bad.status in ("runtime_error", "crashed"), bad.error
+    assert evaluate(task, task.baseline_source, device="cuda").status == "verified"
+
+
+def test_cupti_kernel_time_close_to_event_time_on_large_kernels():
+    task = load_task(TASKS / "rmsnorm")
+    events = evaluate(task, task.baseline_source, device="cuda")
+    kernel = evaluate(task, task.baseline_source, device="cuda", cupti_below_us=1e9)
+    for name, t in kernel.workloads.items():
+        assert t.metric == "cupti_kernel"
+        # Kernel-only time excludes launch overhead: a little less than event time, never more than noise above.
+        assert 0.7 * events.workloads[name].median_us < t.median_us < 1.05 * events.workloads[name].median_us
+
+
+def test_profile_summary_for_the_planner():
+    from tools.harness.profile import profile_kernel
+
+    task = load_task(TASKS / "rmsnorm")
+    prof = profile_kernel(task, task.baseline_source)
+    assert prof is not None and prof["kernels"] and "rmsnorm_kernel" in prof["summary"]

@@ -45,6 +45,19 @@ def network_isolation_prefix() -> tuple[str, ...]:
     return ("unshare", "-n") if ok else ()
 
 
+def scrubbed_env(home: Path, device: str, gpu: str | None) -> dict[str, str]:
+    """The environment generated code runs in: no secrets, a private HOME and Triton cache."""
+    env = {k: os.environ[k] for k in _PASSED_ENV if k in os.environ}
+    env.update({"HOME": str(home), "TMPDIR": str(home), "PYTHONUNBUFFERED": "1",
+                "PYTHONDONTWRITEBYTECODE": "1", "TRITON_CACHE_DIR": str(home / "triton-cache")})
+    if device == "cuda":
+        env["CUDA_VISIBLE_DEVICES"] = gpu or "0"
+    else:
+        env["TRITON_INTERPRET"] = "1"
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
+
+
 class Worker:
     def __init__(self, device: str, slot: int, gpu: str | None):
         self.device, self.slot, self.gpu = device, slot, gpu
@@ -54,15 +67,7 @@ class Worker:
         self.started = 0
 
     def _env(self) -> dict[str, str]:
-        env = {k: os.environ[k] for k in _PASSED_ENV if k in os.environ}
-        env.update({"HOME": str(self.home), "TMPDIR": str(self.home), "PYTHONUNBUFFERED": "1",
-                    "PYTHONDONTWRITEBYTECODE": "1", "TRITON_CACHE_DIR": str(self.home / "triton-cache")})
-        if self.device == "cuda":
-            env["CUDA_VISIBLE_DEVICES"] = self.gpu or "0"
-        else:
-            env["TRITON_INTERPRET"] = "1"
-            env["CUDA_VISIBLE_DEVICES"] = ""
-        return env
+        return scrubbed_env(self.home, self.device, self.gpu)
 
     def _start(self) -> None:
         self.stderr = open(self.stderr_path, "w")
@@ -125,7 +130,8 @@ class Worker:
 class WorkerPool:
     """Hands out workers; a worker serves one request at a time."""
 
-    def __init__(self, device: str, count: int, gpus: list[str] | None = None):
+    def __init__(self, device: str, count: int, gpus: list[str] | None = None, fresh_process: bool = False):
+        self.fresh_process = fresh_process  # benchmark baseline: a new process for every request
         self.workers = [Worker(device, i, (gpus or [None] * count)[i]) for i in range(count)]
         self.free: queue.Queue[Worker] = queue.Queue()
         for w in self.workers:
@@ -136,6 +142,8 @@ class WorkerPool:
         try:
             return worker.request(req, timeout_s)
         finally:
+            if self.fresh_process:
+                worker.kill()
             self.free.put(worker)
 
     def close(self) -> None:
@@ -148,15 +156,19 @@ _pools: dict[str, WorkerPool] = {}
 _pools_lock = threading.Lock()
 
 
+def make_pool(device: str, gpu_count: int, fresh_process: bool = False) -> WorkerPool:
+    if device == "cuda":
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        gpus = visible.split(",") if visible else [str(i) for i in range(max(1, gpu_count))]
+        return WorkerPool(device, len(gpus), gpus, fresh_process)
+    return WorkerPool(device, max(1, os.cpu_count() or 1), fresh_process=fresh_process)
+
+
 def get_pool(device: str, gpu_count: int) -> WorkerPool:
+    """The process-wide pool for a device, started on first use."""
     with _pools_lock:
         if device not in _pools:
-            if device == "cuda":
-                visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-                gpus = visible.split(",") if visible else [str(i) for i in range(max(1, gpu_count))]
-                _pools[device] = WorkerPool(device, len(gpus), gpus)
-            else:
-                _pools[device] = WorkerPool(device, max(1, os.cpu_count() or 1))
+            _pools[device] = make_pool(device, gpu_count)
         return _pools[device]
 
 

@@ -1,0 +1,117 @@
+"""GPU benchmarks of the evaluation harness itself (results go to BENCHMARKS.md).
+
+    python evals/bench_harness.py throughput   # persistent workers vs a fresh process per candidate
+    python evals/bench_harness.py fidelity     # 10 repeats of one kernel; harness median vs ncu
+    python evals/bench_harness.py robustness   # 20 candidates, 5 of them hang, crash or fault the GPU
+    python evals/bench_harness.py all --out harness.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+from tools.harness.pool import make_pool
+from tools.harness.profile import profile_kernel
+from tools.harness.runner import evaluate, gpu_count
+from tools.task import load_task
+
+TASKS = Path(__file__).with_name("tasks")
+SOFTMAX = load_task(TASKS / "softmax")
+RMSNORM = load_task(TASKS / "rmsnorm")
+BASE = SOFTMAX.baseline_source
+
+
+def good_variants() -> list[str]:
+    """15 distinct correct softmax kernels: exp / exp2 / exp2 with 2 stages, times 5 warp counts."""
+    exp2 = BASE.replace("num = tl.exp(x)", "num = tl.exp2(x * 1.4426950408889634)")
+    bodies = [BASE, exp2, exp2.replace("num_warps=4)", "num_warps=4, num_stages=2)")]
+    return [b.replace("num_warps=4", f"num_warps={w}") for b in bodies for w in (1, 2, 4, 8, 16)]
+
+
+def bad_variants() -> dict[str, str]:
+    return {
+        "host_hang": BASE.replace("return out", "import time; time.sleep(3600)\n    return out"),
+        # A loop whose exit depends on a volatile load that never changes: the kernel never ends.
+        "gpu_hang": BASE.replace("row = tl.program_id(0)", "row = tl.program_id(0)\n"
+                                 "    spin = tl.load(in_ptr, volatile=True).to(tl.int32) * 0\n"
+                                 "    while spin >= 0:\n        spin = spin + tl.load(in_ptr, volatile=True).to(tl.int32) * 0"),
+        "segfault": BASE.replace("return out", "import os; os.kill(os.getpid(), 11)\n    return out"),
+        "illegal_address": BASE.replace("tl.store(out_ptr + row", "tl.store(out_ptr + (1 << 40) + row"),
+        "abort": BASE.replace("return out", "import os; os.abort()"),
+    }
+
+
+def throughput(n: int = 10) -> dict:
+    out = {}
+    for mode, fresh in (("persistent", False), ("fresh_process", True)):
+        pool = make_pool("cuda", gpu_count(), fresh_process=fresh)
+        start = time.monotonic()
+        statuses = [evaluate(SOFTMAX, src, device="cuda", compare={"baseline": BASE}, pool=pool).status
+                    for src in good_variants()[:n]]
+        elapsed = time.monotonic() - start
+        pool.close()
+        out[mode] = {"candidates": n, "seconds": elapsed, "per_gpu_minute": 60 * n / elapsed / max(1, gpu_count()),
+                     "verified": statuses.count("verified")}
+    out["ratio"] = out["persistent"]["per_gpu_minute"] / out["fresh_process"]["per_gpu_minute"]
+    return out
+
+
+def fidelity(repeats: int = 10) -> dict:
+    pool = make_pool("cuda", gpu_count())
+    medians: dict[str, list[float]] = {}
+    for _ in range(repeats):
+        result = evaluate(RMSNORM, RMSNORM.baseline_source, device="cuda", pool=pool)
+        for name, t in result.workloads.items():
+            medians.setdefault(name, []).append(t.median_us)
+    pool.close()
+    spread = {n: {"median_us": statistics.median(v), "spread_pct": 100 * (max(v) - min(v)) / statistics.median(v)}
+              for n, v in medians.items()}
+    big = max(RMSNORM.spec.workloads, key=lambda w: w.params["M"] * w.params["H"])
+    ncu = profile_kernel(RMSNORM, RMSNORM.baseline_source, workload=big.name)
+    agreement = None
+    if ncu and ncu["tool"] == "ncu":
+        ncu_us = sum(k["time_us"] for k in ncu["kernels"])
+        agreement = {"workload": big.name, "harness_us": spread[big.name]["median_us"], "ncu_us": ncu_us,
+                     "diff_pct": 100 * (spread[big.name]["median_us"] - ncu_us) / ncu_us, "profile": ncu["summary"]}
+    return {"repeats": repeats, "workloads": spread, "ncu": agreement}
+
+
+def robustness() -> dict:
+    pool = make_pool("cuda", gpu_count())
+    cases = [(f"good_{i}", src) for i, src in enumerate(good_variants())] + list(bad_variants().items())
+    order = [cases[i] for i in (0, 15, 1, 2, 16, 3, 4, 17, 5, 6, 18, 7, 8, 19, 9, 10, 11, 12, 13, 14)]
+    start = time.monotonic()
+    results = {}
+    for name, src in order:
+        r = evaluate(SOFTMAX, src, device="cuda", timeout_s=30, pool=pool)
+        results[name] = {"status": r.status, "error": (r.error or "")[:160],
+                         "median_us": {k: v.median_us for k, v in r.workloads.items()}}
+    pool.close()
+    measured = sum(1 for n, r in results.items() if n.startswith("good") and r["status"] == "verified")
+    return {"seconds": time.monotonic() - start, "good_measured": measured, "results": results,
+            "worker_starts": sum(w.started for w in pool.workers)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("which", choices=["throughput", "fidelity", "robustness", "all"])
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    report = {}
+    for name, fn in (("robustness", robustness), ("fidelity", fidelity), ("throughput", throughput)):
+        if args.which in (name, "all"):
+            report[name] = fn()
+            print(name, json.dumps({k: v for k, v in report[name].items() if k != "results"}, indent=1, default=str))
+            if name == "robustness":
+                for case, r in report[name]["results"].items():
+                    print(f"  {case:16s} {r['status']:16s} {r['error'][:90]!r}")
+            if args.out:
+                args.out.write_text(json.dumps(report, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()
