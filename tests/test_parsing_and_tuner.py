@@ -53,3 +53,17 @@ def test_tuner_plans_apply_and_fixer_reverts():
         f"## Plan that was being implemented\nSet `num_warps` from 4 to 32\n"
         f"## Kernel that failed\n```python\n{big}```\n")]).content
     assert "num_warps=16" in extract_kernel(fixer)  # shrunk halfway, not dropped
+
+
+def test_ncu_csv_parsing_on_a_fixture():
+    """tests/fixtures/ncu_raw.csv is hand-written in the documented `ncu --csv --page raw` layout
+    (header, units row, one row per kernel); real ncu output is exercised by the GPU tests."""
+    from pathlib import Path
+
+    from tools.harness.profile import parse_ncu_csv, summarize
+
+    kernels = parse_ncu_csv((Path(__file__).parent / "fixtures" / "ncu_raw.csv").read_text())
+    assert len(kernels) == 1 and kernels[0]["name"] == "rmsnorm_kernel"
+    assert abs(kernels[0]["time_us"] - 30.208) < 1e-9  # "30,208" nanoseconds
+    text = summarize(kernels, "T4096_H4096")
+    assert "DRAM throughput % 46" in text and "registers/thread 32" in text and "no unit saturated" in text

@@ -64,6 +64,7 @@ class Worker:
         self.home = Path(tempfile.mkdtemp(prefix=f"accelopt-worker-{device}{slot}-"))
         self.proc: subprocess.Popen | None = None
         self.stderr_path = self.home / "stderr.log"
+        self.stderr_offset = 0
         self.started = 0
 
     def _env(self) -> dict[str, str]:
@@ -86,8 +87,11 @@ class Worker:
         self.proc = None
 
     def stderr_tail(self, limit: int = 1500) -> str:
+        """What the worker wrote to stderr during the current request only."""
         try:
-            text = self.stderr_path.read_text(errors="replace").strip()
+            with open(self.stderr_path, errors="replace") as f:
+                f.seek(self.stderr_offset)
+                text = f.read().strip()
         except OSError:
             return ""
         return text if len(text) <= limit else "..." + text[-limit:]
@@ -97,6 +101,7 @@ class Worker:
             self._start()
         nonce = secrets.token_hex(8)
         req = {**req, "nonce": nonce}
+        self.stderr_offset = self.stderr_path.stat().st_size if self.stderr_path.exists() else 0
         try:
             self.proc.stdin.write(json.dumps(req) + "\n")
             self.proc.stdin.flush()

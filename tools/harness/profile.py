@@ -127,13 +127,20 @@ def summarize(kernels: list[dict], workload: str) -> str:
         dram, sm = k.get("dram__throughput.avg.pct_of_peak_sustained_elapsed"), \
             k.get("sm__throughput.avg.pct_of_peak_sustained_elapsed")
         if dram is not None and sm is not None:
-            if dram >= 70:
-                lines.append("  reading: memory-bound near DRAM bandwidth; only fewer bytes moved helps")
-            elif sm >= 70:
-                lines.append("  reading: compute-bound; cheaper math or tensor cores help")
-            else:
-                lines.append("  reading: neither DRAM nor SMs are busy: latency-bound (too little work in flight, "
-                             "low occupancy, or serialization)")
+            lines.append("  reading: " + _reading(dram, sm))
     if len(kernels) > 4:
         lines.append(f"- ... and {len(kernels) - 4} more kernels")
     return "\n".join(lines)
+
+
+def _reading(dram: float, sm: float) -> str:
+    if dram >= 80:
+        return "memory-bound at DRAM bandwidth: only moving fewer bytes helps"
+    if dram >= 60:
+        return "mostly memory-bound: more bytes in flight (wider tiles, more warps or stages) may close the gap"
+    if sm >= 60:
+        return "compute-bound: cheaper math, or tensor cores, helps"
+    if max(dram, sm) < 40:
+        return ("latency-bound: neither DRAM nor SMs are busy (too little work in flight, low occupancy, "
+                "or serialization)")
+    return "no unit saturated: check occupancy limits and stalls"
