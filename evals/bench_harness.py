@@ -70,12 +70,14 @@ def fidelity(repeats: int = 10) -> dict:
     big = max(RMSNORM.spec.workloads, key=lambda w: w.params["M"] * w.params["H"])
     for metric, threshold in (("cuda_event", 0.0), ("cupti_kernel", 1e9)):
         medians: dict[str, list[float]] = {}
+        statuses = []
         start = time.monotonic()
         for _ in range(repeats):
             result = evaluate(RMSNORM, RMSNORM.baseline_source, device="cuda", pool=pool, cupti_below_us=threshold)
+            statuses.append(result.status if result.ok else f"{result.status}: {(result.error or '')[-300:]}")
             for name, t in result.workloads.items():
                 medians.setdefault(name, []).append(t.median_us)
-        out[metric] = {"seconds_per_eval": (time.monotonic() - start) / repeats, "workloads": {
+        out[metric] = {"seconds_per_eval": (time.monotonic() - start) / repeats, "statuses": statuses, "workloads": {
             n: {"median_us": statistics.median(v), "spread_pct": 100 * (max(v) - min(v)) / statistics.median(v)}
             for n, v in medians.items()}}
     pool.close()
@@ -84,7 +86,7 @@ def fidelity(repeats: int = 10) -> dict:
         ncu_us = sum(k["time_us"] for k in ncu["kernels"])
         out["ncu"] = {"workload": big.name, "ncu_us": ncu_us, "profile": ncu["summary"], **{
             f"{m}_diff_pct": 100 * (out[m]["workloads"][big.name]["median_us"] - ncu_us) / ncu_us
-            for m in ("cuda_event", "cupti_kernel")}}
+            for m in ("cuda_event", "cupti_kernel") if big.name in out[m]["workloads"]}}
     return out
 
 

@@ -44,7 +44,7 @@ def gpu_count() -> int:
 
 def evaluate(task: Task | str, source: str, *, device: str | None = None, timeout_s: float = 300.0,
              compare: dict[str, str] | None = None, seeds: int | None = None, rounds: int | None = None,
-             warmup_ms: float = 25.0, rep_ms: float = 50.0, interpreter_reps: int = 3,
+             warmup_ms: float = 25.0, rep_ms: float = 20.0, interpreter_reps: int = 3,
              cupti_below_us: float = 20.0, pool=None) -> EvalResult:
     """Check and time `source`; `compare` maps names (parent, baseline) to verified sources that
     are timed interleaved with it, so speedups against them are decided on the same machine state."""
