@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from tools.harness.pool import make_pool
-from tools.harness.profile import profile_kernel
+from tools.harness.kernel_profile import profile_kernel
 from tools.harness.runner import evaluate, gpu_count
 from tools.task import load_task
 

@@ -8,7 +8,7 @@ from graph.context import RunContext
 from graph.state import CandidateState
 from nodes.common import task_of
 from nodes.measurements import mean_pct
-from tools.harness.profile import profile_kernel
+from tools.harness.kernel_profile import profile_kernel
 from tools.harness.runner import evaluate
 from tools.rundir import write_candidate
 from tools.task import Task

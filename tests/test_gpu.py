@@ -40,6 +40,8 @@ def test_cupti_kernel_time_close_to_event_time_on_large_kernels():
     task = load_task(TASKS / "rmsnorm")
     events = evaluate(task, task.baseline_source, device="cuda")
     kernel = evaluate(task, task.baseline_source, device="cuda", cupti_below_us=1e9)
+    assert events.status == kernel.status == "verified", kernel.error
+    assert set(kernel.workloads) == set(events.workloads) == {w.name for w in task.spec.workloads}
     for name, t in kernel.workloads.items():
         assert t.metric == "cupti_kernel"
         # Kernel-only time excludes launch overhead: a little less than event time, never more than noise above.
@@ -47,7 +49,7 @@ def test_cupti_kernel_time_close_to_event_time_on_large_kernels():
 
 
 def test_profile_summary_for_the_planner():
-    from tools.harness.profile import profile_kernel
+    from tools.harness.kernel_profile import profile_kernel
 
     task = load_task(TASKS / "rmsnorm")
     prof = profile_kernel(task, task.baseline_source)

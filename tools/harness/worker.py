@@ -27,6 +27,11 @@ import threading
 import time
 import traceback
 
+# Run as a script, this file's folder heads sys.path; drop it so that our module names can
+# never shadow the standard library inside the worker.
+if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+    sys.path.pop(0)
+
 RESULT_MARK = "@@ACCELOPT_RESULT@@"
 ERROR_CHARS = 1500
 _REFERENCES: dict = {}
