@@ -48,17 +48,27 @@ def bad_variants() -> dict[str, str]:
 
 
 def throughput(n: int = 10) -> dict:
+    """Evaluations per GPU-minute. Sequential: one candidate at a time. Concurrent: two submitters,
+    as the graph's parallel branches do, with and without compiling the waiting candidate ahead."""
+    from concurrent.futures import ThreadPoolExecutor
+
     out = {}
-    for mode, fresh in (("persistent", False), ("fresh_process", True)):
-        pool = make_pool("cuda", gpu_count(), fresh_process=fresh)
+    modes = (("fresh_process", dict(fresh_process=True), 1), ("persistent", dict(compile_ahead=False), 1),
+             ("persistent_2_submitters", dict(compile_ahead=False), 2),
+             ("persistent_2_submitters_compile_ahead", dict(compile_ahead=True), 2))
+    for mode, options, threads in modes:
+        pool = make_pool("cuda", gpu_count(), **options)
         start = time.monotonic()
-        statuses = [evaluate(SOFTMAX, src, device="cuda", compare={"baseline": BASE}, pool=pool).status
-                    for src in good_variants()[:n]]
+        with ThreadPoolExecutor(threads) as ex:
+            statuses = list(ex.map(lambda src: evaluate(SOFTMAX, src, device="cuda", compare={"baseline": BASE},
+                                                        pool=pool).status, good_variants()[:n]))
         elapsed = time.monotonic() - start
         pool.close()
         out[mode] = {"candidates": n, "seconds": elapsed, "per_gpu_minute": 60 * n / elapsed / max(1, gpu_count()),
                      "verified": statuses.count("verified")}
-    out["ratio"] = out["persistent"]["per_gpu_minute"] / out["fresh_process"]["per_gpu_minute"]
+    out["ratio_persistent_vs_fresh"] = out["persistent"]["per_gpu_minute"] / out["fresh_process"]["per_gpu_minute"]
+    out["ratio_compile_ahead"] = (out["persistent_2_submitters_compile_ahead"]["per_gpu_minute"]
+                                  / out["persistent_2_submitters"]["per_gpu_minute"])
     return out
 
 

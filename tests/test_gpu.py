@@ -54,3 +54,20 @@ def test_profile_summary_for_the_planner():
     task = load_task(TASKS / "rmsnorm")
     prof = profile_kernel(task, task.baseline_source)
     assert prof is not None and prof["kernels"] and "rmsnorm_kernel" in prof["summary"]
+
+
+def test_compile_ahead_fills_the_shared_triton_cache(tmp_path):
+    from tools.harness.pool import make_pool
+    from tools.harness.runner import build_request
+
+    task = load_task(TASKS / "softmax")
+    pool = make_pool("cuda", 1, compile_ahead=True)
+    try:
+        src = tmp_path / "candidate.py"
+        src.write_text(task.baseline_source.replace("num_warps=4", "num_warps=2"))
+        compiled = pool.compilers[0].request({**build_request(task, "cuda", str(src), {}), "compile_only": True}, 120)
+        assert compiled["status"] == "compiled", compiled
+        assert any(pool.workers[0].cache.rglob("*.cubin"))  # the timing worker will start with a cache hit
+        assert evaluate(task, src.read_text(), device="cuda", pool=pool).status == "verified"
+    finally:
+        pool.close()

@@ -45,11 +45,11 @@ def network_isolation_prefix() -> tuple[str, ...]:
     return ("unshare", "-n") if ok else ()
 
 
-def scrubbed_env(home: Path, device: str, gpu: str | None) -> dict[str, str]:
+def scrubbed_env(home: Path, device: str, gpu: str | None, cache: Path | None = None) -> dict[str, str]:
     """The environment generated code runs in: no secrets, a private HOME and Triton cache."""
     env = {k: os.environ[k] for k in _PASSED_ENV if k in os.environ}
     env.update({"HOME": str(home), "TMPDIR": str(home), "PYTHONUNBUFFERED": "1",
-                "PYTHONDONTWRITEBYTECODE": "1", "TRITON_CACHE_DIR": str(home / "triton-cache")})
+                "PYTHONDONTWRITEBYTECODE": "1", "TRITON_CACHE_DIR": str(cache or home / "triton-cache")})
     if device == "cuda":
         env["CUDA_VISIBLE_DEVICES"] = gpu or "0"
     else:
@@ -59,16 +59,17 @@ def scrubbed_env(home: Path, device: str, gpu: str | None) -> dict[str, str]:
 
 
 class Worker:
-    def __init__(self, device: str, slot: int, gpu: str | None):
+    def __init__(self, device: str, slot: int, gpu: str | None, cache: Path | None = None):
         self.device, self.slot, self.gpu = device, slot, gpu
         self.home = Path(tempfile.mkdtemp(prefix=f"accelopt-worker-{device}{slot}-"))
+        self.cache = cache  # shared only with this GPU's compile-ahead worker
         self.proc: subprocess.Popen | None = None
         self.stderr_path = self.home / "stderr.log"
         self.stderr_offset = 0
         self.started = 0
 
     def _env(self) -> dict[str, str]:
-        return scrubbed_env(self.home, self.device, self.gpu)
+        return scrubbed_env(self.home, self.device, self.gpu, self.cache)
 
     def _start(self) -> None:
         self.stderr = open(self.stderr_path, "w")
@@ -133,14 +134,42 @@ class Worker:
 
 
 class WorkerPool:
-    """Hands out workers; a worker serves one request at a time."""
+    """Hands out workers; a worker serves one request at a time.
 
-    def __init__(self, device: str, count: int, gpus: list[str] | None = None, fresh_process: bool = False):
+    On GPUs each timing worker has a compile-ahead twin sharing its Triton cache: while one
+    candidate is timed, the next one waiting for the GPU is compiled (precompile), so its
+    evaluation starts with a cache hit."""
+
+    def __init__(self, device: str, count: int, gpus: list[str] | None = None, fresh_process: bool = False,
+                 compile_ahead: bool = True):
         self.fresh_process = fresh_process  # benchmark baseline: a new process for every request
-        self.workers = [Worker(device, i, (gpus or [None] * count)[i]) for i in range(count)]
+        gpus = gpus or [None] * count
+        self.workers, self.compilers = [], []
+        for i in range(count):
+            cache = Path(tempfile.mkdtemp(prefix=f"accelopt-triton-{device}{i}-")) if device == "cuda" else None
+            self.workers.append(Worker(device, i, gpus[i], cache))
+            if device == "cuda" and compile_ahead and not fresh_process:
+                self.compilers.append(Worker(device, i, gpus[i], cache))
         self.free: queue.Queue[Worker] = queue.Queue()
         for w in self.workers:
             self.free.put(w)
+        self.free_compilers: queue.Queue[Worker] = queue.Queue()
+        for w in self.compilers:
+            self.free_compilers.put(w)
+
+    def precompile(self, req: dict, timeout_s: float) -> None:
+        """Best effort, and only when every timing worker is busy: a failure here is reported
+        by the real evaluation that follows."""
+        if not self.compilers or not self.free.empty():
+            return
+        try:
+            compiler = self.free_compilers.get_nowait()
+        except queue.Empty:
+            return
+        try:
+            compiler.request({**req, "compile_only": True, "compare": {}}, timeout_s)
+        finally:
+            self.free_compilers.put(compiler)
 
     def run(self, req: dict, timeout_s: float) -> dict:
         worker = self.free.get()
@@ -152,20 +181,22 @@ class WorkerPool:
             self.free.put(worker)
 
     def close(self) -> None:
-        for w in self.workers:
+        for w in self.workers + self.compilers:
             w.kill()
             shutil.rmtree(w.home, ignore_errors=True)
+            if w.cache is not None:
+                shutil.rmtree(w.cache, ignore_errors=True)
 
 
 _pools: dict[str, WorkerPool] = {}
 _pools_lock = threading.Lock()
 
 
-def make_pool(device: str, gpu_count: int, fresh_process: bool = False) -> WorkerPool:
+def make_pool(device: str, gpu_count: int, fresh_process: bool = False, compile_ahead: bool = True) -> WorkerPool:
     if device == "cuda":
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         gpus = visible.split(",") if visible else [str(i) for i in range(max(1, gpu_count))]
-        return WorkerPool(device, len(gpus), gpus, fresh_process)
+        return WorkerPool(device, len(gpus), gpus, fresh_process, compile_ahead)
     return WorkerPool(device, max(1, os.cpu_count() or 1), fresh_process=fresh_process)
 
 

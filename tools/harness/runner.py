@@ -60,28 +60,39 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
         return EvalResult(status=static[0], error=static[1], device=device)
 
     dtype = task.spec.dtype_for(device)
-    atol, rtol = task.spec.tolerances(dtype)
     pool = pool or get_pool(device, gpu_count())
     with tempfile.TemporaryDirectory(prefix="accelopt-src-") as tmp:
         paths = {}
         for name, text in {"candidate": source, **(compare or {})}.items():
             paths[name] = str(Path(tmp) / f"{name}.py")
             Path(paths[name]).write_text(text)
-        request = {
-            "device": device, "dtype": dtype, "atol": atol, "rtol": rtol,
-            "reference_path": str(Path(task.root) / "reference.py"), "entry_point": task.spec.entry_point,
-            "source_path": paths.pop("candidate"), "compare": paths,
-            "workloads": [w.model_dump() for w in task.spec.workloads_for(device)],
-            "seeds": seeds or task.spec.seeds, "seed_offset": 0,
-            "rounds": rounds or (5 if device == "cuda" else 2), "warmup_ms": warmup_ms, "rep_ms": rep_ms,
-            "interpreter_reps": interpreter_reps, "cupti_below_us": cupti_below_us, "cupti_reps": 30,
-        }
+        request = build_request(task, device, paths.pop("candidate"), paths, seeds=seeds, rounds=rounds,
+                                warmup_ms=warmup_ms, rep_ms=rep_ms, interpreter_reps=interpreter_reps,
+                                cupti_below_us=cupti_below_us)
+        pool.precompile(request, timeout_s)
         raw = pool.run(request, timeout_s)
         result = _result(task, raw, device, dtype)
         if result.ok:
             _reverify_if_too_good(task, result, pool, request, timeout_s)
     result.eval_s = time.monotonic() - started
     return result
+
+
+def build_request(task: Task, device: str, source_path: str, compare_paths: dict[str, str], *,
+                  seeds: int | None = None, rounds: int | None = None, warmup_ms: float = 25.0, rep_ms: float = 20.0,
+                  interpreter_reps: int = 3, cupti_below_us: float = float("inf")) -> dict:
+    """One worker request: what to check, on which workloads and seeds, and how to time it."""
+    dtype = task.spec.dtype_for(device)
+    atol, rtol = task.spec.tolerances(dtype)
+    return {
+        "device": device, "dtype": dtype, "atol": atol, "rtol": rtol,
+        "reference_path": str(Path(task.root) / "reference.py"), "entry_point": task.spec.entry_point,
+        "source_path": source_path, "compare": compare_paths,
+        "workloads": [w.model_dump() for w in task.spec.workloads_for(device)],
+        "seeds": seeds or task.spec.seeds, "seed_offset": 0,
+        "rounds": rounds or (5 if device == "cuda" else 2), "warmup_ms": warmup_ms, "rep_ms": rep_ms,
+        "interpreter_reps": interpreter_reps, "cupti_below_us": cupti_below_us, "cupti_reps": 30,
+    }
 
 
 def _result(task: Task, raw: dict, device: str, dtype: str) -> EvalResult:

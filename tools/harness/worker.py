@@ -265,6 +265,31 @@ def _time(torch, req, reference, fns: dict) -> dict:
     return out
 
 
+# ---------------------------------------------------------------- compile ahead
+
+def _compile_only(torch, req, reference, run) -> dict:
+    """Compile every kernel the entry point launches, for every workload, without launching any:
+    Triton's JITFunction.run(warmup=True) compiles and returns. Inputs are made on the host and
+    only allocated on the GPU (no kernels), so a candidate being timed on the same GPU meanwhile is
+    not disturbed. The binaries land in the Triton cache this worker shares with the timing worker."""
+    from triton.runtime.jit import JITFunction
+
+    original = JITFunction.run
+
+    def compile_instead(self, *args, **kwargs):
+        kwargs["warmup"] = True
+        return original(self, *args, **kwargs)
+
+    JITFunction.run = compile_instead
+    try:
+        for workload in req["workloads"]:
+            host = reference.make_inputs(workload["params"], 0, "cpu", req["dtype"])
+            run(*[torch.empty_like(t, device=req["device"]) for t in host])
+    finally:
+        JITFunction.run = original
+    return {"status": "compiled", "error": None}
+
+
 # ---------------------------------------------------------------- one request
 
 def evaluate(req: dict) -> dict:
@@ -288,6 +313,11 @@ def evaluate(req: dict) -> dict:
 
     run = load(req["source_path"])
     _check_integrity(torch, original, threads, "import")
+    if req.get("compile_only"):
+        try:
+            return _compile_only(torch, req, reference, run)
+        except BaseException as exc:  # noqa: BLE001 - the real evaluation reports failures
+            raise Reject(_classify(exc), traceback.format_exc(), restart=_cuda_fault(exc)) from None
     seeds = [req["seed_offset"] + s for s in range(req["seeds"])]
     checked = _check(torch, req, reference, run, seeds, sync, original, threads)
     if req.get("check_only"):
