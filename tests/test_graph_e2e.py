@@ -43,8 +43,10 @@ def test_graph_end_to_end(tmp_path, softmax_task):
     # Elitist beam of width B over verified kernels only, best first.
     assert len(out["beam"]) == 2
     assert all(cands[b]["status"] == "verified" for b in out["beam"])
-    speeds = [cands[b]["speedup"] for b in out["beam"]]
-    assert speeds == sorted(speeds, reverse=True)
+    # Interpreter timings are noise: a child leads the beam only if it beat its parent beyond
+    # noise; otherwise the baseline keeps first place, whatever the child's median says.
+    best = cands[out["beam"][0]]
+    assert out["beam"][0] == "baseline" or best["beats_parent"]
     assert all(cands[c]["speedup"] is not None and cands[c]["speedup_vs_parent"] is not None
                for c in ("i1.m0.p0.k0", "i1.m0.p1.k0.f1"))
     assert out["stop_reason"] == "reached T=1 iterations"
