@@ -104,3 +104,22 @@ def test_worker_env_hides_api_keys(task, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
     source = BASELINE.replace("return out", "import os\n    assert 'OPENAI_API_KEY' not in os.environ\n    return out")
     assert evaluate(task, source, device="cpu").status == "verified"
+
+
+def test_results_over_10x_are_reverified_on_fresh_inputs_and_flagged(task):
+    from tests.scripted import SLOW
+
+    # Against a 16x-redundant "baseline", the real baseline looks >10x faster.
+    result = evaluate(task, BASELINE, device="cpu", compare={"baseline": SLOW})
+    assert result.status == "verified" and result.versus["baseline"].speedup > 10
+    assert result.flags == ["over_10x_reverified"]
+
+
+def test_a_kernel_that_stops_working_once_checked_is_caught_after_timing(task):
+    # Correct for the 6 checked calls (2 workloads x 3 seeds), then replays its last output, so
+    # the timed calls do no work. The check after timing, on unseen inputs, must catch it.
+    source = BASELINE.replace("def run(x):\n", "def run(x):\n    run.calls = getattr(run, 'calls', 0) + 1\n"
+                                               "    if run.calls > 6:\n        return run.memo\n")
+    source = source.replace("    return out\n", "    run.memo = out\n    return out\n")
+    result = evaluate(task, source, device="cpu")
+    assert result.status == "cheat_suspected" and "correct before timing but not after it" in result.error

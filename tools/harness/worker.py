@@ -332,6 +332,11 @@ def evaluate(req: dict) -> dict:
     except BaseException as exc:  # noqa: BLE001
         raise Reject(_classify(exc), "while timing:\n" + traceback.format_exc(), restart=_cuda_fault(exc)) from None
     _check_integrity(torch, original, threads, "timing")
+    try:  # the same module, after all the timed calls, on inputs it has never seen
+        _check(torch, req, reference, run, [req["seed_offset"] + 500], sync, original, threads)
+    except Reject as r:
+        raise Reject("cheat_suspected", f"correct before timing but not after it ({r.status}): {r.error}",
+                     restart=r.extra.get("restart", False)) from None
     device_name = torch.cuda.get_device_name() if req["device"] == "cuda" else "cpu (Triton interpreter)"
     return {"status": "verified", "error": None, "checks": checked, "timings": timings["candidate"],
             "compare": {k: v for k, v in timings.items() if k != "candidate"}, "device_name": device_name}
