@@ -112,7 +112,7 @@ def _drive(ctx: RunContext, run_dir: Path, inputs: dict | None) -> None:
 def _stream_with_progress(graph, inputs, config, ctx: RunContext) -> None:
     seen: dict[str, dict] = {}
     usage: list[dict] = []
-    iteration = 0
+    iteration, best = 0, 1.0
     columns = (SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
                TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:
@@ -128,11 +128,12 @@ def _stream_with_progress(graph, inputs, config, ctx: RunContext) -> None:
                     iteration = values.get("iteration", iteration)
                 if node == "selector":
                     progress.advance(bar)
-            verified = [c["speedup"] for c in seen.values() if c.get("status") == "verified" and c.get("speedup")]
+                    # The beam's head, not the largest median: a child within noise is no win.
+                    best = seen.get(values["beam"][0], {}).get("speedup") or best
             spent = totals(usage)
             timer = "interpreter time" if any(c.get("timer") == "interpreter_wall" for c in seen.values()) else "GPU"
             progress.update(bar, description=f"iteration {iteration}/{ctx.iterations}", info=(
-                f"{max(len(seen) - 1, 0)} evaluated · best {max(verified, default=1.0):.2f}x ({timer}) · "
+                f"{max(len(seen) - 1, 0)} evaluated · best {best:.2f}x ({timer}) · "
                 f"{spent['input_tokens'] + spent['output_tokens']:,} tok · ${spent['cost_usd']:.4f}"))
 
 
