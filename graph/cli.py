@@ -18,12 +18,15 @@ from rich.text import Text
 
 from graph.config import context_to_json, load_context
 from graph.context import RunContext
+from graph.memory_cli import app as memory_app
+from memory.embedder import MemoryStoreError
 from tools.llm import ConfigError, totals
 from tools.rundir import run_summary
 from tools.task import TaskError, load_task
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="accelopt: a self-improving, LLM-driven kernel optimizer.")
+app.add_typer(memory_app, name="memory")
 console = Console()
 err = Console(stderr=True)
 
@@ -54,6 +57,8 @@ def optimize(
     run_dir: Opt[Optional[Path], typer.Option(help="Where to write the run (default: runs/TASK-TIME)")] = None,
     device: Opt[Optional[str], typer.Option(help="auto, cuda, or cpu (Triton interpreter)")] = None,
     memory: Opt[Optional[Path], typer.Option(help="Insight store directory")] = None,
+    memory_url: Opt[Optional[str], typer.Option(help="Chroma server shared by runs, e.g. http://host:8000")] = None,
+    embedder: Opt[Optional[str], typer.Option(help="Sentence-transformers model for insights (offline)")] = None,
     no_memory: Opt[bool, typer.Option("--no-memory", help="Neither recall nor store insights")] = False,
     max_tokens: Opt[Optional[int], typer.Option(help="Token budget")] = None,
     max_cost: Opt[Optional[float], typer.Option(help="$ budget")] = None,
@@ -68,6 +73,7 @@ def optimize(
             base_url=base_url, planner_model=planner_model, executor_model=executor_model,
             fixer_model=fixer_model, summarizer_model=summarizer_model, device=device,
             memory_dir=str(memory) if memory else None, use_memory=False if no_memory else None,
+            memory_url=memory_url, embedder=embedder,
             max_tokens=max_tokens, max_cost_usd=max_cost, max_wall_s=max_wall, eval_timeout_s=eval_timeout)
     except (TaskError, ConfigError) as e:
         _fail(str(e))
@@ -78,6 +84,13 @@ def optimize(
                       "Set --model or ACCELOPT_MODEL to use one.")
     if not ctx.use_memory:
         console.print("Memory disabled (--no-memory): no insights are recalled or stored.")
+    else:
+        try:  # fail before any tokens are spent, with the fix in the message
+            from nodes.recall import open_store
+
+            open_store(ctx)
+        except MemoryStoreError as e:
+            _fail(str(e))
     run_dir = run_dir or Path("runs") / f"{task.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "run.json").write_text(json.dumps(

@@ -41,6 +41,11 @@ class RunContext:
     use_memory: bool = True
     memory_dir: str | None = field(default=None, metadata={
         "description": "Insight store directory (default: the user data dir)"})
+    memory_url: str | None = field(default=None, metadata={
+        "description": "A Chroma server (`chroma run`) shared by several runs, e.g. http://host:8000"})
+    embedder: str = field(default="all-MiniLM-L6-v2", metadata={
+        "description": "Sentence-transformers model for insights (offline: the bundled default, or a local dir)"})
+    memory_capacity: int = 2000
     recall_k: int = 5
     learn_from_interpreter: bool = field(default=False, metadata={
         "description": "Distill insights from CPU-interpreter timings too (pipeline checks only: they are noise)"})

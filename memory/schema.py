@@ -33,6 +33,8 @@ class Insight(BaseModel):
     kernel_class: str = "unknown"
     before: str = ""
     after: str = ""
+    support: int = 1              # measured pairs behind this lesson (near-duplicates merge into it)
+    merged_ids: list[str] = []    # ids of the near-duplicate insights merged into this one
     author: str = "fallback"  # the summarizer model (e.g. openai:gpt-4.1), or fallback: built from measurements
     evidence: Evidence
     provenance: Provenance

@@ -2,18 +2,35 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from langgraph.runtime import Runtime
 from langgraph.types import Overwrite
 
 from graph.context import RunContext
 from graph.state import RunState
+from memory.features import kernel_features
 from memory.store import InsightStore
 from nodes.common import task_of
-from nodes.measurements import describe
 
 
 def open_store(ctx: RunContext) -> InsightStore | None:
-    return InsightStore(ctx.memory_dir) if ctx.use_memory else None
+    if not ctx.use_memory:
+        return None
+    return _store(ctx.memory_dir, ctx.memory_url, ctx.embedder, ctx.memory_capacity)
+
+
+@lru_cache(maxsize=8)
+def _store(directory: str | None, url: str | None, embedder: str, capacity: int) -> InsightStore:
+    """One client per location and process: the embedder and Chroma client are slow to build."""
+    return InsightStore(directory, url=url, embedder=embedder, capacity=capacity)
+
+
+def recall_query(description: str, member: dict) -> str:
+    """The task, what the kernel is, and what limits it."""
+    bottleneck = member.get("profile") or ", ".join(
+        sorted({t.get("bound") or "" for t in (member.get("workloads") or {}).values()} - {""}))
+    return f"{description}\nKernel: {kernel_features(member.get('source') or '')}\nBottleneck: {bottleneck}"
 
 
 def recall(state: RunState, runtime: Runtime[RunContext]) -> dict:
@@ -26,8 +43,8 @@ def recall(state: RunState, runtime: Runtime[RunContext]) -> dict:
         if store is None:
             recalled[member_id] = []
             continue
-        query = f"{task.spec.description}\n{describe(member)}\n{member.get('source') or ''}"
-        hits = store.recall(query, backend=task.spec.backend, timer=member.get("timer") or "", k=ctx.recall_k)
+        hits = store.recall(recall_query(task.spec.description, member), backend=task.spec.backend,
+                            timer=member.get("timer"), k=ctx.recall_k)
         recalled[member_id] = [h.model_dump() for h in hits]
     # Per-iteration accumulator: reset deliberately, in a step of its own.
     return {"iteration": state["iteration"] + 1, "recalled": recalled, "plans": Overwrite([])}

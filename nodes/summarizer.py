@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from graph.context import RunContext
 from graph.state import RunState
+from memory.features import kernel_class
 from memory.schema import Evidence, Insight, Provenance
 from nodes.common import chat_model, render, task_of
 from nodes.recall import open_store
@@ -68,7 +69,12 @@ def build_insight(parent: dict, child: dict, kind: str, plan_text: str, reply: d
     before, after = _changed_lines(parent.get("source") or "", child.get("source") or "")
     fallback_title = plan_text.splitlines()[0].lstrip("#* ").strip()[:80] or "kernel rewrite"
     ratio = evidence.speedup
+    profile = parent.get("profile") or ""
+    bound = sorted({f"{t['bound']}-bound" for t in (parent.get("workloads") or {}).values() if t.get("bound")})
     fallback = {
+        "kernel_class": kernel_class(parent.get("source") or ""),
+        "bottleneck": (profile.split("reading: ", 1)[1].splitlines()[0] if "reading: " in profile
+                       else ", ".join(bound) or "unknown"),
         "title": fallback_title if kind == "positive" else f"Avoid: {fallback_title}",
         "lesson": (f"On {evidence.task} ({evidence.hardware}) this change measured {ratio:.2f}x against its "
                    f"parent. Plan: {' '.join(plan_text.split())[:400]}"),
@@ -79,7 +85,7 @@ def build_insight(parent: dict, child: dict, kind: str, plan_text: str, reply: d
             return Insight(kind=kind, author=author, evidence=evidence, provenance=provenance,
                            **{**fallback, **{k: str(v) for k, v in reply.items()
                                              if k in ("title", "lesson", "bottleneck", "kernel_class", "before",
-                                                      "after") and str(v).strip()}})
+                                                      "after") and str(v).strip() not in ("", "unknown")}})
         except ValidationError:
             pass
     return Insight(kind=kind, author="fallback", evidence=evidence, provenance=provenance, **fallback)

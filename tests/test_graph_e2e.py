@@ -76,8 +76,10 @@ def test_graph_end_to_end(tmp_path, softmax_task):
     assert negative[0]["title"] == "exp2 and 8 warps for row softmax"  # parsed from the summarizer reply
     assert negative[0]["evidence"]["timer"] == "interpreter_wall"
     assert roles.count("summarizer") == len(out["insights"]) == summary["insights"]
-    stored = (tmp_path / "memory" / "insights.jsonl").read_text().splitlines()
-    assert len(stored) == len(out["insights"])
+    from memory.store import InsightStore
+
+    stored = {i.id: i for i, _ in InsightStore(tmp_path / "memory").all()}
+    assert negative[0]["id"] in stored and stored[negative[0]["id"]].kind == "negative"
 
 
 def test_no_code_reply_is_a_failed_candidate_the_fixer_can_repair(tmp_path, softmax_task):

@@ -1,0 +1,111 @@
+"""`accelopt memory ...`: look after the insight store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from memory.embedder import DEFAULT_EMBEDDER, MemoryStoreError
+from memory.store import InsightStore
+
+app = typer.Typer(no_args_is_help=True, help="List, search, share and prune the optimization memory.")
+console = Console()
+
+MemoryDir = Annotated[Optional[Path], typer.Option("--memory", help="Store directory (default: user data dir)")]
+MemoryUrl = Annotated[Optional[str], typer.Option("--memory-url", help="Chroma server, e.g. http://host:8000")]
+EmbedderOpt = Annotated[str, typer.Option("--embedder", help="Sentence-transformers model (offline)")]
+
+
+def _open(memory: Path | None, memory_url: str | None, embedder: str) -> InsightStore:
+    try:
+        return InsightStore(memory, url=memory_url, embedder=embedder)
+    except MemoryStoreError as e:
+        Console(stderr=True).print(Text.assemble(("error: ", "bold red"), str(e)), soft_wrap=True, highlight=False)
+        raise typer.Exit(2) from None
+
+
+def _table(rows) -> Table:
+    table = Table("id", "kind", "speedup", "support", "recalls", "task", "title")
+    for insight, meta in rows:
+        table.add_row(insight.id, insight.kind, f"{insight.evidence.speedup:.2f}x", str(insight.support),
+                      str(meta.get("recalls", 0)), insight.evidence.task, insight.title)
+    return table
+
+
+@app.command("list")
+def list_(memory: MemoryDir = None, memory_url: MemoryUrl = None, embedder: EmbedderOpt = DEFAULT_EMBEDDER,
+          limit: int = 50) -> None:
+    """Insights, strongest evidence first."""
+    rows = sorted(_open(memory, memory_url, embedder).all(), key=lambda r: -r[1]["strength"])
+    console.print(_table(rows[:limit]))
+
+
+@app.command()
+def search(query: str, memory: MemoryDir = None, memory_url: MemoryUrl = None,
+           embedder: EmbedderOpt = DEFAULT_EMBEDDER, backend: str = "triton", k: int = 5,
+           timer: str = typer.Option("cuda_event", help="cuda_event (GPU lessons) or interpreter_wall")) -> None:
+    """Recall as the planner would: by meaning, re-ranked by evidence, diverse."""
+    store = _open(memory, memory_url, embedder)
+    hits = store.recall(query, backend=backend, timer=timer, k=k)
+    console.print(_table([(h, {"recalls": "-"}) for h in hits]))
+
+
+@app.command()
+def show(insight_id: str, memory: MemoryDir = None, memory_url: MemoryUrl = None,
+         embedder: EmbedderOpt = DEFAULT_EMBEDDER) -> None:
+    """One insight, whole, as JSON."""
+    insight = _open(memory, memory_url, embedder).get(insight_id)
+    if insight is None:
+        Console(stderr=True).print(f"error: no insight {insight_id}", highlight=False)
+        raise typer.Exit(1)
+    console.print_json(insight.model_dump_json())
+
+
+@app.command("export")
+def export_(file: Path, memory: MemoryDir = None, memory_url: MemoryUrl = None,
+            embedder: EmbedderOpt = DEFAULT_EMBEDDER) -> None:
+    """Write every insight to a JSONL file, to share with a team."""
+    console.print(f"exported {_open(memory, memory_url, embedder).export_jsonl(file)} insights to {file}")
+
+
+@app.command("import")
+def import_(file: Path, memory: MemoryDir = None, memory_url: MemoryUrl = None,
+            embedder: EmbedderOpt = DEFAULT_EMBEDDER) -> None:
+    """Add the insights of a JSONL file (near-duplicates merge)."""
+    store = _open(memory, memory_url, embedder)
+    try:
+        count = store.import_jsonl(file)
+    except (MemoryStoreError, OSError) as e:
+        Console(stderr=True).print(Text.assemble(("error: ", "bold red"), str(e)), soft_wrap=True, highlight=False)
+        raise typer.Exit(2) from None
+    console.print(f"imported {count} insights; the store holds {store.count()}")
+
+
+@app.command()
+def prune(memory: MemoryDir = None, memory_url: MemoryUrl = None, embedder: EmbedderOpt = DEFAULT_EMBEDDER,
+          keep: int = typer.Option(..., help="How many insights to keep (weakest, least recalled go first)")) -> None:
+    """Shrink the store to KEEP insights by the eviction rule."""
+    store = _open(memory, memory_url, embedder)
+    before = store.count()
+    store.capacity = keep
+    store._evict()
+    console.print(f"pruned {before - store.count()} insights; {store.count()} remain")
+
+
+@app.command()
+def stats(memory: MemoryDir = None, memory_url: MemoryUrl = None, embedder: EmbedderOpt = DEFAULT_EMBEDDER) -> None:
+    """Counts by backend, kind, task and hardware."""
+    rows = _open(memory, memory_url, embedder).all()
+    out: dict = {"insights": len(rows), "location": str(memory or memory_url or "default")}
+    for key in ("backend", "kind", "task", "hardware", "timer"):
+        counts: dict[str, int] = {}
+        for _, meta in rows:
+            counts[meta[key]] = counts.get(meta[key], 0) + 1
+        out[key] = counts
+    console.print_json(json.dumps(out))

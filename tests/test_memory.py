@@ -1,0 +1,146 @@
+"""The optimization memory with the real offline embedder and a real embedded Chroma."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from memory.embedder import MemoryStoreError
+from memory.schema import Evidence, Insight, Provenance
+from memory.store import InsightStore
+
+ROW = "Row reductions over 4096 or more elements want 8 warps so that each thread holds fewer values in registers."
+GEMM = "For bf16 matrix multiplication use 128x128 tiles with tl.dot and num_stages=4 to keep tensor cores fed."
+
+
+def insight(child, title, lesson, task, speedup, kernel="row reduction", kind="positive", spread=0.01,
+            backend="triton", timer="cuda_event"):
+    return Insight(kind=kind, title=title, lesson=lesson, kernel_class=kernel, bottleneck="memory bandwidth",
+                   evidence=Evidence(speedup=speedup, spread=spread, hardware="NVIDIA H200", timer=timer, task=task,
+                                     backend=backend),
+                   provenance=Provenance(run_id="run-1", parent_id="p", child_id=child, iteration=1))
+
+
+@pytest.fixture
+def store(tmp_path):
+    return InsightStore(tmp_path / "mem", capacity=100)
+
+
+def test_recall_finds_lessons_of_similar_kernels_only(store):
+    store.add([insight("a", "More warps for long rows", ROW, "rmsnorm", 1.3),
+               insight("b", "Larger tiles for GEMM", GEMM, "gemm_bf16", 1.8, kernel="GEMM"),
+               insight("c", "NKI: tile the partition dimension", ROW, "rmsnorm", 1.5, backend="nki")])
+    layernorm = "LayerNorm over the hidden dimension.\nKernel: row reduction, sum reduction, loops over the row"
+    hits = store.recall(layernorm, backend="triton", timer="cuda_event", k=5)
+    assert [h.evidence.task for h in hits] == ["rmsnorm"]  # not the GEMM lesson, not the NKI one
+    hits = store.recall("bf16 GEMM with tl.dot on tensor cores", backend="triton", timer="cuda_event", k=5)
+    assert [h.evidence.task for h in hits] == ["gemm_bf16"]
+    # GPU lessons are never recalled for interpreter runs, and the reverse.
+    assert store.recall(layernorm, backend="triton", timer="interpreter_wall", k=5) == []
+
+
+def test_near_duplicates_merge_keeping_the_stronger_evidence(store):
+    weak = insight("a", "More warps for long rows", ROW, "rmsnorm", 1.10)
+    strong = insight("b", "More warps for long rows", ROW.replace("8 warps", "8 warps,"), "softmax", 1.45)
+    assert store.add([weak]) == [weak.id]
+    assert store.add([strong]) == [weak.id]  # merged into the stored one
+    (kept, meta), = store.all()
+    assert kept.evidence.speedup == 1.45 and kept.evidence.task == "softmax"
+    assert kept.support == 2 and strong.id in kept.merged_ids and meta["support"] == 2
+
+
+LESSONS = [("Use 8 warps for long rows", ROW, 1.10), ("Tile GEMMs 128x128", GEMM, 1.9),
+           ("Fuse the residual add into the norm", "Fusing the residual add into the norm saves a full round trip "
+            "of the activations through HBM.", 1.3),
+           ("Vectorize loads to 16 bytes", "Use contiguous blocks so that loads become 16-byte vector loads.", 1.2)]
+
+
+@pytest.mark.parametrize("recalled,evicted", [(0, "Use 8 warps for long rows"), (5, "Vectorize loads to 16 bytes")])
+def test_eviction_drops_the_weakest_least_recalled_first(tmp_path, recalled, evicted):
+    store = InsightStore(tmp_path / "mem", capacity=3)
+    store.add([insight(f"c{i}", t, text, "t", s) for i, (t, text, s) in enumerate(LESSONS[:3])])
+    for _ in range(recalled):  # a lesson that keeps being useful is protected
+        assert store.recall("row reduction warps", backend="triton", timer="cuda_event", k=1)[0].title == LESSONS[0][0]
+    store.add([insight("c3", *LESSONS[3][:2], "t", LESSONS[3][2])])
+    titles = {i.title for i, _ in store.all()}
+    assert titles == {t for t, _, _ in LESSONS} - {evicted}
+
+
+def test_export_import_round_trip(store, tmp_path):
+    originals = [insight("a", "More warps for long rows", ROW, "rmsnorm", 1.3),
+                 insight("b", "Avoid: tiny GEMM tiles", GEMM, "gemm", 0.7, kernel="GEMM", kind="negative")]
+    store.add(originals)
+    path = tmp_path / "team.jsonl"
+    assert store.export_jsonl(path) == 2
+    other = InsightStore(tmp_path / "other")
+    assert other.import_jsonl(path) == 2
+    assert {i.id: i for i, _ in other.all()} == {i.id: i for i in originals}
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"title": "no evidence"}\n')
+    with pytest.raises(MemoryStoreError, match="bad.jsonl:1: not an insight"):
+        other.import_jsonl(bad)
+
+
+def test_corrupt_store_gives_advice(tmp_path):
+    path = tmp_path / "mem"
+    path.mkdir()
+    (path / "chroma.sqlite3").write_bytes(b"this is not a database" * 100)
+    with pytest.raises(MemoryStoreError, match="cannot be opened.*--memory DIR.*--no-memory"):
+        InsightStore(path)
+
+
+def test_unreachable_server_and_missing_embedder_give_advice(tmp_path):
+    with pytest.raises(MemoryStoreError, match="cannot reach the Chroma server.*chroma run"):
+        InsightStore(url=f"http://127.0.0.1:{_free_port()}")
+    with pytest.raises(MemoryStoreError, match="not a local directory and nothing is downloaded"):
+        InsightStore(tmp_path / "mem", embedder="some-org/some-model")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+WRITER = """
+import sys
+from memory.schema import Evidence, Insight, Provenance
+from memory.store import InsightStore
+store = InsightStore(url=sys.argv[1])
+topics = ["warps", "tiles", "stages", "vector loads", "fusion", "split-K", "persistent kernels", "swizzling",
+          "atomics", "prefetching"]
+for i, topic in enumerate(topics):
+    store.add([Insight(kind="positive", title=f"{sys.argv[2]}: {topic}", lesson=f"Writer {sys.argv[2]} lesson {i} about {topic} in kernel {sys.argv[2]}-{i}.",
+               kernel_class="k" + sys.argv[2] + str(i), evidence=Evidence(speedup=1.1 + i / 100, hardware="H200", timer="cuda_event",
+               task=f"task-{sys.argv[2]}", backend="triton"),
+               provenance=Provenance(run_id=sys.argv[2], parent_id="p", child_id=f"c{i}", iteration=1))])
+"""
+
+
+@pytest.mark.slow
+def test_two_writers_share_a_chroma_server(tmp_path):
+    port = _free_port()
+    chroma = os.path.join(os.path.dirname(sys.executable), "chroma")
+    server = subprocess.Popen([chroma, "run", "--path", str(tmp_path / "server"), "--host", "127.0.0.1",
+                               "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.time() + 60
+        while True:
+            try:
+                InsightStore(url=url)
+                break
+            except MemoryStoreError:
+                if time.time() > deadline:
+                    raise
+                time.sleep(0.5)
+        writers = [subprocess.Popen([sys.executable, "-c", WRITER, url, name]) for name in ("alpha", "beta")]
+        assert [w.wait(timeout=300) for w in writers] == [0, 0]
+        titles = {i.title for i, _ in InsightStore(url=url).all()}
+        assert len(titles) == 20 and {t.split(":")[0] for t in titles} == {"alpha", "beta"}
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
