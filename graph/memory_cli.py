@@ -92,10 +92,9 @@ def prune(memory: MemoryDir = None, memory_url: MemoryUrl = None, embedder: Embe
           keep: int = typer.Option(..., help="How many insights to keep (weakest, least recalled go first)")) -> None:
     """Shrink the store to KEEP insights by the eviction rule."""
     store = _open(memory, memory_url, embedder)
-    before = store.count()
-    store.capacity = keep
-    store._evict()
-    console.print(f"pruned {before - store.count()} insights; {store.count()} remain")
+    store.flush()
+    evicted = store.prune(keep)
+    console.print(f"pruned {evicted} insights; {store.count()} remain")
 
 
 @app.command()

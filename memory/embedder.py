@@ -42,8 +42,12 @@ class Embedder:
         self._lock = threading.Lock()
         path = _model_path(name)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
         try:
             from sentence_transformers import SentenceTransformer
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()  # keep stderr for our own one-line errors
 
             self.model = SentenceTransformer(path, device="cpu", local_files_only=True)
         except Exception as exc:  # noqa: BLE001 - any load failure gets the same advice

@@ -4,8 +4,10 @@ Embedded `PersistentClient` in a directory by default (the user data dir, or --m
 server (`chroma run`) through `HttpClient` with --memory-url, so concurrent runs and machines
 share one memory. Vectors come from our own offline embedder, never from Chroma's default.
 
-- Scalar metadata (backend, timer, task, kernel class, kind, speedup, strength, recalls) filters
-  and ranks; the full insight rides along as JSON.
+- One collection per (backend, timer): Triton lessons never reach NKI, GPU lessons never mix with
+  interpreter ones, and recall needs no metadata filter (a filtered query cost 4x an unfiltered
+  one). Scalar metadata (task, kernel class, kind, speedup, strength, recalls) ranks; the full
+  insight rides along as JSON.
 - A near-duplicate of a stored lesson (same backend, timer and kind; cosine similarity above
   DUPLICATE_SIMILARITY) merges into it: the stronger evidence's text and numbers are kept and
   the support count grows.
@@ -18,11 +20,15 @@ share one memory. Vectors come from our own offline embedder, never from Chroma'
 
 from __future__ import annotations
 
+import atexit
 import json
 import math
 import threading
 import time
+from collections import Counter
 from pathlib import Path
+
+import numpy as np
 from urllib.parse import urlparse
 
 from platformdirs import user_data_dir
@@ -30,7 +36,7 @@ from platformdirs import user_data_dir
 from memory.embedder import DEFAULT_EMBEDDER, MemoryStoreError, get_embedder
 from memory.schema import Insight
 
-COLLECTION = "accelopt-insights"
+COLLECTION_PREFIX = "accelopt-insights"
 DUPLICATE_SIMILARITY = 0.92
 MIN_SIMILARITY = 0.3
 RELATIVE_MARGIN = 0.12  # keep only candidates within this similarity of the best match
@@ -60,29 +66,29 @@ class InsightStore:
         from chromadb.config import Settings
 
         self.capacity = capacity
-        self.embedder = get_embedder(embedder)
+        self.embedder_name = embedder
         self.location = url or str(Path(directory or default_memory_dir()))
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._collections: dict[str, object] = {}
+        self._pending_recalls: Counter = Counter()  # flushed in batches: a write per recall is slow
         settings = Settings(anonymized_telemetry=False)
         try:
             if url:
                 parsed = urlparse(url)
-                client = chromadb.HttpClient(host=parsed.hostname or "127.0.0.1", port=parsed.port or 8000,
-                                             ssl=parsed.scheme == "https", settings=settings)
-                client.heartbeat()
+                self.client = chromadb.HttpClient(host=parsed.hostname or "127.0.0.1", port=parsed.port or 8000,
+                                                  ssl=parsed.scheme == "https", settings=settings)
+                self.client.heartbeat()
             else:
                 Path(self.location).mkdir(parents=True, exist_ok=True)
-                client = chromadb.PersistentClient(path=self.location, settings=settings)
-            self.collection = client.get_or_create_collection(
-                COLLECTION, embedding_function=None, metadata={"hnsw:space": "cosine", "embedder": embedder})
+                self.client = chromadb.PersistentClient(path=self.location, settings=settings)
+            for name in self._names():
+                self._open(name)
         except MemoryStoreError:
             raise
         except Exception as exc:  # noqa: BLE001 - every failure to open gets advice
             raise MemoryStoreError(self._open_advice(url, exc)) from None
-        built_with = (self.collection.metadata or {}).get("embedder")
-        if built_with and built_with != embedder:
-            raise MemoryStoreError(f"the memory at {self.location} was built with {built_with} embeddings, not "
-                                   f"{embedder}: pass --embedder {built_with}, or use another --memory")
+        self.embedder = get_embedder(embedder)  # after the store opened: fail fast on a bad location
+        atexit.register(self.flush)
 
     def _open_advice(self, url: str | None, exc: Exception) -> str:
         detail = f"{type(exc).__name__}: {str(exc)[:200]}"
@@ -93,6 +99,30 @@ class InsightStore:
                 "another process; move it aside, pass another --memory DIR, serve it with `chroma run` for "
                 "concurrent runs, or run with --no-memory")
 
+    # ------------------------------------------------------------------ collections
+
+    def _names(self) -> list[str]:
+        names = [c if isinstance(c, str) else c.name for c in self.client.list_collections()]
+        return [n for n in names if n.startswith(COLLECTION_PREFIX)]
+
+    def _open(self, name: str):
+        if name not in self._collections:
+            collection = self.client.get_or_create_collection(
+                name, embedding_function=None, metadata={"hnsw:space": "cosine", "embedder": self.embedder_name})
+            built_with = (collection.metadata or {}).get("embedder")
+            if built_with and built_with != self.embedder_name:
+                raise MemoryStoreError(f"the memory at {self.location} was built with {built_with} embeddings, not "
+                                       f"{self.embedder_name}: pass --embedder {built_with}, or use another --memory")
+            self._collections[name] = collection
+        return self._collections[name]
+
+    def _collection(self, backend: str, timer: str):
+        return self._open(f"{COLLECTION_PREFIX}.{backend}.{timer}")
+
+    def _each(self):
+        for name in self._names():
+            yield self._open(name)
+
     # ------------------------------------------------------------------ writing
 
     def add(self, insights: list[Insight]) -> list[str]:
@@ -100,15 +130,15 @@ class InsightStore:
         if not insights:
             return []
         vectors = self.embedder.embed([embedding_text(i) for i in insights])
-        held = []
         with self._lock:
-            for insight, vector in zip(insights, vectors):
-                held.append(self._add_one(insight, vector))
-            self._evict()
+            self.flush()
+            held = [self._add_one(insight, vector) for insight, vector in zip(insights, vectors)]
+            self.prune(self.capacity)
         return held
 
     def _add_one(self, insight: Insight, vector: list[float]) -> str:
-        twin = self._nearest_duplicate(insight, vector)
+        collection = self._collection(insight.evidence.backend, insight.evidence.timer)
+        twin = self._nearest_duplicate(collection, insight, vector)
         if twin is not None:
             stored, stored_meta = twin
             stronger = insight if strength(insight) > strength(stored) else stored
@@ -120,75 +150,97 @@ class InsightStore:
         self._upsert(insight, vector, recalls=0)
         return insight.id
 
-    def _nearest_duplicate(self, insight: Insight, vector: list[float]):
-        if self.collection.count() == 0:
+    @staticmethod
+    def _nearest_duplicate(collection, insight: Insight, vector: list[float]):
+        count = collection.count()
+        if count == 0:
             return None
-        found = self.collection.query(query_embeddings=[vector], n_results=1, include=["metadatas", "distances"],
-                                      where=self._where(insight.evidence.backend, insight.evidence.timer,
-                                                        kind=insight.kind))
-        if not found["ids"][0] or 1.0 - found["distances"][0][0] < DUPLICATE_SIMILARITY:
-            return None
-        meta = found["metadatas"][0][0]
-        return Insight.model_validate_json(meta["insight"]), meta
+        found = collection.query(query_embeddings=[vector], n_results=min(3, count),
+                                 include=["metadatas", "distances"])
+        for dist, meta in zip(found["distances"][0], found["metadatas"][0]):
+            if meta["kind"] == insight.kind and 1.0 - dist >= DUPLICATE_SIMILARITY:
+                return Insight.model_validate_json(meta["insight"]), meta
+        return None
 
     def _upsert(self, insight: Insight, vector: list[float] | None, recalls: int) -> None:
+        collection = self._collection(insight.evidence.backend, insight.evidence.timer)
         meta = {"backend": insight.evidence.backend, "timer": insight.evidence.timer, "task": insight.evidence.task,
                 "kernel_class": insight.kernel_class, "kind": insight.kind, "speedup": insight.evidence.speedup,
                 "hardware": insight.evidence.hardware, "strength": strength(insight), "recalls": recalls,
                 "support": insight.support, "added": time.time(), "insight": insight.model_dump_json()}
         if vector is None:
-            vector = self.collection.get(ids=[insight.id], include=["embeddings"])["embeddings"][0]
-        self.collection.upsert(ids=[insight.id], embeddings=[list(vector)], documents=[embedding_text(insight)],
-                               metadatas=[meta])
+            vector = collection.get(ids=[insight.id], include=["embeddings"])["embeddings"][0]
+        collection.upsert(ids=[insight.id], embeddings=[list(vector)], documents=[embedding_text(insight)],
+                          metadatas=[meta])
 
-    def _evict(self) -> None:
-        excess = self.collection.count() - self.capacity
+    def prune(self, keep: int) -> int:
+        """Evict down to `keep` insights: weakest evidence times recall usefulness first, oldest
+        first among equals. Returns how many were evicted."""
+        excess = self.count() - keep
         if excess <= 0:
-            return
-        rows = self.collection.get(include=["metadatas"])
-        order = sorted(zip(rows["ids"], rows["metadatas"]),
-                       key=lambda r: (r[1]["strength"] * (1.0 + math.log1p(r[1]["recalls"])), r[1]["added"]))
-        self.collection.delete(ids=[rid for rid, _ in order[:excess]])
+            return 0
+        rows = []
+        for collection in self._each():
+            got = collection.get(include=["metadatas"])
+            rows += [(collection, rid, meta) for rid, meta in zip(got["ids"], got["metadatas"])]
+        rows.sort(key=lambda r: (r[2]["strength"] * (1.0 + math.log1p(r[2]["recalls"])), r[2]["added"]))
+        for collection, rid, _ in rows[:excess]:
+            collection.delete(ids=[rid])
+        return excess
+
+    def flush(self) -> None:
+        """Write pending recall counts (they steer eviction)."""
+        with self._lock:
+            pending, self._pending_recalls = self._pending_recalls, Counter()
+            for (name, rid), n in pending.items():
+                collection = self._collections[name]
+                rows = collection.get(ids=[rid], include=["metadatas"])
+                if rows["ids"]:
+                    collection.update(ids=[rid], metadatas=[{"recalls": rows["metadatas"][0]["recalls"] + n}])
 
     # ------------------------------------------------------------------ reading
 
-    @staticmethod
-    def _where(backend: str, timer: str | None, kind: str | None = None) -> dict:
-        clauses = [{"backend": backend}] + ([{"timer": timer}] if timer else []) + ([{"kind": kind}] if kind else [])
-        return clauses[0] if len(clauses) == 1 else {"$and": clauses}
-
     def recall(self, query: str, *, backend: str, timer: str | None, k: int = 5) -> list[Insight]:
-        if k <= 0 or self.collection.count() == 0:
+        name = f"{COLLECTION_PREFIX}.{backend}.{timer}"
+        if k <= 0 or (name not in self._collections and name not in self._names()):
+            return []
+        collection = self._open(name)
+        count = collection.count()
+        if count == 0:
             return []
         vector = self.embedder.embed([query])[0]
-        found = self.collection.query(query_embeddings=[vector], n_results=min(4 * k, self.collection.count()),
-                                      where=self._where(backend, timer),
-                                      include=["metadatas", "distances", "embeddings"])
-        pool = [(rid, 1.0 - dist, meta, emb) for rid, dist, meta, emb in
-                zip(found["ids"][0], found["distances"][0], found["metadatas"][0], found["embeddings"][0])]
-        floor = max(MIN_SIMILARITY, max((p[1] for p in pool), default=0.0) - RELATIVE_MARGIN)
-        pool = [p for p in pool if p[1] >= floor]
-        chosen = _diverse(pool, k)
+        found = collection.query(query_embeddings=[vector], n_results=min(4 * k, count),
+                                 include=["metadatas", "distances", "embeddings"])
+        similarity = 1.0 - np.asarray(found["distances"][0])
+        floor = max(MIN_SIMILARITY, float(similarity.max()) - RELATIVE_MARGIN)
+        keep = np.flatnonzero(similarity >= floor)
+        metas = [found["metadatas"][0][i] for i in keep]
+        chosen = _diverse(similarity[keep], np.asarray(found["embeddings"][0])[keep],
+                          np.asarray([m["strength"] for m in metas]), k)
         with self._lock:
-            if chosen:
-                self.collection.update(ids=[c[0] for c in chosen],
-                                       metadatas=[{"recalls": c[2]["recalls"] + 1} for c in chosen])
-        return [Insight.model_validate_json(c[2]["insight"]) for c in chosen]
+            for i in chosen:
+                self._pending_recalls[(name, found["ids"][0][keep[i]])] += 1
+            if sum(self._pending_recalls.values()) >= 64:
+                self.flush()
+        return [Insight.model_validate_json(metas[i]["insight"]) for i in chosen]
 
     def get(self, insight_id: str) -> Insight | None:
-        rows = self.collection.get(ids=[insight_id], include=["metadatas"])
-        return Insight.model_validate_json(rows["metadatas"][0]["insight"]) if rows["ids"] else None
+        for collection in self._each():
+            rows = collection.get(ids=[insight_id], include=["metadatas"])
+            if rows["ids"]:
+                return Insight.model_validate_json(rows["metadatas"][0]["insight"])
+        return None
 
     def all(self) -> list[tuple[Insight, dict]]:
-        rows = self.collection.get(include=["metadatas"])
-        return [(Insight.model_validate_json(m["insight"]), m) for m in rows["metadatas"]]
-
-    def delete(self, ids: list[str]) -> None:
-        if ids:
-            self.collection.delete(ids=ids)
+        self.flush()
+        out = []
+        for collection in self._each():
+            out += [(Insight.model_validate_json(m["insight"]), m)
+                    for m in collection.get(include=["metadatas"])["metadatas"]]
+        return out
 
     def count(self) -> int:
-        return self.collection.count()
+        return sum(c.count() for c in self._each())
 
     # ------------------------------------------------------------------ sharing
 
@@ -211,19 +263,16 @@ class InsightStore:
         return len(insights)
 
 
-def _diverse(pool: list[tuple], k: int) -> list[tuple]:
-    """Maximal marginal relevance over (id, similarity, meta, embedding): relevance is similarity
-    scaled up by evidence strength; each pick is penalized by its similarity to earlier picks."""
-    def relevance(item) -> float:
-        return item[1] * (1.0 + min(item[2]["strength"], 1.0))
-
-    chosen: list[tuple] = []
-    remaining = list(pool)
-    while remaining and len(chosen) < k:
-        def mmr(item) -> float:
-            overlap = max((sum(a * b for a, b in zip(item[3], c[3])) for c in chosen), default=0.0)
-            return (1 - DIVERSITY) * relevance(item) - DIVERSITY * overlap
-        best = max(remaining, key=mmr)
-        chosen.append(best)
-        remaining.remove(best)
+def _diverse(similarity: np.ndarray, vectors: np.ndarray, strengths: np.ndarray, k: int) -> list[int]:
+    """Maximal marginal relevance: relevance is similarity scaled up by evidence strength; each
+    pick is penalized by its similarity to the lessons already picked."""
+    relevance = similarity * (1.0 + np.minimum(strengths, 1.0))
+    overlap = np.zeros(len(similarity))
+    chosen: list[int] = []
+    for _ in range(min(k, len(similarity))):
+        score = (1 - DIVERSITY) * relevance - DIVERSITY * overlap
+        score[chosen] = -np.inf
+        pick = int(np.argmax(score))
+        chosen.append(pick)
+        overlap = np.maximum(overlap, vectors @ vectors[pick])
     return chosen

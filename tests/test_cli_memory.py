@@ -1,0 +1,46 @@
+"""`accelopt memory ...` against a real store."""
+
+import json
+
+import pytest
+
+from tests.test_cli_errors import assert_clean_error, run_cli
+from tests.test_memory import GEMM, ROW, insight
+
+pytestmark = pytest.mark.slow
+
+
+def cli(*args):
+    return run_cli(*args, env={"COLUMNS": "250"})  # rich tables wrap to the terminal width
+
+
+def test_memory_commands_round_trip(tmp_path):
+    from memory.store import InsightStore
+
+    source = InsightStore(tmp_path / "a")
+    source.add([insight("a", "More warps for long rows", ROW, "rmsnorm", 1.3),
+                insight("b", "Larger tiles for GEMM", GEMM, "gemm_bf16", 1.8, kernel="GEMM")])
+    shared = tmp_path / "team.jsonl"
+    source.export_jsonl(shared)
+    mem = ["--memory", str(tmp_path / "b")]
+
+    imported = cli("memory", "import", str(shared), *mem)
+    assert imported.returncode == 0 and "imported 2 insights" in imported.stdout
+    listing = cli("memory", "list", *mem)
+    assert "More warps for long rows" in listing.stdout and "Larger tiles for GEMM" in listing.stdout
+    found = cli("memory", "search", "bf16 matmul on tensor cores", *mem)
+    assert "Larger tiles for GEMM" in found.stdout and "More warps" not in found.stdout
+    ident = next(i.id for i, _ in source.all() if i.evidence.task == "rmsnorm")
+    shown = json.loads(cli("memory", "show", ident, *mem).stdout)
+    assert shown["evidence"]["speedup"] == 1.3
+    stats = json.loads(cli("memory", "stats", *mem).stdout)
+    assert stats["insights"] == 2 and stats["task"] == {"rmsnorm": 1, "gemm_bf16": 1}
+    pruned = cli("memory", "prune", "--keep", "1", *mem)
+    assert "1 remain" in pruned.stdout
+    exported = cli("memory", "export", str(tmp_path / "out.jsonl"), *mem)
+    assert exported.returncode == 0 and len((tmp_path / "out.jsonl").read_text().splitlines()) == 1
+
+
+def test_optimize_with_an_unreachable_memory_server_fails_before_any_work(softmax_task):
+    proc = run_cli("optimize", str(softmax_task), "--device", "cpu", "--memory-url", "http://127.0.0.1:9")
+    assert_clean_error(proc, "cannot reach the Chroma server", "--no-memory")
