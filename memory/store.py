@@ -192,11 +192,15 @@ class InsightStore:
         """Write pending recall counts (they steer eviction)."""
         with self._lock:
             pending, self._pending_recalls = self._pending_recalls, Counter()
+            by_collection: dict[str, dict[str, int]] = {}
             for (name, rid), n in pending.items():
+                by_collection.setdefault(name, {})[rid] = n
+            for name, counts in by_collection.items():
                 collection = self._collections[name]
-                rows = collection.get(ids=[rid], include=["metadatas"])
+                rows = collection.get(ids=list(counts), include=["metadatas"])
                 if rows["ids"]:
-                    collection.update(ids=[rid], metadatas=[{"recalls": rows["metadatas"][0]["recalls"] + n}])
+                    collection.update(ids=rows["ids"], metadatas=[{"recalls": m["recalls"] + counts[rid]}
+                                                                  for rid, m in zip(rows["ids"], rows["metadatas"])])
 
     # ------------------------------------------------------------------ reading
 
@@ -217,11 +221,9 @@ class InsightStore:
         metas = [found["metadatas"][0][i] for i in keep]
         chosen = _diverse(similarity[keep], np.asarray(found["embeddings"][0])[keep],
                           np.asarray([m["strength"] for m in metas]), k)
-        with self._lock:
+        with self._lock:  # written at the next add, listing, prune or exit: eviction is what reads them
             for i in chosen:
                 self._pending_recalls[(name, found["ids"][0][keep[i]])] += 1
-            if sum(self._pending_recalls.values()) >= 64:
-                self.flush()
         return [Insight.model_validate_json(metas[i]["insight"]) for i in chosen]
 
     def get(self, insight_id: str) -> Insight | None:
