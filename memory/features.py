@@ -27,3 +27,18 @@ def kernel_features(source: str) -> str:
     loops = "loops over the row" if re.search(r"for \w+ in range\(", source) else "no loops"
     return (f"{kernel_class(source)}; ops: {', '.join(ops) or 'loads/stores only'}; {loops}; "
             f"launch: {', '.join(f'{k}={v}' for k, v in launch) or 'computed'}")
+
+
+_FAMILIES = (("gemm", ("gemm", "matmul", "matrix mult", "tl.dot", "bmm")),
+             ("attention", ("attention", "decode", "prefill", "flash")),
+             ("reduction", ("reduction", "norm", "softmax", "cross-entropy", "cross_entropy", "top-k", "sampling")),
+             ("elementwise", ("elementwise", "activation", "silu", "gelu", "rope", "add")))
+
+
+def class_family(kernel_class: str) -> str:
+    """A coarse family for free-text kernel classes (the summarizer's words or ours)."""
+    text = kernel_class.lower()
+    for family, words in _FAMILIES:
+        if any(w in text for w in words):
+            return family
+    return "unknown"

@@ -12,8 +12,9 @@ share one memory. Vectors come from our own offline embedder, never from Chroma'
   DUPLICATE_SIMILARITY) merges into it: the stronger evidence's text and numbers are kept and
   the support count grows.
 - Past capacity, the weakest-evidenced, least-recalled insights are evicted. Never at random.
-- Recall: top candidates by similarity (above MIN_SIMILARITY and near the best match, so an
-  unrelated lesson is not returned just to fill k), re-ranked by measured evidence,
+- Recall: top candidates by similarity, lessons of another kernel family discounted, above
+  MIN_SIMILARITY and near the best match (an unrelated lesson is not returned just to fill k),
+  re-ranked by measured evidence,
   then chosen with maximal marginal relevance so that paraphrases of one lesson do not crowd out
   the others.
 """
@@ -34,12 +35,14 @@ from urllib.parse import urlparse
 from platformdirs import user_data_dir
 
 from memory.embedder import DEFAULT_EMBEDDER, MemoryStoreError, get_embedder
+from memory.features import class_family
 from memory.schema import Insight
 
 COLLECTION_PREFIX = "accelopt-insights"
 DUPLICATE_SIMILARITY = 0.92
 MIN_SIMILARITY = 0.3
-RELATIVE_MARGIN = 0.12  # keep only candidates within this similarity of the best match
+RELATIVE_MARGIN = 0.2   # keep only candidates within this similarity of the best match
+FAMILY_PENALTY = 0.15   # a lesson from another kernel family (GEMM vs reduction...) must be this much closer
 DIVERSITY = 0.3  # MMR: weight of dissimilarity to lessons already chosen
 
 
@@ -88,7 +91,7 @@ class InsightStore:
         except Exception as exc:  # noqa: BLE001 - every failure to open gets advice
             raise MemoryStoreError(self._open_advice(url, exc)) from None
         self.embedder = get_embedder(embedder)  # after the store opened: fail fast on a bad location
-        atexit.register(self.flush)
+        atexit.register(self._flush_at_exit)
 
     def _open_advice(self, url: str | None, exc: Exception) -> str:
         detail = f"{type(exc).__name__}: {str(exc)[:200]}"
@@ -165,7 +168,7 @@ class InsightStore:
     def _upsert(self, insight: Insight, vector: list[float] | None, recalls: int) -> None:
         collection = self._collection(insight.evidence.backend, insight.evidence.timer)
         meta = {"backend": insight.evidence.backend, "timer": insight.evidence.timer, "task": insight.evidence.task,
-                "kernel_class": insight.kernel_class, "kind": insight.kind, "speedup": insight.evidence.speedup,
+                "kernel_class": insight.kernel_class, "family": class_family(insight.kernel_class), "kind": insight.kind, "speedup": insight.evidence.speedup,
                 "hardware": insight.evidence.hardware, "strength": strength(insight), "recalls": recalls,
                 "support": insight.support, "added": time.time(), "insight": insight.model_dump_json()}
         if vector is None:
@@ -202,9 +205,16 @@ class InsightStore:
                     collection.update(ids=rows["ids"], metadatas=[{"recalls": m["recalls"] + counts[rid]}
                                                                   for rid, m in zip(rows["ids"], rows["metadatas"])])
 
+    def _flush_at_exit(self) -> None:
+        try:
+            self.flush()
+        except Exception:  # noqa: BLE001 - the store may be gone (a temporary dir); counts are advisory
+            pass
+
     # ------------------------------------------------------------------ reading
 
-    def recall(self, query: str, *, backend: str, timer: str | None, k: int = 5) -> list[Insight]:
+    def recall(self, query: str, *, backend: str, timer: str | None, k: int = 5,
+               kernel_class: str | None = None) -> list[Insight]:
         name = f"{COLLECTION_PREFIX}.{backend}.{timer}"
         if k <= 0 or (name not in self._collections and name not in self._names()):
             return []
@@ -216,6 +226,10 @@ class InsightStore:
         found = collection.query(query_embeddings=[vector], n_results=min(4 * k, count),
                                  include=["metadatas", "distances", "embeddings"])
         similarity = 1.0 - np.asarray(found["distances"][0])
+        family = class_family(kernel_class or "")
+        if family != "unknown":
+            other = [m.get("family", "unknown") not in (family, "unknown") for m in found["metadatas"][0]]
+            similarity = similarity - FAMILY_PENALTY * np.asarray(other, dtype=float)
         floor = max(MIN_SIMILARITY, float(similarity.max()) - RELATIVE_MARGIN)
         keep = np.flatnonzero(similarity >= floor)
         metas = [found["metadatas"][0][i] for i in keep]
@@ -274,6 +288,9 @@ def _diverse(similarity: np.ndarray, vectors: np.ndarray, strengths: np.ndarray,
     for _ in range(min(k, len(similarity))):
         score = (1 - DIVERSITY) * relevance - DIVERSITY * overlap
         score[chosen] = -np.inf
+        score[overlap >= DUPLICATE_SIMILARITY] = -np.inf  # a paraphrase of a lesson already chosen
+        if not np.isfinite(score).any():
+            break
         pick = int(np.argmax(score))
         chosen.append(pick)
         overlap = np.maximum(overlap, vectors @ vectors[pick])

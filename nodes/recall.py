@@ -9,7 +9,7 @@ from langgraph.types import Overwrite
 
 from graph.context import RunContext
 from graph.state import RunState
-from memory.features import kernel_features
+from memory.features import kernel_class, kernel_features
 from memory.store import InsightStore
 from nodes.common import task_of
 
@@ -44,7 +44,8 @@ def recall(state: RunState, runtime: Runtime[RunContext]) -> dict:
             recalled[member_id] = []
             continue
         hits = store.recall(recall_query(task.spec.description, member), backend=task.spec.backend,
-                            timer=member.get("timer"), k=ctx.recall_k)
+                            timer=member.get("timer"), k=ctx.recall_k,
+                            kernel_class=kernel_class(member.get("source") or ""))
         recalled[member_id] = [h.model_dump() for h in hits]
     # Per-iteration accumulator: reset deliberately, in a step of its own.
     return {"iteration": state["iteration"] + 1, "recalled": recalled, "plans": Overwrite([])}

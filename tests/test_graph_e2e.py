@@ -8,6 +8,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from graph.builder import build_graph
 from graph.context import RunContext
+from tests.conftest import ROOT
 from tests.scripted import GOOD, ScriptedChatModel, reply_for
 
 pytestmark = pytest.mark.slow
@@ -80,6 +81,15 @@ def test_graph_end_to_end(tmp_path, softmax_task):
 
     stored = {i.id: i for i, _ in InsightStore(tmp_path / "memory").all()}
     assert negative[0]["id"] in stored and stored[negative[0]["id"]].kind == "negative"
+
+    # A later run on a similar kernel (rmsnorm, another row reduction) recalls that lesson, and
+    # its plans record which insights they were shown.
+    later = RunContext(beams=1, plans=1, samples=1, fixes=0, iterations=1, device="cpu", model="tuner",
+                       memory_dir=str(tmp_path / "memory"), learn_from_interpreter=True)
+    second = build_graph().compile().invoke({"task_dir": str(ROOT / "evals" / "tasks" / "rmsnorm")}, context=later)
+    recalled = [i["id"] for i in second["recalled"]["baseline"]]
+    assert negative[0]["id"] in recalled
+    assert second["plans"][0]["insight_ids"] == recalled
 
 
 def test_no_code_reply_is_a_failed_candidate_the_fixer_can_repair(tmp_path, softmax_task):

@@ -10,7 +10,7 @@ import pytest
 
 from memory.embedder import MemoryStoreError
 from memory.schema import Evidence, Insight, Provenance
-from memory.store import InsightStore
+from memory.store import InsightStore, embedding_text
 
 ROW = "Row reductions over 4096 or more elements want 8 warps so that each thread holds fewer values in registers."
 GEMM = "For bf16 matrix multiplication use 128x128 tiles with tl.dot and num_stages=4 to keep tensor cores fed."
@@ -34,9 +34,10 @@ def test_recall_finds_lessons_of_similar_kernels_only(store):
                insight("b", "Larger tiles for GEMM", GEMM, "gemm_bf16", 1.8, kernel="GEMM"),
                insight("c", "NKI: tile the partition dimension", ROW, "rmsnorm", 1.5, backend="nki")])
     layernorm = "LayerNorm over the hidden dimension.\nKernel: row reduction, sum reduction, loops over the row"
-    hits = store.recall(layernorm, backend="triton", timer="cuda_event", k=5)
+    hits = store.recall(layernorm, backend="triton", timer="cuda_event", k=5, kernel_class="row reduction")
     assert [h.evidence.task for h in hits] == ["rmsnorm"]  # not the GEMM lesson, not the NKI one
-    hits = store.recall("bf16 GEMM with tl.dot on tensor cores", backend="triton", timer="cuda_event", k=5)
+    hits = store.recall("bf16 GEMM with tl.dot on tensor cores", backend="triton", timer="cuda_event", k=5,
+                        kernel_class="GEMM / tiled matrix multiply")
     assert [h.evidence.task for h in hits] == ["gemm_bf16"]
     # GPU lessons are never recalled for interpreter runs, and the reverse.
     assert store.recall(layernorm, backend="triton", timer="interpreter_wall", k=5) == []
@@ -108,7 +109,7 @@ def _free_port() -> int:
 WRITER = """
 import sys
 from memory.schema import Evidence, Insight, Provenance
-from memory.store import InsightStore
+from memory.store import InsightStore, embedding_text
 store = InsightStore(url=sys.argv[1])
 topics = ["warps", "tiles", "stages", "vector loads", "fusion", "split-K", "persistent kernels", "swizzling",
           "atomics", "prefetching"]
@@ -144,3 +145,32 @@ def test_two_writers_share_a_chroma_server(tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_paraphrases_do_not_crowd_out_other_lessons(store):
+    # Five stored copies of one lesson (written past the merge step) and one other relevant lesson.
+    copies = [insight(f"dup{i}", "More warps for long rows", ROW, f"task{i}", 1.3) for i in range(5)]
+    other = insight("fuse", "Fuse the residual add into the row reduction",
+                    "Row reductions that follow a residual add should load both inputs and add in registers.",
+                    "fused_add_rmsnorm", 1.2)
+    vectors = store.embedder.embed([embedding_text(i) for i in copies + [other]])
+    for item, vector in zip(copies + [other], vectors):
+        store._upsert(item, vector, recalls=0)
+    hits = store.recall("rmsnorm after a residual add: a row reduction over long rows; how many warps, and "
+                        "should the residual add be fused", backend="triton", timer="cuda_event", k=2,
+                        kernel_class="row reduction")
+    assert {h.title for h in hits} == {"More warps for long rows", "Fuse the residual add into the row reduction"}
+
+
+def test_an_unusable_summarizer_reply_still_yields_a_lesson():
+    from nodes.summarizer import _parse_reply, build_insight
+
+    parent = {"id": "p", "source": "x = tl.exp(x)\n", "workloads": {"w": {"bound": "memory"}}}
+    child = {"id": "c", "source": "x = tl.exp2(x * LOG2E)\n"}
+    evidence = Evidence(speedup=1.2, hardware="H200", timer="cuda_event", task="softmax", backend="triton")
+    provenance = Provenance(run_id="r", parent_id="p", child_id="c", iteration=1)
+    for reply in ("", "I think it got faster.", '```json\n{"title": ""}\n```', '{"lesson": 5'):
+        made = build_insight(parent, child, "positive", "### Plan 1: use exp2\nfold log2(e)", _parse_reply(reply),
+                             evidence, provenance, "openai:some-model")
+        assert made.lesson and made.title == "Plan 1: use exp2"
+        assert made.after == "x = tl.exp2(x * LOG2E)" and made.bottleneck == "memory-bound"
