@@ -15,3 +15,16 @@ def test_noise_is_not_a_win_and_the_best_is_never_lost():
     assert rank(cands, list(cands)) == ["c", "a", "b", "baseline"]
     # Without c, a keeps first place over its noisy child b.
     assert rank(cands, ["baseline", "a", "b"])[0] == "a"
+
+
+def test_planner_branches_see_the_profile_and_speedup_interval():
+    """What the planner's prompt shows comes from the compact member sent to its branch."""
+    from graph.state import compact
+    from nodes.measurements import describe
+
+    member = {"id": "a", "source": "...", "status": "verified", "timer": "cuda_event", "speedup": 1.3,
+              "workloads": {"w": {"median_us": 10.0, "iqr_us": 0.1, "samples": 30, "metric": "cupti_kernel"}},
+              "profile": "Profile of one call on workload w:\n- k: 10.0 us, DRAM throughput % 68",
+              "versus": {"baseline": {"speedup": 1.3, "ci_low": 1.25, "ci_high": 1.35, "rounds": 5}}}
+    text = describe(compact(member))
+    assert "DRAM throughput % 68" in text and "95% interval 1.25-1.35" in text
