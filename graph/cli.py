@@ -14,11 +14,11 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
-from rich.text import Text
 
 from graph.config import context_to_json, load_context
 from graph.context import RunContext
 from graph.memory_cli import app as memory_app
+from graph.memory_cli import fail
 from memory.embedder import MemoryStoreError
 from tools.llm import ConfigError, totals
 from tools.rundir import run_summary
@@ -28,15 +28,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="accelopt: a self-improving, LLM-driven kernel optimizer.")
 app.add_typer(memory_app, name="memory")
 console = Console()
-err = Console(stderr=True)
 
 Opt = Annotated
-
-
-def _fail(message: str, code: int = 2) -> None:
-    # One line, no markup parsing: messages hold [brackets] and paths.
-    err.print(Text.assemble(("error: ", "bold red"), message), soft_wrap=True, highlight=False)
-    raise typer.Exit(code)
 
 
 @app.command()
@@ -76,9 +69,9 @@ def optimize(
             memory_url=memory_url, embedder=embedder,
             max_tokens=max_tokens, max_cost_usd=max_cost, max_wall_s=max_wall, eval_timeout_s=eval_timeout)
     except (TaskError, ConfigError) as e:
-        _fail(str(e))
+        fail(str(e))
     if task.spec.backend != "triton":
-        _fail(f"task {task.name} needs the {task.spec.backend} backend, which this build cannot run yet")
+        fail(f"task {task.name} needs the {task.spec.backend} backend, which this build cannot run yet")
     if not configured:
         console.print("No LLM endpoint configured: using the local tuner policy (no LLM). "
                       "Set --model or ACCELOPT_MODEL to use one.")
@@ -90,7 +83,7 @@ def optimize(
 
             open_store(ctx)
         except MemoryStoreError as e:
-            _fail(str(e))
+            fail(str(e))
     run_dir = run_dir or Path("runs") / f"{task.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "run.json").write_text(json.dumps(
@@ -103,11 +96,11 @@ def resume(run_dir: Opt[Path, typer.Argument(help="A run directory written by `a
     """Continue a run from its last checkpoint; evaluated candidates are kept."""
     meta_path = run_dir / "run.json"
     if not meta_path.is_file() or not (run_dir / "checkpoints.sqlite").is_file():
-        _fail(f"{run_dir} is not a resumable run directory (run.json or checkpoints.sqlite missing)")
+        fail(f"{run_dir} is not a resumable run directory (run.json or checkpoints.sqlite missing)")
     try:
         ctx = RunContext(**json.loads(meta_path.read_text())["context"])
     except (TypeError, ValueError, KeyError) as e:
-        _fail(f"{meta_path} is unreadable or from an incompatible version ({e}); start a new run")
+        fail(f"{meta_path} is unreadable or from an incompatible version ({e}); start a new run")
     _drive(ctx, run_dir, None)
 
 
@@ -153,7 +146,7 @@ def _stream_with_progress(graph, inputs, config, ctx: RunContext) -> None:
 def _report(state: dict, run_dir: Path) -> None:
     candidates = state.get("candidates") or {}
     if not state.get("beam"):  # setup stopped the run: no task baseline, or a broken one
-        _fail(state.get("stop_reason") or "the run produced no candidates", code=1)
+        fail(state.get("stop_reason") or "the run produced no candidates", code=1)
     best = candidates[state["beam"][0]]
     spent = totals(state.get("usage", []))
     table = Table(title=f"accelopt run: {run_dir}", show_header=False)

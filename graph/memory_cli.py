@@ -17,6 +17,12 @@ from memory.store import InsightStore
 app = typer.Typer(no_args_is_help=True, help="List, search, share and prune the optimization memory.")
 console = Console()
 
+
+def fail(message: str, code: int = 2) -> None:
+    """One error line on stderr, no markup parsing (messages hold [brackets] and paths), then exit."""
+    Console(stderr=True).print(Text.assemble(("error: ", "bold red"), message), soft_wrap=True, highlight=False)
+    raise typer.Exit(code)
+
 MemoryDir = Annotated[Optional[Path], typer.Option("--memory", help="Store directory (default: user data dir)")]
 MemoryUrl = Annotated[Optional[str], typer.Option("--memory-url", help="Chroma server, e.g. http://host:8000")]
 EmbedderOpt = Annotated[str, typer.Option("--embedder", help="Sentence-transformers model (offline)")]
@@ -26,8 +32,7 @@ def _open(memory: Path | None, memory_url: str | None, embedder: str) -> Insight
     try:
         return InsightStore(memory, url=memory_url, embedder=embedder)
     except MemoryStoreError as e:
-        Console(stderr=True).print(Text.assemble(("error: ", "bold red"), str(e)), soft_wrap=True, highlight=False)
-        raise typer.Exit(2) from None
+        fail(str(e))
 
 
 def _table(rows) -> Table:
@@ -62,8 +67,7 @@ def show(insight_id: str, memory: MemoryDir = None, memory_url: MemoryUrl = None
     """One insight, whole, as JSON."""
     insight = _open(memory, memory_url, embedder).get(insight_id)
     if insight is None:
-        Console(stderr=True).print(f"error: no insight {insight_id}", highlight=False)
-        raise typer.Exit(1)
+        fail(f"no insight {insight_id}", code=1)
     console.print_json(insight.model_dump_json())
 
 
@@ -82,8 +86,7 @@ def import_(file: Path, memory: MemoryDir = None, memory_url: MemoryUrl = None,
     try:
         count = store.import_jsonl(file)
     except (MemoryStoreError, OSError) as e:
-        Console(stderr=True).print(Text.assemble(("error: ", "bold red"), str(e)), soft_wrap=True, highlight=False)
-        raise typer.Exit(2) from None
+        fail(str(e))
     console.print(f"imported {count} insights; the store holds {store.count()}")
 
 
