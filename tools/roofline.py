@@ -52,3 +52,34 @@ def percent_of_peak(flops: float, bytes_moved: float, measured_s: float, peak: D
         ach_tflops = (peak.achievable_tensor_tflops or tflops) if flops_kind == "tensor" else tflops
         achievable = 100.0 * ideal_time_s(flops, bytes_moved, ach_tflops, peak.achievable_hbm_tbps) / measured_s
     return {"pct_peak": 100.0 * datasheet / measured_s, "pct_achievable": achievable, "bound": bound}
+
+
+# ---------------------------------------------------------------- Trainium (NKI), per NeuronCore
+# AccelOpt's formula: t_ideal = max(vector_flops / PEAK_VEC, matmul_flops / PEAK_MM, bytes / PEAK_BW),
+# fp32 throughout, one NeuronCore per job.
+
+class NeuronCorePeak(BaseModel):
+    name: str
+    matmul_flops: float  # fp32 TensorEngine FLOP/s
+    vector_flops: float  # Vector+Scalar engines, FLOP/s
+    hbm_bytes_per_s: float
+
+
+TRAINIUM_PEAKS: dict[str, NeuronCorePeak] = {
+    # AccelOpt's Trn1 constants: 23.75 TFLOP/s fp32 matmul, 2 x 128 lanes x 1.12 GHz, 410 GiB/s.
+    "trn1": NeuronCorePeak(name="Trainium1 NeuronCore-v2", matmul_flops=23.75e12, vector_flops=2 * 128 * 1.12e9,
+                           hbm_bytes_per_s=410 * 2**30),
+    # Trn2 chip: 181 fp32 TFLOP/s and 2.9 TB/s over 8 cores. The vector rate assumes the same
+    # 2 x 128 lanes at 1.4 GHz: an estimate, not a datasheet figure.
+    "trn2": NeuronCorePeak(name="Trainium2 NeuronCore-v3", matmul_flops=181e12 / 8, vector_flops=2 * 128 * 1.4e9,
+                           hbm_bytes_per_s=2.9e12 / 8),
+}
+
+
+def trainium_percent_of_peak(vector_flops: float, matmul_flops: float, bytes_moved: float, measured_s: float,
+                             chip: str = "trn1") -> dict[str, float | str]:
+    peak = TRAINIUM_PEAKS[chip]
+    times = {"vector": vector_flops / peak.vector_flops, "matmul": matmul_flops / peak.matmul_flops,
+             "memory": bytes_moved / peak.hbm_bytes_per_s}
+    bound = max(times, key=times.get)
+    return {"pct_peak": 100.0 * times[bound] / measured_s, "bound": bound, "ideal_s": times[bound]}

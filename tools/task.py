@@ -1,10 +1,13 @@
 """The task format: a directory holding task.json, reference.py and an optional baseline.py.
 
 task.json      metadata (name, description, backend, dtype, workloads, tolerances)
-reference.py   make_inputs(workload, seed, device, dtype) -> tuple of tensors
-               reference(*inputs) -> tensor
+reference.py   make_inputs(workload, seed, device, dtype) -> tuple of tensors (NumPy arrays for NKI)
+               reference(*inputs) -> tensor, or a tuple of them
                flops(workload, dtype) -> float, bytes_moved(workload, dtype) -> float
-baseline.py    the starting kernel: a module whose `run(*inputs)` returns the output
+               NKI tasks also: matmul_flops(workload, dtype) -> the TensorEngine share of flops
+baseline.py    the starting kernel: a module whose `run(*inputs)` returns the output. Without
+               one, the run starts "from scratch": the executor writes a first kernel from the
+               reference, and speedups are measured against the reference itself.
 
 Loading validates everything up front so that a malformed task fails with one clear line
 before any tokens are spent.
@@ -20,6 +23,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 REFERENCE_FUNCTIONS = ("make_inputs", "reference", "flops", "bytes_moved")
+# Trainium's roofline splits compute between the TensorEngine and the Vector/Scalar engines.
+NKI_REFERENCE_FUNCTIONS = (*REFERENCE_FUNCTIONS, "matmul_flops")
 
 # Default tolerances by dtype (atol, rtol); an element fails only when both bounds fail.
 DTYPE_TOLERANCES: dict[str, tuple[float, float]] = {
@@ -53,6 +58,9 @@ class TaskSpec(BaseModel):
     seeds: int = Field(default=3, ge=1, le=20)
     atol: float | None = None
     rtol: float | None = None
+    # allclose: an element fails only when both atol and rtol fail (KernelBench, FlashInfer-Bench).
+    # relative_l2: ||out - ref|| / ||ref|| must stay below rtol (AccelOpt on NKI: 2e-5).
+    correctness: Literal["allclose", "relative_l2"] = "allclose"
 
     def tolerances(self, dtype: str) -> tuple[float, float]:
         atol, rtol = DTYPE_TOLERANCES[dtype]
@@ -103,7 +111,8 @@ def load_task(task_dir: str | Path) -> Task:
     if not ref_path.is_file():
         raise TaskError(f"{root}: missing reference.py")
     reference_source = ref_path.read_text()
-    _require_functions(ref_path, reference_source, REFERENCE_FUNCTIONS)
+    _require_functions(ref_path, reference_source,
+                       NKI_REFERENCE_FUNCTIONS if spec.backend == "nki" else REFERENCE_FUNCTIONS)
 
     baseline_path = root / "baseline.py"
     baseline_source = baseline_path.read_text() if baseline_path.is_file() else None

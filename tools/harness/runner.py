@@ -85,7 +85,7 @@ def build_request(task: Task, device: str, source_path: str, compare_paths: dict
     dtype = task.spec.dtype_for(device)
     atol, rtol = task.spec.tolerances(dtype)
     return {
-        "device": device, "dtype": dtype, "atol": atol, "rtol": rtol,
+        "device": device, "dtype": dtype, "atol": atol, "rtol": rtol, "correctness": task.spec.correctness,
         "reference_path": str(Path(task.root) / "reference.py"), "entry_point": task.spec.entry_point,
         "source_path": source_path, "compare": compare_paths,
         "workloads": [w.model_dump() for w in task.spec.workloads_for(device)],

@@ -132,7 +132,7 @@ def _as_tuple(out):
     return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
 
-def _compare(torch, out, ref, atol: float, rtol: float, where: str) -> None:
+def _compare(torch, out, ref, atol: float, rtol: float, where: str, mode: str = "allclose") -> None:
     outs, refs = _as_tuple(out), _as_tuple(ref)
     if len(outs) != len(refs):
         raise Reject("shape_mismatch", f"{where}: returned {len(outs)} outputs, expected {len(refs)}")
@@ -151,6 +151,11 @@ def _compare(torch, out, ref, atol: float, rtol: float, where: str) -> None:
         if bool(bad.any()):
             raise Reject("nan", f"{tag}: {int(bad.sum())}/{bad.numel()} NaN/Inf values where the reference is "
                                 "finite (unwritten outputs read as NaN: they are pre-filled with poison)")
+        if mode == "relative_l2":
+            rel_l2 = float((of - rf).norm() / rf.norm().clamp_min(1e-30))
+            if rel_l2 > rtol:
+                raise Reject("wrong_output", f"{tag}: relative L2 error {rel_l2:.3g} above {rtol}", max_rel_err=rel_l2)
+            continue
         diff = (of - rf).abs()
         fails = (diff > atol) & (diff > rtol * rf.abs())
         if bool(fails.any()):
@@ -179,7 +184,7 @@ def _check(torch, req, reference, run, seeds, sync, original, threads) -> int:
             except BaseException as exc:  # noqa: BLE001 - any failure is the candidate's
                 raise Reject(_classify(exc), f"{where}:\n" + traceback.format_exc(), restart=_cuda_fault(exc))
             _check_integrity(torch, original, threads, where)
-            _compare(torch, out, expected, req["atol"], req["rtol"], where)
+            _compare(torch, out, expected, req["atol"], req["rtol"], where, req.get("correctness", "allclose"))
             for i, (now, before) in enumerate(zip(inputs, originals)):
                 if not torch.equal(now, before):
                     raise Reject("input_mutated", f"{where}: input {i} was modified by the kernel")

@@ -1,0 +1,24 @@
+import torch
+
+
+def make_inputs(workload, seed, device, dtype):
+    gen = torch.Generator(device=device).manual_seed(seed)
+    t = getattr(torch, dtype)
+    m, n, k = workload["M"], workload["N"], workload["K"]
+    x = torch.randn(m, k, generator=gen, device=device)
+    w = torch.randn(n, k, generator=gen, device=device) * k ** -0.5  # unit-variance outputs
+    return (x.to(t), w.to(t))
+
+
+def reference(x, w):
+    return (x.float() @ w.float().T).to(x.dtype)
+
+
+def flops(workload, dtype):
+    return 2.0 * workload["M"] * workload["N"] * workload["K"]
+
+
+def bytes_moved(workload, dtype):
+    size = torch.empty((), dtype=getattr(torch, dtype)).element_size()
+    m, n, k = workload["M"], workload["N"], workload["K"]
+    return (m * k + n * k + m * n) * size
