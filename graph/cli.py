@@ -153,7 +153,9 @@ def _report(state: dict, run_dir: Path) -> None:
     table.add_row("stopped", str(state.get("stop_reason")))
     table.add_row("best kernel", f"{best['id']}  ({run_dir / 'best_kernel.py'})")
     label = " (CPU interpreter time: not GPU performance)" if best.get("timer") == "interpreter_wall" else ""
-    table.add_row("speedup vs baseline", f"{best.get('speedup') or 1.0:.3f}x{label}")
+    versus = ("PyTorch reference (from scratch)" if candidates[state["baseline_id"]].get("kind") == "reference"
+              else "baseline")
+    table.add_row(f"speedup vs {versus}", f"{best.get('speedup') or 1.0:.3f}x{label}")
     if best.get("pct_peak") is not None:
         table.add_row("% of peak", f"{best['pct_peak']:.1f}% datasheet, {best.get('pct_achievable') or 0:.1f}% achievable")
     statuses = run_summary(state)["statuses"]

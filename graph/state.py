@@ -63,5 +63,5 @@ class CandidateOutput(TypedDict):
 
 def compact(candidate: dict[str, Any]) -> dict[str, Any]:
     """The part of a candidate a branch needs about its parent or the baseline."""
-    keys = ("id", "source", "status", "workloads", "speedup", "versus", "profile", "timer", "pct_peak", "iteration")
+    keys = ("id", "kind", "source", "status", "workloads", "speedup", "versus", "profile", "timer", "pct_peak", "iteration")
     return {k: candidate.get(k) for k in keys}

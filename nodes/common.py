@@ -34,3 +34,13 @@ def _template(name: str) -> Template:
 def render(name: str, **values) -> str:
     # $-templates, because kernel sources are full of braces.
     return _template(name).substitute(**values)
+
+
+FROM_SCRATCH = ("(There is no Triton kernel yet: this task starts from scratch. The current implementation is the "
+                "PyTorch reference above, measured as the baseline; the first kernel must be written from it.)")
+
+
+def kernel_text(candidate: dict) -> str:
+    """A candidate's source as prompts show it; the reference stand-in of a from-scratch run is
+    described rather than shown as a kernel to edit."""
+    return FROM_SCRATCH if candidate.get("kind") == "reference" else candidate["source"]

@@ -8,7 +8,7 @@ from langgraph.runtime import Runtime
 
 from graph.context import RunContext
 from graph.state import CandidateState
-from nodes.common import chat_model, render, task_of
+from nodes.common import chat_model, kernel_text, render, task_of
 from tools.codeparse import extract_kernel
 from tools.llm import LLMCallError, call_model
 
@@ -46,6 +46,6 @@ def executor(state: CandidateState, runtime: Runtime[RunContext]) -> dict:
     task = task_of(state["task_dir"])
     attempt = new_attempt(state, f"{state['plan']['id']}.k{state['sample']}", None, 0)
     prompt = render("executor", task_name=task.name, task_description=task.spec.description,
-                    reference=task.reference_source, source=state["parent"]["source"],
+                    reference=task.reference_source, source=kernel_text(state["parent"]),
                     plan=state["plan"]["text"], entry_point=task.spec.entry_point)
     return {"fixes": 0, **generate(state, runtime.context, "executor", prompt, attempt)}

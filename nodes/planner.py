@@ -9,7 +9,7 @@ from langgraph.runtime import Runtime
 from graph.context import RunContext
 from graph.state import PlannerInput
 from memory.schema import Insight
-from nodes.common import chat_model, render, task_of
+from nodes.common import chat_model, kernel_text, render, task_of
 from nodes.measurements import describe
 from tools.codeparse import split_plans
 from tools.llm import LLMCallError, call_model
@@ -22,7 +22,7 @@ def planner(state: PlannerInput, runtime: Runtime[RunContext]) -> dict:
     insights = [Insight.model_validate(i) for i in state["recalled"]]
     prompt = render(
         "planner", task_name=task.name, task_description=task.spec.description,
-        reference=task.reference_source, member_id=member["id"], source=member["source"],
+        reference=task.reference_source, member_id=member["id"], source=kernel_text(member),
         measurements=describe(member), n=ctx.plans, iteration=state["iteration"],
         insights="\n".join(f"- ({i.id}) {i.compact()}" for i in insights) or "(none yet)")
     model, spec = chat_model(ctx, "planner")

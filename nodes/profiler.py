@@ -14,7 +14,8 @@ from tools.rundir import write_candidate
 from tools.task import Task
 
 
-def measure(task: Task, source: str, ctx: RunContext, *, baseline: dict | None, parent: dict | None) -> dict:
+def measure(task: Task, source: str, ctx: RunContext, *, baseline: dict | None, parent: dict | None,
+            trusted: bool = False) -> dict:
     """Evaluate a source, timed interleaved with its parent and the baseline, and return the
     candidate fields the harness decides. Speedups are medians over rounds with a 95% interval;
     `beats_parent` / `loses_to_parent` hold only when the interval excludes 1."""
@@ -24,18 +25,21 @@ def measure(task: Task, source: str, ctx: RunContext, *, baseline: dict | None, 
         compare["baseline"] = baseline["source"]
     if parent is not None and parent["id"] != (baseline or {}).get("id"):
         compare["parent"] = parent["source"]
-    result = evaluate(task, source, device=device, timeout_s=ctx.eval_timeout_s, compare=compare)
+    result = evaluate(task, source, device=device, timeout_s=ctx.eval_timeout_s, compare=compare, trusted=trusted)
     workloads = {k: v.model_dump() for k, v in result.workloads.items()}
     fields = {"status": result.status, "error": result.error, "device": result.device,
               "device_name": result.device_name, "timer": result.timer, "workloads": workloads,
               "flags": result.flags, "eval_s": result.eval_s, "versus": {}, "speedup": None,
               "speedup_vs_parent": None, "beats_parent": False, "loses_to_parent": False,
               "pct_peak": mean_pct(workloads, "pct_peak"), "pct_achievable": mean_pct(workloads, "pct_achievable")}
-    if result.ok and result.device == "cuda" and ctx.profile:
+    if result.ok and result.device == "cuda" and ctx.profile and not trusted:
         profile = profile_kernel(task, source)
         fields["profile"] = profile["summary"] if profile else None
     if result.ok:
         fields["versus"] = {k: v.model_dump() for k, v in result.versus.items()}
+        # comparators' medians from the same interleaved rounds (exports report them as reference latency)
+        fields["compared_us"] = {k: {w: t.median_us for w, t in v.items()} for k, v in result.compare.items()}
+        fields["max_abs_err"], fields["max_rel_err"] = result.max_abs_err, result.max_rel_err
         fields["speedup"] = result.versus["baseline"].speedup if baseline is not None else 1.0
         if parent is not None:
             vs_parent = result.versus.get("parent") or result.versus["baseline"]

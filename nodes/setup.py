@@ -1,4 +1,8 @@
-"""setup: load and validate the task, then measure the baseline kernel. It becomes the first beam."""
+"""setup: load and validate the task, then measure the baseline kernel. It becomes the first beam.
+
+A task without baseline.py starts from scratch: its PyTorch reference is measured as the
+baseline (kind "reference"), the first plans ask for a Triton kernel written from it, and
+speedups are against the reference."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from graph.context import RunContext
 from graph.state import RunState
 from nodes.common import task_of
 from nodes.profiler import measure
+from tools.harness.reference_kernel import reference_source
 from tools.rundir import write_candidate
 
 
@@ -17,11 +22,16 @@ def setup(state: RunState, runtime: Runtime[RunContext]) -> dict:
     task = task_of(state["task_dir"])
     if state.get("baseline_id"):  # resumed after setup already ran
         return {}
-    if task.baseline_source is None:
-        return {"stop_reason": f"task {task.name} has no baseline.py: a starting kernel is required"}
+    from_scratch = task.baseline_source is None
+    if from_scratch and runtime.context.model_spec("executor").provider == "tuner":
+        return {"stop_reason": f"task {task.name} has no baseline.py, so the first kernel must be written from the "
+                               "reference, and the tuner policy only retunes existing kernels: configure an LLM "
+                               "(--model) or add a baseline.py"}
     baseline = {"id": "baseline", "iteration": 0, "parent_id": None, "plan_id": None, "fix_of": None,
-                "fix_attempt": 0, "source": task.baseline_source}
-    baseline.update(measure(task, baseline["source"], runtime.context, baseline=None, parent=None))
+                "fix_attempt": 0, "kind": "reference" if from_scratch else "kernel",
+                "source": reference_source(task) if from_scratch else task.baseline_source}
+    baseline.update(measure(task, baseline["source"], runtime.context, baseline=None, parent=None,
+                            trusted=from_scratch))
     write_candidate(state.get("run_dir"), baseline)
     update = {"iteration": 0, "started_at": time.time(), "baseline_id": "baseline",
               "candidates": {"baseline": baseline}, "plans": [], "history": []}

@@ -35,8 +35,8 @@ def measured_pairs(state: RunState, ctx: RunContext) -> list[tuple[dict, dict, s
         if child.get("timer") == "interpreter_wall" and not ctx.learn_from_interpreter:
             continue  # interpreter times say nothing about GPU performance
         ratio = child.get("speedup_vs_parent")
-        if ratio is None:
-            continue
+        if ratio is None or state["candidates"][child["parent_id"]].get("kind") == "reference":
+            continue  # a first kernel against eager PyTorch teaches nothing about rewriting kernels
         if ratio >= POSITIVE and child.get("beats_parent"):
             pairs.append((state["candidates"][child["parent_id"]], child, "positive"))
         elif ratio <= NEGATIVE and child.get("loses_to_parent"):

@@ -107,3 +107,33 @@ def test_no_code_reply_is_a_failed_candidate_the_fixer_can_repair(tmp_path, soft
     first, fixed = out["candidates"]["i1.m0.p0.k0"], out["candidates"]["i1.m0.p0.k0.f1"]
     assert first["status"] == "no_code" and "no complete kernel" in first["error"]
     assert fixed["status"] == "verified"
+
+
+def test_a_task_without_baseline_starts_from_its_reference(tmp_path, softmax_task):
+    (softmax_task / "baseline.py").unlink()
+    prompts = []
+
+    def script(messages):
+        prompts.append(str(messages[-1].content))
+        return reply_for(messages)
+
+    ctx = RunContext(beams=1, plans=1, samples=1, fixes=0, iterations=1, device="cpu", use_memory=False,
+                     model="openai:scripted", chat_models={"default": ScriptedChatModel(script=script)})
+    graph = build_graph().compile(checkpointer=InMemorySaver())
+    out = graph.invoke({"task_dir": str(softmax_task), "run_dir": str(tmp_path / "run")},
+                       {"configurable": {"thread_id": "scratch"}}, context=ctx)
+    baseline, first = out["candidates"]["baseline"], out["candidates"]["i1.m0.p0.k0"]
+    # The reference itself is measured as the starting point, and the first kernel against it.
+    assert baseline["kind"] == "reference" and baseline["status"] == "verified"
+    assert "_reference.reference(*inputs)" in baseline["source"]
+    assert first["status"] == "verified" and first["source"] == GOOD and first["speedup"] > 0
+    assert "starts from scratch" in prompts[0] and "_reference" not in prompts[0]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["baseline_kind"] == "reference"
+
+
+def test_from_scratch_with_the_tuner_stops_with_a_reason(softmax_task):
+    (softmax_task / "baseline.py").unlink()
+    ctx = RunContext(iterations=1, device="cpu", use_memory=False)
+    out = build_graph().compile().invoke({"task_dir": str(softmax_task)}, context=ctx)
+    assert "tuner policy only retunes existing kernels" in out["stop_reason"] and not out.get("beam")

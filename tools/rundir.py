@@ -49,6 +49,9 @@ def run_summary(state: dict) -> dict:
     return {
         "task_dir": state["task_dir"], "iteration": state["iteration"], "stop_reason": state.get("stop_reason"),
         "best_id": best["id"], "best_speedup": best.get("speedup"),
+        # "kernel": speedups are against the task's baseline.py; "reference": a from-scratch run,
+        # against the eager PyTorch reference
+        "baseline_kind": candidates[state["baseline_id"]].get("kind", "kernel"),
         "best_speedup_vs_parent": best.get("speedup_vs_parent"), "best_parent_id": best.get("parent_id"),
         "timer": best.get("timer"),
         "device_name": best.get("device_name"), "best_pct_peak": best.get("pct_peak"),

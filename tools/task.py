@@ -61,6 +61,8 @@ class TaskSpec(BaseModel):
     # allclose: an element fails only when both atol and rtol fail (KernelBench, FlashInfer-Bench).
     # relative_l2: ||out - ref|| / ||ref|| must stay below rtol (AccelOpt on NKI: 2e-5).
     correctness: Literal["allclose", "relative_l2"] = "allclose"
+    # Where an imported task came from, e.g. {"format": "flashinfer-bench", "definition": "rmsnorm_h128"}.
+    origin: dict[str, str] | None = None
 
     def tolerances(self, dtype: str) -> tuple[float, float]:
         atol, rtol = DTYPE_TOLERANCES[dtype]

@@ -132,7 +132,9 @@ def _as_tuple(out):
     return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
 
-def _compare(torch, out, ref, atol: float, rtol: float, where: str, mode: str = "allclose") -> None:
+def _compare(torch, out, ref, atol: float, rtol: float, where: str, mode: str = "allclose") -> dict:
+    """Raise Reject on the first failing output; return the worst errors of a passing one."""
+    worst = {"max_abs_err": 0.0, "max_rel_err": 0.0}
     outs, refs = _as_tuple(out), _as_tuple(ref)
     if len(outs) != len(refs):
         raise Reject("shape_mismatch", f"{where}: returned {len(outs)} outputs, expected {len(refs)}")
@@ -155,26 +157,34 @@ def _compare(torch, out, ref, atol: float, rtol: float, where: str, mode: str = 
             rel_l2 = float((of - rf).norm() / rf.norm().clamp_min(1e-30))
             if rel_l2 > rtol:
                 raise Reject("wrong_output", f"{tag}: relative L2 error {rel_l2:.3g} above {rtol}", max_rel_err=rel_l2)
+            worst["max_rel_err"] = max(worst["max_rel_err"], rel_l2)
             continue
         diff = (of - rf).abs()
         fails = (diff > atol) & (diff > rtol * rf.abs())
+        max_abs = float(diff.max()) if diff.numel() else 0.0
+        max_rel = float((diff / rf.abs().clamp_min(1e-12)).max()) if diff.numel() else 0.0
         if bool(fails.any()):
-            max_abs = float(diff.max())
-            max_rel = float((diff / rf.abs().clamp_min(1e-12)).max())
             raise Reject("wrong_output",
                          f"{tag}: {int(fails.sum())}/{fails.numel()} elements outside atol={atol} rtol={rtol}; "
                          f"max abs err {max_abs:.3g}, max rel err {max_rel:.3g}",
                          max_abs_err=max_abs, max_rel_err=max_rel)
+        worst = {"max_abs_err": max(worst["max_abs_err"], max_abs), "max_rel_err": max(worst["max_rel_err"], max_rel)}
+    return worst
 
 
-def _check(torch, req, reference, run, seeds, sync, original, threads) -> int:
+def _copy(value):
+    """Tensors are copied; scalar inputs (FlashInfer-Bench allows them) are immutable."""
+    return value.clone() if hasattr(value, "clone") else value
+
+
+def _check(torch, req, reference, run, seeds, sync, original, threads, errors: dict | None = None) -> int:
     checked = 0
     for workload in req["workloads"]:
         for seed in seeds:
             where = f"workload {workload['name']} seed {seed}"
             inputs = reference.make_inputs(workload["params"], seed, req["device"], req["dtype"])
-            expected = reference.reference(*[t.clone() for t in inputs])  # reference first, on copies
-            originals = [t.clone() for t in inputs]
+            expected = reference.reference(*[_copy(t) for t in inputs])  # reference first, on copies
+            originals = [_copy(t) for t in inputs]
             try:
                 with _Poison(torch):
                     out = run(*inputs)
@@ -184,9 +194,12 @@ def _check(torch, req, reference, run, seeds, sync, original, threads) -> int:
             except BaseException as exc:  # noqa: BLE001 - any failure is the candidate's
                 raise Reject(_classify(exc), f"{where}:\n" + traceback.format_exc(), restart=_cuda_fault(exc))
             _check_integrity(torch, original, threads, where)
-            _compare(torch, out, expected, req["atol"], req["rtol"], where, req.get("correctness", "allclose"))
+            worst = _compare(torch, out, expected, req["atol"], req["rtol"], where, req.get("correctness", "allclose"))
+            if errors is not None:
+                for key, value in worst.items():
+                    errors[key] = max(errors.get(key, 0.0), value)
             for i, (now, before) in enumerate(zip(inputs, originals)):
-                if not torch.equal(now, before):
+                if isinstance(now, torch.Tensor) and not torch.equal(now, before):
                     raise Reject("input_mutated", f"{where}: input {i} was modified by the kernel")
             checked += 1
     return checked
@@ -289,7 +302,7 @@ def _compile_only(torch, req, reference, run) -> dict:
     try:
         for workload in req["workloads"]:
             host = reference.make_inputs(workload["params"], 0, "cpu", req["dtype"])
-            run(*[torch.empty_like(t, device=req["device"]) for t in host])
+            run(*[torch.empty_like(t, device=req["device"]) if isinstance(t, torch.Tensor) else t for t in host])
     finally:
         JITFunction.run = original
     return {"status": "compiled", "error": None}
@@ -324,7 +337,8 @@ def evaluate(req: dict) -> dict:
         except BaseException as exc:  # noqa: BLE001 - the real evaluation reports failures
             raise Reject(_classify(exc), traceback.format_exc(), restart=_cuda_fault(exc)) from None
     seeds = [req["seed_offset"] + s for s in range(req["seeds"])]
-    checked = _check(torch, req, reference, run, seeds, sync, original, threads)
+    errors: dict = {}
+    checked = _check(torch, req, reference, run, seeds, sync, original, threads, errors)
     if req.get("check_only"):
         return {"status": "verified", "error": None, "checks": checked}
 
@@ -343,7 +357,7 @@ def evaluate(req: dict) -> dict:
         raise Reject("cheat_suspected", f"correct before timing but not after it ({r.status}): {r.error}",
                      restart=r.extra.get("restart", False)) from None
     device_name = torch.cuda.get_device_name() if req["device"] == "cuda" else "cpu (Triton interpreter)"
-    return {"status": "verified", "error": None, "checks": checked, "timings": timings["candidate"],
+    return {"status": "verified", "error": None, "checks": checked, "timings": timings["candidate"], **errors,
             "compare": {k: v for k, v in timings.items() if k != "candidate"}, "device_name": device_name}
 
 
