@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
-from contextlib import closing
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from langgraph.checkpoint.sqlite import SqliteSaver
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from graph.config import context_to_json, load_context
+from graph.driver import drive
 from graph.context import RunContext
+from graph.eval_cli import eval_suite, export_app, import_app, report
 from graph.memory_cli import app as memory_app
 from graph.memory_cli import fail
 from memory.embedder import MemoryStoreError
@@ -27,6 +25,10 @@ from tools.task import TaskError, load_task
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="accelopt: a self-improving, LLM-driven kernel optimizer.")
 app.add_typer(memory_app, name="memory")
+app.add_typer(import_app, name="import")
+app.add_typer(export_app, name="export")
+app.command("eval")(eval_suite)
+app.command("report")(report)
 console = Console()
 
 Opt = Annotated
@@ -88,7 +90,7 @@ def optimize(
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "run.json").write_text(json.dumps(
         {"task_dir": str(Path(task.root)), "context": context_to_json(ctx)}, indent=2))
-    _drive(ctx, run_dir, {"task_dir": task.root, "run_dir": str(run_dir.resolve())})
+    _report(drive(ctx, run_dir, {"task_dir": task.root, "run_dir": str(run_dir.resolve())}, console), run_dir)
 
 
 @app.command()
@@ -101,46 +103,7 @@ def resume(run_dir: Opt[Path, typer.Argument(help="A run directory written by `a
         ctx = RunContext(**json.loads(meta_path.read_text())["context"])
     except (TypeError, ValueError, KeyError) as e:
         fail(f"{meta_path} is unreadable or from an incompatible version ({e}); start a new run")
-    _drive(ctx, run_dir, None)
-
-
-def _drive(ctx: RunContext, run_dir: Path, inputs: dict | None) -> None:
-    from graph.builder import build_graph  # heavy imports after argument checks
-
-    with closing(sqlite3.connect(run_dir / "checkpoints.sqlite", check_same_thread=False)) as conn:
-        graph = build_graph().compile(checkpointer=SqliteSaver(conn))
-        config = {"configurable": {"thread_id": run_dir.resolve().name}, "recursion_limit": 10_000}
-        _stream_with_progress(graph, inputs, config, ctx)
-        state = graph.get_state(config).values
-    _report(state, run_dir)
-
-
-def _stream_with_progress(graph, inputs, config, ctx: RunContext) -> None:
-    seen: dict[str, dict] = {}
-    usage: list[dict] = []
-    iteration, best = 0, 1.0
-    columns = (SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
-               TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=False) as progress:
-        bar = progress.add_task("measuring baseline", total=ctx.iterations, info="")
-        for namespace, update in graph.stream(inputs, config, context=ctx, stream_mode="updates", subgraphs=True):
-            for node, values in (update or {}).items():
-                values = values or {}
-                for cand in (values.get("candidates") or {}).values():
-                    seen[cand["id"]] = cand
-                if not namespace:  # top level only: the subgraph's usage reaches it through `candidate`
-                    usage += values.get("usage") or []
-                if node == "recall":
-                    iteration = values.get("iteration", iteration)
-                if node == "selector":
-                    progress.advance(bar)
-                    # The beam's head, not the largest median: a child within noise is no win.
-                    best = seen.get(values["beam"][0], {}).get("speedup") or best
-            spent = totals(usage)
-            timer = "interpreter time" if any(c.get("timer") == "interpreter_wall" for c in seen.values()) else "GPU"
-            progress.update(bar, description=f"iteration {iteration}/{ctx.iterations}", info=(
-                f"{max(len(seen) - 1, 0)} evaluated · best {best:.2f}x ({timer}) · "
-                f"{spent['input_tokens'] + spent['output_tokens']:,} tok · ${spent['cost_usd']:.4f}"))
+    _report(drive(ctx, run_dir, None, console), run_dir)
 
 
 def _report(state: dict, run_dir: Path) -> None:

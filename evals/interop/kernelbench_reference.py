@@ -3,7 +3,6 @@ beside problem.py). Inputs are get_inputs() followed by the Model's parameters a
 workload params override the problem's module-level constants (batch_size, dim, ...)."""
 
 import importlib.util
-import math
 from pathlib import Path
 
 import torch

@@ -49,7 +49,9 @@ def scrubbed_env(home: Path, device: str, gpu: str | None, cache: Path | None = 
     """The environment generated code runs in: no secrets, a private HOME and Triton cache."""
     env = {k: os.environ[k] for k in _PASSED_ENV if k in os.environ}
     env.update({"HOME": str(home), "TMPDIR": str(home), "PYTHONUNBUFFERED": "1",
-                "PYTHONDONTWRITEBYTECODE": "1", "TRITON_CACHE_DIR": str(cache or home / "triton-cache")})
+                "PYTHONDONTWRITEBYTECODE": "1", "TRITON_CACHE_DIR": str(cache or home / "triton-cache"),
+                # torch.compile comparators compile in-process: no pool threads to trip the thread check
+                "TORCHINDUCTOR_COMPILE_THREADS": "1"})
     if device == "cuda":
         env["CUDA_VISIBLE_DEVICES"] = gpu or "0"
     else:

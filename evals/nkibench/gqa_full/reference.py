@@ -26,13 +26,13 @@ def reference(q, k, v):
 
 
 def matmul_flops(workload, dtype):
-    B, N, QH, KH, D = workload["B"], workload["N"], workload["QH"], workload["KH"], workload["D"]
+    B, N, QH, D = workload["B"], workload["N"], workload["QH"], workload["D"]
     return float(4 * B * QH * N * N * D)
 
 
 def flops(workload, dtype):
     """All arithmetic: TensorEngine matmul plus Vector/Scalar work."""
-    B, N, QH, KH, D = workload["B"], workload["N"], workload["QH"], workload["KH"], workload["D"]
+    B, N, QH, D = workload["B"], workload["N"], workload["QH"], workload["D"]
     return float(4 * B * QH * N * N * D) + float(6 * B * QH * N * N)
 
 

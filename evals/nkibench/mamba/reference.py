@@ -32,7 +32,6 @@ def reference(delta, u, a, b, c):
 
 
 def matmul_flops(workload, dtype):
-    M, C, S = workload["M"], workload["C"], workload["S"]
     return float(0)
 
 

@@ -22,7 +22,6 @@ def reference(x, freqs_cos, freqs_sin):
 
 
 def matmul_flops(workload, dtype):
-    B, H, N, D = workload["B"], workload["H"], workload["N"], workload["D"]
     return float(0)
 
 

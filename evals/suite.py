@@ -1,0 +1,110 @@
+"""`accelopt eval`: run the graph over the tasks of a suite, each in its own run directory
+under one eval directory. Rerunning skips finished tasks and resumes an interrupted one from its
+checkpoint. On a GPU, each task's best kernel is then timed against torch.compile of the
+reference (and eager PyTorch), interleaved in the same worker."""
+
+from __future__ import annotations
+
+import json
+import traceback
+from pathlib import Path
+
+from rich.console import Console
+
+from graph.config import context_to_json
+from graph.context import RunContext
+from graph.driver import drive
+from tools.harness.reference_kernel import compiled_reference_source, reference_source
+from tools.harness.runner import evaluate
+from tools.task import TaskError, load_task
+
+EVALS = Path(__file__).resolve().parent
+SUITES = {"triton": EVALS / "tasks", "nkibench": EVALS / "nkibench"}
+# Files that mark a task as finished, one way or another.
+DONE_MARKERS = ("stopped.json", "skipped.json")
+
+
+def resolve_suite(name_or_path: str) -> Path:
+    path = SUITES.get(name_or_path) or Path(name_or_path)
+    if not path.is_dir():
+        raise TaskError(f"unknown suite {name_or_path!r}: give a directory of task directories or one of "
+                        f"{', '.join(SUITES)}")
+    return path
+
+
+def suite_tasks(suite: Path, only: list[str] | None = None) -> list[Path]:
+    tasks = sorted(p for p in suite.iterdir() if (p / "task.json").is_file())
+    if not tasks:
+        raise TaskError(f"{suite} holds no task directories (subdirectories with a task.json)")
+    if only:
+        by_name = {load_task(p).name: p for p in tasks} | {p.name: p for p in tasks}
+        missing = [n for n in only if n not in by_name]
+        if missing:
+            raise TaskError(f"no task named {', '.join(missing)} in {suite}; it has: "
+                            f"{', '.join(sorted(p.name for p in tasks))}")
+        tasks = list(dict.fromkeys(by_name[n] for n in only))
+    return tasks
+
+
+def is_finished(run_dir: Path) -> bool:
+    if any((run_dir / m).is_file() for m in DONE_MARKERS):
+        return True
+    summary = run_dir / "summary.json"
+    return summary.is_file() and json.loads(summary.read_text()).get("stop_reason") is not None
+
+
+def run_suite(suite: Path, out: Path, ctx: RunContext, tasks: list[Path], console: Console,
+              torch_compile: bool = True) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "suite.json").write_text(json.dumps(
+        {"suite": str(suite.resolve()), "tasks": [p.name for p in tasks], "context": context_to_json(ctx)}, indent=2))
+    for number, task_dir in enumerate(tasks, 1):
+        task = load_task(task_dir)
+        run_dir = out / task_dir.name
+        head = f"[{number}/{len(tasks)}] {task.name}"
+        if is_finished(run_dir):
+            console.print(f"{head}: finished earlier, skipped")
+            continue
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if task.spec.backend != "triton":
+            _mark(run_dir, "skipped.json", f"the {task.spec.backend} backend is not available in this build")
+            console.print(f"{head}: skipped ({task.spec.backend} backend not available)")
+            continue
+        resuming = (run_dir / "checkpoints.sqlite").is_file() and (run_dir / "run.json").is_file()
+        console.print(f"{head}: {'resuming' if resuming else 'optimizing'}")
+        if not resuming:
+            (run_dir / "run.json").write_text(json.dumps(
+                {"task_dir": task.root, "context": context_to_json(ctx)}, indent=2))
+        try:
+            state = drive(ctx, run_dir, None if resuming else {"task_dir": task.root,
+                                                               "run_dir": str(run_dir.resolve())}, console)
+        except Exception as exc:  # noqa: BLE001 - one broken task must not stop the suite
+            (run_dir / "error.txt").write_text(traceback.format_exc())
+            console.print(f"{head}: failed ({type(exc).__name__}: {exc}); see {run_dir / 'error.txt'}")
+            continue
+        if not state.get("beam"):
+            _mark(run_dir, "stopped.json", state.get("stop_reason") or "no verified kernel")
+            continue
+        best = state["candidates"][state["beam"][0]]
+        if torch_compile and best.get("device") == "cuda":
+            compare_with_torch(task_dir, best["source"], run_dir, ctx.eval_timeout_s)
+
+
+def _mark(run_dir: Path, name: str, reason: str) -> None:
+    (run_dir / name).write_text(json.dumps({"reason": reason}, indent=2))
+
+
+def compare_with_torch(task_dir: Path, source: str, run_dir: Path, timeout_s: float = 600.0) -> dict:
+    """Time the best kernel interleaved with torch.compile(reference) and eager reference; write
+    torch_compile.json. A comparator that fails (e.g. Inductor cannot compile the reference) is
+    recorded as such, not as a speedup."""
+    task = load_task(task_dir)
+    comparators = {"torch_compile": compiled_reference_source(task), "eager": reference_source(task)}
+    result = evaluate(task, source, device="cuda", timeout_s=timeout_s, compare=comparators, trusted=True)
+    record: dict = {"status": result.status, "error": result.error, "device_name": result.device_name}
+    if result.ok:
+        record["versus"] = {k: v.model_dump() for k, v in result.versus.items()}
+        record["median_us"] = {"best": {w: t.median_us for w, t in result.workloads.items()},
+                               **{k: {w: t.median_us for w, t in v.items()} for k, v in result.compare.items()}}
+    (run_dir / "torch_compile.json").write_text(json.dumps(record, indent=2))
+    return record
