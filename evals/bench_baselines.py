@@ -1,59 +1,54 @@
-"""GPU benchmark: every bundled task's baseline at real shapes through the harness
-(correctness on every workload and seed, then timing), beside the PyTorch reference timed
-the same way. Prints a markdown table; --out writes the JSON.
+"""GPU benchmark: every bundled Triton task's baseline at real shapes through the harness
+(correctness on every workload and seed, then timing), interleaved in the same worker with
+torch.compile of the task's PyTorch reference and the eager reference. Prints a markdown table;
+--out writes the JSON.
 
-    python evals/bench_baselines.py --out baselines.json
+    python evals/bench_baselines.py --out baselines.json [--tasks rmsnorm,softmax]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 from pathlib import Path
 
 TASKS = Path(__file__).with_name("tasks")
 
 
-def time_reference(task) -> dict[str, float]:
-    """Median µs of the PyTorch reference per workload (do_bench: cold L2, CUDA events)."""
-    import importlib.util
-
-    import triton.testing
-
-    spec = importlib.util.spec_from_file_location("ref", Path(task.root) / "reference.py")
-    ref = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ref)
-    out = {}
-    for w in task.spec.workloads:
-        inputs = ref.make_inputs(w.params, 0, "cuda", task.spec.dtype)
-        times = triton.testing.do_bench(lambda: ref.reference(*inputs), return_mode="all")
-        out[w.name] = statistics.median(times) * 1e3
-    return out
-
-
 def main() -> None:
+    from tools.harness.reference_kernel import compiled_reference_source, reference_source
     from tools.harness.runner import evaluate
     from tools.task import load_task
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--tasks", help="comma-separated task names (default: all)")
     args = parser.parse_args()
-    rows, report = [], {}
+    wanted = set(args.tasks.split(",")) if args.tasks else None
+    rows, report, device = [], {}, None
     for task_dir in sorted(p for p in TASKS.iterdir() if (p / "task.json").is_file()):
-        task = load_task(task_dir)
-        result = evaluate(task, task.baseline_source, device="cuda")
-        ref_us = time_reference(task) if result.ok else {}
-        report[task.name] = {"result": result.model_dump(), "reference_us": ref_us}
-        if not result.ok:
-            rows.append(f"| {task.name} | - | {result.status}: {result.error[:80]} | | | | |")
+        if wanted and task_dir.name not in wanted:
             continue
+        task = load_task(task_dir)
+        compare = {"torch_compile": compiled_reference_source(task), "eager": reference_source(task)}
+        result = evaluate(task, task.baseline_source, device="cuda", compare=compare, timeout_s=900)
+        report[task.name] = result.model_dump()
+        print(f"{task.name}: {result.status}", flush=True)
+        if not result.ok:
+            rows.append(f"| {task.name} | - | {result.status}: {(result.error or '')[:120]} | | | | | | |")
+            continue
+        device = result.device_name
         for name, t in result.workloads.items():
-            rows.append(f"| {task.name} | {name} | {t.median_us:.1f} (IQR {t.iqr_us:.1f}, n={t.samples}) | "
-                        f"{t.pct_peak:.1f}% | {t.pct_achievable or 0:.1f}% | {t.bound} | {ref_us[name]:.1f} |")
-    print(f"device: {next(iter(report.values()))['result']['device_name']}")
-    print("| task | workload | baseline µs | % datasheet | % achievable | bound | torch reference µs |")
-    print("|---|---|---|---|---|---|---|")
+            tc, eager = result.compare["torch_compile"][name], result.compare["eager"][name]
+            rows.append(f"| {task.name} | {name} | {t.median_us:.1f} | {t.pct_peak:.1f}% | {t.pct_achievable or 0:.1f}% | "
+                        f"{t.bound} | {tc.median_us:.1f} | {eager.median_us:.1f} | {tc.median_us / t.median_us:.2f}x |")
+        vs = result.versus["torch_compile"]
+        rows.append(f"| {task.name} | all (geomean, 95% CI) | | | | | | | {vs.speedup:.2f}x "
+                    f"({vs.ci_low:.2f}-{vs.ci_high:.2f}) |")
+    print(f"device: {device}")
+    print("| task | workload | baseline µs | % datasheet | % achievable | bound | torch.compile µs | eager µs | "
+          "baseline vs torch.compile |")
+    print("|---|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     if args.out:
         args.out.write_text(json.dumps(report, indent=2))
