@@ -12,6 +12,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev]"
+	$(BIN)/python -m pip install -q --no-deps -c constraints.txt flashinfer-bench
 	touch $@
 
 # Optimize the bundled rmsnorm task offline: the tuner policy when no LLM endpoint is configured,
