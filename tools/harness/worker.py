@@ -318,9 +318,14 @@ def _settle_comparators(req, reference, fns: dict, sync, threads: int) -> int:
         inputs = reference.make_inputs(workload["params"], 0, req["device"], req["dtype"])
         for name, fn in fns.items():
             if name != "candidate":
-                fn(*inputs)
+                try:
+                    fn(*inputs)
+                except BaseException as exc:  # noqa: BLE001 - say whose failure it is
+                    raise Reject(_classify(exc), f"comparator {name!r} failed while warming up (not the kernel "
+                                 f"under test):\n" + traceback.format_exc(), restart=_cuda_fault(exc)) from None
     sync()
     return max(threads, threading.active_count())
+
 
 def evaluate(req: dict) -> dict:
     import torch
