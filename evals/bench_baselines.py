@@ -16,7 +16,7 @@ TASKS = Path(__file__).with_name("tasks")
 
 
 def main() -> None:
-    from tools.harness.reference_kernel import compiled_reference_source, reference_source
+    from tools.harness.reference_kernel import torch_comparators
     from tools.harness.runner import evaluate
     from tools.task import load_task
 
@@ -30,8 +30,7 @@ def main() -> None:
         if wanted and task_dir.name not in wanted:
             continue
         task = load_task(task_dir)
-        compare = {"torch_compile": compiled_reference_source(task), "eager": reference_source(task)}
-        result = evaluate(task, task.baseline_source, device="cuda", compare=compare, timeout_s=900)
+        result = evaluate(task, task.baseline_source, device="cuda", compare=torch_comparators(task), timeout_s=900)
         report[task.name] = result.model_dump()
         print(f"{task.name}: {result.status}", flush=True)
         if not result.ok:

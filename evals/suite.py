@@ -14,7 +14,7 @@ from rich.console import Console
 from graph.config import context_to_json
 from graph.context import RunContext
 from graph.driver import drive
-from tools.harness.reference_kernel import compiled_reference_source, reference_source
+from tools.harness.reference_kernel import torch_comparators
 from tools.harness.runner import evaluate
 from tools.task import TaskError, load_task
 
@@ -99,8 +99,8 @@ def compare_with_torch(task_dir: Path, source: str, run_dir: Path, timeout_s: fl
     torch_compile.json. A comparator that fails (e.g. Inductor cannot compile the reference) is
     recorded as such, not as a speedup."""
     task = load_task(task_dir)
-    comparators = {"torch_compile": compiled_reference_source(task), "eager": reference_source(task)}
-    result = evaluate(task, source, device="cuda", timeout_s=timeout_s, compare=comparators, trusted=True)
+    result = evaluate(task, source, device="cuda", timeout_s=timeout_s, compare=torch_comparators(task),
+                      trusted=True)
     record: dict = {"status": result.status, "error": result.error, "device_name": result.device_name}
     if result.ok:
         record["versus"] = {k: v.model_dump() for k, v in result.versus.items()}

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
+from evals.interop import read_summary
 from tools.task import TaskError, load_task
 
 TEMPLATE = Path(__file__).with_name("flashinfer_reference.py")
@@ -95,7 +96,7 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "task"
 
 
-def _workload_entry(workload: dict, definition: Definition) -> dict:
+def _workload_entry(workload: dict) -> dict:
     params: dict[str, int | float] = dict(workload["axes"])
     for name, spec in workload["inputs"].items():
         if spec.get("type") == "scalar":
@@ -105,14 +106,14 @@ def _workload_entry(workload: dict, definition: Definition) -> dict:
     return {"name": f"{label}_{tag}" if label else tag, "params": params}
 
 
-def _interpreter_entry(workloads: list[dict], definition: Definition) -> dict:
+def _interpreter_entry(workloads: list[dict]) -> dict:
     """The smallest workload, its variable axes clamped to 4 when every input is random (a
     safetensors input fixes its shape), for the CPU interpreter."""
     def size(w):
         return math.prod(max(v, 1) for v in w["axes"].values())
 
     smallest = min(workloads, key=size)
-    entry = _workload_entry(smallest, definition)
+    entry = _workload_entry(smallest)
     if all(spec.get("type") != "safetensors" for spec in smallest["inputs"].values()):
         for axis in smallest["axes"]:
             entry["params"][axis] = min(int(entry["params"][axis]), 4)
@@ -167,8 +168,8 @@ def import_definition(definition_path: str | Path, workloads_path: str | Path | 
         "dtype": floats[0],
         "flops_kind": "tensor" if definition.op_type in GEMM_OPS else "vector",
         "entry_point": "run",
-        "workloads": [_workload_entry(w, definition) for w in workloads],
-        "interpreter_workloads": [_interpreter_entry(workloads, definition)],
+        "workloads": [_workload_entry(w) for w in workloads],
+        "interpreter_workloads": [_interpreter_entry(workloads)],
         "seeds": seeds,
         "origin": {"format": "flashinfer-bench", "definition": definition.name},
     }
@@ -187,7 +188,7 @@ def _fib_task(task_dir: Path) -> tuple[Definition, dict[str, dict]]:
     definition = _read_definition(path)
     task = load_task(task_dir)
     workloads = read_workloads(task_dir / "workloads.jsonl", definition.name)
-    by_name = {_workload_entry(w, definition)["name"]: w for w in workloads}
+    by_name = {_workload_entry(w)["name"]: w for w in workloads}
     for entry in task.spec.interpreter_workloads:
         by_name.setdefault(entry.name, {"uuid": entry.name, "axes": {k: int(v) for k, v in entry.params.items()
                                                                        if k in definition.axes},
@@ -208,10 +209,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path) -> tuple[Path, Path]:
     import triton
 
     run_dir, out = Path(run_dir), Path(out_dir)
-    summary_path = run_dir / "summary.json"
-    if not summary_path.is_file():
-        raise TaskError(f"{run_dir} has no summary.json: the run has not finished an iteration")
-    summary = json.loads(summary_path.read_text())
+    summary = read_summary(run_dir)
     best = json.loads((run_dir / "candidates" / summary["best_id"] / "result.json").read_text())
     baseline = json.loads((run_dir / "candidates" / "baseline" / "result.json").read_text())
     source = (run_dir / "best_kernel.py").read_text()

@@ -14,6 +14,7 @@ import json
 import shutil
 from pathlib import Path
 
+from evals.interop import read_summary
 from tools.task import TaskError, load_task
 
 TEMPLATE = Path(__file__).with_name("kernelbench_reference.py")
@@ -110,10 +111,7 @@ def solution_source(task_dir: str | Path, kernel_source: str) -> str:
 
 def export_run(run_dir: str | Path, out_file: str | Path) -> Path:
     run_dir = Path(run_dir)
-    summary_path = run_dir / "summary.json"
-    if not summary_path.is_file():
-        raise TaskError(f"{run_dir} has no summary.json: the run has not finished an iteration")
-    task_dir = json.loads(summary_path.read_text())["task_dir"]
+    task_dir = read_summary(run_dir)["task_dir"]
     out = Path(out_file)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(solution_source(task_dir, (run_dir / "best_kernel.py").read_text()))

@@ -37,3 +37,8 @@ def compiled_reference_source(task: Task) -> str:
             + _LOAD.format(path=path)
             + "\n_compiled = torch.compile(_reference.reference, dynamic=False)\n"
             + f"\n\ndef {task.spec.entry_point}(*inputs):\n    return _compiled(*inputs)\n")
+
+
+def torch_comparators(task: Task) -> dict[str, str]:
+    """What reports compare kernels with: torch.compile of the reference, and eager PyTorch."""
+    return {"torch_compile": compiled_reference_source(task), "eager": reference_source(task)}
