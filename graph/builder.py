@@ -2,7 +2,7 @@
 Studio and `graph.invoke`; the CLI compiles the same builder with a SQLite checkpointer.
 
     setup -> recall -> planner (Send per beam member) -> dispatch
-          -> candidate (Send per plan x K: executor -> profiler <-> fixer)
+          -> candidate (Send per plan x K: executor -> profiler <-> fixer; profiler -> autotune)
           -> selector -> summarizer -> recall | END
 """
 
@@ -14,6 +14,7 @@ from langgraph.graph.state import CompiledStateGraph
 from graph.context import RunContext
 from graph.routing import after_profiler, after_setup, after_summarizer, to_planners, to_samples
 from graph.state import CandidateOutput, CandidateState, RunState
+from nodes.autotune import autotune
 from nodes.executor import executor
 from nodes.fixer import fixer
 from nodes.planner import planner
@@ -29,9 +30,11 @@ def build_candidate_graph() -> CompiledStateGraph:
     sub.add_node("executor", executor)
     sub.add_node("profiler", profiler)
     sub.add_node("fixer", fixer)
+    sub.add_node("autotune", autotune)
     sub.add_edge(START, "executor")
     sub.add_edge("executor", "profiler")
-    sub.add_conditional_edges("profiler", after_profiler, ["fixer", END])
+    sub.add_conditional_edges("profiler", after_profiler, ["fixer", "autotune", END])
+    sub.add_edge("autotune", END)
     sub.add_edge("fixer", "profiler")
     return sub.compile(name="candidate")
 

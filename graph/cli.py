@@ -42,6 +42,7 @@ def optimize(
     samples: Opt[Optional[int], typer.Option("--samples", "-K", min=1, help="Kernels per plan")] = None,
     fixes: Opt[Optional[int], typer.Option("--fixes", "-F", min=0, help="Fix attempts per kernel")] = None,
     iterations: Opt[Optional[int], typer.Option("--iterations", "-T", min=1, help="Iterations")] = None,
+    autotune: Opt[Optional[int], typer.Option(min=0, help="Search up to N launch configurations of each verified kernel")] = None,
     model: Opt[Optional[str], typer.Option(help="PROVIDER:NAME for every role (openai, vllm, sglang, ollama, tuner)")] = None,
     base_url: Opt[Optional[str], typer.Option(help="OpenAI-compatible endpoint, e.g. http://host:8000/v1")] = None,
     planner_model: Opt[Optional[str], typer.Option(help="Model for the planner only")] = None,
@@ -64,7 +65,7 @@ def optimize(
     try:
         task = load_task(task_dir)
         ctx, configured = load_context(
-            config, beams=beams, plans=plans, samples=samples, fixes=fixes, iterations=iterations, model=model,
+            config, beams=beams, plans=plans, samples=samples, fixes=fixes, iterations=iterations, autotune=autotune, model=model,
             base_url=base_url, planner_model=planner_model, executor_model=executor_model,
             fixer_model=fixer_model, summarizer_model=summarizer_model, device=device,
             memory_dir=str(memory) if memory else None, use_memory=False if no_memory else None,

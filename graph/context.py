@@ -19,6 +19,8 @@ class RunContext:
     samples: int = field(default=2, metadata={"description": "K: kernels written per plan"})
     fixes: int = field(default=2, metadata={"description": "F: fix attempts per failed kernel"})
     iterations: int = field(default=3, metadata={"description": "T: iterations"})
+    autotune: int = field(default=0, metadata={
+        "description": "After a kernel verifies, search up to this many launch configurations of it (0: off)"})
 
     model: str = field(default="tuner", metadata={
         "description": "Default model for every role, PROVIDER:NAME (openai, vllm, sglang, ollama, tuner)"})

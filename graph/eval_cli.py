@@ -29,6 +29,7 @@ def eval_suite(
     samples: Opt[Optional[int], typer.Option("--samples", "-K", min=1)] = None,
     fixes: Opt[Optional[int], typer.Option("--fixes", "-F", min=0)] = None,
     iterations: Opt[Optional[int], typer.Option("--iterations", "-T", min=1)] = None,
+    autotune: Opt[Optional[int], typer.Option(min=0, help="Launch configurations searched per verified kernel")] = None,
     model: Opt[Optional[str], typer.Option(help="PROVIDER:NAME for every role")] = None,
     base_url: Opt[Optional[str], typer.Option(help="OpenAI-compatible endpoint")] = None,
     config: Opt[Optional[Path], typer.Option(help="TOML config file")] = None,
@@ -46,7 +47,7 @@ def eval_suite(
         suite_dir = resolve_suite(suite)
         chosen = suite_tasks(suite_dir, [t.strip() for t in tasks.split(",") if t.strip()] if tasks else None)
         ctx, configured = load_context(
-            config, beams=beams, plans=plans, samples=samples, fixes=fixes, iterations=iterations, model=model,
+            config, beams=beams, plans=plans, samples=samples, fixes=fixes, iterations=iterations, autotune=autotune, model=model,
             base_url=base_url, device=device, memory_dir=str(memory) if memory else None,
             use_memory=False if no_memory else None, max_cost_usd=max_cost)
     except (TaskError, ConfigError) as e:

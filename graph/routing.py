@@ -8,6 +8,7 @@ from langgraph.types import Send
 
 from graph.context import RunContext
 from graph.state import CandidateState, RunState, compact
+from nodes.measurements import tried
 from tools.harness.result import FIXABLE
 
 
@@ -17,9 +18,10 @@ def after_setup(state: RunState) -> str:
 
 def to_planners(state: RunState) -> list[Send]:
     """One planner branch per beam member."""
+    measured = tried(state["candidates"])
     return [Send("planner", {"task_dir": state["task_dir"], "iteration": state["iteration"], "member_index": i,
                              "member": compact(state["candidates"][member_id]),
-                             "recalled": state["recalled"].get(member_id, [])})
+                             "recalled": state["recalled"].get(member_id, []), "tried": measured})
             for i, member_id in enumerate(state["beam"])]
 
 
@@ -34,8 +36,11 @@ def to_samples(state: RunState, runtime: Runtime[RunContext]) -> list[Send] | st
 
 
 def after_profiler(state: CandidateState, runtime: Runtime[RunContext]) -> str:
-    """The fix-retry loop: back to the fixer while the attempt failed fixably and F is not spent."""
+    """The fix-retry loop: back to the fixer while the attempt failed fixably and F is not spent;
+    a verified kernel goes on to the launch-configuration search when --autotune N asks for it."""
     status = state["current"]["status"]
+    if status == "verified":
+        return "autotune" if runtime.context.autotune > 0 else END
     return "fixer" if status in FIXABLE and state["fixes"] < runtime.context.fixes else END
 
 

@@ -38,6 +38,7 @@ class PlannerInput(TypedDict):
     member_index: int
     member: dict
     recalled: list[dict]
+    tried: str  # every kernel measured so far in this run, one line each
 
 
 class CandidateState(TypedDict, total=False):
@@ -63,5 +64,5 @@ class CandidateOutput(TypedDict):
 
 def compact(candidate: dict[str, Any]) -> dict[str, Any]:
     """The part of a candidate a branch needs about its parent or the baseline."""
-    keys = ("id", "kind", "source", "status", "workloads", "speedup", "versus", "profile", "timer", "pct_peak", "iteration")
+    keys = ("id", "kind", "plan_title", "source", "status", "workloads", "speedup", "versus", "profile", "timer", "pct_peak", "iteration")
     return {k: candidate.get(k) for k in keys}

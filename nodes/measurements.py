@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import math
 
+from tools.tunables import config_of, format_config
+
+TRIED_LIMIT = 40  # newest first past this: a prompt must stay short
+
 
 def describe(candidate: dict) -> str:
     workloads = candidate.get("workloads") or {}
@@ -33,3 +37,23 @@ def describe(candidate: dict) -> str:
 def mean_pct(workloads: dict, key: str) -> float | None:
     values = [t[key] for t in workloads.values() if t.get(key) is not None]
     return math.fsum(values) / len(values) if values else None
+
+
+def tried(candidates: dict[str, dict]) -> str:
+    """One line per kernel measured in this run (newest last): what it tried, how it fared, and
+    its launch configuration, so that no planner proposes it again."""
+    def order(c: dict) -> tuple:
+        return (c.get("iteration") or 0, c["id"])
+
+    lines = []
+    for cand in sorted((c for c in candidates.values() if c.get("source")), key=order)[-TRIED_LIMIT:]:
+        outcome = cand.get("status") or "pending"
+        if cand.get("speedup_vs_parent") is not None and cand.get("parent_id"):
+            outcome += f", {cand['speedup_vs_parent']:.2f}x vs {cand['parent_id']}"
+        if cand.get("speedup") is not None:
+            outcome += f", {cand['speedup']:.2f}x vs baseline"
+        what = cand.get("plan_title") or ("the starting kernel" if cand["id"] == "baseline" else "")
+        config = config_of(cand["source"])
+        lines.append(f"- {cand['id']}{f' ({what})' if what else ''}: {outcome}"
+                     + (f" [config: {format_config(config)}]" if config else ""))
+    return "\n".join(lines) or "(none yet)"

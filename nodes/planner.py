@@ -23,7 +23,7 @@ def planner(state: PlannerInput, runtime: Runtime[RunContext]) -> dict:
     prompt = render(
         "planner", task_name=task.name, task_description=task.spec.description,
         reference=task.reference_source, member_id=member["id"], source=kernel_text(member),
-        measurements=describe(member), n=ctx.plans, iteration=state["iteration"],
+        measurements=describe(member), tried=state.get("tried") or "(none yet)", n=ctx.plans, iteration=state["iteration"],
         insights="\n".join(f"- ({i.id}) {i.compact()}" for i in insights) or "(none yet)")
     model, spec = chat_model(ctx, "planner")
     messages = [SystemMessage(render("system", role="planner")), HumanMessage(prompt)]

@@ -18,9 +18,9 @@ from memory.features import kernel_class
 from memory.schema import Evidence, Insight, Provenance
 from nodes.common import chat_model, render, task_of
 from nodes.recall import open_store
-from tools.codeparse import strip_reasoning
+from tools.codeparse import plan_title, strip_reasoning
 from tools.llm import LLMCallError, call_model
-from tools.rundir import run_summary, write_summary
+from tools.rundir import append_insights, run_summary, write_summary
 
 POSITIVE = 1.04         # child over parent, and beyond noise
 NEGATIVE = 1 / 1.15     # child regressed this much
@@ -64,17 +64,23 @@ def _parse_reply(reply: str) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
+def bottleneck(candidate: dict) -> str:
+    """What limited a kernel: the profile's reading, else the roofline's bound per workload."""
+    profile = candidate.get("profile") or ""
+    if "reading: " in profile:
+        return profile.split("reading: ", 1)[1].splitlines()[0]
+    bound = sorted({f"{t['bound']}-bound" for t in (candidate.get("workloads") or {}).values() if t.get("bound")})
+    return ", ".join(bound) or "unknown"
+
+
 def build_insight(parent: dict, child: dict, kind: str, plan_text: str, reply: dict | None,
                   evidence: Evidence, provenance: Provenance, author: str) -> Insight:
     before, after = _changed_lines(parent.get("source") or "", child.get("source") or "")
-    fallback_title = plan_text.splitlines()[0].lstrip("#* ").strip()[:80] or "kernel rewrite"
+    fallback_title = plan_title(plan_text) or "kernel rewrite"
     ratio = evidence.speedup
-    profile = parent.get("profile") or ""
-    bound = sorted({f"{t['bound']}-bound" for t in (parent.get("workloads") or {}).values() if t.get("bound")})
     fallback = {
         "kernel_class": kernel_class(parent.get("source") or ""),
-        "bottleneck": (profile.split("reading: ", 1)[1].splitlines()[0] if "reading: " in profile
-                       else ", ".join(bound) or "unknown"),
+        "bottleneck": bottleneck(parent),
         "title": fallback_title if kind == "positive" else f"Avoid: {fallback_title}",
         "lesson": (f"On {evidence.task} ({evidence.hardware}) this change measured {ratio:.2f}x against its "
                    f"parent. Plan: {' '.join(plan_text.split())[:400]}"),
@@ -97,7 +103,8 @@ def summarizer(state: RunState, runtime: Runtime[RunContext]) -> dict:
     plans = {p["id"]: p for p in state.get("plans", [])}
     insights, usage = [], []
     for parent, child, kind in measured_pairs(state, ctx):
-        plan_text = plans.get(child["plan_id"], {}).get("text", "")
+        # an autotuned variant carries its own move; a rewrite, the plan it implemented
+        plan_text = child.get("plan_text") or plans.get(child["plan_id"], {}).get("text", "")
         spread = max((t["iqr_us"] / t["median_us"] for t in child["workloads"].values() if t["median_us"]),
                      default=None)
         evidence = Evidence(speedup=child["speedup_vs_parent"], spread=spread, task=task.name,
@@ -106,7 +113,9 @@ def summarizer(state: RunState, runtime: Runtime[RunContext]) -> dict:
         provenance = Provenance(run_id=state.get("run_dir") or "in-memory", parent_id=parent["id"],
                                 child_id=child["id"], iteration=state["iteration"])
         prompt = render("summarizer", task_name=task.name, backend=task.spec.backend, hardware=evidence.hardware,
-                        speedup=f"{evidence.speedup:.3f}", plan=plan_text, parent_source=parent["source"],
+                        speedup=f"{evidence.speedup:.3f}", plan=plan_text,
+                        workloads=", ".join(child["workloads"]), bottleneck=bottleneck(parent),
+                        baseline_speedup=f"{child.get('speedup') or 1.0:.3f}", parent_source=parent["source"],
                         child_source=child["source"],
                         direction="faster" if kind == "positive" else "slower: a regression",
                         direction_hint="" if kind == "positive" else
@@ -125,6 +134,7 @@ def summarizer(state: RunState, runtime: Runtime[RunContext]) -> dict:
     if store is not None:
         store.add(insights)
     dumped = [i.model_dump() for i in insights]
+    append_insights(state.get("run_dir"), insights)
     final = {**state, "usage": state.get("usage", []) + usage, "insights": state.get("insights", []) + dumped}
     write_summary(state.get("run_dir"), run_summary(final), state["candidates"][state["beam"][0]].get("source"))
     return {"insights": dumped, "usage": usage}

@@ -62,3 +62,9 @@ def split_plans(reply: str, limit: int) -> list[str]:
         return [text][:limit]
     plans = [text[a:b].strip() for a, b in zip(starts, starts[1:] + [len(text)])]
     return [p for p in plans if len(p.splitlines()) > 1 or len(p) > 40][:limit]
+
+
+def plan_title(plan_text: str) -> str:
+    """A plan's first line without its `### Plan n:` header: what the plan tries, in a few words."""
+    first = (plan_text.strip().splitlines() or [""])[0]
+    return re.sub(r"^[#*\s]*(plan\s*\d+\s*[:.\-]\s*)?", "", first, flags=re.I).strip(" *")[:80]

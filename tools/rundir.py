@@ -38,6 +38,17 @@ def write_summary(run_dir: str | None, summary: dict, best_source: str | None) -
         _atomic_write(Path(run_dir) / "best_kernel.py", best_source)
 
 
+def append_insights(run_dir: str | None, insights: list) -> None:
+    """insights.jsonl: every lesson this run wrote, in `accelopt memory import` format, so that a
+    run made with --no-memory can still teach a memory later."""
+    if not run_dir or not insights:
+        return
+    path = Path(run_dir) / "insights.jsonl"
+    with path.open("a") as f:
+        for insight in insights:
+            f.write(insight.model_dump_json() + "\n")
+
+
 def run_summary(state: dict) -> dict:
     """summary.json: written by the summarizer at the end of every iteration."""
     candidates, beam = state["candidates"], state["beam"]

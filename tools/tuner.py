@@ -1,74 +1,86 @@
 """The tuner: a deterministic local policy behind the chat-model interface (`--model tuner`).
 
 It plays planner, executor, fixer and summarizer with no network, through the same graph,
-prompts, harness and memory as an LLM. It moves a kernel's launch tunables: integer keyword
-arguments of `kernel[grid](...)` launches (num_warps, num_stages, tl.constexpr block sizes).
-Edits are located with the AST and spliced into the text, so formatting and comments survive.
-Replies are plain text in the same formats an LLM is asked for; they are labelled as tuner
-output and never presented as model output.
+prompts, harness and memory as an LLM, reading and writing the same text formats. It moves a
+kernel's launch tunables (tools/tunables.py): num_warps, num_stages, tl.constexpr tile sizes.
+
+- planner: first the configurations that recalled lessons measured as best on kernels of the
+  same class ("recipes"), then single-knob steps, in the directions recalled lessons liked
+  first and those they warned against last; never a configuration already measured this run.
+- executor: applies every `NAME` from A to B of the plan to the source (AST edits).
+- fixer: a failed multi-knob move drops its largest step; a failed big single step is halved
+  (geometrically); a failed single step has nothing smaller, and says so with no code.
+- summarizer: a structured lesson: which knobs moved, from what to what, the measured effect,
+  the kernel class, the workloads and the resulting configuration with its speedup over the
+  baseline, which is what the planner of a later run reads back as a recipe.
+
+Replies are labelled "(tuner)"; they are never presented as model output.
 """
 
 from __future__ import annotations
 
-import ast
-import itertools
 import json
+import math
 import re
-from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
+from memory.features import kernel_class
+from tools.tunables import apply_config, config_of, format_config, limits, neighbours, parse_config, steps
+
 _ROLE = re.compile(r"You are the accelopt (\w+)")
 _SECTION_CODE = r"## {title}[^\n]*\n```python\n(.*?)\n```"
 _MOVE = re.compile(r"`(\w+)` from (\d+) to (\d+)")
-_LIMITS = {"num_warps": (1, 32), "num_stages": (1, 6)}
+_RECIPE = re.compile(r"Resulting launch config: ([\w=, ]+?) \(([\d.]+)x over the baseline\)")
+_TRIED = re.compile(r"\[config: ([^\]]*)\]")
+_RESOURCE_ERROR = re.compile(r"(?i)out of resource|shared memory|registers|too many resources")
 
 
-def launch_tunables(source: str) -> dict[str, tuple[int, ast.Constant]]:
-    """Integer keyword arguments of every `kernel[grid](...)` launch: name -> (value, node)."""
-    found: dict[str, tuple[int, ast.Constant]] = {}
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript):
-            for kw in node.keywords:
-                if kw.arg and isinstance(kw.value, ast.Constant) and type(kw.value.value) is int:
-                    found.setdefault(kw.arg, (kw.value.value, kw.value))
-    return found
+def _section(prompt: str, title: str, end: str = "\n## ") -> str:
+    """The text of `## title...` up to the next level-2 heading."""
+    _, found, rest = prompt.partition(f"## {title}")
+    return rest.split(end, 1)[0] if found else ""
 
 
-def set_tunable(source: str, name: str, value: int) -> str:
-    """Replace every launch keyword `name=<int>` with `name=value`, editing only those spans."""
-    lines = source.splitlines(keepends=True)
-    targets = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript):
-            targets += [kw.value for kw in node.keywords
-                        if kw.arg == name and isinstance(kw.value, ast.Constant) and type(kw.value.value) is int]
-    for const in sorted(targets, key=lambda c: (c.lineno, c.col_offset), reverse=True):
-        line = lines[const.lineno - 1]
-        lines[const.lineno - 1] = line[:const.col_offset] + str(value) + line[const.end_col_offset:]
-    return "".join(lines)
+def _code(prompt: str, title: str) -> str | None:
+    match = re.search(_SECTION_CODE.format(title=title), prompt, re.DOTALL)
+    return match.group(1) + "\n" if match else None
 
 
-def candidate_moves(tunables: dict[str, tuple[int, Any]]) -> list[tuple[str, int, int]]:
-    per_knob = []
-    for name, (value, _) in tunables.items():
-        options = [value + 1, value - 1] if name == "num_stages" else [value * 2, value // 2]
-        lo, hi = _LIMITS.get(name, (16, 65536))
-        per_knob.append([(name, value, v) for v in options if lo <= v <= hi and v != value])
-    # Round-robin over knobs, so that N plans explore several knobs rather than one knob twice.
-    return [m for row in itertools.zip_longest(*per_knob) for m in row if m is not None]
+def _moves(text: str) -> dict[str, tuple[int, int]]:
+    return {name: (int(a), int(b)) for name, a, b in _MOVE.findall(text)}
 
 
-def _preferred(moves: list[tuple[str, int, int]], insights_text: str) -> list[tuple[str, int, int]]:
-    """Moves in the direction that recalled positive lessons measured first; avoided ones last."""
+def _describe(moves: dict[str, tuple[int, int]]) -> str:
+    return " and ".join(f"`{n}` from {a} to {b}" for n, (a, b) in moves.items())
+
+
+def recipes(insight_lines: str, config: dict[str, int], klass: str) -> list[tuple[dict[str, int], str]]:
+    """Configurations recalled positive lessons measured on kernels of this class, best first,
+    restricted to the knobs this kernel has: (changes, insight id)."""
+    found = []
+    for line in insight_lines.splitlines():
+        match = _RECIPE.search(line)
+        if not match or "avoid" in line.lower() or klass not in line:
+            continue
+        changes = {k: v for k, v in parse_config(match[1]).items() if k in config and config[k] != v}
+        changes = {k: v for k, v in changes.items() if limits(k)[0] <= v <= limits(k)[1]}
+        ident = re.search(r"\((ins-\w+)\)", line)
+        if changes:
+            found.append((float(match[2]), changes, ident[1] if ident else "a recalled lesson"))
+    found.sort(key=lambda r: -r[0])
+    return [(changes, ident) for _, changes, ident in found]
+
+
+def directions(insight_lines: str) -> tuple[set, set]:
+    """(knob, upward) directions recalled lessons measured as helping, and as hurting."""
     liked, avoided = set(), set()
-    for line in insights_text.splitlines():
+    for line in insight_lines.splitlines():
         for name, a, b in _MOVE.findall(line):
             (avoided if "avoid" in line.lower() else liked).add((name, int(b) > int(a)))
-    key = lambda m: (0 if (m[0], m[2] > m[1]) in liked else 2 if (m[0], m[2] > m[1]) in avoided else 1)  # noqa: E731
-    return sorted(moves, key=key)
+    return liked, avoided
 
 
 class TunerChatModel(BaseChatModel):
@@ -88,54 +100,87 @@ class TunerChatModel(BaseChatModel):
         return ChatResult(generations=[ChatGeneration(message=message)])
 
     def _planner(self, prompt: str) -> str:
-        source = _code(prompt, r"Current kernel")
+        source = _code(prompt, "Current kernel")
         n = int((re.search(r"Propose (\d+) distinct", prompt) or [0, 1])[1])
-        iteration = int((re.search(r"\(iteration (\d+)\)", prompt) or [0, 1])[1])
-        insights = prompt.split("## Lessons recalled", 1)[-1].split("## What to do", 1)[0]
-        moves = _preferred(candidate_moves(launch_tunables(source)), insights) if source else []
-        if not moves:
-            return "(tuner) This kernel exposes no integer launch tunables to move."
-        start = ((iteration - 1) * n) % len(moves)
-        chosen = (moves[start:] + moves[:start])[:n]
-        return "\n\n".join(f"### Plan {i + 1}: {name} {a} -> {b}\n(tuner move) Set the launch parameter "
-                           f"`{name}` from {a} to {b} in every kernel launch."
-                           for i, (name, a, b) in enumerate(chosen))
+        config = config_of(source) if source else {}
+        if not config:
+            return "(tuner) This kernel exposes no launch tunables to move."
+        lessons = _section(prompt, "Lessons recalled")
+        tried = {frozenset(parse_config(m).items()) for m in _TRIED.findall(_section(prompt, "Kernels already"))}
+        tried.add(frozenset(config.items()))
+        liked, avoided = directions(lessons)
+
+        def rank(move: dict[str, int]) -> int:
+            (name, value), = move.items()
+            key = (name, value > config[name])
+            return 0 if key in liked else 2 if key in avoided else 1
+
+        options = [(c, f"following recalled lesson {i}") for c, i in recipes(lessons, config, kernel_class(source))]
+        options += [(m, "one step") for m in sorted(neighbours(config), key=rank)]
+        plans = []
+        for changes, why in options:
+            result = {**config, **changes}
+            if frozenset(result.items()) in tried:
+                continue
+            tried.add(frozenset(result.items()))
+            moves = {k: (config[k], v) for k, v in changes.items()}
+            title = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in moves.items())
+            plans.append(f"### Plan {len(plans) + 1}: {title}\n(tuner move, {why}) Set {_describe(moves)} in the "
+                         f"kernel launch. Resulting launch config: {format_config(result)}.")
+            if len(plans) == n:
+                break
+        return "\n\n".join(plans) or "(tuner) Every neighbouring launch configuration was measured already."
 
     def _executor(self, prompt: str) -> str:
-        source = _code(prompt, r"Current kernel")
-        move = _MOVE.search(prompt.split("## Plan to implement", 1)[-1])
-        if not source or not move:
+        source = _code(prompt, "Current kernel")
+        moves = _moves(_section(prompt, "Plan to implement"))
+        if not source or not moves:
             return "(tuner) The plan names no launch parameter move, so there is no kernel to write."
-        return f"```python\n{set_tunable(source, move[1], int(move[3]))}```"
+        return f"```python\n{apply_config(source, {n: b for n, (a, b) in moves.items()})}```"
 
     def _fixer(self, prompt: str) -> str:
-        source = _code(prompt, r"Kernel that failed")
-        move = _MOVE.search(prompt.split("## Plan that was being implemented", 1)[-1])
-        if not source or not move:
-            return "(tuner) Nothing to revert."
-        name, old, new = move[1], int(move[2]), int(move[3])
-        current = launch_tunables(source).get(name, (new, None))[0]
-        # Shrink a large step halfway back; otherwise revert to the parent's value.
-        shrunk = current // 2 if current > 2 * old else old
-        return f"```python\n{set_tunable(source, name, shrunk)}```"
+        source = _code(prompt, "Kernel that failed")
+        moves = _moves(_section(prompt, "Plan that was being implemented"))
+        current = config_of(source) if source else {}
+        moves = {n: (a, current[n]) for n, (a, _) in moves.items() if n in current and current[n] != a}
+        if not moves:
+            return "(tuner) Nothing to revert: the failed kernel has none of the plan's moves left."
+        span = {n: abs(math.log2(b / a)) if a > 0 and b > 0 else 1.0 for n, (a, b) in moves.items()}
+        if len(moves) > 1:
+            # Drop the biggest step; on a resource error, the biggest growth of a tile or stage count.
+            resource = bool(_RESOURCE_ERROR.search(_section(prompt, "What went wrong")))
+            grown = [n for n, (a, b) in moves.items() if b > a and n != "num_warps"]
+            culprit = max(grown if resource and grown else moves, key=lambda n: span[n])
+            return f"```python\n{apply_config(source, {culprit: moves[culprit][0]})}```"
+        (name, (old, new)), = moves.items()
+        if span[name] <= 1.0 or name == "num_stages" and abs(new - old) <= 1:
+            return (f"(tuner) `{name}` {old} -> {new} is a single step with nothing smaller to try; "
+                    "the parent configuration is already measured.")
+        middle = 2 ** math.ceil((math.log2(old) + math.log2(new)) / 2) if name != "num_stages" \
+            else (old + new + 1) // 2
+        if middle in (old, new):
+            middle = next(v for v in steps(name, new) if (v - new) * (old - new) > 0)
+        return f"```python\n{apply_config(source, {name: middle})}```"
 
     def _summarizer(self, prompt: str) -> str:
-        move = _MOVE.search(prompt.split("## Plan that produced the child", 1)[-1])
+        parent, child = _code(prompt, "Parent kernel"), _code(prompt, "Child kernel")
         speed = re.search(r"ran at ([\d.]+) x", prompt)
-        task = re.search(r"# Task: (\S+)", prompt)
-        if not move or not speed:
+        if not parent or not child or not speed:
             return ""
-        name, a, b = move[1], move[2], move[3]
+        before, after = config_of(parent), config_of(child)
+        moves = {k: (before[k], v) for k, v in after.items() if k in before and before[k] != v}
+        if not moves:
+            return ""  # not a launch-configuration change: the node writes its own plain lesson
         ratio = float(speed[1])
-        verb = "helped" if ratio >= 1 else "hurt"
+        task = (re.search(r"# Task: (\S+)", prompt) or [None, "this task"])[1]
+        workloads = (re.search(r"Workloads: ([^;\n]+)", prompt) or [None, "its workloads"])[1]
+        vs_base = re.search(r"([\d.]+) x the task's baseline", prompt)
+        klass = kernel_class(parent)
+        positive = ratio >= 1
+        recipe = f" Resulting launch config: {format_config(after)} ({float(vs_base[1]):.2f}x over the baseline)." \
+            if positive and vs_base else ""
         return "```json\n" + json.dumps({
-            "title": f"`{name}` from {a} to {b}",
-            "lesson": (f"Moving the launch parameter `{name}` from {a} to {b} {verb}: measured {ratio:.2f}x "
-                       f"on {task[1] if task else 'this task'}."),
-            "bottleneck": "launch configuration", "kernel_class": "unknown",
-            "before": f"{name}={a}", "after": f"{name}={b}"}) + "\n```"
-
-
-def _code(prompt: str, title: str) -> str | None:
-    match = re.search(_SECTION_CODE.format(title=title), prompt, re.DOTALL)
-    return match.group(1) + "\n" if match else None
+            "title": ("" if positive else "Avoid: ") + _describe(moves),
+            "lesson": (f"On {task} ({klass}; workloads {workloads}), moving {_describe(moves)} "
+                       f"{'helped' if positive else 'hurt'}: {ratio:.2f}x against the parent.{recipe}"),
+            "kernel_class": klass, "before": format_config(before), "after": format_config(after)}) + "\n```"

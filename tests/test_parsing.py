@@ -1,8 +1,7 @@
-"""Reply parsing and the tuner's AST edits."""
+"""Reply parsing and profile parsing."""
 
 from tests.scripted import BASELINE, GOOD
 from tools.codeparse import extract_kernel, split_plans
-from tools.tuner import TunerChatModel, candidate_moves, launch_tunables, set_tunable
 
 
 def test_extract_kernel_variants():
@@ -26,33 +25,6 @@ def test_split_plans():
     assert len(split_plans(reply, 2)) == 2
     assert split_plans("just one idea without headers", 3) == ["just one idea without headers"]
     assert split_plans("   ", 3) == []
-
-
-def test_tuner_edits_only_the_tunable_and_keeps_formatting():
-    assert launch_tunables(BASELINE)["num_warps"][0] == 4
-    edited = set_tunable(BASELINE, "num_warps", 8)
-    assert edited == BASELINE.replace("num_warps=4", "num_warps=8")
-    moves = candidate_moves({"num_warps": (4, None), "BLOCK": (256, None)})
-    assert moves[:2] == [("num_warps", 4, 8), ("BLOCK", 256, 512)]
-
-
-def test_tuner_plans_apply_and_fixer_reverts():
-    from langchain_core.messages import HumanMessage, SystemMessage
-
-    tuner = TunerChatModel()
-    planner = tuner.invoke([SystemMessage("You are the accelopt planner."), HumanMessage(
-        f"# Task: softmax (iteration 1)\n## Current kernel (baseline)\n```python\n{BASELINE}```\n"
-        "## Lessons recalled\n(none)\n## What to do\nPropose 2 distinct optimization plans")]).content
-    plans = split_plans(planner, 2)
-    assert len(plans) == 2 and "`num_warps` from 4 to 8" in plans[0]
-    executor = tuner.invoke([SystemMessage("You are the accelopt executor."), HumanMessage(
-        f"## Current kernel\n```python\n{BASELINE}```\n## Plan to implement\n{plans[0]}")]).content
-    assert extract_kernel(executor) == BASELINE.replace("num_warps=4", "num_warps=8")
-    big = BASELINE.replace("num_warps=4", "num_warps=32")
-    fixer = tuner.invoke([SystemMessage("You are the accelopt fixer."), HumanMessage(
-        f"## Plan that was being implemented\nSet `num_warps` from 4 to 32\n"
-        f"## Kernel that failed\n```python\n{big}```\n")]).content
-    assert "num_warps=16" in extract_kernel(fixer)  # shrunk halfway, not dropped
 
 
 def test_ncu_csv_parsing_on_a_fixture():

@@ -1,0 +1,57 @@
+"""autotune (`--autotune N`): after a rewrite verifies, search up to N launch configurations
+of its tunables, so that a good idea with bad constants is not thrown away.
+
+A greedy local search: the single-knob neighbours of the best configuration so far, each timed
+interleaved with that best (and the baseline); a variant that beats it beyond noise becomes the
+new centre. Every variant is a candidate of its own (id `<rewrite>.a<j>`, kind "autotuned",
+parent = the kernel it was derived from), so the selector and the summarizer see them like any
+other kernel. The rewrite records what autotuning added on top of it (`autotune`)."""
+
+from __future__ import annotations
+
+from langgraph.runtime import Runtime
+
+from graph.context import RunContext
+from graph.state import CandidateState
+from nodes.common import task_of
+from nodes.profiler import measure
+from tools.rundir import write_candidate
+from tools.tunables import apply_config, config_of, format_config, neighbours
+
+
+def autotune(state: CandidateState, runtime: Runtime[RunContext]) -> dict:
+    ctx = runtime.context
+    task = task_of(state["task_dir"])
+    rewrite = dict(state["current"])
+    best = rewrite
+    seen = {frozenset(config_of(rewrite["source"]).items()), frozenset(config_of(state["parent"]["source"]).items())}
+    variants: dict[str, dict] = {}
+    queue = neighbours(config_of(best["source"]))
+    while queue and len(variants) < ctx.autotune:
+        centre = config_of(best["source"])
+        changes = queue.pop(0)
+        config = {**centre, **changes}
+        if frozenset(config.items()) in seen:
+            continue
+        seen.add(frozenset(config.items()))
+        moves = " and ".join(f"`{k}` from {centre[k]} to {v}" for k, v in changes.items())
+        variant = {"id": f"{rewrite['id']}.a{len(variants) + 1}", "iteration": state["iteration"],
+                   "parent_id": best["id"], "plan_id": rewrite["plan_id"], "kind": "autotuned",
+                   "autotune_of": rewrite["id"], "plan_title": f"autotune: {moves.replace('`', '')}",
+                   "plan_text": f"(autotune) Set {moves} in the kernel launch. Resulting launch config: "
+                                f"{format_config(config)}.",
+                   "fix_of": None, "fix_attempt": 0, "tokens": 0, "cost_usd": 0.0,
+                   "source": apply_config(best["source"], changes)}
+        variant.update(measure(task, variant["source"], ctx, baseline=state["baseline"], parent=best))
+        write_candidate(state.get("run_dir"), variant)
+        variants[variant["id"]] = variant
+        if variant["status"] == "verified" and variant["beats_parent"]:
+            best = variant
+            queue = neighbours(config)  # re-centre on the new best
+    rewrite["autotune"] = {
+        "tried": len(variants), "verified": sum(v["status"] == "verified" for v in variants.values()),
+        "best_id": best["id"],
+        # speedups over the baseline, each measured interleaved with it: what the search added
+        "gain": (best.get("speedup") or 0) / rewrite["speedup"] if rewrite.get("speedup") else 1.0}
+    write_candidate(state.get("run_dir"), rewrite)
+    return {"current": rewrite, "candidates": {rewrite["id"]: rewrite, **variants}}

@@ -1,0 +1,90 @@
+"""The tuner through the real graph on the CPU interpreter: a short optimization with
+--autotune, insights written and recalled by a later run, and the fix loop driven by an
+invalid configuration. Interpreter times check the pipeline, not GPU performance; these tests
+assert behaviour, never timings."""
+
+import json
+import shutil
+
+import pytest
+
+from graph.builder import build_graph
+from graph.context import RunContext
+from memory.features import kernel_class
+from memory.schema import Evidence, Insight, Provenance
+from memory.store import InsightStore
+from tests.conftest import TASKS
+from tools.tunables import config_of
+
+pytestmark = pytest.mark.slow
+
+
+def run(task_dir, tmp_path, name, **settings):
+    ctx = RunContext(**{"beams": 1, "plans": 2, "samples": 1, "fixes": 0, "iterations": 1, "device": "cpu",
+                        "model": "tuner", "memory_dir": str(tmp_path / "memory"), **settings})
+    return build_graph().compile().invoke({"task_dir": str(task_dir), "run_dir": str(tmp_path / name)}, context=ctx)
+
+
+def test_tuner_optimizes_autotunes_learns_and_a_later_run_recalls(tmp_path):
+    out = run(TASKS / "rmsnorm", tmp_path, "first", iterations=2, autotune=2, learn_from_interpreter=True)
+    cands = out["candidates"]
+    rewrites = [c for c in cands.values() if c.get("plan_title") and c.get("kind") != "autotuned"]
+    variants = [c for c in cands.values() if c.get("kind") == "autotuned"]
+    assert len(rewrites) == 4 and all(c["status"] == "verified" for c in rewrites)
+    # Each verified rewrite was autotuned with at most 2 configurations, recorded on it.
+    for c in rewrites:
+        assert 1 <= c["autotune"]["tried"] <= 2 and c["autotune"]["gain"] > 0
+    for v in variants:  # derived from its rewrite, or from a variant of it that beat the rewrite
+        assert cands[v["autotune_of"]]["kind"] != "autotuned"
+        assert v["parent_id"] == v["autotune_of"] or cands[v["parent_id"]]["autotune_of"] == v["autotune_of"]
+    assert variants and all(config_of(v["source"]) != config_of(cands[v["parent_id"]]["source"]) for v in variants)
+    # The planner never proposed a configuration measured before in the run.
+    planned = [tuple(sorted(config_of(c["source"]).items())) for c in rewrites] + \
+        [tuple(sorted(config_of(cands["baseline"]["source"]).items()))]
+    assert len(planned) == len(set(planned))
+
+    # Lessons were written to the run dir and memory, with the configuration they reached.
+    lines = (tmp_path / "first" / "insights.jsonl").read_text().splitlines()
+    written = [json.loads(line) for line in lines]
+    assert written and len(written) == len(out["insights"])
+    recipes = [i for i in written if i["kind"] == "positive" and "Resulting launch config" in i["lesson"]]
+    assert recipes and all(i["author"] == "tuner:tuner" for i in recipes)
+    kept = [i for i, _ in InsightStore(tmp_path / "memory").all()]
+    stored = {i.id for i in kept}
+    assert {i["id"] for i in written} <= stored | {m for i in kept for m in i.merged_ids}  # near-duplicates merge
+
+    # A later run on another row reduction recalls them and jumps to a recalled configuration first.
+    later = run(TASKS / "layernorm", tmp_path, "second", plans=1, learn_from_interpreter=True)
+    recalled = later["recalled"]["baseline"]
+    assert {i["id"] for i in recalled} & stored
+    assert "following recalled lesson" in later["plans"][0]["text"]
+
+
+def test_fix_loop_repairs_an_invalid_configuration(tmp_path):
+    """A kernel that only compiles with BLOCK <= 512, and a recalled lesson that says 2048: the
+    first kernel fails, and the fixer halves the step until it verifies."""
+    task = tmp_path / "rmsnorm_capped"
+    shutil.copytree(TASKS / "rmsnorm", task)
+    source = (task / "baseline.py").read_text()
+    capped = source.replace("    acc = tl.zeros([BLOCK], dtype=tl.float32)",
+                            "    tl.static_assert(BLOCK <= 512, 'BLOCK must be at most 512')\n"
+                            "    acc = tl.zeros([BLOCK], dtype=tl.float32)", 1).replace("BLOCK=256", "BLOCK=128")
+    assert capped != source
+    (task / "baseline.py").write_text(capped)
+    lesson = Insight(
+        kind="positive", title="`BLOCK` from 256 to 2048 for RMSNorm rows",
+        lesson=(f"On rmsnorm ({kernel_class(capped)}; workloads T4_H64), moving `BLOCK` from 256 to 2048 helped: "
+                "1.50x against the parent. Resulting launch config: BLOCK=2048, num_warps=4 (1.50x over the baseline)."),
+        kernel_class=kernel_class(capped), bottleneck="memory-bound", author="tuner:tuner",
+        evidence=Evidence(speedup=1.5, spread=0.01, hardware="cpu", timer="interpreter_wall", task="rmsnorm",
+                          backend="triton"),
+        provenance=Provenance(run_id="seed", parent_id="a", child_id="b", iteration=1))
+    InsightStore(tmp_path / "memory").add([lesson])
+
+    out = run(task, tmp_path, "run", plans=1, fixes=2)
+    cands = out["candidates"]
+    first, fix1 = cands["i1.m0.p0.k0"], cands["i1.m0.p0.k0.f1"]
+    assert lesson.id in out["plans"][0]["insight_ids"] and "BLOCK 128 -> 2048" in out["plans"][0]["text"]
+    assert first["status"] in ("compile_error", "runtime_error") and "at most 512" in first["error"]
+    assert fix1["fix_of"] == first["id"] and config_of(fix1["source"])["BLOCK"] == 512
+    assert fix1["status"] == "verified" and "i1.m0.p0.k0.f2" not in cands
