@@ -25,8 +25,19 @@ def run(task_dir, tmp_path, name, **settings):
     return build_graph().compile().invoke({"task_dir": str(task_dir), "run_dir": str(tmp_path / name)}, context=ctx)
 
 
+def long_rows(tmp_path, name: str):
+    """A copy of a bundled task whose interpreter rows are long enough that the tile size changes
+    the number of loop trips: a deterministic effect, far above the interpreter's timing noise."""
+    task = tmp_path / name
+    shutil.copytree(TASKS / name, task)
+    spec = json.loads((task / "task.json").read_text())
+    spec["interpreter_workloads"] = [{"name": "T2_H4096", "params": {"M": 2, "H": 4096}}]
+    (task / "task.json").write_text(json.dumps(spec))
+    return task
+
+
 def test_tuner_optimizes_autotunes_learns_and_a_later_run_recalls(tmp_path):
-    out = run(TASKS / "rmsnorm", tmp_path, "first", iterations=2, autotune=2, learn_from_interpreter=True)
+    out = run(long_rows(tmp_path, "rmsnorm"), tmp_path, "first", iterations=2, autotune=2, learn_from_interpreter=True)
     cands = out["candidates"]
     rewrites = [c for c in cands.values() if c.get("plan_title") and c.get("kind") != "autotuned"]
     variants = [c for c in cands.values() if c.get("kind") == "autotuned"]
