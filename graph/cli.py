@@ -122,8 +122,12 @@ def _report(state: dict, run_dir: Path) -> None:
     table.add_row(f"speedup vs {versus}", f"{best.get('speedup') or 1.0:.3f}x{label}")
     if best.get("pct_peak") is not None:
         table.add_row("% of peak", f"{best['pct_peak']:.1f}% datasheet, {best.get('pct_achievable') or 0:.1f}% achievable")
-    statuses = run_summary(state)["statuses"]
-    table.add_row("candidates", ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())))
+    summary = run_summary(state)
+    table.add_row("candidates", ", ".join(f"{k} {v}" for k, v in sorted(summary["statuses"].items())))
+    if summary["autotune"]:
+        tuned = summary["autotune"]
+        table.add_row("autotune", f"{tuned['variants']} configurations over {tuned['rewrites_tuned']} kernels; best = "
+                      f"{tuned['best_rewrite_speedup'] or 1.0:.3f}x rewrite x {tuned['best_autotune_gain']:.3f}x autotune")
     table.add_row("tokens / cost", f"{spent['input_tokens']:,} in, {spent['output_tokens']:,} out, ${spent['cost_usd']:.4f}")
     table.add_row("insights stored", str(len(state.get("insights", []))))
     console.print(table)

@@ -172,5 +172,5 @@ def test_an_unusable_summarizer_reply_still_yields_a_lesson():
     for reply in ("", "I think it got faster.", '```json\n{"title": ""}\n```', '{"lesson": 5'):
         made = build_insight(parent, child, "positive", "### Plan 1: use exp2\nfold log2(e)", _parse_reply(reply),
                              evidence, provenance, "openai:some-model")
-        assert made.lesson and made.title == "Plan 1: use exp2"
+        assert made.lesson and made.title == "use exp2"
         assert made.after == "x = tl.exp2(x * LOG2E)" and made.bottleneck == "memory-bound"

@@ -7,6 +7,7 @@ leaves every evaluated candidate on disk.
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -69,6 +70,25 @@ def run_summary(state: dict) -> dict:
         "best_pct_achievable": best.get("pct_achievable"), "beam": beam,
         "candidates_evaluated": len(candidates) - 1, "statuses": statuses, "usage": spent,
         "iterations": state.get("history", []), "insights": len(state.get("insights", [])),
+        "autotune": autotune_summary(candidates, best),
         "note": ("timer interpreter_wall: CPU Triton-interpreter times, not GPU performance"
                  if best.get("timer") == "interpreter_wall" else None),
+    }
+
+
+def autotune_summary(candidates: dict[str, dict], best: dict) -> dict | None:
+    """What --autotune added, apart from the rewrites: per tuned rewrite, the best variant's
+    speedup over the rewrite (both against the baseline); and the best kernel's split."""
+    tuned = [c for c in candidates.values() if c.get("autotune")]
+    if not tuned:
+        return None
+    gains = [c["autotune"]["gain"] for c in tuned if c["autotune"].get("gain")]
+    origin = candidates.get(best.get("autotune_of") or "")
+    return {
+        "rewrites_tuned": len(tuned), "variants": sum(c["autotune"]["tried"] for c in tuned),
+        "gain_geomean": math.exp(sum(math.log(g) for g in gains) / len(gains)) if gains else None,
+        "best_is_autotuned": origin is not None,
+        # best speedup = rewrite speedup x autotune gain
+        "best_rewrite_speedup": origin.get("speedup") if origin else best.get("speedup"),
+        "best_autotune_gain": (best.get("speedup") or 0) / origin["speedup"] if origin and origin.get("speedup") else 1.0,
     }
