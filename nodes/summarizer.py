@@ -27,22 +27,33 @@ NEGATIVE = 1 / 1.15     # child regressed this much
 MAX_PER_ITERATION = 8
 
 
-def measured_pairs(state: RunState, ctx: RunContext) -> list[tuple[dict, dict, str]]:
+def measured_pairs(state: RunState, ctx: RunContext) -> list[tuple[dict, dict, str, float]]:
+    """(parent, child, kind, measured child/parent ratio) for this iteration's clear wins and
+    regressions, plus the whole way from the baseline to a new best kernel: the step that made
+    a new best is often small, but the configuration it reached is the lesson a later run wants."""
+    candidates = state["candidates"]
     pairs = []
-    for child in state["candidates"].values():
+    for child in candidates.values():
         if child.get("iteration") != state["iteration"] or child.get("status") != "verified":
             continue
         if child.get("timer") == "interpreter_wall" and not ctx.learn_from_interpreter:
             continue  # interpreter times say nothing about GPU performance
         ratio = child.get("speedup_vs_parent")
-        if ratio is None or state["candidates"][child["parent_id"]].get("kind") == "reference":
+        if ratio is None or candidates[child["parent_id"]].get("kind") == "reference":
             continue  # a first kernel against eager PyTorch teaches nothing about rewriting kernels
         if ratio >= POSITIVE and child.get("beats_parent"):
-            pairs.append((state["candidates"][child["parent_id"]], child, "positive"))
+            pairs.append((candidates[child["parent_id"]], child, "positive", ratio))
         elif ratio <= NEGATIVE and child.get("loses_to_parent"):
-            pairs.append((state["candidates"][child["parent_id"]], child, "negative"))
-    pairs.sort(key=lambda p: -abs(p[1]["speedup_vs_parent"] - 1.0))
-    return pairs[:MAX_PER_ITERATION]
+            pairs.append((candidates[child["parent_id"]], child, "negative", ratio))
+    pairs.sort(key=lambda p: -abs(p[3] - 1.0))
+    pairs = pairs[:MAX_PER_ITERATION]
+    best, baseline = candidates[state["beam"][0]], candidates[state["baseline_id"]]
+    vs_baseline = (best.get("versus") or {}).get("baseline") or {}
+    if (best.get("iteration") == state["iteration"] and best.get("parent_id") != baseline["id"]
+            and baseline.get("kind") != "reference" and (best.get("speedup") or 0) >= POSITIVE
+            and vs_baseline.get("faster") and (best.get("timer") != "interpreter_wall" or ctx.learn_from_interpreter)):
+        pairs.append((baseline, best, "positive", best["speedup"]))
+    return pairs
 
 
 def _changed_lines(before: str, after: str) -> tuple[str, str]:
@@ -102,12 +113,14 @@ def summarizer(state: RunState, runtime: Runtime[RunContext]) -> dict:
     task = task_of(state["task_dir"])
     plans = {p["id"]: p for p in state.get("plans", [])}
     insights, usage = [], []
-    for parent, child, kind in measured_pairs(state, ctx):
+    for parent, child, kind, ratio in measured_pairs(state, ctx):
         # an autotuned variant carries its own move; a rewrite, the plan it implemented
         plan_text = child.get("plan_text") or plans.get(child["plan_id"], {}).get("text", "")
+        if parent["id"] != child["parent_id"]:
+            plan_text = f"Every change from the baseline to the best kernel so far ({child['id']}); last step: {plan_text}"
         spread = max((t["iqr_us"] / t["median_us"] for t in child["workloads"].values() if t["median_us"]),
                      default=None)
-        evidence = Evidence(speedup=child["speedup_vs_parent"], spread=spread, task=task.name,
+        evidence = Evidence(speedup=ratio, spread=spread, task=task.name,
                             backend=task.spec.backend, hardware=child.get("device_name") or child["device"],
                             timer=child["timer"])
         provenance = Provenance(run_id=state.get("run_dir") or "in-memory", parent_id=parent["id"],

@@ -174,3 +174,25 @@ def test_an_unusable_summarizer_reply_still_yields_a_lesson():
                              evidence, provenance, "openai:some-model")
         assert made.lesson and made.title == "use exp2"
         assert made.after == "x = tl.exp2(x * LOG2E)" and made.bottleneck == "memory-bound"
+
+
+def test_a_new_best_reached_by_a_small_step_is_learned_from_the_baseline():
+    """The last step to a new best is often below the lesson threshold; the whole way from the
+    baseline is a measured pair of its own, so the configuration it reached is not lost."""
+    from graph.context import RunContext
+    from nodes.summarizer import measured_pairs
+
+    def cand(cid, parent, iteration, speedup, vs_parent, **extra):
+        return {"id": cid, "parent_id": parent, "iteration": iteration, "status": "verified", "timer": "cuda_event",
+                "speedup": speedup, "speedup_vs_parent": vs_parent, "beats_parent": vs_parent > 1.03,
+                "loses_to_parent": vs_parent < 0.97, "versus": {"baseline": {"faster": speedup > 1.03}}, **extra}
+
+    candidates = {"baseline": cand("baseline", None, 0, 1.0, 1.0, kind="kernel"),
+                  "i1": cand("i1", "baseline", 1, 1.30, 1.30), "i2": cand("i2", "i1", 2, 1.33, 1.02),
+                  "i2b": cand("i2b", "i1", 2, 0.90, 0.69)}
+    state = {"iteration": 2, "candidates": candidates, "beam": ["i2", "i1"], "baseline_id": "baseline"}
+    pairs = [(p["id"], c["id"], kind, ratio) for p, c, kind, ratio in measured_pairs(state, RunContext())]
+    assert pairs == [("i1", "i2b", "negative", 0.69), ("baseline", "i2", "positive", 1.33)]
+    # A best that did not change this iteration, or one step from the baseline, adds nothing.
+    state["beam"] = ["i1"]
+    assert [kind for _, _, kind, _ in measured_pairs(state, RunContext())] == ["negative"]

@@ -1,6 +1,6 @@
 """Reply parsing and profile parsing."""
 
-from tests.scripted import BASELINE, GOOD
+from tests.scripted import GOOD
 from tools.codeparse import extract_kernel, split_plans
 
 

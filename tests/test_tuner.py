@@ -84,23 +84,31 @@ def test_planner_skips_measured_configs_and_orders_by_recalled_directions():
                                               f"## Plan to implement\n{plans[0]}\n## Rules\n"))
     assert config_of(executed) == {"BLOCK": 512, "num_warps": 4, "num_stages": 3}
     tried = "- i1.m0.p0.k0 (BLOCK 256 -> 512): verified [config: BLOCK=512, num_warps=4, num_stages=3]"
-    lessons = ("- (ins-1) [0.70x on layernorm] avoid: Avoid: `num_warps` from 4 to 8: hurt\n"
-               "- (ins-2) [1.20x on softmax] `num_stages` from 3 to 2: helped")
+    lessons = ("- (ins-1) [0.70x on layernorm] avoid: Avoid: `num_warps` from 4 to 8: hurt. Starting launch "
+               "config: BLOCK=256, num_warps=4.\n"
+               "- (ins-2) [1.20x on softmax] `num_stages` from 3 to 2: helped\n"
+               # measured from another tile size: does not apply to this kernel
+               "- (ins-3) [1.30x on rmsnorm] `BLOCK` from 256 to 128: helped. Starting launch config: BLOCK=256, "
+               "num_warps=16.")
     plans = split_plans(ask("planner", planner_prompt(RMSNORM, 6, lessons, tried)), 6)
     titles = [p.splitlines()[0].split(": ", 1)[1] for p in plans]
     assert "BLOCK 256 -> 512" not in titles  # measured already
-    assert titles[0] == "num_stages 3 -> 2" and titles[-1] == "num_warps 4 -> 8"
+    assert titles == ["num_stages 3 -> 2", "num_stages 3 -> 4", "BLOCK 256 -> 128", "num_warps 4 -> 2",
+                      "num_warps 4 -> 8"]
 
 
 def test_planner_jumps_to_recalled_configurations_of_the_same_kernel_class():
-    lessons = (f"- (ins-a) [1.30x on layernorm] `BLOCK` from 256 to 512: On layernorm ({ROW}; workloads x), ... "
-               f"Resulting launch config: BLOCK=512, num_warps=4 (1.30x over the baseline).\n"
-               f"- (ins-b) [1.10x on layernorm] `num_warps` from 4 to 8: On layernorm ({ROW}; workloads x), ... "
+    lessons = (f"- (ins-b) [1.90x on layernorm] `BLOCK` from 256 to 2048: On layernorm ({ROW}; workloads x), ... "
                f"Resulting launch config: BLOCK=2048, num_warps=8, num_stages=3 (1.90x over the baseline).\n"
+               f"- (ins-a) [1.30x on layernorm] `BLOCK` from 256 to 512: On layernorm ({ROW}; workloads x), ... "
+               f"Resulting launch config: BLOCK=512, num_warps=4 (1.30x over the baseline).\n"
+               f"- (ins-d) [2.00x on decode] x: On decode ({ROW}; w), ... "
+               f"Resulting launch config: BLOCK_N=32, num_warps=2 (2.00x over the baseline).\n"
                f"- (ins-c) [1.50x on gemm] `BLOCK` from 64 to 128: On gemm (GEMM / tiled matrix multiply; w), ... "
                f"Resulting launch config: BLOCK=64, num_warps=2 (3.00x over the baseline).")
     plans = split_plans(ask("planner", planner_prompt(RMSNORM, 3, lessons)), 3)
-    # Best recalled configuration first, as one jump; the GEMM lesson is not applied to a reduction.
+    # Recalled configurations first, in recall order, each as one jump; the GEMM lesson is not
+    # applied to a reduction, nor the decode lesson about another tile (BLOCK_N) to this BLOCK.
     assert plans[0].startswith("### Plan 1: BLOCK 256 -> 2048, num_warps 4 -> 8") and "ins-b" in plans[0]
     assert plans[1].startswith("### Plan 2: BLOCK 256 -> 512") and "ins-a" in plans[1]
     assert "one step" in plans[2] and "num_warps 4 -> 2" not in plans[2]

@@ -4,9 +4,10 @@ It plays planner, executor, fixer and summarizer with no network, through the sa
 prompts, harness and memory as an LLM, reading and writing the same text formats. It moves a
 kernel's launch tunables (tools/tunables.py): num_warps, num_stages, tl.constexpr tile sizes.
 
-- planner: first the configurations that recalled lessons measured as best on kernels of the
-  same class ("recipes"), then single-knob steps, in the directions recalled lessons liked
-  first and those they warned against last; never a configuration already measured this run.
+- planner: first the configurations that recalled lessons reached on kernels of the same
+  class ("recipes"), then single-knob steps, those recalled lessons measured as helping from
+  the same starting configuration first and those they warned against last; never a
+  configuration already measured this run.
 - executor: applies every `NAME` from A to B of the plan to the source (AST edits).
 - fixer: a failed multi-knob move drops its largest step; a failed big single step is halved
   (geometrically); a failed single step has nothing smaller, and says so with no code.
@@ -28,12 +29,13 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
 from memory.features import kernel_class
-from tools.tunables import apply_config, config_of, format_config, limits, neighbours, parse_config, steps
+from tools.tunables import IMPLICIT_DEFAULTS, apply_config, config_of, format_config, limits, neighbours, parse_config, steps
 
 _ROLE = re.compile(r"You are the accelopt (\w+)")
 _SECTION_CODE = r"## {title}[^\n]*\n```python\n(.*?)\n```"
 _MOVE = re.compile(r"`(\w+)` from (\d+) to (\d+)")
 _RECIPE = re.compile(r"Resulting launch config: ([\w=, ]+?) \(([\d.]+)x over the baseline\)")
+_START = re.compile(r"Starting launch config: ([\w=, ]+)\.")
 _TRIED = re.compile(r"\[config: ([^\]]*)\]")
 _RESOURCE_ERROR = re.compile(r"(?i)out of resource|shared memory|registers|too many resources")
 
@@ -58,28 +60,35 @@ def _describe(moves: dict[str, tuple[int, int]]) -> str:
 
 
 def recipes(insight_lines: str, config: dict[str, int], klass: str) -> list[tuple[dict[str, int], str]]:
-    """Configurations recalled positive lessons measured on kernels of this class, best first,
-    restricted to the knobs this kernel has: (changes, insight id)."""
+    """Configurations that recalled positive lessons reached on kernels of this class with the same
+    tiles, in recall order (most relevant first): (changes, insight id)."""
     found = []
     for line in insight_lines.splitlines():
         match = _RECIPE.search(line)
         if not match or "avoid" in line.lower() or klass not in line:
             continue
-        changes = {k: v for k, v in parse_config(match[1]).items() if k in config and config[k] != v}
-        changes = {k: v for k, v in changes.items() if limits(k)[0] <= v <= limits(k)[1]}
+        recipe = parse_config(match[1])
+        if not set(recipe) - set(IMPLICIT_DEFAULTS) <= set(config):
+            continue  # tuned other tiles (BLOCK_N where this kernel has BLOCK): not this kernel's recipe
+        changes = {k: v for k, v in recipe.items() if k in config and config[k] != v
+                   and limits(k)[0] <= v <= limits(k)[1]}
         ident = re.search(r"\((ins-\w+)\)", line)
         if changes:
-            found.append((float(match[2]), changes, ident[1] if ident else "a recalled lesson"))
-    found.sort(key=lambda r: -r[0])
-    return [(changes, ident) for _, changes, ident in found]
+            found.append((changes, ident[1] if ident else "a recalled lesson"))
+    return found
 
 
-def directions(insight_lines: str) -> tuple[set, set]:
-    """(knob, upward) directions recalled lessons measured as helping, and as hurting."""
+def directions(insight_lines: str, config: dict[str, int]) -> tuple[set, set]:
+    """Moves (knob, from, to) that recalled lessons measured as helping, and as hurting, where
+    they apply: a lesson that names its starting configuration applies only from one that
+    agrees with this kernel's (4 -> 8 warps may hurt at a small tile and help at a large one)."""
     liked, avoided = set(), set()
     for line in insight_lines.splitlines():
+        start = _START.search(line)
+        if start and any(config.get(k, v) != v for k, v in parse_config(start[1]).items()):
+            continue
         for name, a, b in _MOVE.findall(line):
-            (avoided if "avoid" in line.lower() else liked).add((name, int(b) > int(a)))
+            (avoided if "avoid" in line.lower() else liked).add((name, int(a), int(b)))
     return liked, avoided
 
 
@@ -108,11 +117,11 @@ class TunerChatModel(BaseChatModel):
         lessons = _section(prompt, "Lessons recalled")
         tried = {frozenset(parse_config(m).items()) for m in _TRIED.findall(_section(prompt, "Kernels already"))}
         tried.add(frozenset(config.items()))
-        liked, avoided = directions(lessons)
+        liked, avoided = directions(lessons, config)
 
         def rank(move: dict[str, int]) -> int:
             (name, value), = move.items()
-            key = (name, value > config[name])
+            key = (name, config[name], value)
             return 0 if key in liked else 2 if key in avoided else 1
 
         options = [(c, f"following recalled lesson {i}") for c, i in recipes(lessons, config, kernel_class(source))]
@@ -182,5 +191,6 @@ class TunerChatModel(BaseChatModel):
         return "```json\n" + json.dumps({
             "title": ("" if positive else "Avoid: ") + _describe(moves),
             "lesson": (f"On {task} ({klass}; workloads {workloads}), moving {_describe(moves)} "
-                       f"{'helped' if positive else 'hurt'}: {ratio:.2f}x against the parent.{recipe}"),
+                       f"{'helped' if positive else 'hurt'}: {ratio:.2f}x against the parent. "
+                       f"Starting launch config: {format_config(before)}.{recipe}"),
             "kernel_class": klass, "before": format_config(before), "after": format_config(after)}) + "\n```"
