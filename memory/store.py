@@ -50,11 +50,15 @@ def default_memory_dir() -> Path:
     return Path(user_data_dir("accelopt")) / "memory"
 
 
-def strength(insight: Insight) -> float:
-    """Evidence strength: the size of the measured effect, more for repeated support, less for spread."""
+def evidence_strength(insight: Insight) -> float:
+    """One measurement's strength: the size of the measured effect, less for spread."""
     effect = abs(math.log(max(insight.evidence.speedup, 1e-6)))
-    spread = insight.evidence.spread or 0.0
-    return effect * (1.0 + math.log(insight.support)) / (1.0 + 10.0 * spread)
+    return effect / (1.0 + 10.0 * (insight.evidence.spread or 0.0))
+
+
+def strength(insight: Insight) -> float:
+    """A lesson's strength: its evidence, more for repeated support."""
+    return evidence_strength(insight) * (1.0 + math.log(insight.support))
 
 
 def embedding_text(insight: Insight) -> str:
@@ -144,7 +148,9 @@ class InsightStore:
         twin = self._nearest_duplicate(collection, insight, vector)
         if twin is not None:
             stored, stored_meta = twin
-            stronger = insight if strength(insight) > strength(stored) else stored
+            # the stronger evidence's text, judged on the evidence alone: the stored lesson's
+            # growing support must not keep a weaker measurement's text forever
+            stronger = insight if evidence_strength(insight) > evidence_strength(stored) else stored
             merged = stronger.model_copy(update={
                 "id": stored.id, "support": stored.support + insight.support,
                 "merged_ids": sorted(set(stored.merged_ids + [insight.id] + insight.merged_ids))})

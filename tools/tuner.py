@@ -59,6 +59,12 @@ def _describe(moves: dict[str, tuple[int, int]]) -> str:
     return " and ".join(f"`{n}` from {a} to {b}" for n, (a, b) in moves.items())
 
 
+def _same_tiles(other: dict[str, int], config: dict[str, int]) -> bool:
+    """A lesson's configuration speaks about this kernel only if every tile it names is one of
+    this kernel's (num_warps / num_stages every launch has)."""
+    return set(other) - set(IMPLICIT_DEFAULTS) <= set(config)
+
+
 def recipes(insight_lines: str, config: dict[str, int], klass: str) -> list[tuple[dict[str, int], str]]:
     """Configurations that recalled positive lessons reached on kernels of this class with the same
     tiles, in recall order (most relevant first): (changes, insight id)."""
@@ -68,7 +74,7 @@ def recipes(insight_lines: str, config: dict[str, int], klass: str) -> list[tupl
         if not match or "avoid" in line.lower() or klass not in line:
             continue
         recipe = parse_config(match[1])
-        if not set(recipe) - set(IMPLICIT_DEFAULTS) <= set(config):
+        if not _same_tiles(recipe, config):
             continue  # tuned other tiles (BLOCK_N where this kernel has BLOCK): not this kernel's recipe
         changes = {k: v for k, v in recipe.items() if k in config and config[k] != v
                    and limits(k)[0] <= v <= limits(k)[1]}
@@ -84,8 +90,9 @@ def directions(insight_lines: str, config: dict[str, int]) -> tuple[set, set]:
     agrees with this kernel's (4 -> 8 warps may hurt at a small tile and help at a large one)."""
     liked, avoided = set(), set()
     for line in insight_lines.splitlines():
-        start = _START.search(line)
-        if start and any(config.get(k, v) != v for k, v in parse_config(start[1]).items()):
+        start = parse_config(_START.search(line)[1]) if _START.search(line) else None
+        if start is not None and not _same_tiles(start, config) or any(config.get(k, v) != v for k, v in
+                                                                      (start or {}).items()):
             continue
         for name, a, b in _MOVE.findall(line):
             (avoided if "avoid" in line.lower() else liked).add((name, int(a), int(b)))
