@@ -10,8 +10,8 @@ Protocol (leave one task out):
    (geometric mean over workloads of the median). A run's evaluations-to-target is the number
    of kernels it had evaluated, in plan order, when one first came within 5% of it.
 A task "resembles" the memory when another task of the suite has the same kernel class
-(memory.features.kernel_class of its baseline): those are where recall should help; on the
-others it must not hurt. On a GPU, the cold phase also times each best kernel against
+(memory.features.kernel_class of its baseline) and the same tunables: those are where recall
+should help; on the others it must not hurt. On a GPU, the cold phase also times each best kernel against
 torch.compile, for the per-task table of % of peak.
 """
 
@@ -32,6 +32,7 @@ from rich.console import Console  # noqa: E402
 from graph.context import RunContext  # noqa: E402
 from memory.features import kernel_class  # noqa: E402
 from tools.task import load_task  # noqa: E402
+from tools.tunables import config_of  # noqa: E402
 
 TARGET = 1.05          # within 5% of the best-found latency
 NOT_EVALUATED = {"no_code", "llm_error", None}
@@ -79,7 +80,10 @@ def baseline_latency(run_dir: Path) -> float | None:
 
 def compare(cold: Path, warm: Path, tasks: list[Path]) -> list[dict]:
     """One row per task: evaluations-to-target with and without memory."""
-    classes = {t.name: kernel_class(load_task(t).baseline_source or "") for t in tasks}
+    # What lessons can carry over to: the kernel class and the tunables (a tile named BLOCK_N
+    # says nothing about a BLOCK). Decided from the baselines, before any result.
+    classes = {t.name: (kernel_class(source), frozenset(config_of(source)))
+               for t in tasks for source in [load_task(t).baseline_source or ""]}
     rows = []
     for task in tasks:
         traces = {phase: evaluation_trace(root / task.name) if (root / task.name / "candidates").is_dir() else []
@@ -87,7 +91,7 @@ def compare(cold: Path, warm: Path, tasks: list[Path]) -> list[dict]:
         baselines = [b for b in (baseline_latency(root / task.name) for root in (cold, warm)) if b]
         found = [c["latency_us"] for t in traces.values() for c in t if c["latency_us"] is not None] + baselines
         best = min(found) if found else None
-        row = {"task": task.name, "kernel_class": classes[task.name],
+        row = {"task": task.name, "kernel_class": classes[task.name][0], "tunables": sorted(classes[task.name][1]),
                "resembles": sum(c == classes[task.name] for c in classes.values()) > 1,
                "best_us": best, "baseline_us": baselines[0] if baselines else None}
         for phase, trace in traces.items():

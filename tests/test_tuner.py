@@ -84,12 +84,15 @@ def test_planner_skips_measured_configs_and_orders_by_recalled_directions():
                                               f"## Plan to implement\n{plans[0]}\n## Rules\n"))
     assert config_of(executed) == {"BLOCK": 512, "num_warps": 4, "num_stages": 3}
     tried = "- i1.m0.p0.k0 (BLOCK 256 -> 512): verified [config: BLOCK=512, num_warps=4, num_stages=3]"
-    lessons = ("- (ins-1) [0.70x on layernorm] avoid: Avoid: `num_warps` from 4 to 8: hurt. Starting launch "
-               "config: BLOCK=256, num_warps=4.\n"
+    lessons = (f"- (ins-1) [0.70x on layernorm] avoid: Avoid: `num_warps` from 4 to 8: On layernorm ({ROW}), hurt. "
+               "Starting launch config: BLOCK=256, num_warps=4.\n"
+               # the same move measured on a GEMM: another class, so it does not apply here
+               "- (ins-4) [1.50x on gemm] `num_warps` from 4 to 2: On gemm (GEMM / tiled matrix multiply), helped. "
+               "Starting launch config: num_warps=4.\n"
                "- (ins-2) [1.20x on softmax] `num_stages` from 3 to 2: helped\n"
                # measured from another tile size: does not apply to this kernel
-               "- (ins-3) [1.30x on rmsnorm] `BLOCK` from 256 to 128: helped. Starting launch config: BLOCK=256, "
-               "num_warps=16.")
+               f"- (ins-3) [1.30x on rmsnorm] `BLOCK` from 256 to 128: On rmsnorm ({ROW}), helped. Starting launch "
+               "config: BLOCK=256, num_warps=16.")
     plans = split_plans(ask("planner", planner_prompt(RMSNORM, 6, lessons, tried)), 6)
     titles = [p.splitlines()[0].split(": ", 1)[1] for p in plans]
     assert "BLOCK 256 -> 512" not in titles  # measured already

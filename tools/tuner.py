@@ -84,15 +84,16 @@ def recipes(insight_lines: str, config: dict[str, int], klass: str) -> list[tupl
     return found
 
 
-def directions(insight_lines: str, config: dict[str, int]) -> tuple[set, set]:
+def directions(insight_lines: str, config: dict[str, int], klass: str) -> tuple[set, set]:
     """Moves (knob, from, to) that recalled lessons measured as helping, and as hurting, where
-    they apply: a lesson that names its starting configuration applies only from one that
-    agrees with this kernel's (4 -> 8 warps may hurt at a small tile and help at a large one)."""
+    they apply: a lesson that names its starting configuration applies only to a kernel of its
+    class with the same tiles, from a configuration that agrees (4 -> 8 warps may hurt at a
+    small tile and help at a large one)."""
     liked, avoided = set(), set()
     for line in insight_lines.splitlines():
         start = parse_config(_START.search(line)[1]) if _START.search(line) else None
-        if start is not None and not _same_tiles(start, config) or any(config.get(k, v) != v for k, v in
-                                                                      (start or {}).items()):
+        if start is not None and (klass not in line or not _same_tiles(start, config)
+                                  or any(config.get(k, v) != v for k, v in start.items())):
             continue
         for name, a, b in _MOVE.findall(line):
             (avoided if "avoid" in line.lower() else liked).add((name, int(a), int(b)))
@@ -124,7 +125,7 @@ class TunerChatModel(BaseChatModel):
         lessons = _section(prompt, "Lessons recalled")
         tried = {frozenset(parse_config(m).items()) for m in _TRIED.findall(_section(prompt, "Kernels already"))}
         tried.add(frozenset(config.items()))
-        liked, avoided = directions(lessons, config)
+        liked, avoided = directions(lessons, config, kernel_class(source))
 
         def rank(move: dict[str, int]) -> int:
             (name, value), = move.items()
