@@ -86,6 +86,9 @@ def test_planner_skips_measured_configs_and_orders_by_recalled_directions():
     tried = "- i1.m0.p0.k0 (BLOCK 256 -> 512): verified [config: BLOCK=512, num_warps=4, num_stages=3]"
     lessons = (f"- (ins-1) [0.70x on layernorm] avoid: Avoid: `num_warps` from 4 to 8: On layernorm ({ROW}), hurt. "
                "Starting launch config: BLOCK=256, num_warps=4.\n"
+               # a row reduction with no tile at all (softmax): says nothing about one with a BLOCK
+               f"- (ins-5) [0.60x on softmax] avoid: Avoid: `num_warps` from 4 to 2: On softmax ({ROW}), hurt. "
+               "Starting launch config: num_warps=4.\n"
                # the same move measured on a GEMM: another class, so it does not apply here
                "- (ins-4) [1.50x on gemm] `num_warps` from 4 to 2: On gemm (GEMM / tiled matrix multiply), helped. "
                "Starting launch config: num_warps=4.\n"

@@ -60,9 +60,10 @@ def _describe(moves: dict[str, tuple[int, int]]) -> str:
 
 
 def _same_tiles(other: dict[str, int], config: dict[str, int]) -> bool:
-    """A lesson's configuration speaks about this kernel only if every tile it names is one of
-    this kernel's (num_warps / num_stages every launch has)."""
-    return set(other) - set(IMPLICIT_DEFAULTS) <= set(config)
+    """A lesson's configuration speaks about this kernel only if it tuned the same tiles
+    (num_warps / num_stages every launch has): BLOCK_N says nothing about a BLOCK, and a
+    kernel with no tile at all says little about one that has some."""
+    return set(other) - set(IMPLICIT_DEFAULTS) == set(config) - set(IMPLICIT_DEFAULTS)
 
 
 def recipes(insight_lines: str, config: dict[str, int], klass: str) -> list[tuple[dict[str, int], str]]:
