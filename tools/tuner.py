@@ -35,6 +35,7 @@ _ROLE = re.compile(r"You are the accelopt (\w+)")
 _SECTION_CODE = r"## {title}[^\n]*\n```python\n(.*?)\n```"
 _MOVE = re.compile(r"`(\w+)` from (\d+) to (\d+)")
 _RECIPE = re.compile(r"Resulting launch config: ([\w=, ]+?) \(([\d.]+)x over the baseline\)")
+_AVOID = re.compile(r"\] avoid: ")  # how Insight.compact() marks a negative lesson
 _START = re.compile(r"Starting launch config: ([\w=, ]+)\.")
 _TRIED = re.compile(r"\[config: ([^\]]*)\]")
 _RESOURCE_ERROR = re.compile(r"(?i)out of resource|shared memory|registers|too many resources")
@@ -72,7 +73,7 @@ def recipes(insight_lines: str, config: dict[str, int], klass: str) -> list[tupl
     found = []
     for line in insight_lines.splitlines():
         match = _RECIPE.search(line)
-        if not match or "avoid" in line.lower() or klass not in line:
+        if not match or _AVOID.search(line) or klass not in line:
             continue
         recipe = parse_config(match[1])
         if not _same_tiles(recipe, config):
@@ -97,7 +98,7 @@ def directions(insight_lines: str, config: dict[str, int], klass: str) -> tuple[
                                   or any(config.get(k, v) != v for k, v in start.items())):
             continue
         for name, a, b in _MOVE.findall(line):
-            (avoided if "avoid" in line.lower() else liked).add((name, int(a), int(b)))
+            (avoided if _AVOID.search(line) else liked).add((name, int(a), int(b)))
     return liked, avoided
 
 
