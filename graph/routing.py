@@ -19,7 +19,8 @@ def after_setup(state: RunState) -> str:
 def to_planners(state: RunState) -> list[Send]:
     """One planner branch per beam member."""
     measured = tried(state["candidates"])
-    return [Send("planner", {"task_dir": state["task_dir"], "iteration": state["iteration"], "member_index": i,
+    return [Send("planner", {"task_dir": state["task_dir"], "run_dir": state.get("run_dir"),
+                             "iteration": state["iteration"], "member_index": i,
                              "member": compact(state["candidates"][member_id]),
                              "recalled": state["recalled"].get(member_id, []), "tried": measured})
             for i, member_id in enumerate(state["beam"])]

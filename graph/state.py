@@ -34,6 +34,7 @@ class PlannerInput(TypedDict):
     """What one planner branch receives through Send: one beam member."""
 
     task_dir: str
+    run_dir: str | None
     iteration: int
     member_index: int
     member: dict

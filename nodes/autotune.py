@@ -42,7 +42,8 @@ def autotune(state: CandidateState, runtime: Runtime[RunContext]) -> dict:
                                 f"{format_config(config)}.",
                    "fix_of": None, "fix_attempt": 0, "tokens": 0, "cost_usd": 0.0,
                    "source": apply_config(best["source"], changes)}
-        variant.update(measure(task, variant["source"], ctx, baseline=state["baseline"], parent=best))
+        variant.update(measure(task, variant["source"], ctx, baseline=state["baseline"], parent=best,
+                               run_dir=state.get("run_dir")))
         write_candidate(state.get("run_dir"), variant)
         variants[variant["id"]] = variant
         if variant["status"] == "verified" and variant["beats_parent"]:

@@ -26,7 +26,8 @@ def generate(state: CandidateState, ctx: RunContext, role: str, prompt: str, att
     messages = [SystemMessage(render("system", role=role)), HumanMessage(prompt)]
     try:
         reply, usage = call_model(model, spec, messages, role=role, candidate_id=attempt["id"],
-                                  iteration=state["iteration"], retry_wait_s=ctx.llm_retry_wait_s)
+                                  iteration=state["iteration"], retry_wait_s=ctx.llm_retry_wait_s,
+                                  run_dir=state.get("run_dir"))
     except LLMCallError as exc:
         attempt.update(status="llm_error", error=str(exc))
         return {"current": attempt, "usage": []}

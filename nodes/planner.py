@@ -29,7 +29,7 @@ def planner(state: PlannerInput, runtime: Runtime[RunContext]) -> dict:
     messages = [SystemMessage(render("system", role="planner")), HumanMessage(prompt)]
     try:
         reply, usage = call_model(model, spec, messages, role="planner", iteration=state["iteration"],
-                                  retry_wait_s=ctx.llm_retry_wait_s)
+                                  retry_wait_s=ctx.llm_retry_wait_s, run_dir=state.get("run_dir"))
     except LLMCallError as exc:
         return {"plans": [], "history": [{"iteration": state["iteration"], "event": "planner_failed",
                                           "member": member["id"], "error": str(exc)}]}

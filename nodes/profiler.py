@@ -10,21 +10,38 @@ from nodes.common import task_of
 from nodes.measurements import mean_pct
 from tools.harness.kernel_profile import profile_kernel
 from tools.harness.runner import evaluate
+from tools.runcache import RunCache, device_fingerprint, digest
 from tools.rundir import write_candidate
 from tools.task import Task
 
 
 def measure(task: Task, source: str, ctx: RunContext, *, baseline: dict | None, parent: dict | None,
-            trusted: bool = False) -> dict:
+            trusted: bool = False, run_dir: str | None = None) -> dict:
     """Evaluate a source, timed interleaved with its parent and the baseline, and return the
     candidate fields the harness decides. Speedups are medians over rounds with a 95% interval;
-    `beats_parent` / `loses_to_parent` hold only when the interval excludes 1."""
+    `beats_parent` / `loses_to_parent` hold only when the interval excludes 1. With a run
+    directory, a result measured before (e.g. before a crash) is reused, never measured again."""
     device = None if ctx.device == "auto" else ctx.device
     compare = {}
     if baseline is not None:
         compare["baseline"] = baseline["source"]
     if parent is not None and parent["id"] != (baseline or {}).get("id"):
         compare["parent"] = parent["source"]
+    cache = RunCache(run_dir)
+    key = digest({"source": source, "task": task.spec.model_dump(), "reference": task.reference_source,
+                  "compare": compare, "trusted": trusted, "profile": ctx.profile,
+                  "device": device_fingerprint(ctx.device)})
+    cached = cache.get("evals", key)
+    if cached is not None:
+        return cached
+    fields = _measure(task, source, ctx, device, compare, baseline, parent, trusted)
+    cache.put("evals", key, fields)
+    cache.log_evaluation(key, {"status": fields["status"], "device": fields["device"]})
+    return fields
+
+
+def _measure(task: Task, source: str, ctx: RunContext, device: str | None, compare: dict, baseline: dict | None,
+             parent: dict | None, trusted: bool) -> dict:
     result = evaluate(task, source, device=device, timeout_s=ctx.eval_timeout_s, compare=compare, trusted=trusted)
     workloads = {k: v.model_dump() for k, v in result.workloads.items()}
     fields = {"status": result.status, "error": result.error, "device": result.device,
@@ -52,6 +69,6 @@ def profiler(state: CandidateState, runtime: Runtime[RunContext]) -> dict:
     current = dict(state["current"])
     if current.get("source"):
         current.update(measure(task_of(state["task_dir"]), current["source"], runtime.context,
-                               baseline=state["baseline"], parent=state["parent"]))
+                               baseline=state["baseline"], parent=state["parent"], run_dir=state.get("run_dir")))
     write_candidate(state.get("run_dir"), current)
     return {"current": current, "candidates": {current["id"]: current}}

@@ -31,7 +31,7 @@ def setup(state: RunState, runtime: Runtime[RunContext]) -> dict:
                 "fix_attempt": 0, "kind": "reference" if from_scratch else "kernel",
                 "source": reference_source(task) if from_scratch else task.baseline_source}
     baseline.update(measure(task, baseline["source"], runtime.context, baseline=None, parent=None,
-                            trusted=from_scratch))
+                            trusted=from_scratch, run_dir=state.get("run_dir")))
     write_candidate(state.get("run_dir"), baseline)
     update = {"iteration": 0, "started_at": time.time(), "baseline_id": "baseline",
               "candidates": {"baseline": baseline}, "plans": [], "history": []}

@@ -137,7 +137,8 @@ def summarizer(state: RunState, runtime: Runtime[RunContext]) -> dict:
         messages = [SystemMessage(render("system", role="summarizer")), HumanMessage(prompt)]
         try:
             reply, record = call_model(model, spec, messages, role="summarizer", candidate_id=child["id"],
-                                       iteration=state["iteration"], retry_wait_s=ctx.llm_retry_wait_s)
+                                       iteration=state["iteration"], retry_wait_s=ctx.llm_retry_wait_s,
+                                       run_dir=state.get("run_dir"))
             usage.append(record)
             parsed = _parse_reply(reply)
         except LLMCallError:

@@ -17,6 +17,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from pydantic import BaseModel
 
 from tools.pricing import price_per_mtok
+from tools.runcache import RunCache, digest
 
 ROLES = ("planner", "executor", "fixer", "summarizer")
 
@@ -128,8 +129,23 @@ class LLMCallError(RuntimeError):
 
 def call_model(model: BaseChatModel, spec: ModelSpec, messages: list[BaseMessage], *, role: str,
                candidate_id: str | None = None, iteration: int | None = None,
-               retry_wait_s: float = 1.0) -> tuple[str, dict]:
-    """Invoke with retries on transient errors (429, 5xx, timeouts); return (text, usage record)."""
+               retry_wait_s: float = 1.0, run_dir: str | None = None) -> tuple[str, dict]:
+    """Invoke with retries on transient errors (429, 5xx, timeouts); return (text, usage record).
+    With a run directory, a reply already received for this exact call (before a crash) is
+    replayed with its original usage record: same kernel again, tokens counted once."""
+    cache = RunCache(run_dir)
+    key = digest({"model": spec.label(), "base_url": spec.base_url, "role": role, "candidate": candidate_id,
+                  "iteration": iteration, "messages": [(m.type, str(m.content)) for m in messages]})
+    replayed = cache.get("llm", key)
+    if replayed is not None:
+        return replayed["text"], replayed["usage"]
+    text, usage = _invoke(model, spec, messages, role, candidate_id, iteration, retry_wait_s)
+    cache.put("llm", key, {"text": text, "usage": usage})
+    return text, usage
+
+
+def _invoke(model: BaseChatModel, spec: ModelSpec, messages: list[BaseMessage], role: str,
+            candidate_id: str | None, iteration: int | None, retry_wait_s: float) -> tuple[str, dict]:
     runnable = model.with_retry(
         retry_if_exception_type=_TRANSIENT, stop_after_attempt=spec.max_attempts,
         wait_exponential_jitter=True,

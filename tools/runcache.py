@@ -1,0 +1,65 @@
+"""Per-run caches that make a killed run resume without losing or repeating work.
+
+LangGraph's checkpoint keeps what finished before a crash, but a branch cut off mid-way runs
+again from its start on resume. Two caches in the run directory make that re-run free and
+exact:
+- `cache/evals/<hash>.json`: a harness result, keyed by a hash of the source, the task (spec,
+  reference, shapes), the kernels it was timed against and the device. An evaluated candidate
+  is never measured twice, and a resumed branch gets the very measurement it had.
+- `cache/llm/<hash>.json`: a model reply and its usage record, keyed by the model, the messages
+  and the candidate id (so K samples of one plan stay K distinct calls). A resumed branch gets
+  the same reply, so it rebuilds the same kernel, and its tokens are counted once.
+Every real harness evaluation is also appended to `evaluations.jsonl`, an audit log that says
+what was measured and when.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+HARNESS_VERSION = "1"  # bump when measurements change meaning: old cache entries stop matching
+
+
+def digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+def device_fingerprint(requested: str) -> dict:
+    """What decides which device a run measures on, known without touching CUDA here."""
+    return {"requested": requested, "host": platform.node(),
+            "visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "harness": HARNESS_VERSION}
+
+
+class RunCache:
+    def __init__(self, run_dir: str | Path | None):
+        self.root = Path(run_dir) / "cache" if run_dir else None
+
+    def get(self, kind: str, key: str) -> dict | None:
+        if self.root is None:
+            return None
+        path = self.root / kind / f"{key}.json"
+        try:
+            return json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):  # absent, or torn by a kill: measure again
+            return None
+
+    def put(self, kind: str, key: str, value: dict) -> None:
+        if self.root is None:
+            return
+        path = self.root / kind / f"{key}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(value))
+        os.replace(tmp, path)  # atomic: a kill leaves the old file or the new one, never half
+
+    def log_evaluation(self, key: str, record: dict) -> None:
+        if self.root is None:
+            return
+        with (self.root.parent / "evaluations.jsonl").open("a") as f:
+            f.write(json.dumps({"key": key, "time": time.time(), **record}) + "\n")
