@@ -12,7 +12,13 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 from graph.context import RunContext
-from graph.routing import after_profiler, after_setup, after_summarizer, to_planners, to_samples
+from graph.routing import (
+    after_profiler,
+    after_setup,
+    after_summarizer,
+    to_planners,
+    to_samples,
+)
 from graph.state import CandidateOutput, CandidateState, RunState
 from nodes.autotune import autotune
 from nodes.executor import executor
@@ -23,6 +29,7 @@ from nodes.recall import recall
 from nodes.selector import selector
 from nodes.setup import setup
 from nodes.summarizer import summarizer
+from tools.tracing import configure_tracing
 
 
 def build_candidate_graph() -> CompiledStateGraph:
@@ -59,4 +66,5 @@ def build_graph() -> StateGraph:
     return builder
 
 
+configure_tracing()  # before anything traces: compact payloads (no-op unless LANGSMITH_TRACING=true)
 graph = build_graph().compile(name="accelopt")

@@ -3,16 +3,24 @@ bar: used by `accelopt optimize`, `accelopt resume` and the suite runner (`accel
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from contextlib import closing
 from pathlib import Path
 
 from langgraph.checkpoint.sqlite import SqliteSaver
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from graph.context import RunContext
 from tools.llm import totals
+from tools.tracing import flush_traces
 
 
 def drive(ctx: RunContext, run_dir: Path, inputs: dict | None, console: Console) -> dict:
@@ -22,9 +30,24 @@ def drive(ctx: RunContext, run_dir: Path, inputs: dict | None, console: Console)
 
     with closing(sqlite3.connect(run_dir / "checkpoints.sqlite", check_same_thread=False)) as conn:
         graph = build_graph().compile(checkpointer=SqliteSaver(conn))
-        config = {"configurable": {"thread_id": run_dir.resolve().name}, "recursion_limit": 10_000}
-        _stream_with_progress(graph, inputs, config, ctx, console)
+        config = {"configurable": {"thread_id": run_dir.resolve().name}, "recursion_limit": 10_000,
+                  "run_name": "accelopt", "metadata": {"run_dir": str(run_dir.resolve()), **_task_metadata(run_dir)}}
+        try:
+            _stream_with_progress(graph, inputs, config, ctx, console)
+        finally:
+            flush_traces()
         return graph.get_state(config).values
+
+
+def _task_metadata(run_dir: Path) -> dict:
+    """Trace metadata every node and model call inherits: which task, which search shape."""
+    try:
+        meta = json.loads((run_dir / "run.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    ctx = meta.get("context") or {}
+    return {"task": Path(meta.get("task_dir", "")).name,
+            **{k: ctx.get(k) for k in ("beams", "plans", "samples", "fixes", "iterations", "model", "device")}}
 
 
 def _stream_with_progress(graph, inputs, config, ctx: RunContext, console: Console) -> None:

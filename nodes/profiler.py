@@ -13,8 +13,10 @@ from tools.harness.runner import evaluate
 from tools.runcache import RunCache, device_fingerprint, digest
 from tools.rundir import write_candidate
 from tools.task import Task
+from tools.tracing import traced_evaluation
 
 
+@traced_evaluation
 def measure(task: Task, source: str, ctx: RunContext, *, baseline: dict | None, parent: dict | None,
             trusted: bool = False, run_dir: str | None = None) -> dict:
     """Evaluate a source, timed interleaved with its parent and the baseline, and return the
