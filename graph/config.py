@@ -13,6 +13,9 @@ accelopt.toml:
     model = "vllm:Qwen/Qwen3-Coder-480B-A35B-Instruct"
     base_url = "http://gpu-box:8001/v1"
     input_price = 0.2      # $ per 1M tokens, if you want self-hosted time priced
+    [prices]               # $ per 1M tokens [input, output], by model label or name prefix
+    "gpt-4.1" = [2.0, 8.0]
+    "vllm:openai/gpt-oss-120b" = [0.1, 0.5]
 
 Environment: ACCELOPT_MODEL, ACCELOPT_BASE_URL, ACCELOPT_<ROLE>_MODEL, ACCELOPT_CONFIG.
 """
@@ -28,13 +31,15 @@ from typing import Any
 from graph.context import RunContext
 from tools.llm import ROLES, ConfigError, validate_spec
 
-_RUN_KEYS = {f.name for f in dataclasses.fields(RunContext)} - {"role_models", "chat_models", "model", "base_url"}
+_RUN_KEYS = {f.name for f in dataclasses.fields(RunContext)} - {"role_models", "chat_models", "model", "base_url",
+                                                                 "prices"}
 
 
 def load_context(config_file: Path | None = None, **flags: Any) -> tuple[RunContext, bool]:
     """Return the context and whether a model was configured anywhere (else the tuner is used)."""
     values: dict[str, Any] = {}
     role_models: dict[str, dict] = {}
+    data: dict = {}
     path = config_file or (Path(os.environ["ACCELOPT_CONFIG"]) if os.environ.get("ACCELOPT_CONFIG") else None)
     if path is None and Path("accelopt.toml").is_file():
         path = Path("accelopt.toml")
@@ -48,6 +53,8 @@ def load_context(config_file: Path | None = None, **flags: Any) -> tuple[RunCont
             if role not in (*ROLES, "default"):
                 raise ConfigError(f"{path}: unknown model role [models.{role}]: use default, {', '.join(ROLES)}")
             role_models[role] = dict(settings)
+
+    prices = _prices(data.get("prices") or {}, path) if path is not None else {}
 
     default = role_models.get("default", {})
     if os.environ.get("ACCELOPT_MODEL"):
@@ -71,7 +78,7 @@ def load_context(config_file: Path | None = None, **flags: Any) -> tuple[RunCont
     ctx = RunContext(model=default.pop("model", "tuner"), base_url=default.pop("base_url", None),
                      role_models={**({"default": default} if default else {}),
                                   **{r: s for r, s in role_models.items() if r != "default"}},
-                     **values)
+                     prices=prices, **values)
     for role in ROLES:
         try:
             validate_spec(ctx.model_spec(role))
@@ -80,6 +87,17 @@ def load_context(config_file: Path | None = None, **flags: Any) -> tuple[RunCont
         except ValueError as e:  # pydantic: a bad field in [models.*]
             raise ConfigError(f"{role} model settings are invalid: {e}".splitlines()[0]) from None
     return ctx, configured
+
+
+def _prices(table: dict, path: Path) -> dict[str, list[float]]:
+    """[prices] "model" = [input, output] in $ per 1M tokens."""
+    out = {}
+    for model, pair in table.items():
+        if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(p, (int, float)) and p >= 0
+                                                                  for p in pair)):
+            raise ConfigError(f'{path}: [prices] "{model}" must be [input, output] in $ per 1M tokens, e.g. [0.4, 1.6]')
+        out[model] = [float(pair[0]), float(pair[1])]
+    return out
 
 
 def context_to_json(ctx: RunContext) -> dict:

@@ -52,9 +52,26 @@ class RunContext:
     learn_from_interpreter: bool = field(default=False, metadata={
         "description": "Distill insights from CPU-interpreter timings too (pipeline checks only: they are noise)"})
     llm_retry_wait_s: float = 1.0
+    prices: dict[str, list[float]] = field(default_factory=dict, metadata={
+        "description": "$ per 1M tokens, [input, output], by model label or name prefix; overrides the built-in "
+                       "table (self-hosted models are free unless priced here)"})
 
     def model_spec(self, role: str) -> ModelSpec:
         settings = dict(self.role_models.get(role) or self.role_models.get("default") or {})
         text = settings.pop("model", None) or self.model
         settings.setdefault("base_url", self.base_url)
-        return ModelSpec.parse(text, **settings)
+        spec = ModelSpec.parse(text, **settings)
+        price = configured_price(self.prices, spec)
+        if price and spec.input_price is None and spec.output_price is None:
+            spec = spec.model_copy(update={"input_price": price[0], "output_price": price[1]})
+        return spec
+
+
+def configured_price(prices: dict[str, list[float]], spec: ModelSpec) -> list[float] | None:
+    """The [prices] entry for a model: its full label (vllm:org/model) or name, else the longest
+    name prefix (gpt-4.1 prices gpt-4.1-2025-04-14)."""
+    for key in (spec.label(), spec.model):
+        if key in prices:
+            return prices[key]
+    matches = [k for k in prices if spec.model.startswith(k)]
+    return prices[max(matches, key=len)] if matches else None

@@ -181,14 +181,19 @@ def usage_record(reply: AIMessage, spec: ModelSpec, role: str, candidate_id: str
 
 
 def totals(usage: list[dict]) -> dict:
-    """Sum a ledger: overall and per role."""
-    out: dict[str, Any] = {"input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0, "calls": 0, "by_role": {}}
+    """Sum a ledger: overall, and per role, per iteration and per candidate."""
+    def bucket() -> dict:
+        return {"input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0, "calls": 0}
+
+    out: dict[str, Any] = {**bucket(), "by_role": {}, "by_iteration": {}, "by_candidate": {}}
     for rec in usage:
-        role = out["by_role"].setdefault(rec["role"], {"input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0,
-                                                       "calls": 0})
-        for bucket in (out, role):
-            bucket["input_tokens"] += rec["input_tokens"]
-            bucket["output_tokens"] += rec["output_tokens"]
-            bucket["cost_usd"] += rec["cost_usd"]
-            bucket["calls"] += 1
+        targets = [out, out["by_role"].setdefault(rec["role"], bucket()),
+                   out["by_iteration"].setdefault(str(rec.get("iteration")), bucket())]
+        if rec.get("candidate_id"):
+            targets.append(out["by_candidate"].setdefault(rec["candidate_id"], bucket()))
+        for target in targets:
+            target["input_tokens"] += rec["input_tokens"]
+            target["output_tokens"] += rec["output_tokens"]
+            target["cost_usd"] += rec["cost_usd"]
+            target["calls"] += 1
     return out
