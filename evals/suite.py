@@ -16,6 +16,7 @@ from graph.context import RunContext
 from graph.driver import drive
 from tools.harness.reference_kernel import torch_comparators
 from tools.harness.runner import evaluate
+from tools.rundir import write_run_meta
 from tools.task import TaskError, load_task
 
 EVALS = Path(__file__).resolve().parent
@@ -73,8 +74,7 @@ def run_suite(suite: Path, out: Path, ctx: RunContext, tasks: list[Path], consol
         resuming = (run_dir / "checkpoints.sqlite").is_file() and (run_dir / "run.json").is_file()
         console.print(f"{head}: {'resuming' if resuming else 'optimizing'}")
         if not resuming:
-            (run_dir / "run.json").write_text(json.dumps(
-                {"task_dir": task.root, "context": context_to_json(ctx)}, indent=2))
+            write_run_meta(run_dir, task.root, context_to_json(ctx))
         try:
             state = drive(ctx, run_dir, None if resuming else {"task_dir": task.root,
                                                                "run_dir": str(run_dir.resolve())}, console)

@@ -11,25 +11,31 @@ from __future__ import annotations
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from graph.context import RunContext
-from graph.routing import (
-    after_profiler,
-    after_setup,
-    after_summarizer,
-    to_planners,
-    to_samples,
-)
-from graph.state import CandidateOutput, CandidateState, RunState
-from nodes.autotune import autotune
-from nodes.executor import executor
-from nodes.fixer import fixer
-from nodes.planner import planner
-from nodes.profiler import profiler
-from nodes.recall import recall
-from nodes.selector import selector
-from nodes.setup import setup
-from nodes.summarizer import summarizer
-from tools.tracing import configure_tracing
+
+try:  # `langgraph dev` and Studio import this file: a broken environment must say what to do
+    from graph.context import RunContext
+    from graph.routing import (
+        after_profiler,
+        after_setup,
+        after_summarizer,
+        to_planners,
+        to_samples,
+    )
+    from graph.state import CandidateOutput, CandidateState, RunState
+    from nodes.autotune import autotune
+    from nodes.executor import executor
+    from nodes.fixer import fixer
+    from nodes.planner import planner
+    from nodes.profiler import profiler
+    from nodes.recall import recall
+    from nodes.selector import selector
+    from nodes.setup import setup
+    from nodes.summarizer import summarizer
+    from tools.tracing import configure_tracing
+except ImportError as exc:
+    raise ImportError(f"accelopt's graph cannot be imported ({exc}). Install accelopt into the Python environment "
+                      "that loads it: `pip install -e .` in the repository (or `make install`, then run "
+                      ".venv/bin/langgraph dev)") from exc
 
 
 def build_candidate_graph() -> CompiledStateGraph:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Annotated, Optional
@@ -19,7 +18,7 @@ from graph.memory_cli import app as memory_app
 from graph.memory_cli import fail
 from memory.embedder import MemoryStoreError
 from tools.llm import ConfigError, totals
-from tools.rundir import run_summary
+from tools.rundir import RunDirError, check_checkpoint, read_run_meta, run_summary, write_run_meta
 from tools.task import TaskError, load_task
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -89,22 +88,31 @@ def optimize(
             fail(str(e))
     run_dir = run_dir or Path("runs") / f"{task.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "run.json").write_text(json.dumps(
-        {"task_dir": str(Path(task.root)), "context": context_to_json(ctx)}, indent=2))
+    write_run_meta(run_dir, task.root, context_to_json(ctx))
     _report(drive(ctx, run_dir, {"task_dir": task.root, "run_dir": str(run_dir.resolve())}, console), run_dir)
 
 
 @app.command()
-def resume(run_dir: Opt[Path, typer.Argument(help="A run directory written by `accelopt optimize`")]) -> None:
+def resume(run_dir: Opt[Path, typer.Argument(help="A run directory written by `accelopt optimize`")],
+           restart: Opt[bool, typer.Option(help="Start the search over in this directory (after a corrupt "
+                                                "checkpoint); cached evaluations and replies are replayed")] = False,
+           ) -> None:
     """Continue a run from its last checkpoint; evaluated candidates are kept."""
-    meta_path = run_dir / "run.json"
-    if not meta_path.is_file() or not (run_dir / "checkpoints.sqlite").is_file():
-        fail(f"{run_dir} is not a resumable run directory (run.json or checkpoints.sqlite missing)")
     try:
-        ctx = RunContext(**json.loads(meta_path.read_text())["context"])
+        meta = read_run_meta(run_dir)
+        ctx = RunContext(**meta["context"])
+        if restart:
+            checkpoint = run_dir / "checkpoints.sqlite"
+            if checkpoint.exists():
+                checkpoint.rename(checkpoint.with_name(f"checkpoints.sqlite.old-{time.strftime('%Y%m%d-%H%M%S')}"))
+        else:
+            check_checkpoint(run_dir)
+    except RunDirError as e:
+        fail(str(e))
     except (TypeError, ValueError, KeyError) as e:
-        fail(f"{meta_path} is unreadable or from an incompatible version ({e}); start a new run")
-    _report(drive(ctx, run_dir, None, console), run_dir)
+        fail(f"{run_dir / 'run.json'} does not fit this version of accelopt ({str(e)[:200]}); start a new run")
+    inputs = {"task_dir": meta["task_dir"], "run_dir": str(run_dir.resolve())} if restart else None
+    _report(drive(ctx, run_dir, inputs, console), run_dir)
 
 
 def _report(state: dict, run_dir: Path) -> None:

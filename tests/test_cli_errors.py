@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from tests.conftest import ROOT
+
 
 def run_cli(*args, env=None, cwd=None):
     return subprocess.run([sys.executable, "-m", "graph", *args], capture_output=True, text=True, timeout=120,
@@ -79,3 +81,41 @@ def test_broken_baseline_stops_before_any_model_call(softmax_task, tmp_path):
     assert "the baseline kernel fails its own check (wrong_output)" in proc.stderr
     result = json.loads((tmp_path / "r" / "candidates" / "baseline" / "result.json").read_text())
     assert result["status"] == "wrong_output"
+
+
+@pytest.mark.slow
+def test_corrupt_checkpoint_says_what_to_do_and_restart_replays_every_evaluation(tmp_path):
+    run_dir = tmp_path / "run"
+    first = run_cli("optimize", "evals/tasks/rmsnorm", "-B", "1", "-N", "2", "-K", "1", "-F", "0", "-T", "1",
+                    "--device", "cpu", "--no-memory", "--run-dir", str(run_dir), cwd=ROOT)
+    assert first.returncode == 0, first.stderr
+    (run_dir / "checkpoints.sqlite").write_bytes(b"this is not a database" * 100)
+    assert_clean_error(run_cli("resume", str(run_dir)), "is corrupt", "--restart", "replayed")
+    again = run_cli("resume", str(run_dir), "--restart")
+    assert again.returncode == 0, again.stderr
+    # The search ran again from its start; every kernel was replayed from the cache, none re-measured.
+    keys = [json.loads(line)["key"] for line in (run_dir / "evaluations.jsonl").read_text().splitlines()]
+    assert len(keys) == len(set(keys)) == 3  # baseline and two kernels, each measured once
+    assert json.loads((run_dir / "summary.json").read_text())["stop_reason"] == "reached T=1 iterations"
+
+
+def test_run_dir_from_an_incompatible_version(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "run.json").write_text(json.dumps({"format": 99, "task_dir": "x", "context": {}}))
+    assert_clean_error(run_cli("resume", str(run_dir)), "incompatible accelopt", "run format 99")
+    (run_dir / "run.json").write_text(json.dumps({"task_dir": "x", "context": {"beam_width": 3}}))
+    assert_clean_error(run_cli("resume", str(run_dir)), "does not fit this version", "start a new run")
+    assert_clean_error(run_cli("resume", str(tmp_path)), "not an accelopt run directory")
+
+
+def test_a_graph_that_cannot_import_says_how_to_install(tmp_path):
+    """What `langgraph dev` shows when langgraph.json's graph fails to import: here a dependency
+    (openai) is shadowed by a broken module."""
+    (tmp_path / "openai").mkdir()
+    (tmp_path / "openai" / "__init__.py").write_text("raise ImportError('openai is broken here')\n")
+    proc = subprocess.run([sys.executable, "-c", "import graph.builder"], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": f"{tmp_path}:{ROOT}"})
+    assert proc.returncode != 0
+    assert "accelopt's graph cannot be imported (openai is broken here)" in proc.stderr and "pip install -e ." \
+        in proc.stderr

@@ -13,6 +13,54 @@ from pathlib import Path
 
 from tools.llm import totals
 
+RUN_FORMAT = 1  # run.json "format": bump when a run directory can no longer be resumed by older code
+
+
+class RunDirError(ValueError):
+    """A run directory that cannot be resumed as it is; the message says what to do."""
+
+
+def write_run_meta(run_dir: Path, task_dir: str, context: dict) -> None:
+    _atomic_write(Path(run_dir) / "run.json", json.dumps(
+        {"format": RUN_FORMAT, "task_dir": str(task_dir), "context": context}, indent=2))
+
+
+def read_run_meta(run_dir: Path) -> dict:
+    path = Path(run_dir) / "run.json"
+    if not path.is_file():
+        raise RunDirError(f"{run_dir} is not an accelopt run directory (no run.json)")
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise RunDirError(f"{path} is unreadable ({e}); the evaluated kernels are still in {run_dir}/candidates; "
+                          "start a new run with `accelopt optimize TASK`") from None
+    if meta.get("format", 1) != RUN_FORMAT:
+        raise RunDirError(f"{run_dir} was written by an incompatible accelopt (run format {meta.get('format')}, this "
+                          f"version reads {RUN_FORMAT}): its candidates/ and best_kernel.py can still be read; start a "
+                          "new run with `accelopt optimize TASK`")
+    return meta
+
+
+def check_checkpoint(run_dir: Path) -> None:
+    """Fail with advice if checkpoints.sqlite is missing or not a readable LangGraph checkpoint."""
+    import sqlite3
+    from contextlib import closing
+
+    path = Path(run_dir) / "checkpoints.sqlite"
+    advice = (f"resume from scratch with `accelopt resume {run_dir} --restart`: the search starts over, and every "
+              "kernel and model reply recorded in the run's cache is replayed, not measured or paid for again")
+    if not path.is_file():
+        raise RunDirError(f"{run_dir} has no checkpoints.sqlite; {advice}")
+    try:
+        with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+            if conn.execute("PRAGMA quick_check").fetchone()[0] != "ok":
+                raise sqlite3.DatabaseError("integrity check failed")
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if "checkpoints" not in tables or conn.execute("SELECT count(*) FROM checkpoints").fetchone()[0] == 0:
+                raise sqlite3.DatabaseError("it holds no checkpoint")
+    except sqlite3.DatabaseError as e:
+        raise RunDirError(f"{path} is corrupt or empty ({e}); {advice}") from None
+
 
 def _atomic_write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
