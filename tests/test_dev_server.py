@@ -69,8 +69,9 @@ def test_a_run_through_the_sdk_streams_node_updates_in_order(dev_server):
     assert "beam width" in schema["properties"]["beams"]["description"]
 
     thread = client.threads.create()
+    # With the memory on: Chroma and the embedding model load inside the server, as in Studio.
     context = {"beams": 1, "plans": 1, "samples": 1, "fixes": 1, "iterations": 1, "device": "cpu",
-               "use_memory": False, "model": "tuner"}
+               "memory_dir": str(log.parent / "memory"), "model": "tuner"}
     nodes = []
     for chunk in client.runs.stream(thread["thread_id"], "accelopt", input={"task_dir": str(TASKS / "rmsnorm")},
                                     context=context, stream_mode="updates", stream_subgraphs=True):
@@ -82,5 +83,6 @@ def test_a_run_through_the_sdk_streams_node_updates_in_order(dev_server):
     state = client.threads.get_state(thread["thread_id"])["values"]
     assert state["stop_reason"] == "reached T=1 iterations"
     assert state["candidates"]["i1.m0.p0.k0"]["status"] == "verified"
+    assert (log.parent / "memory" / "chroma.sqlite3").is_file()  # the store was opened by the run
     # Compiles, model loading and the harness never tripped the dev server's blocking-call guard.
     assert "BlockingError" not in log.read_text()
