@@ -16,6 +16,7 @@ from graph.context import RunContext
 from graph.driver import drive
 from tools.harness.reference_kernel import torch_comparators
 from tools.harness.runner import evaluate
+from tools.backends import backend_for
 from tools.rundir import write_run_meta
 from tools.task import TaskError, load_task
 
@@ -67,9 +68,10 @@ def run_suite(suite: Path, out: Path, ctx: RunContext, tasks: list[Path], consol
             console.print(f"{head}: finished earlier, skipped")
             continue
         run_dir.mkdir(parents=True, exist_ok=True)
-        if task.spec.backend != "triton":
-            _mark(run_dir, "skipped.json", f"the {task.spec.backend} backend is not available in this build")
-            console.print(f"{head}: skipped ({task.spec.backend} backend not available)")
+        refusal = backend_for(task).availability().refusal()
+        if refusal:
+            _mark(run_dir, "skipped.json", refusal)
+            console.print(f"{head}: skipped ({refusal})")
             continue
         resuming = (run_dir / "checkpoints.sqlite").is_file() and (run_dir / "run.json").is_file()
         console.print(f"{head}: {'resuming' if resuming else 'optimizing'}")

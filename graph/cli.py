@@ -17,6 +17,7 @@ from graph.eval_cli import eval_suite, export_app, import_app, report
 from graph.memory_cli import app as memory_app
 from graph.memory_cli import fail
 from memory.embedder import MemoryStoreError
+from tools.backends import BACKENDS, backend_for
 from tools.llm import ConfigError, totals
 from tools.rundir import RunDirError, check_checkpoint, read_run_meta, run_summary, write_run_meta
 from tools.task import TaskError, load_task
@@ -72,8 +73,9 @@ def optimize(
             max_tokens=max_tokens, max_cost_usd=max_cost, max_wall_s=max_wall, eval_timeout_s=eval_timeout)
     except (TaskError, ConfigError) as e:
         fail(str(e))
-    if task.spec.backend != "triton":
-        fail(f"task {task.name} needs the {task.spec.backend} backend, which this build cannot run yet")
+    refusal = backend_for(task).availability().refusal()
+    if refusal:
+        fail(f"task {task.name} needs the {task.spec.backend} backend. {refusal}")
     if not configured:
         console.print("No LLM endpoint configured: using the local tuner policy (no LLM). "
                       "Set --model or ACCELOPT_MODEL to use one.")
@@ -113,6 +115,36 @@ def resume(run_dir: Opt[Path, typer.Argument(help="A run directory written by `a
         fail(f"{run_dir / 'run.json'} does not fit this version of accelopt ({str(e)[:200]}); start a new run")
     inputs = {"task_dir": meta["task_dir"], "run_dir": str(run_dir.resolve())} if restart else None
     _report(drive(ctx, run_dir, inputs, console), run_dir)
+
+
+@app.command()
+def doctor() -> None:
+    """Which kernel backends, profilers, memory and model settings are usable here, and why not."""
+    import shutil
+
+    table = Table(title="accelopt doctor")
+    for column in ("component", "usable", "detail"):
+        table.add_column(column)
+    for name in BACKENDS:
+        found = backend_for(name).availability()
+        table.add_row(f"backend {name}", "yes" if found.usable else "no",
+                      found.detail if found.can_time else f"{found.detail} (cannot time kernels here)")
+    for tool, use in (("ncu", "GPU kernel profiles for the planner"), ("neuron-profile", "Trainium profiles")):
+        path = shutil.which(tool)
+        table.add_row(tool, "yes" if path else "no", f"{path}: {use}" if path else f"not on PATH ({use})")
+    try:
+        from memory.embedder import _model_path
+
+        table.add_row("memory embedder", "yes", _model_path("all-MiniLM-L6-v2"))
+    except MemoryStoreError as e:
+        table.add_row("memory embedder", "no", str(e))
+    try:
+        ctx, configured = load_context(None)
+        table.add_row("models", "yes", ctx.model_spec("planner").label() if configured
+                      else "no LLM endpoint configured: the tuner policy (no LLM)")
+    except ConfigError as e:
+        table.add_row("models", "no", str(e))
+    console.print(table)
 
 
 def _report(state: dict, run_dir: Path) -> None:

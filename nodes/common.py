@@ -36,6 +36,14 @@ def render(name: str, **values) -> str:
     return _template(name).substitute(**values)
 
 
+def backend_parts(task: Task) -> dict[str, str]:
+    """The backend's rules for a kernel (executor, fixer) and its hardware notes (all three roles)."""
+    backend = task.spec.backend
+    notes = PROMPTS / f"notes_{backend}.txt"
+    return {"rules": _template(f"rules_{backend}").substitute(entry_point=task.spec.entry_point),
+            "backend_notes": notes.read_text() if notes.is_file() else ""}
+
+
 FROM_SCRATCH = ("(There is no Triton kernel yet: this task starts from scratch. The current implementation is the "
                 "PyTorch reference above, measured as the baseline; the first kernel must be written from it.)")
 

@@ -8,7 +8,7 @@ from langgraph.runtime import Runtime
 
 from graph.context import RunContext
 from graph.state import CandidateState
-from nodes.common import chat_model, kernel_text, render, task_of
+from nodes.common import backend_parts, chat_model, kernel_text, render, task_of
 from tools.codeparse import extract_kernel, plan_title
 from tools.llm import LLMCallError, call_model
 
@@ -37,7 +37,7 @@ def generate(state: CandidateState, ctx: RunContext, role: str, prompt: str, att
         excerpt = reply.strip()[:600] or "(empty reply)"
         attempt.update(status="no_code", error=(
             "the reply contained no complete kernel module in a ```python block "
-            f"(a @triton.jit kernel and `def {task.spec.entry_point}`). Reply began:\n{excerpt}"))
+            f"(a {task.spec.backend} kernel and `def {task.spec.entry_point}`). Reply began:\n{excerpt}"))
     else:
         attempt["source"] = source
     return {"current": attempt, "usage": [usage]}
@@ -48,5 +48,5 @@ def executor(state: CandidateState, runtime: Runtime[RunContext]) -> dict:
     attempt = new_attempt(state, f"{state['plan']['id']}.k{state['sample']}", None, 0)
     prompt = render("executor", task_name=task.name, task_description=task.spec.description,
                     reference=task.reference_source, source=kernel_text(state["parent"]),
-                    plan=state["plan"]["text"], entry_point=task.spec.entry_point)
+                    plan=state["plan"]["text"], entry_point=task.spec.entry_point, **backend_parts(task))
     return {"fixes": 0, **generate(state, runtime.context, "executor", prompt, attempt)}

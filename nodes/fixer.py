@@ -7,7 +7,7 @@ from langgraph.runtime import Runtime
 
 from graph.context import RunContext
 from graph.state import CandidateState
-from nodes.common import render, task_of
+from nodes.common import backend_parts, render, task_of
 from nodes.executor import generate, new_attempt
 
 
@@ -21,5 +21,5 @@ def fixer(state: CandidateState, runtime: Runtime[RunContext]) -> dict:
                     reference=task.reference_source, plan=state["plan"]["text"],
                     source=failed.get("source") or "(no kernel was produced)",
                     status=failed["status"], error=failed.get("error") or "",
-                    entry_point=task.spec.entry_point)
+                    entry_point=task.spec.entry_point, **backend_parts(task))
     return {"fixes": fixes, **generate(state, runtime.context, "fixer", prompt, attempt)}

@@ -9,7 +9,7 @@ from langgraph.runtime import Runtime
 from graph.context import RunContext
 from graph.state import PlannerInput
 from memory.schema import Insight
-from nodes.common import chat_model, kernel_text, render, task_of
+from nodes.common import backend_parts, chat_model, kernel_text, render, task_of
 from nodes.measurements import describe
 from tools.codeparse import split_plans
 from tools.llm import LLMCallError, call_model
@@ -23,7 +23,8 @@ def planner(state: PlannerInput, runtime: Runtime[RunContext]) -> dict:
     prompt = render(
         "planner", task_name=task.name, task_description=task.spec.description,
         reference=task.reference_source, member_id=member["id"], source=kernel_text(member),
-        measurements=describe(member), tried=state.get("tried") or "(none yet)", n=ctx.plans, iteration=state["iteration"],
+        measurements=describe(member), tried=state.get("tried") or "(none yet)", n=ctx.plans,
+        iteration=state["iteration"], **backend_parts(task),
         insights="\n".join(f"- ({i.id}) {i.compact()}" for i in insights) or "(none yet)")
     model, spec = chat_model(ctx, "planner")
     messages = [SystemMessage(render("system", role="planner")), HumanMessage(prompt)]

@@ -9,7 +9,7 @@ from graph.state import CandidateState
 from nodes.common import task_of
 from nodes.measurements import mean_pct
 from tools.harness.kernel_profile import profile_kernel
-from tools.harness.runner import evaluate
+from tools.backends import backend_for
 from tools.runcache import RunCache, device_fingerprint, digest
 from tools.rundir import write_candidate
 from tools.task import Task
@@ -44,7 +44,8 @@ def measure(task: Task, source: str, ctx: RunContext, *, baseline: dict | None, 
 
 def _measure(task: Task, source: str, ctx: RunContext, device: str | None, compare: dict, baseline: dict | None,
              parent: dict | None, trusted: bool) -> dict:
-    result = evaluate(task, source, device=device, timeout_s=ctx.eval_timeout_s, compare=compare, trusted=trusted)
+    result = backend_for(task).evaluate(task, source, device=device, timeout_s=ctx.eval_timeout_s, compare=compare,
+                                        trusted=trusted)
     workloads = {k: v.model_dump() for k, v in result.workloads.items()}
     fields = {"status": result.status, "error": result.error, "device": result.device,
               "device_name": result.device_name, "timer": result.timer, "workloads": workloads,
@@ -54,6 +55,8 @@ def _measure(task: Task, source: str, ctx: RunContext, device: str | None, compa
     if result.ok and result.device == "cuda" and ctx.profile and not trusted:
         profile = profile_kernel(task, source)
         fields["profile"] = profile["summary"] if profile else None
+    elif result.profile:
+        fields["profile"] = result.profile
     if result.ok:
         fields["versus"] = {k: v.model_dump() for k, v in result.versus.items()}
         # comparators' medians from the same interleaved rounds (exports report them as reference latency)

@@ -22,13 +22,27 @@ def has_gpu() -> bool:
         return False
 
 
+def has_nki_simulator() -> bool:
+    from tools.backends.nki import nki_api
+
+    return nki_api()[0] is not None
+
+
+def has_trainium() -> bool:
+    from tools.backends.nki import neuron_devices
+
+    return bool(neuron_devices())
+
+
 def pytest_collection_modifyitems(config, items):
-    if has_gpu():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+    needs = {"gpu": (has_gpu, "needs a CUDA GPU"),
+             "nki_sim": (has_nki_simulator, "needs the real NKI simulator (AWS Neuron SDK)"),
+             "trainium": (has_trainium, "needs a Trainium NeuronCore")}
+    for marker, (present, reason) in needs.items():
+        if any(marker in item.keywords for item in items) and not present():
+            for item in items:
+                if marker in item.keywords:
+                    item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture

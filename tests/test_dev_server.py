@@ -26,7 +26,8 @@ def free_port() -> int:
 @pytest.fixture
 def dev_server(tmp_path):
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LANGSMITH", "LANGCHAIN"))}
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("LANGSMITH", "LANGCHAIN"))},
+           "LANGGRAPH_CLI_NO_ANALYTICS": "1"}  # offline: no analytics ping
     log = (tmp_path / "dev.log").open("w")
     proc = subprocess.Popen([str(LANGGRAPH), "dev", "--no-browser", "--no-reload", "--host", "127.0.0.1",
                              "--port", str(port)], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)

@@ -29,7 +29,7 @@ def test_eval_writes_a_report_and_resumes_by_skipping_finished_tasks(tmp_path):
             "--no-memory"]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert "skipped (nki backend not available)" in result.output
+    assert "skipped (NKI unavailable: install" in result.output
     page = (out / "report.html").read_text()
     assert "CPU Triton-interpreter timings" in page and page.count("data:image/png;base64,") == 4
     for plot in ("speedup_per_iteration", "per_task", "speedup_vs_cost", "fast_p"):

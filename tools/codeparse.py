@@ -37,17 +37,20 @@ def extract_kernel(reply: str, entry_point: str = "run") -> str | None:
     return best.strip() + "\n"
 
 
+KERNEL_IMPORTS = ("import triton", "import nki", "from nki", "neuronxcc")
+
+
 def _looks_like_kernel(text: str, entry_point: str) -> bool:
-    return "import triton" in text and f"def {entry_point}(" in text
+    return any(m in text for m in KERNEL_IMPORTS) and f"def {entry_point}(" in text
 
 
 def _score(block: str, entry_point: str) -> int:
     score = 0
     if f"def {entry_point}(" in block:
         score += 2
-    if "@triton.jit" in block or "@jit" in block:
+    if "@triton.jit" in block or "@jit" in block or "@nki.jit" in block:
         score += 2
-    if "import triton" in block:
+    if any(m in block for m in KERNEL_IMPORTS):
         score += 1
     return score if score >= 3 else 0
 

@@ -28,7 +28,7 @@ FIXABLE = {"no_code", "compile_error", "runtime_error", "crashed", "timeout", "w
            "shape_mismatch", "dtype_mismatch", "input_mutated", "cheat_suspected"}
 
 # Timings on the interpreter are labelled so and must never be compared with GPU timings.
-Timer = Literal["cuda_event", "interpreter_wall"]
+Timer = Literal["cuda_event", "interpreter_wall", "nki_benchmark"]
 
 
 class WorkloadTiming(BaseModel):
@@ -68,6 +68,7 @@ class EvalResult(BaseModel):
     max_abs_err: float | None = None
     max_rel_err: float | None = None
     eval_s: float | None = None
+    profile: str | None = None  # a backend's own profile summary for the planner (NKI: neuron-profile)
 
     @property
     def ok(self) -> bool:

@@ -1,0 +1,74 @@
+"""Kernel backends behind one small protocol: is it usable here (and why not), and evaluate a
+source against a task (compile, check correctness, time interleaved with comparators, profile).
+
+- triton: tools/harness (GPU through CUDA, or the CPU interpreter).
+- nki: tools/backends/nki.py (the NKI simulator for correctness; Trainium hardware for timing).
+The graph calls `backend_for(task).evaluate(...)` and never needs to know which one it has.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from tools.harness.result import EvalResult
+from tools.task import Task
+
+
+@dataclass(frozen=True)
+class Availability:
+    usable: bool
+    detail: str            # what it will run on, or why it cannot run and how to fix that
+    can_time: bool = True  # False: correctness can be checked here, but no kernel can be timed
+
+    def refusal(self) -> str | None:
+        """Why a run cannot optimize on this machine, or None."""
+        if not self.usable:
+            return self.detail
+        if not self.can_time:
+            return f"{self.detail}; an optimization run needs timings: run it on a machine that has the hardware"
+        return None
+
+
+class Backend(Protocol):
+    name: str
+
+    def availability(self) -> Availability: ...
+
+    def evaluate(self, task: Task, source: str, *, device: str | None, timeout_s: float,
+                 compare: dict[str, str], trusted: bool) -> EvalResult: ...
+
+
+class TritonBackend:
+    name = "triton"
+
+    def availability(self) -> Availability:
+        try:
+            import triton
+        except ImportError as exc:
+            return Availability(False, f"Triton unavailable: {exc}; `pip install triton`")
+        from tools.harness.runner import gpu_count
+
+        gpus = gpu_count()
+        where = f"{gpus} CUDA GPU(s)" if gpus else "no GPU: CPU interpreter (correctness only, times are not GPU)"
+        return Availability(True, f"triton {triton.__version__}, {where}")
+
+    def evaluate(self, task: Task, source: str, *, device: str | None, timeout_s: float,
+                 compare: dict[str, str], trusted: bool) -> EvalResult:
+        from tools.harness.runner import evaluate
+
+        return evaluate(task, source, device=device, timeout_s=timeout_s, compare=compare, trusted=trusted)
+
+
+def backend_for(name_or_task: str | Task) -> Backend:
+    name = name_or_task if isinstance(name_or_task, str) else name_or_task.spec.backend
+    if name == "triton":
+        return TritonBackend()
+    if name == "nki":
+        from tools.backends.nki import NKIBackend
+
+        return NKIBackend()
+    raise ValueError(f"unknown kernel backend {name!r}: use triton or nki")
+
+
+BACKENDS = ("triton", "nki")
