@@ -29,6 +29,7 @@ from pathlib import Path
 
 from tools.backends import Availability
 from tools.harness.result import EvalResult, WorkloadTiming, compare_rounds
+from tools.roofline import TRAINIUM_PEAKS
 from tools.task import Task
 
 INSTALL_HINT = ("install the Neuron SDK's `nki` and `neuronx-cc` from AWS's Neuron pip repository (PyPI only has "
@@ -90,8 +91,11 @@ class NKIBackend:
                 "an NKI kernel must compute on the NeuronCore: this one imports NumPy or torch, or calls the "
                 "reference; use nki.language / nki.isa only"))
         hardware = bool(neuron_devices()) and device != "cpu"
+        chip = os.environ.get("ACCELOPT_TRAINIUM", "trn1")  # which peaks % of peak uses: trn1 or trn2
+        if chip not in TRAINIUM_PEAKS:
+            raise ValueError(f"ACCELOPT_TRAINIUM={chip!r}: use one of {', '.join(TRAINIUM_PEAKS)}")
         job = {"task_dir": task.root, "source": source, "compare": compare, "hardware": hardware,
-               "rounds": 5, "warmup": 5, "iters": 20}
+               "rounds": 5, "warmup": 5, "iters": 20, "chip": chip}
         core = _cores.acquire() if hardware else None
         try:
             return run_worker(job, timeout_s, core)
