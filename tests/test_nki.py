@@ -83,6 +83,7 @@ def fake_simulator(monkeypatch):
     monkeypatch.syspath_prepend(fake)
     monkeypatch.setenv("PYTHONPATH", f"{fake}:{ROOT}")
     yield
+    sys.modules.pop("nki", None)  # the stand-in must not outlive the test that asked for it
 
 
 @pytest.mark.slow
