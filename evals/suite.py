@@ -16,7 +16,7 @@ from graph.context import RunContext
 from graph.driver import drive
 from tools.harness.reference_kernel import torch_comparators
 from tools.harness.runner import evaluate
-from tools.backends import backend_for
+from tools.backends import run_refusal
 from tools.rundir import write_run_meta
 from tools.task import TaskError, load_task
 
@@ -68,7 +68,7 @@ def run_suite(suite: Path, out: Path, ctx: RunContext, tasks: list[Path], consol
             console.print(f"{head}: finished earlier, skipped")
             continue
         run_dir.mkdir(parents=True, exist_ok=True)
-        refusal = backend_for(task).availability().refusal()
+        refusal = run_refusal(task, ctx.device)
         if refusal:
             _mark(run_dir, "skipped.json", refusal)
             console.print(f"{head}: skipped ({refusal})")

@@ -17,7 +17,7 @@ from graph.eval_cli import eval_suite, export_app, import_app, report
 from graph.memory_cli import app as memory_app
 from graph.memory_cli import fail
 from memory.embedder import MemoryStoreError
-from tools.backends import BACKENDS, backend_for
+from tools.backends import BACKENDS, backend_for, run_refusal
 from tools.llm import ConfigError, totals
 from tools.rundir import RunDirError, check_checkpoint, read_run_meta, run_summary, write_run_meta
 from tools.task import TaskError, load_task
@@ -73,7 +73,7 @@ def optimize(
             max_tokens=max_tokens, max_cost_usd=max_cost, max_wall_s=max_wall, eval_timeout_s=eval_timeout)
     except (TaskError, ConfigError) as e:
         fail(str(e))
-    refusal = backend_for(task).availability().refusal()
+    refusal = run_refusal(task, ctx.device)
     if refusal:
         fail(f"task {task.name} needs the {task.spec.backend} backend. {refusal}")
     if not configured:

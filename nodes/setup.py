@@ -14,7 +14,7 @@ from graph.context import RunContext
 from graph.state import RunState
 from nodes.common import task_of
 from nodes.profiler import measure
-from tools.backends import backend_for
+from tools.backends import run_refusal
 from tools.harness.reference_kernel import reference_source
 from tools.rundir import write_candidate
 
@@ -23,7 +23,7 @@ def setup(state: RunState, runtime: Runtime[RunContext]) -> dict:
     task = task_of(state["task_dir"])
     if state.get("baseline_id"):  # resumed after setup already ran
         return {}
-    refusal = backend_for(task).availability().refusal()
+    refusal = run_refusal(task, runtime.context.device)
     if refusal:  # before any model call: no tokens are spent on a task this machine cannot run
         return {"stop_reason": refusal}
     from_scratch = task.baseline_source is None

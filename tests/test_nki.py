@@ -171,3 +171,13 @@ def test_a_kernel_that_hangs_or_kills_its_process_is_contained(fake_simulator):
                                              "    os.kill(os.getpid(), signal.SIGSEGV)\n",
                                        device=None, timeout_s=60, compare={}, trusted=False)
     assert crash.status == "crashed" and "signal 11" in crash.error
+
+
+def test_device_cpu_on_a_trainium_host_is_refused_rather_than_left_untimed(fake_simulator, monkeypatch):
+    from tools.backends import run_refusal
+    from tools.backends import nki as nki_backend
+
+    monkeypatch.setattr(nki_backend, "neuron_devices", lambda: [Path("/dev/neuron0")])  # as on a trn1 host
+    task = load_task(SILU)
+    assert run_refusal(task, "auto") is None
+    assert "timed on Trainium only" in run_refusal(task, "cpu")

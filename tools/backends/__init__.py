@@ -72,3 +72,12 @@ def backend_for(name_or_task: str | Task) -> Backend:
 
 
 BACKENDS = ("triton", "nki")
+
+
+def run_refusal(task: Task, device: str = "auto") -> str | None:
+    """Why an optimization run of this task cannot happen on this machine, or None."""
+    refusal = backend_for(task).availability().refusal()
+    if refusal is None and task.spec.backend == "nki" and device == "cpu":
+        return ("NKI kernels are timed on Trainium only: --device cpu would check correctness and time nothing; "
+                "use --device auto on a trn1/trn2 host")
+    return refusal
