@@ -179,5 +179,8 @@ def test_device_cpu_on_a_trainium_host_is_refused_rather_than_left_untimed(fake_
 
     monkeypatch.setattr(nki_backend, "neuron_devices", lambda: [Path("/dev/neuron0")])  # as on a trn1 host
     task = load_task(SILU)
-    assert run_refusal(task, "auto") is None
     assert "timed on Trainium only" in run_refusal(task, "cpu")
+    # The bundled NKIBench tasks have no NKI baseline kernel: nothing to time speedups against.
+    assert "has no baseline.py" in run_refusal(task, "auto")
+    with_baseline = task.model_copy(update={"baseline_source": "import nki\n\n\ndef kernel(x):\n    return x\n"})
+    assert run_refusal(with_baseline, "auto") is None

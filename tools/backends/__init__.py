@@ -80,4 +80,8 @@ def run_refusal(task: Task, device: str = "auto") -> str | None:
     if refusal is None and task.spec.backend == "nki" and device == "cpu":
         return ("NKI kernels are timed on Trainium only: --device cpu would check correctness and time nothing; "
                 "use --device auto on a trn1/trn2 host")
+    if refusal is None and task.spec.backend == "nki" and task.baseline_source is None:
+        return (f"NKI task {task.name} has no baseline.py: its NumPy reference cannot be timed on a NeuronCore, so "
+                "there is nothing to measure speedups against; add an NKI baseline kernel (`def "
+                f"{task.spec.entry_point}`) to the task directory")
     return refusal
