@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 import shutil
 import sys
@@ -29,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rich.console import Console  # noqa: E402
 
+from evals.report import geomean, latency  # noqa: E402
 from graph.context import RunContext  # noqa: E402
 from memory.features import kernel_class  # noqa: E402
 from tools.task import load_task  # noqa: E402
@@ -36,10 +36,6 @@ from tools.tunables import config_of  # noqa: E402
 
 TARGET = 1.05          # within 5% of the best-found latency
 NOT_EVALUATED = {"no_code", "llm_error", None}
-
-
-def _geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def _natural(cid: str) -> list:
@@ -55,9 +51,8 @@ def evaluation_trace(run_dir: Path) -> list[dict]:
         if cand["id"] == "baseline" or cand.get("status") in NOT_EVALUATED:
             continue
         workloads = cand.get("workloads") or {}
-        latency = _geomean([t["median_us"] for t in workloads.values()]) \
-            if cand["status"] == "verified" and workloads else None
-        trace.append({"id": cand["id"], "iteration": cand.get("iteration") or 0, "latency_us": latency,
+        latency_us = latency(workloads)[0] if cand["status"] == "verified" else None
+        trace.append({"id": cand["id"], "iteration": cand.get("iteration") or 0, "latency_us": latency_us,
                       "speedup": cand.get("speedup"), "kind": cand.get("kind", "rewrite")})
     return sorted(trace, key=lambda c: (c["iteration"], _natural(c["id"])))
 
@@ -74,8 +69,7 @@ def baseline_latency(run_dir: Path) -> float | None:
     path = run_dir / "candidates" / "baseline" / "result.json"
     if not path.is_file():
         return None
-    workloads = json.loads(path.read_text()).get("workloads") or {}
-    return _geomean([t["median_us"] for t in workloads.values()]) if workloads else None
+    return latency(json.loads(path.read_text()).get("workloads") or {})[0]
 
 
 def compare(cold: Path, warm: Path, tasks: list[Path]) -> list[dict]:
@@ -117,7 +111,7 @@ def summarize(rows: list[dict]) -> dict:
             warm = r["warm_to_target"] if r["warm_to_target"] is not None else r["warm_evaluated"] + 1
             if cold or warm:
                 ratios.append(max(cold, 1) / max(warm, 1))
-        out[label] = {"tasks": len(chosen), "geomean_cold_over_warm": _geomean(ratios) if ratios else None}
+        out[label] = {"tasks": len(chosen), "geomean_cold_over_warm": geomean(ratios)}
     return out
 
 

@@ -53,17 +53,18 @@ class TaskRow(BaseModel):
         return self.outcome == "optimized" and self.speedup is not None
 
 
-def _geomean(values: list[float]) -> float | None:
+def geomean(values: list[float]) -> float | None:
     values = [v for v in values if v and v > 0]
     return math.exp(sum(map(math.log, values)) / len(values)) if values else None
 
 
-def _latency(workloads: dict) -> tuple[float | None, float | None]:
+def latency(workloads: dict) -> tuple[float | None, float | None]:
+    """A kernel's latency over its workloads: geomean of the medians (us), and the worst IQR/median %."""
     if not workloads:
         return None, None
     medians = [t["median_us"] for t in workloads.values()]
     spread = max((t["iqr_us"] / t["median_us"] * 100 for t in workloads.values() if t["median_us"]), default=None)
-    return _geomean(medians), spread
+    return geomean(medians), spread
 
 
 def _read(path: Path) -> dict | None:
@@ -85,14 +86,14 @@ def load_row(run_dir: Path) -> TaskRow:
     name = Path(summary["task_dir"]).name
     best = _read(run_dir / "candidates" / summary["best_id"] / "result.json") or {}
     baseline = _read(run_dir / "candidates" / "baseline" / "result.json") or {}
-    best_us, best_spread = _latency(best.get("workloads") or {})
+    best_us, best_spread = latency(best.get("workloads") or {})
     # the baseline as timed in the same interleaved rounds as the best kernel, when it was
     same_rounds = (best.get("compared_us") or {}).get("baseline")
     if same_rounds:
-        base_us = _geomean(list(same_rounds.values()))
-        base_spread = _latency(baseline.get("workloads") or {})[1]
+        base_us = geomean(list(same_rounds.values()))
+        base_spread = latency(baseline.get("workloads") or {})[1]
     else:
-        base_us, base_spread = _latency(baseline.get("workloads") or {})
+        base_us, base_spread = latency(baseline.get("workloads") or {})
     vs = (best.get("versus") or {}).get("baseline") or {}
     row = TaskRow(
         task=name, run_dir=str(run_dir), outcome="optimized" if summary.get("stop_reason") else "running",
@@ -135,14 +136,14 @@ def fast_p(rows: list[TaskRow], ps=FAST_P) -> dict[float, float]:
 
 def suite_figures(rows: list[TaskRow]) -> dict:
     done = [r for r in rows if r.correct]
-    geo = _geomean([r.speedup for r in done])
+    geo = geomean([r.speedup for r in done])
     cost = sum(r.cost_usd for r in rows)
     return {
         "tasks": len(rows), "optimized": len(done), "geomean_speedup": geo, "fast_p": fast_p(rows),
         "total_cost_usd": cost, "total_tokens": sum(r.tokens for r in rows),
         # $ spent per +1% of geomean speedup (None when nothing got faster)
         "usd_per_pct_geomean": cost / ((geo - 1) * 100) if geo and geo > 1 and cost else None,
-        "geomean_vs_torch_compile": _geomean([r.vs_torch_compile for r in done if r.vs_torch_compile]),
+        "geomean_vs_torch_compile": geomean([r.vs_torch_compile for r in done if r.vs_torch_compile]),
         "timers": sorted({r.timer for r in done if r.timer}),
     }
 

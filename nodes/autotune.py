@@ -16,7 +16,7 @@ from graph.state import CandidateState
 from nodes.common import task_of
 from nodes.profiler import measure
 from tools.rundir import write_candidate
-from tools.tunables import apply_config, config_of, format_config, neighbours
+from tools.tunables import apply_config, config_of, describe_moves, format_config, neighbours
 
 
 def autotune(state: CandidateState, runtime: Runtime[RunContext]) -> dict:
@@ -34,7 +34,7 @@ def autotune(state: CandidateState, runtime: Runtime[RunContext]) -> dict:
         if frozenset(config.items()) in seen:
             continue
         seen.add(frozenset(config.items()))
-        moves = " and ".join(f"`{k}` from {centre[k]} to {v}" for k, v in changes.items())
+        moves = describe_moves({k: (centre[k], v) for k, v in changes.items()})
         variant = {"id": f"{rewrite['id']}.a{len(variants) + 1}", "iteration": state["iteration"],
                    "parent_id": best["id"], "plan_id": rewrite["plan_id"], "kind": "autotuned",
                    "autotune_of": rewrite["id"], "plan_title": f"autotune: {moves.replace('`', '')}",

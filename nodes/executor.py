@@ -15,7 +15,8 @@ from tools.llm import LLMCallError, call_model
 
 def new_attempt(state: CandidateState, attempt_id: str, fix_of: str | None, fix_attempt: int) -> dict:
     return {"id": attempt_id, "iteration": state["iteration"], "parent_id": state["parent"]["id"],
-            "plan_id": state["plan"]["id"], "plan_title": plan_title(state["plan"]["text"]), "fix_of": fix_of, "fix_attempt": fix_attempt,
+            "plan_id": state["plan"]["id"], "plan_title": plan_title(state["plan"]["text"]), "fix_of": fix_of,
+            "fix_attempt": fix_attempt,
             "source": None, "status": None, "error": None, "tokens": 0, "cost_usd": 0.0}
 
 

@@ -117,7 +117,8 @@ def summarizer(state: RunState, runtime: Runtime[RunContext]) -> dict:
         # an autotuned variant carries its own move; a rewrite, the plan it implemented
         plan_text = child.get("plan_text") or plans.get(child["plan_id"], {}).get("text", "")
         if parent["id"] != child["parent_id"]:
-            plan_text = f"Every change from the baseline to the best kernel so far ({child['id']}); last step: {plan_text}"
+            plan_text = (f"Every change from the baseline to the best kernel so far ({child['id']}); "
+                         f"last step: {plan_text}")
         spread = max((t["iqr_us"] / t["median_us"] for t in child["workloads"].values() if t["median_us"]),
                      default=None)
         evidence = Evidence(speedup=ratio, spread=spread, task=task.name,

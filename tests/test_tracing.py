@@ -1,6 +1,7 @@
 """LangSmith tracing against a local HTTP endpoint started by the test: runs for the graph, its
 nodes and harness evaluations arrive, with task metadata, and kernel sources stay compact."""
 
+import hashlib
 import json
 import os
 import re
@@ -46,7 +47,7 @@ def test_compact_cuts_long_strings_and_lists():
     out = compact({"candidates": {"a": {"source": source, "speedup": 1.2}}, "ids": list(range(100))})
     assert out["candidates"]["a"]["speedup"] == 1.2
     assert out["candidates"]["a"]["source"].endswith(f"[{len(source)} chars, sha256 "
-                                                     f"{__import__('hashlib').sha256(source.encode()).hexdigest()[:12]}]")
+                                                     f"{hashlib.sha256(source.encode()).hexdigest()[:12]}]")
     assert len(out["ids"]) == 41 and out["ids"][-1] == "… 60 more"
 
 

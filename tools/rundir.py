@@ -138,5 +138,6 @@ def autotune_summary(candidates: dict[str, dict], best: dict) -> dict | None:
         "best_is_autotuned": origin is not None,
         # best speedup = rewrite speedup x autotune gain
         "best_rewrite_speedup": origin.get("speedup") if origin else best.get("speedup"),
-        "best_autotune_gain": (best.get("speedup") or 0) / origin["speedup"] if origin and origin.get("speedup") else 1.0,
+        "best_autotune_gain": ((best.get("speedup") or 0) / origin["speedup"]
+                               if origin and origin.get("speedup") else 1.0),
     }

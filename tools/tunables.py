@@ -204,6 +204,11 @@ def clamp_to_power_of_two(name: str, value: float) -> int:
     return int(min(max(2 ** round(math.log2(max(value, 1))), lo), hi))
 
 
+def describe_moves(moves: dict[str, tuple[int, int]]) -> str:
+    """`BLOCK` from 256 to 512 and `num_warps` from 4 to 8: the wording plans and lessons use."""
+    return " and ".join(f"`{n}` from {a} to {b}" for n, (a, b) in moves.items())
+
+
 def format_config(config: dict[str, int]) -> str:
     return ", ".join(f"{k}={v}" for k, v in config.items()) or "(none)"
 

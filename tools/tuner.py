@@ -29,7 +29,8 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
 from memory.features import kernel_class
-from tools.tunables import IMPLICIT_DEFAULTS, apply_config, config_of, format_config, limits, neighbours, parse_config, steps
+from tools.tunables import (IMPLICIT_DEFAULTS, apply_config, config_of, describe_moves, format_config, limits,
+                            neighbours, parse_config, steps)
 
 _ROLE = re.compile(r"You are the accelopt (\w+)")
 _SECTION_CODE = r"## {title}[^\n]*\n```python\n(.*?)\n```"
@@ -54,10 +55,6 @@ def _code(prompt: str, title: str) -> str | None:
 
 def _moves(text: str) -> dict[str, tuple[int, int]]:
     return {name: (int(a), int(b)) for name, a, b in _MOVE.findall(text)}
-
-
-def _describe(moves: dict[str, tuple[int, int]]) -> str:
-    return " and ".join(f"`{n}` from {a} to {b}" for n, (a, b) in moves.items())
 
 
 def _same_tiles(other: dict[str, int], config: dict[str, int]) -> bool:
@@ -144,7 +141,7 @@ class TunerChatModel(BaseChatModel):
             tried.add(frozenset(result.items()))
             moves = {k: (config[k], v) for k, v in changes.items()}
             title = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in moves.items())
-            plans.append(f"### Plan {len(plans) + 1}: {title}\n(tuner move, {why}) Set {_describe(moves)} in the "
+            plans.append(f"### Plan {len(plans) + 1}: {title}\n(tuner move, {why}) Set {describe_moves(moves)} in the "
                          f"kernel launch. Resulting launch config: {format_config(result)}.")
             if len(plans) == n:
                 break
@@ -199,8 +196,8 @@ class TunerChatModel(BaseChatModel):
         recipe = f" Resulting launch config: {format_config(after)} ({float(vs_base[1]):.2f}x over the baseline)." \
             if positive and vs_base else ""
         return "```json\n" + json.dumps({
-            "title": ("" if positive else "Avoid: ") + _describe(moves),
-            "lesson": (f"On {task} ({klass}; workloads {workloads}), moving {_describe(moves)} "
+            "title": ("" if positive else "Avoid: ") + describe_moves(moves),
+            "lesson": (f"On {task} ({klass}; workloads {workloads}), moving {describe_moves(moves)} "
                        f"{'helped' if positive else 'hurt'}: {ratio:.2f}x against the parent. "
                        f"Starting launch config: {format_config(before)}.{recipe}"),
             "kernel_class": klass, "before": format_config(before), "after": format_config(after)}) + "\n```"

@@ -35,6 +35,8 @@ class Backend(Protocol):
 
     def availability(self) -> Availability: ...
 
+    def refuse(self, task: Task, device: str) -> str | None: ...
+
     def evaluate(self, task: Task, source: str, *, device: str | None, timeout_s: float,
                  compare: dict[str, str], trusted: bool) -> EvalResult: ...
 
@@ -52,6 +54,9 @@ class TritonBackend:
         gpus = gpu_count()
         where = f"{gpus} CUDA GPU(s)" if gpus else "no GPU: CPU interpreter (correctness only, times are not GPU)"
         return Availability(True, f"triton {triton.__version__}, {where}")
+
+    def refuse(self, task: Task, device: str) -> str | None:
+        return self.availability().refusal()
 
     def evaluate(self, task: Task, source: str, *, device: str | None, timeout_s: float,
                  compare: dict[str, str], trusted: bool) -> EvalResult:
@@ -76,12 +81,4 @@ BACKENDS = ("triton", "nki")
 
 def run_refusal(task: Task, device: str = "auto") -> str | None:
     """Why an optimization run of this task cannot happen on this machine, or None."""
-    refusal = backend_for(task).availability().refusal()
-    if refusal is None and task.spec.backend == "nki" and device == "cpu":
-        return ("NKI kernels are timed on Trainium only: --device cpu would check correctness and time nothing; "
-                "use --device auto on a trn1/trn2 host")
-    if refusal is None and task.spec.backend == "nki" and task.baseline_source is None:
-        return (f"NKI task {task.name} has no baseline.py: its NumPy reference cannot be timed on a NeuronCore, so "
-                "there is nothing to measure speedups against; add an NKI baseline kernel (`def "
-                f"{task.spec.entry_point}`) to the task directory")
-    return refusal
+    return backend_for(task).refuse(task, device)

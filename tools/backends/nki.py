@@ -82,6 +82,17 @@ class NKIBackend:
         return Availability(True, f"{api} {getattr(module, '__version__', '')}, {where}".replace("  ", " "),
                             can_time=bool(devices))
 
+    def refuse(self, task: Task, device: str) -> str | None:
+        refusal = self.availability().refusal()
+        if refusal is None and device == "cpu":
+            return ("NKI kernels are timed on Trainium only: --device cpu would check correctness and time nothing; "
+                    "use --device auto on a trn1/trn2 host")
+        if refusal is None and task.baseline_source is None:
+            return (f"NKI task {task.name} has no baseline.py: its NumPy reference cannot be timed on a NeuronCore, "
+                    "so there is nothing to measure speedups against; add an NKI baseline kernel (`def "
+                    f"{task.spec.entry_point}`) to the task directory")
+        return refusal
+
     def evaluate(self, task: Task, source: str, *, device: str | None, timeout_s: float,
                  compare: dict[str, str], trusted: bool = False) -> EvalResult:
         if not self.availability().usable:
