@@ -1,11 +1,13 @@
-"""Persistent evaluation workers: one per visible GPU (or per core on the interpreter).
+"""Judges: one persistent judge process per visible GPU (or per core on the interpreter).
 
-Each worker is a spawned process (never forked from this one) running worker.py, with a
-scrubbed environment, its own working directory and Triton cache, and no network where the OS
-allows it (`unshare -n` as root). A request that outlives its timeout gets the worker killed
-(process group) and a fresh one started for the next request; a worker that dies (segfault,
-abort) or reports a poisoned CUDA context is replaced the same way. So a hang or a fault costs
-exactly one candidate.
+Each judge (judge.py) is a spawned process (never forked from this one) with a scrubbed
+environment and its own working directory; it runs every candidate in a fresh sandbox process
+of its own (sandbox.py), so a hang, a crash or a poisoned CUDA context costs one candidate and
+leaves the judge as it was. The judge enforces the request's time limit on its sandboxes; the
+pool kills a judge that overruns it by a margin (a judge bug) and starts a fresh one.
+
+Judges stay in the run's process group and watch their parent, so whatever ends the run
+(Ctrl-C, kill -9 of the group or of the parent alone) ends them and their sandboxes.
 """
 
 from __future__ import annotations
@@ -25,24 +27,14 @@ import threading
 from functools import lru_cache
 from pathlib import Path
 
-from tools.harness.worker import RESULT_MARK
+from tools.harness.judge import RESULT_MARK
 
-WORKER = Path(__file__).with_name("worker.py")
+JUDGE = Path(__file__).with_name("judge.py")
+# What a judge may take beyond a candidate's own limit: its start and the reference's import.
+JUDGE_MARGIN_S = 120.0
 # Variables a kernel may see; everything else (API keys above all) is dropped.
 _PASSED_ENV = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "TRITON_PTXAS_PATH",
                "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST")
-
-
-@lru_cache(maxsize=1)
-def network_isolation_prefix() -> tuple[str, ...]:
-    """`unshare -n` gives the worker an empty network namespace where the OS permits it."""
-    if shutil.which("unshare") is None:
-        return ()
-    try:
-        ok = subprocess.run(["unshare", "-n", "true"], capture_output=True, timeout=10).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        ok = False
-    return ("unshare", "-n") if ok else ()
 
 
 def scrubbed_env(home: Path, device: str, gpu: str | None, cache: Path | None = None) -> dict[str, str]:
@@ -61,31 +53,28 @@ def scrubbed_env(home: Path, device: str, gpu: str | None, cache: Path | None = 
 
 
 class Worker:
-    def __init__(self, device: str, slot: int, gpu: str | None, cache: Path | None = None):
+    """One judge process and its pipes."""
+
+    def __init__(self, device: str, slot: int, gpu: str | None):
         self.device, self.slot, self.gpu = device, slot, gpu
-        self.home = Path(tempfile.mkdtemp(prefix=f"accelopt-worker-{device}{slot}-"))
-        self.cache = cache  # shared only with this GPU's compile-ahead worker
+        self.home = Path(tempfile.mkdtemp(prefix=f"accelopt-judge-{device}{slot}-"))
         self.proc: subprocess.Popen | None = None
         self.stderr_path = self.home / "stderr.log"
         self.stderr_offset = 0
         self.started = 0
 
     def _env(self) -> dict[str, str]:
-        return scrubbed_env(self.home, self.device, self.gpu, self.cache)
+        return scrubbed_env(self.home, self.device, self.gpu)
 
     def _start(self) -> None:
         self.stderr = open(self.stderr_path, "w")
-        self.proc = subprocess.Popen([*network_isolation_prefix(), sys.executable, str(WORKER)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
-                                     cwd=self.home, env=self._env(), text=True, start_new_session=True)
+        self.proc = subprocess.Popen([sys.executable, str(JUDGE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.stderr, cwd=self.home, env=self._env(), text=True)
         self.started += 1
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            self.proc.kill()  # its sandboxes die with it (PR_SET_PDEATHSIG)
             self.proc.wait()
         self.proc = None
 
@@ -103,7 +92,7 @@ class Worker:
         if self.proc is None or self.proc.poll() is not None:
             self._start()
         nonce = secrets.token_hex(8)
-        req = {**req, "nonce": nonce}
+        req = {**req, "nonce": nonce, "timeout_s": timeout_s}
         self.stderr_offset = self.stderr_path.stat().st_size if self.stderr_path.exists() else 0
         try:
             self.proc.stdin.write(json.dumps(req) + "\n")
@@ -112,11 +101,11 @@ class Worker:
             return self._died()
         mark = RESULT_MARK + nonce
         while True:
-            ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
+            ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s + JUDGE_MARGIN_S)
             if not ready:
                 self.kill()
                 return {"status": "timeout",
-                        "error": f"the kernel did not finish within {timeout_s:.0f} s; its worker was killed"}
+                        "error": f"the evaluation did not finish within {timeout_s:.0f} s; its judge was killed"}
             line = self.proc.stdout.readline()
             if not line:
                 return self._died()
@@ -130,48 +119,24 @@ class Worker:
         code = self.proc.wait() if self.proc else None
         self.proc = None
         if code is not None and code < 0:
-            return {"status": "crashed",
-                    "error": f"the worker died with {signal.Signals(-code).name}:\n{self.stderr_tail()}"}
-        return {"status": "runtime_error", "error": f"the worker exited with code {code}:\n{self.stderr_tail()}"}
+            return {"status": "runtime_error",
+                    "error": f"the judge died with {signal.Signals(-code).name} (a harness fault, not the kernel's):"
+                             f"\n{self.stderr_tail()}"}
+        return {"status": "runtime_error",
+                "error": f"the judge exited with code {code} (a harness fault, not the kernel's):\n{self.stderr_tail()}"}
 
 
 class WorkerPool:
-    """Hands out workers; a worker serves one request at a time.
+    """Hands out judges; a judge serves one request at a time. On the interpreter there is one
+    judge per core; on GPUs one per GPU (each judge's sandboxes see only that GPU)."""
 
-    On GPUs each timing worker has a compile-ahead twin sharing its Triton cache: while one
-    candidate is timed, the next one waiting for the GPU is compiled (precompile), so its
-    evaluation starts with a cache hit."""
-
-    def __init__(self, device: str, count: int, gpus: list[str] | None = None, fresh_process: bool = False,
-                 compile_ahead: bool = True):
-        self.fresh_process = fresh_process  # benchmark baseline: a new process for every request
+    def __init__(self, device: str, count: int, gpus: list[str] | None = None, fresh_process: bool = False):
+        self.fresh_process = fresh_process  # benchmark baseline: a new judge (no warm spares) per request
         gpus = gpus or [None] * count
-        self.workers, self.compilers = [], []
-        for i in range(count):
-            cache = Path(tempfile.mkdtemp(prefix=f"accelopt-triton-{device}{i}-")) if device == "cuda" else None
-            self.workers.append(Worker(device, i, gpus[i], cache))
-            if device == "cuda" and compile_ahead and not fresh_process:
-                self.compilers.append(Worker(device, i, gpus[i], cache))
+        self.workers = [Worker(device, i, gpus[i]) for i in range(count)]
         self.free: queue.Queue[Worker] = queue.Queue()
         for w in self.workers:
             self.free.put(w)
-        self.free_compilers: queue.Queue[Worker] = queue.Queue()
-        for w in self.compilers:
-            self.free_compilers.put(w)
-
-    def precompile(self, req: dict, timeout_s: float) -> None:
-        """Best effort, and only when every timing worker is busy: a failure here is reported
-        by the real evaluation that follows."""
-        if not self.compilers or not self.free.empty():
-            return
-        try:
-            compiler = self.free_compilers.get_nowait()
-        except queue.Empty:
-            return
-        try:
-            compiler.request({**req, "compile_only": True, "compare": {}}, timeout_s)
-        finally:
-            self.free_compilers.put(compiler)
 
     def run(self, req: dict, timeout_s: float) -> dict:
         worker = self.free.get()
@@ -183,22 +148,20 @@ class WorkerPool:
             self.free.put(worker)
 
     def close(self) -> None:
-        for w in self.workers + self.compilers:
+        for w in self.workers:
             w.kill()
             shutil.rmtree(w.home, ignore_errors=True)
-            if w.cache is not None:
-                shutil.rmtree(w.cache, ignore_errors=True)
 
 
 _pools: dict[str, WorkerPool] = {}
 _pools_lock = threading.Lock()
 
 
-def make_pool(device: str, gpu_count: int, fresh_process: bool = False, compile_ahead: bool = True) -> WorkerPool:
+def make_pool(device: str, gpu_count: int, fresh_process: bool = False) -> WorkerPool:
     if device == "cuda":
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         gpus = visible.split(",") if visible else [str(i) for i in range(max(1, gpu_count))]
-        return WorkerPool(device, len(gpus), gpus, fresh_process, compile_ahead)
+        return WorkerPool(device, len(gpus), gpus, fresh_process)
     return WorkerPool(device, max(1, os.cpu_count() or 1), fresh_process=fresh_process)
 
 

@@ -32,16 +32,48 @@ Timer = Literal["cuda_event", "interpreter_wall", "nki_benchmark"]
 
 
 class WorkloadTiming(BaseModel):
+    """One workload's time. `median_us` is the primary metric named by `metric`: on a GPU the
+    call's real span (first to last GPU activity of a call, copies and host stalls included),
+    on the interpreter the judge's own wall clock around each call. The secondary figures are
+    reported beside it and `disagreement` says when they differ by more than the noise."""
+
     median_us: float
     iqr_us: float
     samples: int
-    metric: str = "cuda_event"  # cuda_event, cupti_kernel (kernel-only), or interpreter_wall
+    metric: str = "gpu_span"  # gpu_span, cuda_event (fallback without CUPTI), or interpreter_wall
     round_medians_us: list[float] = []
+    kernel_us: float | None = None   # median over calls of the summed GPU activity (kernel-only)
+    event_us: float | None = None    # median over calls of CUDA events around the call (launches included)
+    outside_us: float | None = None  # the judge's wall clock around a batch of calls, per call
+    disagreement: str | None = None
     flops: float | None = None
     bytes: float | None = None
     pct_peak: float | None = None
     pct_achievable: float | None = None
     bound: str | None = None
+
+
+Severity = Literal["info", "warning", "serious"]
+
+
+class Finding(BaseModel):
+    """A static observation about a source. It advises (the fixer, the user); it never rejects:
+    only runtime evidence does."""
+
+    rule: str
+    severity: Severity
+    line: int | None = None
+    message: str
+
+
+class Audit(BaseModel):
+    """A winner re-measured in a fresh process under an external profiler (nsys or ncu)."""
+
+    tool: str                      # "nsys", "ncu", or "none" when no profiler is installed
+    agreed: bool | None = None     # None: not audited (no tool)
+    kernels: list[str] = []        # the kernel names the profiler saw in one call
+    measured_us: dict[str, float] = {}  # per workload, the profiler's time of one call
+    note: str = ""
 
 
 class Comparison(BaseModel):
@@ -65,6 +97,10 @@ class EvalResult(BaseModel):
     compare: dict[str, dict[str, WorkloadTiming]] = {}
     versus: dict[str, Comparison] = {}
     flags: list[str] = []
+    findings: list[Finding] = []   # static advice; travels to prompts and reports
+    evidence: list[str] = []       # the runtime checks this verdict rests on, in words
+    kernels_seen: list[str] = []   # GPU kernels (or host ops on the interpreter) one call launched
+    audit: Audit | None = None
     max_abs_err: float | None = None
     max_rel_err: float | None = None
     eval_s: float | None = None

@@ -1,9 +1,11 @@
 """The profiler node's instrument: evaluate one kernel source against a task.
 
-Static checks first (free); then the persistent worker pool (pool.py) checks correctness and
-times the candidate interleaved with its comparators (parent, baseline). Results that look too
-good are re-verified on fresh inputs: above the roofline is impossible and marks the candidate
-cheat_suspected; more than 10x over the baseline is re-checked and flagged.
+A syntax error is the only static verdict; the other static findings travel with the result as
+advice. A judge of the pool (pool.py, judge.py) decides on runtime evidence: the candidate runs
+in a sandbox process of its own, timed interleaved with its comparators (parent, baseline) in
+theirs. Results that look too good are re-verified on fresh inputs: above an exact roofline is
+impossible and marks the candidate cheat_suspected; more than 10x over the baseline is
+re-checked and flagged, and a flagged kernel needs an audit (audit.py) before it may lead.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 
 from tools.harness.pool import get_pool
 from tools.harness.result import EvalResult, WorkloadTiming, compare_rounds
-from tools.harness.static_checks import check_triton_source
+from tools.harness.static_checks import findings, syntax_error
 from tools.roofline import lookup_peak, percent_of_peak
 from tools.task import Task, load_task
 
@@ -44,22 +46,21 @@ def gpu_count() -> int:
 
 def evaluate(task: Task | str, source: str, *, device: str | None = None, timeout_s: float = 300.0,
              compare: dict[str, str] | None = None, seeds: int | None = None, rounds: int | None = None,
-             warmup_ms: float = 25.0, rep_ms: float = 20.0, interpreter_reps: int = 3,
-             cupti_below_us: float = float("inf"), pool=None, trusted: bool = False) -> EvalResult:
+             rep_ms: float = 20.0, interpreter_reps: int = 3, pool=None, trusted: bool = False) -> EvalResult:
     """Check and time `source`; `compare` maps names (parent, baseline) to verified sources that
     are timed interleaved with it, so speedups against them are decided on the same machine state.
 
-    On a GPU, workloads whose candidate runs under `cupti_below_us` are timed by CUPTI kernel-only
-    time (default: all of them; it agreed with ncu within 5% where CUDA events were 9% high, see
-    BENCHMARKS.md); the rest, or any where CUPTI fails, by CUDA events.
-
-    `trusted` skips the static checks: only for the task's own reference (reference_kernel.py)."""
+    On a GPU the primary time is the call's real span from the CUPTI trace (first to last GPU
+    activity of a call); kernel-only time, CUDA events and the judge's outside clock are
+    reported beside it. `trusted` skips the static findings, ghost replay and trace checks:
+    only for the task's own reference (reference_kernel.py), which is torch code by design."""
     task = load_task(task) if isinstance(task, str) else task
     device = device or detect_device()
     started = time.monotonic()
-    static = None if trusted else check_triton_source(source, task.spec.entry_point)
-    if static:
-        return EvalResult(status=static[0], error=static[1], device=device)
+    broken = syntax_error(source)
+    if broken:
+        return EvalResult(status="compile_error", error=broken, device=device)
+    advice = [] if trusted else findings(source, task.spec.entry_point)
 
     dtype = task.spec.dtype_for(device)
     pool = pool or get_pool(device, gpu_count())
@@ -69,11 +70,11 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
             paths[name] = str(Path(tmp) / f"{name}.py")
             Path(paths[name]).write_text(text)
         request = build_request(task, device, paths.pop("candidate"), paths, seeds=seeds, rounds=rounds,
-                                warmup_ms=warmup_ms, rep_ms=rep_ms, interpreter_reps=interpreter_reps,
-                                cupti_below_us=cupti_below_us)
-        pool.precompile(request, timeout_s)
+                                rep_ms=rep_ms, interpreter_reps=interpreter_reps,
+                                trusted=trusted)
         raw = pool.run(request, timeout_s)
         result = _result(task, raw, device, dtype)
+        result.findings = advice
         if result.ok:
             _reverify_if_too_good(task, result, pool, request, timeout_s)
     result.eval_s = time.monotonic() - started
@@ -81,9 +82,9 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
 
 
 def build_request(task: Task, device: str, source_path: str, compare_paths: dict[str, str], *,
-                  seeds: int | None = None, rounds: int | None = None, warmup_ms: float = 25.0, rep_ms: float = 20.0,
-                  interpreter_reps: int = 3, cupti_below_us: float = float("inf")) -> dict:
-    """One worker request: what to check, on which workloads and seeds, and how to time it."""
+                  seeds: int | None = None, rounds: int | None = None, rep_ms: float = 20.0,
+                  interpreter_reps: int = 3, trusted: bool = False) -> dict:
+    """One judge request: what to check, on which workloads and seeds, and how to time it."""
     dtype = task.spec.dtype_for(device)
     atol, rtol = task.spec.tolerances(dtype)
     return {
@@ -92,15 +93,16 @@ def build_request(task: Task, device: str, source_path: str, compare_paths: dict
         "source_path": source_path, "compare": compare_paths,
         "workloads": [w.model_dump() for w in task.spec.workloads_for(device)],
         "seeds": seeds or task.spec.seeds, "seed_offset": 0,
-        "rounds": rounds or (5 if device == "cuda" else 2), "warmup_ms": warmup_ms, "rep_ms": rep_ms,
-        "interpreter_reps": interpreter_reps, "cupti_below_us": cupti_below_us, "cupti_reps": 30,
+        "rounds": rounds or (5 if device == "cuda" else 2), "rep_ms": rep_ms,
+        "interpreter_reps": interpreter_reps, "trusted": trusted,
     }
 
 
 def _result(task: Task, raw: dict, device: str, dtype: str) -> EvalResult:
     result = EvalResult(status=raw["status"], error=raw.get("error"), device=device,
                         device_name=raw.get("device_name"), max_abs_err=raw.get("max_abs_err"),
-                        max_rel_err=raw.get("max_rel_err"))
+                        max_rel_err=raw.get("max_rel_err"), evidence=raw.get("evidence", []),
+                        kernels_seen=raw.get("kernels_seen", []))
     if result.ok:
         result.timer = "cuda_event" if device == "cuda" else "interpreter_wall"
         name = raw.get("device_name") or ""

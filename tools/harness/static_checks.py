@@ -1,14 +1,23 @@
-"""Checks on a candidate's source that need no execution.
+"""Findings about a candidate's source that need no execution: advice, never a verdict.
 
-They run before any process is spawned, so an obviously unusable or cheating kernel costs
-nothing. Structural problems are compile_error (the fixer can repair them); attempts to do the
-work outside Triton, to hide work from the timer, or to tamper with the harness are
-cheat_suspected.
+Only a syntax error rejects here (the source cannot run at all). Everything else becomes a
+Finding with a severity that travels with the result into prompts and reports: what a fixer or
+a user should know. Whether the kernel really does its work in Triton, leaves its inputs alone
+or keeps results between calls is decided by runtime evidence in the judge (judge.py), because
+rules on text reject honest code (`.to(device)` no-ops, CPU fallbacks that never run,
+`__main__` self-tests) and miss cheats written another way (`getattr(torch, "soft" + "max")`).
+
+severity: "serious" for what honest kernels never do (tampering with libraries or timers,
+threads, subprocesses, the network, exec/eval); "warning" for what often hides work outside
+Triton (torch compute in host code, state kept between calls, introspection); "info" for
+what is usually harmless (casts, synchronization).
 """
 
 from __future__ import annotations
 
 import ast
+
+from tools.harness.result import Finding
 
 # Host code may allocate, inspect and reshape tensors, never compute with torch.
 _TORCH_ALLOWED = {
@@ -28,35 +37,54 @@ _COMPUTE_METHODS = {
     "scatter_add", "lerp", "addcmul", "addcdiv", "outer", "dot", "cross", "prod", "logsumexp", "multinomial",
 }
 _FORBIDDEN_MODULES = {
-    "threading": "extra threads", "concurrent": "extra threads or processes", "multiprocessing": "extra processes",
-    "asyncio": "concurrent work", "subprocess": "subprocesses", "ctypes": "native calls", "gc": "the garbage collector",
-    "inspect": "introspection of the harness", "importlib": "dynamic imports", "builtins": "the builtins",
-    "signal": "signals", "socket": "the network", "numpy": "host-side compute", "cupy": "another GPU library",
-    "torch.nn.functional": "torch compute", "torch.nn": "torch modules", "torch.cuda.graphs": "CUDA graphs",
+    "threading": ("extra threads", "serious"), "concurrent": ("extra threads or processes", "serious"),
+    "multiprocessing": ("extra processes", "serious"), "asyncio": ("concurrent work", "serious"),
+    "subprocess": ("subprocesses", "serious"), "ctypes": ("native calls", "serious"),
+    "signal": ("signals", "serious"), "socket": ("the network", "serious"),
+    "gc": ("the garbage collector", "warning"), "inspect": ("introspection", "info"),
+    "importlib": ("dynamic imports", "warning"), "builtins": ("the builtins", "warning"),
+    "numpy": ("host-side compute", "warning"), "cupy": ("another GPU library", "warning"),
+    "torch.nn.functional": ("torch compute", "warning"), "torch.nn": ("torch modules", "info"),
+    "torch.cuda.graphs": ("CUDA graphs", "warning"),
 }
+# Precision changes and copies in host code: usually harmless (a no-op on the GPU path).
+_CAST_METHODS = {"to", "float", "half", "bfloat16", "double", "type", "type_as", "copy_", "clone"}
 _TAMPER_TARGETS = ("torch.cuda", "time", "triton.testing", "torch.Tensor", "torch", "triton", "sys", "os")
 
 
-def check_triton_source(source: str, entry_point: str) -> tuple[str, str] | None:
-    """Return (status, message) when the source cannot be a valid candidate, else None."""
+def syntax_error(source: str) -> str | None:
+    """The one static verdict: a source Python cannot parse."""
     try:
-        tree = ast.parse(source)
+        ast.parse(source)
     except SyntaxError as e:
         line = (e.text or "").strip()
-        return "compile_error", f"SyntaxError: {e.msg} (line {e.lineno}: {line})"
+        return f"SyntaxError: {e.msg} (line {e.lineno}: {line})"
+    return None
 
+
+def findings(source: str, entry_point: str) -> list[Finding]:
+    """Static advice on a source, worst first; empty when it does not parse (see syntax_error)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    out: list[Finding] = []
     functions = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
     jitted = {name for name, fn in functions.items() if any(_is_triton_jit(d) for d in fn.decorator_list)}
-    if not jitted:
-        return "compile_error", "no @triton.jit kernel is defined; the work must be done in a Triton kernel"
     entry = functions.get(entry_point)
+    if not jitted:
+        out.append(Finding(rule="no_triton_kernel", severity="serious",
+                           message="no @triton.jit kernel is defined; the work must be done in a Triton kernel"))
     if entry is None or entry not in tree.body:
-        return "compile_error", f"no top-level entry point `def {entry_point}(...)` is defined"
-    if not _launches(entry, functions, jitted):
-        return ("compile_error",
-                f"`{entry_point}` never launches a @triton.jit kernel (expected `kernel[grid](...)`)")
-    cheat = _find_cheat(tree, functions, jitted)
-    return ("cheat_suspected", cheat) if cheat else None
+        out.append(Finding(rule="no_entry_point", severity="serious",
+                           message=f"no top-level entry point `def {entry_point}(...)` is defined"))
+    elif jitted and not _launches(entry, functions, jitted):
+        out.append(Finding(rule="no_launch", severity="info", line=entry.lineno,
+                           message=f"`{entry_point}` launches no @triton.jit kernel by name "
+                                   "(fine if it launches through an alias or a wrapper)"))
+    out += _find_cheats(tree, functions, jitted)
+    order = {"serious": 0, "warning": 1, "info": 2}
+    return sorted(out, key=lambda f: (order[f.severity], f.line or 0))
 
 
 def _is_triton_jit(decorator: ast.expr) -> bool:
@@ -82,49 +110,69 @@ def _launches(entry: ast.FunctionDef, functions: dict[str, ast.FunctionDef], jit
     return False
 
 
-def _find_cheat(tree: ast.Module, functions: dict[str, ast.FunctionDef], jitted: set[str]) -> str | None:
-    jit_nodes = {id(n) for name in jitted for n in ast.walk(functions[name])}
+def _main_guard(node: ast.stmt) -> bool:
+    """`if __name__ == "__main__":` holds self-tests that never run when the harness imports."""
+    return isinstance(node, ast.If) and "__name__" in ast.unparse(node.test) and "__main__" in ast.unparse(node.test)
+
+
+def _find_cheats(tree: ast.Module, functions: dict[str, ast.FunctionDef], jitted: set[str]) -> list[Finding]:
+    skip = {id(n) for name in jitted for n in ast.walk(functions[name])}  # Triton code: anything Triton takes
+    skip |= {id(n) for stmt in tree.body if _main_guard(stmt) for n in ast.walk(stmt)}
     aliases = _torch_aliases(tree)
+    out: list[Finding] = []
+
+    def add(rule: str, severity: str, node: ast.AST, message: str) -> None:
+        out.append(Finding(rule=rule, severity=severity, line=getattr(node, "lineno", None), message=message))
+
     for node in ast.walk(tree):
-        if id(node) in jit_nodes:
-            continue  # inside Triton kernels anything Triton accepts is fine
-        line = getattr(node, "lineno", "?")
+        if id(node) in skip:
+            continue
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
             if isinstance(node, ast.ImportFrom) and node.module in ("torch", "torch.nn"):
                 names += [f"{node.module}.{a.name}" for a in node.names]
             for name in names:
-                for forbidden, why in _FORBIDDEN_MODULES.items():
-                    if name == forbidden or name.startswith(forbidden + "."):
-                        return f"line {line}: imports {name} ({why} is not allowed in a candidate)"
+                for module, (why, severity) in _FORBIDDEN_MODULES.items():
+                    if name == module or name.startswith(module + "."):
+                        add("import", severity, node, f"imports {name} ({why})")
         elif isinstance(node, ast.Call):
             called = _dotted(node.func, aliases)
             if called and called.startswith("torch."):
                 parts = called.split(".")
                 if parts[1] == "cuda" and len(parts) > 2 and parts[2] not in _TORCH_CUDA_ALLOWED:
-                    return f"line {line}: calls {called} (streams, events and synchronization belong to the harness)"
-                if parts[1] not in _TORCH_ALLOWED:
-                    return f"line {line}: calls {called}: host code may allocate tensors but not compute with torch"
-            if called in ("setattr", "delattr", "exec", "eval", "compile", "__import__", "globals", "open"):
-                return f"line {line}: calls {called}() (not allowed in a candidate)"
-            if isinstance(node.func, ast.Attribute) and node.func.attr in _COMPUTE_METHODS \
-                    and not (called or "").startswith(("triton.", "tl.", "math.")):
-                return f"line {line}: calls .{node.func.attr}(): torch compute or precision change outside Triton"
+                    severity = "info" if parts[2] in ("synchronize", "current_stream", "set_device") else "warning"
+                    add("torch_cuda", severity, node, f"calls {called} (streams and events belong to the harness)")
+                elif parts[1] not in _TORCH_ALLOWED:
+                    add("torch_compute", "warning", node,
+                        f"calls {called} in host code: work outside Triton is rejected at run time if it computes")
+            if called in ("setattr", "delattr", "exec", "eval", "compile", "__import__"):
+                add("dynamic", "serious", node, f"calls {called}()")
+            elif called in ("globals", "open", "getattr"):
+                add("dynamic", "info", node, f"calls {called}()")
+            if isinstance(node.func, ast.Attribute) and not (called or "").startswith(("triton.", "tl.", "math.")):
+                if node.func.attr in _CAST_METHODS:
+                    add("cast", "info", node, f"calls .{node.func.attr}() in host code (a copy or precision change)")
+                elif node.func.attr in _COMPUTE_METHODS:
+                    add("torch_compute", "warning", node,
+                        f"calls .{node.func.attr}() in host code: torch compute outside Triton is rejected at run time")
         elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
-            return f"line {line}: uses the @ operator: matrix products must run in a Triton kernel"
+            add("torch_compute", "warning", node, "uses the @ operator in host code")
         elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for target in targets:
                 dotted = _dotted(target, aliases) if isinstance(target, ast.Attribute) else None
                 if dotted and dotted.split(".")[0] in {t.split(".")[0] for t in _TAMPER_TARGETS}:
-                    return f"line {line}: assigns to {dotted} (patching library or timer state is not allowed)"
+                    add("tamper", "serious", node, f"assigns to {dotted} (patching library or timer state)")
         elif isinstance(node, ast.Global):
-            return f"line {line}: uses `global` state (results may not be cached between calls)"
-    return _find_state_between_calls(tree, functions, jitted)
+            add("state", "warning", node, "uses `global` state (results must not be kept between calls)")
+    return out + _find_state_between_calls(tree, functions, jitted)
 
 
-def _find_state_between_calls(tree: ast.Module, functions: dict[str, ast.FunctionDef], jitted: set[str]) -> str | None:
-    """Host functions that write module-level containers or memoize can replay old outputs."""
+def _find_state_between_calls(tree: ast.Module, functions: dict[str, ast.FunctionDef],
+                              jitted: set[str]) -> list[Finding]:
+    """Host functions that write module-level containers or memoize can replay old outputs;
+    a cache of launch metadata is honest, so this is a warning the runtime checks settle."""
+    out: list[Finding] = []
     module_names = {t.id for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign))
                     for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)}
     for name, fn in functions.items():
@@ -133,7 +181,8 @@ def _find_state_between_calls(tree: ast.Module, functions: dict[str, ast.Functio
         for deco in fn.decorator_list:
             text = ast.unparse(deco.func if isinstance(deco, ast.Call) else deco)
             if text.split(".")[-1] in ("lru_cache", "cache", "cached_property"):
-                return f"line {fn.lineno}: `{name}` is memoized ({text}): results may not be cached between calls"
+                out.append(Finding(rule="state", severity="warning", line=fn.lineno,
+                                   message=f"`{name}` is memoized ({text}): results must not be kept between calls"))
         local = {a.arg for a in fn.args.args + fn.args.kwonlyargs}
         for node in ast.walk(fn):
             if isinstance(node, (ast.Assign, ast.AugAssign)):
@@ -142,14 +191,14 @@ def _find_state_between_calls(tree: ast.Module, functions: dict[str, ast.Functio
                         local.add(target.id)
                     elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name) \
                             and target.value.id in module_names - local:
-                        return (f"line {node.lineno}: `{name}` writes module-level `{target.value.id}`: "
-                                "results may not be cached between calls")
+                        out.append(Finding(rule="state", severity="warning", line=node.lineno,
+                                           message=f"`{name}` writes module-level `{target.value.id}`"))
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
                     and isinstance(node.func.value, ast.Name) and node.func.value.id in module_names - local \
                     and node.func.attr in ("append", "update", "setdefault", "__setitem__", "extend", "insert"):
-                return (f"line {node.lineno}: `{name}` writes module-level `{node.func.value.id}`: "
-                        "results may not be cached between calls")
-    return None
+                out.append(Finding(rule="state", severity="warning", line=node.lineno,
+                                   message=f"`{name}` writes module-level `{node.func.value.id}`"))
+    return out
 
 
 def _torch_aliases(tree: ast.Module) -> dict[str, str]:

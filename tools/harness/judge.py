@@ -1,0 +1,605 @@
+"""The judge: the trusted side of the trust boundary.
+
+A persistent process (one per GPU, or per core on the interpreter) started by pool.py as
+`python judge.py`, one JSON request per line on stdin, one verdict line per request on a private
+copy of stdout. It owns the seeds, the inputs, the reference, the expected outputs, the
+comparison and every decision, and it never imports candidate code: each candidate runs in a
+sandbox process of its own (sandbox.py) that is killed after that one candidate. Comparators
+(baseline, parent) run in sandboxes of their own, kept for the same source only.
+
+The evidence, in order (the first failure decides):
+1. correctness on every workload x seed, fresh inputs per call, against outputs the judge
+   computed itself; shape, dtype, NaN/Inf (unwritten outputs read as poison), tolerance,
+   inputs mutated (the judge sees the shared input memory), threads left running, the same
+   call twice must agree;
+2. ghost replay: with every Triton launch stubbed out the outputs must no longer be correct;
+3. the trace of one call: no compute outside the candidate's Triton launches (GPU kernels or,
+   on the interpreter, host ops that are not data movement);
+4. timing in interleaved rounds with the comparators; the last timed output of each round is
+   checked, and the judge's own clock bounds what the sandbox reports;
+5. correctness again after timing, on inputs never seen before.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import importlib.util
+import io
+import json
+import os
+import pickle
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+    sys.path.pop(0)
+
+RESULT_MARK = "@@ACCELOPT_RESULT@@"
+SANDBOX = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox.py")
+ERROR_CHARS = 1500
+SPARES = 2              # warm sandboxes waiting for the next candidate
+COMPARATOR_CACHE = 4    # comparator sandboxes kept, keyed by source
+READY_TIMEOUT_S = 120.0
+TIMING_SEED = 100       # timing inputs: never among the checked seeds
+AFTER_SEED = 500        # the check after timing: inputs never seen before
+# Host ops (interpreter) and GPU kernels that move data rather than compute.
+_DATA_OPS = {
+    "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like",
+    "fill_", "zero_", "copy_", "clone", "to", "_to_copy", "contiguous", "view", "reshape", "_reshape_alias",
+    "as_strided", "expand", "expand_as", "permute", "transpose", "t", "squeeze", "unsqueeze", "flatten",
+    "unflatten", "narrow", "slice", "select", "split", "split_with_sizes", "chunk", "unbind", "stack", "cat",
+    "detach", "alias", "lift_fresh", "resize_", "set_", "item", "_local_scalar_dense", "view_as", "movedim",
+    "new_empty", "new_empty_strided", "new_zeros", "new_ones", "new_full", "arange", "type_as", "is_nonzero",
+    "resolve_conj", "resolve_neg", "_unsafe_view", "index_select", "result_type", "numpy_T", "is_same_size",
+    "record_stream", "pin_memory", "_pin_memory", "is_pinned", "empty_permuted", "repeat", "view_as_real",
+}
+_DATA_KERNELS = re.compile(r"Memcpy|Memset|copy|Copy|fill|Fill|zero|Zero|arange|CatArray|cat_|unrolled_elementwise"
+                           r"_kernel<.*(copy|cast)", re.IGNORECASE)
+
+
+class Reject(Exception):
+    def __init__(self, status: str, error: str, **extra):
+        super().__init__(error)
+        self.status, self.error, self.extra = status, error, extra
+
+
+def _tail(text: str, limit: int = ERROR_CHARS) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else "..." + text[-limit:]
+
+
+# ---------------------------------------------------------------- what crosses the boundary
+
+class _Unpickler(pickle.Unpickler):
+    """Replies come from untrusted code: only tensors and plain data may be rebuilt."""
+
+    ALLOWED = {("torch.multiprocessing.reductions", n) for n in (
+        "rebuild_tensor", "rebuild_typed_storage", "rebuild_storage_filename", "rebuild_cuda_tensor",
+        "rebuild_storage_empty", "rebuild_typed_storage_child")} | {
+        ("torch", "Tensor"), ("torch", "Size"), ("torch", "device"), ("torch.storage", "UntypedStorage"),
+        ("torch.storage", "TypedStorage"), ("torch", "UntypedStorage"), ("builtins", "complex")}
+
+    def find_class(self, module, name):
+        import torch
+
+        if (module, name) in self.ALLOWED or (module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"{module}.{name}")
+
+
+class SandboxFailure(Exception):
+    def __init__(self, status: str, error: str, dead: bool = False):
+        super().__init__(error)
+        self.status, self.error, self.dead = status, error, dead
+
+
+def isolation_prefix() -> list[str]:
+    """No network, and a PID namespace of its own (no other process to signal or trace) where
+    the OS allows it."""
+    for prefix in (["unshare", "-n", "-p", "-f", "--mount-proc"], ["unshare", "-n"]):
+        if shutil.which("unshare"):
+            try:
+                if subprocess.run([*prefix, "true"], capture_output=True, timeout=10).returncode == 0:
+                    return prefix
+            except (OSError, subprocess.SubprocessError):
+                pass
+    return []
+
+
+def _pdeathsig() -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, 9)  # die with the judge
+    except OSError:
+        pass
+
+
+class Sandbox:
+    """A handle on one sandbox process."""
+
+    def __init__(self, device: str, prefix: list[str], root: str):
+        from multiprocessing.connection import Connection
+
+        self.home = tempfile.mkdtemp(prefix="sandbox-", dir=root)
+        mine, theirs = socket.socketpair()
+        env = {k: v for k, v in os.environ.items() if k not in ("HOME", "TMPDIR", "TRITON_CACHE_DIR")}
+        env.update(HOME=self.home, TMPDIR=self.home, TRITON_CACHE_DIR=os.path.join(self.home, "triton-cache"))
+        self.stderr_path = os.path.join(self.home, "stderr.log")
+        with open(self.stderr_path, "w") as err:
+            self.proc = subprocess.Popen([*prefix, sys.executable, SANDBOX, str(theirs.fileno())],
+                                         pass_fds=[theirs.fileno()], cwd=self.home, env=env, stdin=subprocess.DEVNULL,
+                                         stdout=err, stderr=err, preexec_fn=_pdeathsig)
+        theirs.close()
+        self.conn = Connection(mine.detach())
+        self.ready = False
+        self.started = time.monotonic()
+
+    def stderr_tail(self, limit: int = 1200) -> str:
+        try:
+            with open(self.stderr_path, errors="replace") as f:
+                return _tail(f.read(), limit)
+        except OSError:
+            return ""
+
+    def _recv(self, deadline: float):
+        while not self.conn.poll(max(0.0, min(1.0, deadline - time.monotonic()))):
+            if self.proc.poll() is not None and not self.conn.poll(0):
+                raise self._died()
+            if time.monotonic() >= deadline:
+                self.kill()
+                raise SandboxFailure("timeout", "did not finish within its time limit; its process was killed",
+                                     dead=True)
+        try:
+            data = self.conn.recv_bytes()
+        except (EOFError, OSError):
+            raise self._died() from None
+        try:
+            return _Unpickler(io.BytesIO(data)).load()
+        except Exception as exc:  # noqa: BLE001 - a reply that is not plain data is the kernel's
+            raise SandboxFailure("cheat_suspected", f"handed back something that is not a plain torch.Tensor "
+                                 f"or plain data ({type(exc).__name__}: {exc})") from None
+
+    def _died(self) -> SandboxFailure:
+        code = self.proc.wait()
+        if code is not None and code < 0:
+            import signal
+
+            return SandboxFailure("crashed", f"its process died with {signal.Signals(-code).name}:\n"
+                                  f"{self.stderr_tail()}", dead=True)
+        return SandboxFailure("runtime_error", f"its process exited with code {code}:\n{self.stderr_tail()}",
+                              dead=True)
+
+    def wait_ready(self, deadline: float) -> None:
+        if not self.ready:
+            kind, info = self._recv(deadline)
+            if kind != "ready":
+                raise SandboxFailure(info.get("status", "runtime_error"),
+                                     "the sandbox could not start:\n" + info.get("error", ""), dead=True)
+            self.ready = True
+
+    def request(self, op: str, deadline: float, **args) -> dict:
+        self.wait_ready(deadline)
+        try:
+            self.conn.send((op, args))
+        except (BrokenPipeError, OSError):
+            raise self._died() from None
+        kind, info = self._recv(deadline)
+        if kind == "fail":
+            if info.get("cuda_fault"):
+                self.kill()
+            raise SandboxFailure(info["status"], info["error"], dead=info.get("cuda_fault", False))
+        return info
+
+    def threads(self) -> int:
+        """The OS's count of the process's threads: seen from outside, whatever the kernel patched."""
+        try:
+            with open(f"/proc/{self.proc.pid}/status") as f:
+                return next(int(line.split()[1]) for line in f if line.startswith("Threads:"))
+        except (OSError, StopIteration):
+            return -1
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        try:
+            self.conn.close()
+        except OSError:
+            pass
+        shutil.rmtree(self.home, ignore_errors=True)
+
+
+class Sandboxes:
+    """Warm spares: the next candidate's process starts (Python, torch, Triton, CUDA context)
+    while the current one is judged. Comparator processes are kept per source."""
+
+    def __init__(self, device: str):
+        self.device = device
+        self.prefix = isolation_prefix()
+        self.root = tempfile.mkdtemp(prefix="accelopt-judge-")
+        self.spares: collections.deque[Sandbox] = collections.deque()
+        self.comparators: collections.OrderedDict[str, Sandbox] = collections.OrderedDict()
+
+    def top_up(self) -> None:
+        while len(self.spares) < SPARES:
+            self.spares.append(Sandbox(self.device, self.prefix, self.root))
+
+    def take(self) -> Sandbox:
+        box = self.spares.popleft() if self.spares else Sandbox(self.device, self.prefix, self.root)
+        self.top_up()
+        return box
+
+    def comparator(self, source_path: str, entry_point: str, deadline: float) -> Sandbox:
+        with open(source_path, "rb") as f:
+            key = hashlib.sha256(f.read()).hexdigest() + entry_point
+        box = self.comparators.pop(key, None)
+        if box is not None and box.proc.poll() is None:
+            self.comparators[key] = box
+            return box
+        box = self.take()
+        box.request("load", deadline, path=source_path, entry_point=entry_point)
+        self.comparators[key] = box
+        while len(self.comparators) > COMPARATOR_CACHE:
+            self.comparators.popitem(last=False)[1].kill()
+        return box
+
+    def drop_comparators(self) -> None:
+        for box in self.comparators.values():
+            box.kill()
+        self.comparators.clear()
+
+    def close(self) -> None:
+        for box in list(self.spares) + list(self.comparators.values()):
+            box.kill()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- correctness
+
+def _compare(torch, outs, refs, atol: float, rtol: float, where: str, mode: str = "allclose") -> dict:
+    """Raise Reject on the first failing output; return the worst errors of a passing one."""
+    worst = {"max_abs_err": 0.0, "max_rel_err": 0.0}
+    refs = list(refs) if isinstance(refs, (tuple, list)) else [refs]
+    if len(outs) != len(refs):
+        raise Reject("shape_mismatch", f"{where}: returned {len(outs)} outputs, expected {len(refs)}")
+    for i, (o, r) in enumerate(zip(outs, refs)):
+        tag = f"{where} output {i}"
+        if isinstance(o, dict):
+            raise Reject("shape_mismatch", f"{tag}: returned {o['not_a_tensor']}, expected a plain torch.Tensor")
+        if tuple(o.shape) != tuple(r.shape):
+            raise Reject("shape_mismatch", f"{tag}: shape {tuple(o.shape)}, expected {tuple(r.shape)}")
+        if o.dtype != r.dtype:
+            raise Reject("dtype_mismatch", f"{tag}: dtype {o.dtype}, expected {r.dtype}")
+        if o.device.type != r.device.type:
+            raise Reject("shape_mismatch", f"{tag}: on {o.device.type}, expected a tensor on {r.device.type}")
+        of, rf = o.detach().double(), r.detach().double()
+        bad = ~torch.isfinite(of) & torch.isfinite(rf)
+        if bool(bad.any()):
+            raise Reject("nan", f"{tag}: {int(bad.sum())}/{bad.numel()} NaN/Inf values where the reference is "
+                                "finite (unwritten outputs read as NaN: they are pre-filled with poison)")
+        if mode == "relative_l2":
+            rel_l2 = float((of - rf).norm() / rf.norm().clamp_min(1e-30))
+            if rel_l2 > rtol:
+                raise Reject("wrong_output", f"{tag}: relative L2 error {rel_l2:.3g} above {rtol}", max_rel_err=rel_l2)
+            worst["max_rel_err"] = max(worst["max_rel_err"], rel_l2)
+            continue
+        diff = (of - rf).abs()
+        diff = torch.where(torch.isnan(of) & torch.isnan(rf), torch.zeros_like(diff), diff)
+        fails = (diff > atol) & (diff > rtol * rf.abs())
+        max_abs = float(diff.max()) if diff.numel() else 0.0
+        max_rel = float((diff / rf.abs().clamp_min(1e-12)).max()) if diff.numel() else 0.0
+        if bool(fails.any()):
+            raise Reject("wrong_output",
+                         f"{tag}: {int(fails.sum())}/{fails.numel()} elements outside atol={atol} rtol={rtol}; "
+                         f"max abs err {max_abs:.3g}, max rel err {max_rel:.3g}",
+                         max_abs_err=max_abs, max_rel_err=max_rel)
+        worst = {"max_abs_err": max(worst["max_abs_err"], max_abs), "max_rel_err": max(worst["max_rel_err"], max_rel)}
+    return worst
+
+
+def _copy(value):
+    return value.clone() if hasattr(value, "clone") else value
+
+
+def _owned(torch, outs: list) -> list:
+    """Copies of what the sandbox handed back, so its memory can go."""
+    return [o.clone() if isinstance(o, torch.Tensor) else o for o in outs]
+
+
+class Judge:
+    def __init__(self):
+        import torch
+        import torch.multiprocessing as tmp
+
+        tmp.set_sharing_strategy("file_system")
+        self.torch = torch
+        self.references: dict = {}
+        self.boxes: Sandboxes | None = None
+
+    def reference(self, path: str):
+        if path not in self.references:
+            spec = importlib.util.spec_from_file_location(f"accelopt_reference_{len(self.references)}", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            self.references[path] = module
+        return self.references[path]
+
+    def _box_failure(self, f: SandboxFailure, where: str, whose: str = "") -> Reject:
+        return Reject(f.status, f"{where}{whose}: {f.error}")
+
+    # -------------------------------------------------------------- evidence
+
+    def _check_call(self, box: Sandbox, req, ref, inputs, expected, where: str, deadline: float,
+                    threads0: int, errors: dict | None) -> list:
+        torch = self.torch
+        originals = [_copy(t) for t in inputs]
+        try:
+            reply = box.request("call", deadline, inputs=list(inputs), where=where)
+        except SandboxFailure as f:
+            raise Reject(f.status, f"{where}: {f.error}") from None
+        outs = _owned(torch, reply["outputs"])
+        del reply["outputs"]
+        if reply["threads"] > 0 or (threads0 > 0 and box.threads() > threads0):
+            raise Reject("cheat_suspected", f"{where}: the kernel left {max(reply['threads'], 1)} thread(s) "
+                                            "running after the call; work must not escape the call")
+        worst = _compare(torch, outs, expected, req["atol"], req["rtol"], where, req.get("correctness", "allclose"))
+        if errors is not None:
+            for key, value in worst.items():
+                errors[key] = max(errors.get(key, 0.0), value)
+        for i, (now, before) in enumerate(zip(inputs, originals)):
+            if isinstance(now, torch.Tensor) and not torch.equal(now, before):
+                raise Reject("input_mutated", f"{where}: input {i} was modified by the kernel")
+        return outs
+
+    def check(self, box, req, ref, seeds, deadline, errors=None, twice: bool = False) -> int:
+        checked = 0
+        threads0 = -1
+        for workload in req["workloads"]:
+            for seed in seeds:
+                where = f"workload {workload['name']} seed {seed}"
+                inputs = ref.make_inputs(workload["params"], seed, req["device"], req["dtype"])
+                expected = ref.reference(*[_copy(t) for t in inputs])  # the reference first, on copies
+                outs = self._check_call(box, req, ref, inputs, expected, where, deadline, threads0, errors)
+                if threads0 < 0:
+                    threads0 = box.threads()
+                if twice and checked == 0:  # the same call again must agree with the first
+                    again = self._check_call(box, req, ref, inputs, expected, where + " (again)", deadline,
+                                             threads0, None)
+                    try:
+                        _compare(self.torch, again, outs, req["atol"], req["rtol"], where)
+                    except Reject as r:
+                        raise Reject("cheat_suspected", f"{where}: outputs differ between identical calls: "
+                                                        f"{r.error}") from None
+                checked += 1
+        return checked
+
+    def ghost(self, box, req, ref, deadline) -> str:
+        """With every Triton launch stubbed out, a kernel whose outputs are still correct did its
+        work somewhere else. Skipped where a stub could pass honestly (outputs all zero)."""
+        torch = self.torch
+        workload = req["workloads"][0]
+        inputs = ref.make_inputs(workload["params"], AFTER_SEED + 1, req["device"], req["dtype"])
+        expected = ref.reference(*[_copy(t) for t in inputs])
+        refs = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+        if any(bool((r == 0).all()) for r in refs if isinstance(r, torch.Tensor)):
+            return "ghost replay skipped: a reference output is all zeros"
+        try:
+            reply = box.request("call", deadline, inputs=list(inputs), mode="ghost", where="ghost replay")
+        except SandboxFailure:
+            return "ghost replay: the kernel fails with its launches stubbed out"
+        if not reply["launched"]:
+            raise Reject("cheat_suspected", "no Triton kernel was launched by the call (launches stubbed: "
+                                            "nothing to stub); the work must run in a Triton kernel")
+        try:
+            _compare(torch, _owned(torch, reply["outputs"]), expected, req["atol"], req["rtol"], "ghost replay",
+                     req.get("correctness", "allclose"))
+        except Reject:
+            return f"ghost replay: outputs wrong with the launches of {', '.join(reply['launched'])} stubbed out"
+        raise Reject("cheat_suspected", f"outputs still correct with the Triton launches stubbed out "
+                                        f"({', '.join(reply['launched'])}): the work is done outside Triton")
+
+    def trace(self, box, req, ref, deadline) -> tuple[list[str], str]:
+        """Compute outside the candidate's own Triton launches rejects; data movement is allowed."""
+        workload = req["workloads"][0]
+        inputs = ref.make_inputs(workload["params"], AFTER_SEED + 2, req["device"], req["dtype"])
+        try:
+            reply = box.request("call", deadline, inputs=list(inputs), mode="trace", where="traced call")
+        except SandboxFailure as f:
+            raise Reject(f.status, f"traced call: {f.error}") from None
+        launched = set(reply["launched"])
+        seen = list(dict.fromkeys(reply["trace"] or []))
+        if req["device"] == "cuda":
+            foreign = [n for n in seen if n not in launched and not any(n.startswith(k) for k in launched)
+                       and not _DATA_KERNELS.search(n)]
+        else:
+            foreign = [n for n in seen if n.removeprefix("aten::") not in _DATA_OPS]
+        if foreign:
+            raise Reject("cheat_suspected", "compute outside the Triton launches in one call: "
+                         + ", ".join(foreign[:8]) + (" ..." if len(foreign) > 8 else "")
+                         + " (only the kernel's Triton kernels and data movement may run)")
+        return seen, f"trace: only {', '.join(sorted(launched)) or 'no'} Triton kernel(s) and data movement"
+
+    # -------------------------------------------------------------- timing
+
+    def _time_round(self, box, req, inputs, reps: int, deadline: float) -> dict:
+        if req["device"] != "cuda":  # interpreter: the judge's own clock around each call
+            samples = []
+            out = None
+            for _ in range(req["interpreter_reps"]):
+                start = time.perf_counter()
+                reply = box.request("call", deadline, inputs=list(inputs), where="timed call")
+                samples.append((time.perf_counter() - start) * 1e6)
+                out = reply["outputs"]
+            return {"primary": samples, "outputs": out}
+        reply = box.request("time_calls", deadline, inputs=list(inputs), reps=reps)
+        primary = reply["span_us"] if len(reply["span_us"]) >= reps // 2 else reply["event_us"]
+        return {"primary": primary, "kernel": reply["kernel_us"], "event": reply["event_us"],
+                "outputs": reply["outputs"], "metric": "gpu_span" if primary is reply["span_us"] else "cuda_event"}
+
+    def _outside(self, box, inputs, est_us: float, deadline: float) -> float:
+        n = int(min(200, max(3, 20_000 / max(est_us, 1.0))))
+        start = time.perf_counter()
+        box.request("batch", deadline, inputs=list(inputs), n=0)
+        overhead = time.perf_counter() - start
+        start = time.perf_counter()
+        box.request("batch", deadline, inputs=list(inputs), n=n)
+        return max(0.0, time.perf_counter() - start - overhead) * 1e6 / n
+
+    def timing(self, boxes: dict, req, ref, deadline: float) -> dict:
+        torch = self.torch
+        out: dict = {name: {} for name in boxes}
+        names = list(boxes)
+        for workload in req["workloads"]:
+            inputs = ref.make_inputs(workload["params"], TIMING_SEED, req["device"], req["dtype"])
+            expected = ref.reference(*[_copy(t) for t in inputs])
+            reps = 10
+            if req["device"] == "cuda":  # enough calls per round for about rep_ms of timed work
+                est = self._time_round(boxes["candidate"], req, inputs, 3, deadline)
+                reps = int(min(100, max(10, req["rep_ms"] * 1e3 / max(statistics.median(est["primary"]), 1.0))))
+            pooled = {n: collections.defaultdict(list) for n in names}
+            rounds = {n: [] for n in names}
+            for r in range(req["rounds"]):
+                for name in names[r % len(names):] + names[: r % len(names)]:
+                    try:
+                        got = self._time_round(boxes[name], req, inputs, reps, deadline)
+                    except SandboxFailure as f:
+                        whose = "" if name == "candidate" else f" (comparator {name!r}, not the kernel under test)"
+                        raise Reject(f.status, f"while timing{whose}: {f.error}") from None
+                    if name == "candidate":  # the timed calls must have done the work
+                        try:
+                            _compare(torch, _owned(torch, got["outputs"]), expected, req["atol"], req["rtol"],
+                                     f"workload {workload['name']} timed call", req.get("correctness", "allclose"))
+                        except Reject as rj:
+                            raise Reject("cheat_suspected", f"correct when checked, not when timed: {rj.error}")
+                    for key in ("primary", "kernel", "event"):
+                        pooled[name][key] += got.get(key) or []
+                    pooled[name]["metric"] = got.get("metric", "interpreter_wall")
+                    rounds[name].append(statistics.median(got["primary"]))
+            for name in names:
+                p = pooled[name]
+                summary = _summary(p["primary"])
+                summary.update(round_medians_us=rounds[name], metric=p["metric"])
+                if req["device"] == "cuda":
+                    summary["kernel_us"] = statistics.median(p["kernel"]) if p["kernel"] else None
+                    summary["event_us"] = statistics.median(p["event"]) if p["event"] else None
+                    summary["outside_us"] = self._outside(boxes[name], inputs, summary["median_us"], deadline)
+                    summary["disagreement"] = _disagreement(summary)
+                out[name][workload["name"]] = summary
+        return out
+
+    # -------------------------------------------------------------- one request
+
+    def evaluate(self, req: dict) -> dict:
+        if self.boxes is None:
+            self.boxes = Sandboxes(req["device"])
+            self.boxes.top_up()
+        deadline = time.monotonic() + req["timeout_s"]
+        ref = self.reference(req["reference_path"])
+        box = self.boxes.take()
+        try:
+            return self._evaluate(box, req, ref, deadline)
+        finally:
+            box.kill()
+
+    def _evaluate(self, box: Sandbox, req: dict, ref, deadline: float) -> dict:
+        try:
+            box.request("load", deadline, path=req["source_path"], entry_point=req["entry_point"])
+        except SandboxFailure as f:
+            raise Reject(f.status, f.error) from None
+        if req.get("compile_only"):
+            return {"status": "compiled", "error": None}
+        evidence = []
+        seeds = [req["seed_offset"] + s for s in range(req["seeds"])]
+        errors: dict = {}
+        checked = self.check(box, req, ref, seeds, deadline, errors, twice=True)
+        evidence.append(f"correct on {checked} fresh input sets, outputs poisoned, inputs unchanged, "
+                        "identical calls agree")
+        seen: list[str] = []
+        if not req.get("trusted"):
+            evidence.append(self.ghost(box, req, ref, deadline))
+            seen, said = self.trace(box, req, ref, deadline)
+            evidence.append(said)
+        if req.get("check_only"):
+            return {"status": "verified", "error": None, "checks": checked, "evidence": evidence}
+        boxes = {"candidate": box}
+        for name, path in (req.get("compare") or {}).items():
+            try:
+                boxes[name] = self.boxes.comparator(path, req["entry_point"], deadline)
+            except SandboxFailure as f:
+                raise Reject(f.status, f"comparator {name!r} could not be loaded (not the kernel under test): "
+                                       f"{f.error}") from None
+        timings = self.timing(boxes, req, ref, deadline)
+        evidence.append("timed calls checked against the judge's own expected outputs")
+        try:  # the same process, after all the timed calls, on inputs it has never seen
+            self.check(box, req, ref, [req["seed_offset"] + AFTER_SEED], deadline)
+        except Reject as r:
+            raise Reject("cheat_suspected", f"correct before timing but not after it ({r.status}): {r.error}") from None
+        torch = self.torch
+        device_name = torch.cuda.get_device_name() if req["device"] == "cuda" else "cpu (Triton interpreter)"
+        return {"status": "verified", "error": None, "checks": checked, "timings": timings["candidate"], **errors,
+                "compare": {k: v for k, v in timings.items() if k != "candidate"}, "device_name": device_name,
+                "evidence": evidence, "kernels_seen": seen}
+
+
+def _summary(samples: list[float]) -> dict:
+    q = statistics.quantiles(samples, n=4) if len(samples) >= 2 else [samples[0]] * 3
+    return {"median_us": statistics.median(samples), "iqr_us": q[2] - q[0], "samples": len(samples)}
+
+
+def _disagreement(t: dict) -> str | None:
+    """Say so when the secondary figures differ from the span by more than the noise."""
+    span, noise = t["median_us"], max(0.1, t["iqr_us"] / max(t["median_us"], 1e-9))
+    notes = []
+    for key, label in (("kernel_us", "kernel-only"), ("event_us", "CUDA events"), ("outside_us", "judge's clock")):
+        other = t.get(key)
+        if other and abs(other - span) / span > noise and abs(other - span) > 2.0:
+            notes.append(f"{label} {other:.1f} µs")
+    return f"span {span:.1f} µs; " + ", ".join(notes) if notes else None
+
+
+def serve() -> None:
+    results = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    parent = os.getppid()
+
+    def watch_parent():  # the run's death, kill -9 included, ends the judge and its sandboxes
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch_parent, daemon=True).start()
+    judge = Judge()
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        req = json.loads(line)
+        try:
+            result = judge.evaluate(req)
+        except Reject as r:
+            result = {"status": r.status, "error": _tail(r.error), **r.extra}
+        except SandboxFailure as f:
+            result = {"status": f.status, "error": _tail(f.error)}
+        except BaseException:  # noqa: BLE001 - report, never hang the parent
+            result = {"status": "runtime_error", "error": _tail("the judge failed:\n" + traceback.format_exc()),
+                      "restart": True}
+        results.write(RESULT_MARK + req["nonce"] + json.dumps(result) + "\n")
+        results.flush()
+        if result.get("restart"):
+            break
+    if judge.boxes is not None:
+        judge.boxes.close()
+
+
+if __name__ == "__main__":
+    serve()

@@ -1,0 +1,357 @@
+"""The candidate's side of the trust boundary: one process that runs one kernel module.
+
+Started by the judge (judge.py) as `python sandbox.py FD`, with a scrubbed environment, its own
+working directory and Triton cache, no network and its own PID namespace where the OS allows.
+It talks to the judge over the socket FD: requests and replies are pickles, tensors travel as
+shared memory (CUDA IPC on a GPU, /dev/shm on the interpreter), never copied.
+
+Nothing here is trusted. The kernel runs in this process and may patch anything in it, this
+file included; so the process holds no reference, no expected output and no verdict, serves
+exactly one candidate and is then killed. What it reports (outputs, the kernels it launched, its
+timings) is evidence the judge checks against its own view, never a verdict.
+
+It imports nothing from accelopt, so a candidate cannot reach the harness through sys.modules.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import statistics
+import sys
+import threading
+import time
+import traceback
+
+# Run as a script, this file's folder heads sys.path; drop it so that nothing of ours can be
+# imported by name from inside the sandbox.
+if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+    sys.path.pop(0)
+
+ERROR_CHARS = 1500
+FLUSH_BYTES = 256 * 2**20  # larger than any L2: zeroing it before each timed call leaves L2 cold
+
+
+class Failure(Exception):
+    def __init__(self, status: str, error: str, cuda_fault: bool = False):
+        super().__init__(error)
+        self.status, self.error, self.cuda_fault = status, error, cuda_fault
+
+
+def _tail(text: str, limit: int = ERROR_CHARS) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else "..." + text[-limit:]
+
+
+def classify(exc: BaseException) -> str:
+    name = type(exc).__name__
+    if isinstance(exc, SyntaxError) or (type(exc).__module__ or "").startswith("triton.compiler") \
+            or name in ("CompilationError", "OutOfResources"):
+        return "compile_error"
+    return "runtime_error"
+
+
+def cuda_fault(exc: BaseException) -> bool:
+    text = str(exc)
+    return any(s in text for s in ("CUDA error", "illegal memory access", "CUDA_ERROR", "unspecified launch failure"))
+
+
+class Launches:
+    """Every Triton launch goes through JITFunction.run (InterpretedFunction.run on the
+    interpreter); autotune and heuristics wrappers call it too. The hook records which kernels a
+    call launched, marks them in the profiler trace, and can stub them out ("ghost replay")."""
+
+    def __init__(self, torch, interpreter: bool):
+        if interpreter:
+            from triton.runtime.interpreter import InterpretedFunction as cls
+        else:
+            from triton.runtime.jit import JITFunction as cls
+        self.cls, self.original, self.torch = cls, cls.run, torch
+        self.names: list[str] = []
+        self.stub = self.compile_only = False
+        hook = self
+
+        def run(self_fn, *args, **kwargs):
+            hook.names.append(getattr(self_fn, "__name__", None) or getattr(self_fn.fn, "__name__", "?"))
+            if hook.stub:
+                return None
+            if hook.compile_only:
+                kwargs["warmup"] = True
+            with torch.profiler.record_function("accelopt::triton_launch"):
+                return hook.original(self_fn, *args, **kwargs)
+
+        self.hook = run
+        cls.run = run
+
+    def intact(self) -> bool:
+        return self.cls.run is self.hook
+
+
+def watched(torch) -> dict:
+    """Objects a cheating kernel would patch to fool timing or checking in this process."""
+    import triton.testing
+
+    out = {"time.perf_counter": time.perf_counter, "time.time": time.time, "time.monotonic": time.monotonic,
+           "torch.empty": torch.empty, "torch.empty_like": torch.empty_like, "torch.allclose": torch.allclose,
+           "torch.equal": torch.equal, "torch.Tensor.__eq__": torch.Tensor.__eq__,
+           "torch.Tensor.double": torch.Tensor.double, "torch.Tensor.clone": torch.Tensor.clone,
+           "torch.profiler.profile": torch.profiler.profile, "triton.testing.do_bench": triton.testing.do_bench,
+           "threading.active_count": threading.active_count}
+    if torch.cuda.is_available():
+        out.update({"torch.cuda.Event": torch.cuda.Event, "torch.cuda.synchronize": torch.cuda.synchronize,
+                    "torch.cuda.Event.record": torch.cuda.Event.record,
+                    "torch.cuda.Event.elapsed_time": torch.cuda.Event.elapsed_time})
+    return out
+
+
+class Poison:
+    """While active, torch.empty* return memory pre-filled with NaN (floats) or a sentinel
+    (integers), so an output element the kernel never writes fails the judge's check."""
+
+    NAMES = ("empty", "empty_like", "empty_strided")
+
+    def __init__(self, torch):
+        self.torch = torch
+        self.saved = {n: getattr(torch, n) for n in self.NAMES}
+
+    def _fill(self, t):
+        if t.is_floating_point():
+            t.fill_(float("nan"))
+        elif t.dtype != self.torch.bool and not t.is_complex():
+            t.fill_(self.torch.iinfo(t.dtype).max if t.dtype.is_signed else 123)
+        return t
+
+    def __enter__(self):
+        for name, fn in self.saved.items():
+            setattr(self.torch, name, lambda *a, _fn=fn, **k: self._fill(_fn(*a, **k)))
+        return self
+
+    def __exit__(self, *exc):
+        for name, fn in self.saved.items():
+            setattr(self.torch, name, fn)
+
+
+class Sandbox:
+    def __init__(self, conn):
+        import torch
+        import torch.multiprocessing as tmp
+        import triton  # noqa: F401 - imported before any candidate, so warm spares pay for it up front
+
+        tmp.set_sharing_strategy("file_system")  # works between unrelated processes
+        self.conn, self.torch = conn, torch
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        if self.device == "cuda":
+            torch.cuda.init()
+        self.run = None
+        self.flush = None
+
+    # ------------------------------------------------------------ requests
+
+    def load(self, path: str, entry_point: str) -> dict:
+        torch = self.torch
+        self.launches = Launches(torch, interpreter=self.device == "cpu")
+        self.threads = threading.active_count()
+        self.original = watched(torch)
+        spec = importlib.util.spec_from_file_location("candidate", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["candidate"] = module  # Triton's JIT looks the module up while compiling
+        try:
+            spec.loader.exec_module(module)
+            self.run = getattr(module, entry_point)
+        except BaseException as exc:  # noqa: BLE001 - any failure is the candidate's
+            raise Failure(classify(exc), "importing the kernel failed:\n" + traceback.format_exc()) from None
+        self.integrity("import")
+        return {}
+
+    def integrity(self, where: str) -> list[str]:
+        """Raise on tampering seen in this process; returns nothing useful on success."""
+        torch = self.torch
+        for name, obj in watched(torch).items():
+            if obj is not self.original[name]:
+                raise Failure("cheat_suspected", f"{where}: {name} was replaced by the kernel")
+        if not self.launches.intact():
+            raise Failure("cheat_suspected", f"{where}: triton's JITFunction.run was replaced by the kernel")
+        return []
+
+    def _sync(self):
+        if self.device == "cuda":
+            self.torch.cuda.synchronize()
+
+    def _invoke(self, inputs, where: str):
+        try:
+            with Poison(self.torch):
+                out = self.run(*inputs)
+            self._sync()
+        except Failure:
+            raise
+        except BaseException as exc:  # noqa: BLE001
+            raise Failure(classify(exc), f"{where}:\n" + traceback.format_exc(), cuda_fault(exc)) from None
+        return out
+
+    def call(self, inputs, mode: str = "normal", where: str = "call") -> dict:
+        """One call; `ghost` stubs every Triton launch, `trace` profiles the call."""
+        self.launches.names = []
+        self.launches.stub = mode == "ghost"
+        trace = None
+        try:
+            if mode == "trace":
+                trace = self._traced(inputs, where)
+                out = self._last
+            else:
+                out = self._invoke(inputs, where)
+        finally:
+            self.launches.stub = False
+        self.integrity(where)
+        return {"outputs": self._outputs(out), "launched": sorted(set(self.launches.names)),
+                "threads": threading.active_count() - self.threads, "trace": trace}
+
+    def _traced(self, inputs, where: str) -> list[str]:
+        """Names of what one call ran outside its Triton launches: GPU kernels on a GPU, top-level
+        host ops on the interpreter (where Triton runs on the host)."""
+        from torch.autograd import DeviceType
+        from torch.profiler import ProfilerActivity, profile, record_function
+
+        torch = self.torch
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device == "cuda" else [])
+        with profile(activities=activities) as prof:
+            with record_function("accelopt::call"):
+                self._last = self._invoke(inputs, where)
+        events = prof.events()
+        if self.device == "cuda":
+            return [e.name for e in events if e.device_type == DeviceType.CUDA]
+        names = []
+        for e in events:
+            parent = e.cpu_parent
+            if parent is not None and parent.name == "accelopt::call" and e.name != "accelopt::triton_launch":
+                names.append(e.name)
+        del torch
+        return names
+
+    def time_calls(self, inputs, reps: int) -> dict:
+        """Per call, on a cold L2: the real span on the GPU (first to last GPU activity of the
+        call: copies and host stalls between kernels included), the summed GPU activity
+        (kernel-only), and CUDA events around the call (launch latency included)."""
+        from torch.autograd import DeviceType
+        from torch.profiler import ProfilerActivity, profile, record_function
+
+        torch = self.torch
+        if self.flush is None:
+            self.flush = torch.empty(FLUSH_BYTES, dtype=torch.int8, device="cuda")
+        begin = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        end = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        out = self._invoke(inputs, "warm-up before timing")
+        try:
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                for i in range(reps):
+                    self.flush.zero_()
+                    torch.cuda.synchronize()
+                    with record_function(f"accelopt::timed_call_{i}"):
+                        begin[i].record()
+                        out = self.run(*inputs)
+                        end[i].record()
+                        torch.cuda.synchronize()
+        except BaseException as exc:  # noqa: BLE001
+            raise Failure(classify(exc), "while timing:\n" + traceback.format_exc(), cuda_fault(exc)) from None
+        events = prof.events()
+        windows = sorted((e.time_range.start, e.time_range.end) for e in events
+                         if e.name.startswith("accelopt::timed_call_"))
+        gpu = sorted((e.time_range.start, e.time_range.end) for e in events if e.device_type == DeviceType.CUDA
+                     and e.time_range.end > e.time_range.start)
+        span, busy = [], []
+        for lo, hi in windows:
+            inside = [(s, t) for s, t in gpu if s >= lo and t <= hi]
+            if inside:
+                span.append(max(t for _, t in inside) - min(s for s, _ in inside))
+                busy.append(sum(t - s for s, t in inside))
+        self.integrity("timing")
+        return {"span_us": span, "kernel_us": busy,
+                "event_us": [b.elapsed_time(e) * 1e3 for b, e in zip(begin, end)],
+                "outputs": self._outputs(out)}
+
+    def batch(self, inputs, n: int) -> dict:
+        """n calls back to back and one synchronization: the judge's wall clock around this
+        request is its outside view of the call."""
+        for _ in range(n):
+            out = self.run(*inputs)
+        self._sync()
+        del out
+        return {}
+
+    def compile(self, inputs) -> dict:
+        """Compile every kernel the entry point launches without launching any (Triton's
+        warmup=True), so that a later timed request starts with the binaries in the cache."""
+        self.launches.compile_only = True
+        try:
+            self.run(*inputs)
+        except BaseException:  # noqa: BLE001 - the real evaluation reports failures
+            pass
+        finally:
+            self.launches.compile_only = False
+        return {}
+
+    # ------------------------------------------------------------ wire
+
+    def _outputs(self, out):
+        """Plain tensors travel as tensors; anything else as a description the judge rejects."""
+        torch = self.torch
+        items = list(out) if isinstance(out, (tuple, list)) else [out]
+        sent = []
+        for item in items:
+            if type(item) is torch.Tensor:
+                sent.append(item.detach())
+            else:
+                sent.append({"not_a_tensor": type(item).__module__ + "." + type(item).__qualname__,
+                             "on": str(getattr(item, "device", ""))})
+        return sent
+
+    def serve(self) -> None:
+        while True:
+            try:
+                op, args = self.conn.recv()
+            except (EOFError, OSError):
+                return
+            try:
+                reply = ("ok", getattr(self, op)(**args))
+            except Failure as f:
+                reply = ("fail", {"status": f.status, "error": _tail(f.error), "cuda_fault": f.cuda_fault})
+            except BaseException:  # noqa: BLE001 - the kernel may have broken anything
+                reply = ("fail", {"status": "runtime_error", "error": _tail(traceback.format_exc()),
+                                  "cuda_fault": False})
+            try:
+                self.conn.send(reply)
+            except BaseException:  # noqa: BLE001 - an unsendable reply is the kernel's doing
+                self.conn.send(("fail", {"status": "runtime_error", "cuda_fault": False,
+                                         "error": _tail("the kernel's outputs could not be handed back:\n"
+                                                        + traceback.format_exc())}))
+
+
+def _die_with_parent() -> None:
+    """The judge's death (kill -9 included) ends this process: PR_SET_PDEATHSIG."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+    except OSError:
+        pass
+
+
+def main() -> None:
+    from multiprocessing.connection import Connection
+
+    _die_with_parent()
+    conn = Connection(socket.socket(fileno=int(sys.argv[1])).detach())
+    # The kernel's own prints go to stderr; the socket is the only channel to the judge.
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    try:
+        sandbox = Sandbox(conn)
+    except BaseException:  # noqa: BLE001
+        conn.send(("fail", {"status": "runtime_error", "error": _tail(traceback.format_exc()), "cuda_fault": True}))
+        return
+    conn.send(("ready", {"pid": os.getpid()}))
+    sandbox.serve()
+
+
+if __name__ == "__main__":
+    main()
