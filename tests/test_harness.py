@@ -37,7 +37,9 @@ def test_bundled_baselines_verify_on_the_interpreter(name):
 
 CASES = {
     "syntax": (BROKEN, "compile_error", "SyntaxError"),
-    "no_jit": ("import torch\n\ndef run(x):\n    return torch.softmax(x, -1)\n", "compile_error", "@triton.jit"),
+    # Static rules only advise; the evidence is the call itself: no Triton launch at all.
+    "no_jit": ("import torch\n\ndef run(x):\n    return torch.softmax(x, -1)\n", "cheat_suspected",
+               "no Triton kernel was launched"),
     "wrong": (WRONG, "wrong_output", "max abs err"),
     "nan": (BASELINE.replace("num / den", "num / (den * 0.0)"), "nan", "NaN/Inf"),
     "shape": (BASELINE.replace("return out", "return out[:, :-1]"), "shape_mismatch", "shape"),
@@ -57,17 +59,6 @@ def test_failure_statuses(task, case):
     result = evaluate(task, source, device="cpu")
     assert result.status == status, result.error
     assert needle in result.error
-
-
-CHEATS = sorted((Path(__file__).parent / "fixtures" / "cheats").glob("*.py"))
-
-
-@pytest.mark.parametrize("path", CHEATS, ids=[p.stem for p in CHEATS])
-def test_cheating_kernels_are_rejected(task, path):
-    source = path.read_text()
-    expected = source.splitlines()[0].removeprefix("# expect: ").strip()
-    result = evaluate(task, source, device="cpu")
-    assert result.status == expected, result.error
 
 
 def test_unwritten_outputs_read_as_poison(task):
@@ -116,11 +107,23 @@ def test_results_over_10x_are_reverified_on_fresh_inputs_and_flagged(task):
     assert result.flags == ["over_10x_reverified"]
 
 
-def test_a_kernel_that_stops_working_once_checked_is_caught_after_timing(task):
-    # Correct for the 6 checked calls (2 workloads x 3 seeds), then replays its last output, so
-    # the timed calls do no work. The check after timing, on unseen inputs, must catch it.
+def test_a_kernel_that_stops_working_once_checked_is_caught_when_timed(task):
+    # Correct for the 9 calls before timing (2 workloads x 3 seeds, the repeated call, the ghost
+    # replay and the traced call), then replays its last output, so the timed calls do no work.
+    # The timed calls' own outputs are checked.
     source = BASELINE.replace("def run(x):\n", "def run(x):\n    run.calls = getattr(run, 'calls', 0) + 1\n"
-                                               "    if run.calls > 6:\n        return run.memo\n")
+                                               "    if run.calls > 9:\n        return run.memo\n")
     source = source.replace("    return out\n", "    run.memo = out\n    return out\n")
     result = evaluate(task, source, device="cpu")
-    assert result.status == "cheat_suspected" and "correct before timing but not after it" in result.error
+    assert result.status == "cheat_suspected" and "not when timed" in result.error, result.error
+
+
+def test_a_kernel_that_stops_working_after_timing_is_caught(task):
+    # Honest through the timed calls (9 before timing + 2 workloads x 2 rounds x 3 reps), then
+    # replays: the check after timing, on inputs never seen, must catch it.
+    source = BASELINE.replace("def run(x):\n", "def run(x):\n    run.calls = getattr(run, 'calls', 0) + 1\n"
+                                               "    if run.calls > 21:\n        return run.memo\n")
+    source = source.replace("    return out\n", "    run.memo = out\n    return out\n")
+    result = evaluate(task, source, device="cpu")
+    assert result.status == "cheat_suspected" and "correct before timing but not after it" in result.error, \
+        result.error

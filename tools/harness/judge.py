@@ -104,8 +104,11 @@ class SandboxFailure(Exception):
 
 def isolation_prefix() -> list[str]:
     """No network, and a PID namespace of its own (no other process to signal or trace) where
-    the OS allows it."""
-    for prefix in (["unshare", "-n", "-p", "-f", "--mount-proc"], ["unshare", "-n"]):
+    the OS allows it. In a PID namespace a shell is its init, so that the sandbox is not PID 1
+    (which ignores its own fatal signals: abort() would read as a segfault), and
+    --kill-child ends the namespace with unshare."""
+    init = ["sh", "-c", '"$@"; exit $?', "sh"]
+    for prefix in (["unshare", "-n", "-p", "-f", "--kill-child", "--mount-proc", *init], ["unshare", "-n"]):
         if shutil.which("unshare"):
             try:
                 if subprocess.run([*prefix, "true"], capture_output=True, timeout=10).returncode == 0:
@@ -171,6 +174,8 @@ class Sandbox:
 
     def _died(self) -> SandboxFailure:
         code = self.proc.wait()
+        if code is not None and code > 128 and self.proc.args[0] == "unshare":
+            code = 128 - code  # the namespace's shell reports a signal as 128 + its number
         if code is not None and code < 0:
             import signal
 

@@ -97,11 +97,11 @@ def watched(torch) -> dict:
            "torch.equal": torch.equal, "torch.Tensor.__eq__": torch.Tensor.__eq__,
            "torch.Tensor.double": torch.Tensor.double, "torch.Tensor.clone": torch.Tensor.clone,
            "torch.profiler.profile": torch.profiler.profile, "triton.testing.do_bench": triton.testing.do_bench,
-           "threading.active_count": threading.active_count}
-    if torch.cuda.is_available():
-        out.update({"torch.cuda.Event": torch.cuda.Event, "torch.cuda.synchronize": torch.cuda.synchronize,
-                    "torch.cuda.Event.record": torch.cuda.Event.record,
-                    "torch.cuda.Event.elapsed_time": torch.cuda.Event.elapsed_time})
+           "threading.active_count": threading.active_count,
+           # present on CPU builds too: patching them shows intent even where they time nothing
+           "torch.cuda.Event": torch.cuda.Event, "torch.cuda.synchronize": torch.cuda.synchronize,
+           "torch.cuda.Event.record": torch.cuda.Event.record,
+           "torch.cuda.Event.elapsed_time": torch.cuda.Event.elapsed_time}
     return out
 
 
