@@ -50,6 +50,8 @@ def _measure(task: Task, source: str, ctx: RunContext, device: str | None, compa
     fields = {"status": result.status, "error": result.error, "device": result.device,
               "device_name": result.device_name, "timer": result.timer, "workloads": workloads,
               "flags": result.flags, "eval_s": result.eval_s, "versus": {}, "speedup": None,
+              "findings": [f.model_dump() for f in result.findings], "evidence": result.evidence,
+              "kernels_seen": result.kernels_seen, "audit": result.audit.model_dump() if result.audit else None,
               "speedup_vs_parent": None, "beats_parent": False, "loses_to_parent": False,
               "pct_peak": mean_pct(workloads, "pct_peak"), "pct_achievable": mean_pct(workloads, "pct_achievable")}
     if result.ok and result.device == "cuda" and ctx.profile and not trusted:

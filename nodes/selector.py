@@ -14,7 +14,7 @@ from tools.llm import totals
 
 
 def rank(candidates: dict[str, dict], ids: list[str]) -> list[str]:
-    """Verified candidates, fastest first. A child that is not faster than its parent beyond
+    """Verified candidates (audited where flagged), fastest first. A child that is not faster than its parent beyond
     noise ranks just below that parent, whatever its median says: noise is not a win."""
     def effective(cid: str) -> float:
         cand = candidates[cid]
@@ -24,7 +24,9 @@ def rank(candidates: dict[str, dict], ids: list[str]) -> list[str]:
             value = min(value, (parent.get("speedup") or 0.0) - 1e-9)
         return value
 
-    verified = [i for i in ids if candidates[i].get("status") == "verified"]
+    # A kernel flagged as too good that no external profiler could audit stays out.
+    verified = [i for i in ids if candidates[i].get("status") == "verified"
+                and "unaudited" not in (candidates[i].get("flags") or [])]
     return sorted(verified, key=lambda i: (-effective(i), i))
 
 

@@ -36,6 +36,8 @@ def measured_pairs(state: RunState, ctx: RunContext) -> list[tuple[dict, dict, s
     for child in candidates.values():
         if child.get("iteration") != state["iteration"] or child.get("status") != "verified":
             continue
+        if "unaudited" in (child.get("flags") or []):
+            continue  # too good to be true and never audited: no lesson may rest on it
         if child.get("timer") == "interpreter_wall" and not ctx.learn_from_interpreter:
             continue  # interpreter times say nothing about GPU performance
         ratio = child.get("speedup_vs_parent")

@@ -1,8 +1,10 @@
-"""On a GPU: the bundled baselines verify at real shapes and are timed with CUDA events."""
+"""On a GPU: the judge and its sandboxes at real shapes, the span metric, faults that cost one
+candidate, and evidence only a GPU trace gives (library kernels, side streams, host stalls)."""
 
 import pytest
 
 from tests.conftest import TASKS
+from tests.scripted import BASELINE
 from tools.harness.runner import evaluate
 from tools.task import load_task
 
@@ -10,14 +12,18 @@ pytestmark = pytest.mark.gpu
 
 
 @pytest.mark.parametrize("name", ["softmax", "rmsnorm"])
-def test_baseline_verifies_and_is_timed_on_gpu(name):
+def test_baseline_verifies_and_is_timed_by_its_span_on_gpu(name):
     task = load_task(TASKS / name)
     result = evaluate(task, task.baseline_source, device="cuda")
     assert result.status == "verified", result.error
     assert result.timer == "cuda_event"
     for timing in result.workloads.values():
-        assert timing.samples >= 10 and timing.median_us > 0 and timing.metric == "cupti_kernel"
+        assert timing.metric == "gpu_span" and timing.samples >= 10 and timing.median_us > 0
+        # kernel-only time is part of the span; events add the launch; the judge's clock adds Python
+        assert timing.kernel_us <= timing.median_us * 1.02
+        assert timing.event_us >= timing.median_us * 0.9 and timing.outside_us > 0
         assert 0 < timing.pct_peak <= 100  # above the roofline would be a bug or a cheat
+    assert any("trace" in e for e in result.evidence) and result.kernels_seen
 
 
 def test_wrong_kernel_is_rejected_on_gpu():
@@ -27,25 +33,39 @@ def test_wrong_kernel_is_rejected_on_gpu():
     assert result.status == "wrong_output"
 
 
-def test_illegal_memory_access_costs_one_candidate():
+def test_illegal_memory_access_costs_one_candidate_and_not_the_judge():
     from evals.bench_harness import bad_variants
+    from tools.harness.pool import make_pool
 
     task = load_task(TASKS / "softmax")
-    bad = evaluate(task, bad_variants()["illegal_address"], device="cuda", timeout_s=60)
-    assert bad.status in ("runtime_error", "crashed"), bad.error
-    assert evaluate(task, task.baseline_source, device="cuda").status == "verified"
+    pool = make_pool("cuda", 1)
+    try:
+        bad = evaluate(task, bad_variants()["illegal_address"], device="cuda", timeout_s=60, pool=pool)
+        assert bad.status in ("runtime_error", "crashed"), bad.error
+        assert evaluate(task, task.baseline_source, device="cuda", pool=pool).status == "verified"
+        assert pool.workers[0].started == 1  # the fault stayed in the candidate's sandbox
+    finally:
+        pool.close()
 
 
-def test_cupti_kernel_time_close_to_event_time_on_large_kernels():
-    task = load_task(TASKS / "rmsnorm")
-    events = evaluate(task, task.baseline_source, device="cuda", cupti_below_us=0.0)
-    kernel = evaluate(task, task.baseline_source, device="cuda", cupti_below_us=1e9)
-    assert events.status == kernel.status == "verified", kernel.error
-    assert set(kernel.workloads) == set(events.workloads) == {w.name for w in task.spec.workloads}
-    for name, t in kernel.workloads.items():
-        assert t.metric == "cupti_kernel"
-        # Kernel-only time excludes launch overhead: a little less than event time, never more than noise above.
-        assert 0.7 * events.workloads[name].median_us < t.median_us < 1.05 * events.workloads[name].median_us
+def test_library_compute_beside_a_triton_launch_is_seen_in_the_trace():
+    # A trivial Triton copy launches, so "a Triton kernel ran"; the softmax itself is ATen's.
+    source = BASELINE.replace("    return out\n", "    return torch.softmax(x, -1) + 0 * out\n")
+    result = evaluate(load_task(TASKS / "softmax"), source, device="cuda")
+    assert result.status == "cheat_suspected" and "outside the Triton launches" in result.error, result.error
+
+
+def test_a_host_stall_inside_the_call_counts_in_the_span():
+    # The same kernel launched twice with a device-to-host copy between: the stall is real time.
+    stall = BASELINE.replace("    return out\n", "    out.sum().item() if False else out[:1].cpu()\n"
+                             "    softmax_kernel[(n_rows,)](out, x, x.stride(0), out.stride(0), n_cols, "
+                             "BLOCK_SIZE=BLOCK_SIZE, num_warps=4)\n    return out\n")
+    task = load_task(TASKS / "softmax")
+    result = evaluate(task, stall, device="cuda", compare={"baseline": task.baseline_source})
+    assert result.status == "verified", result.error
+    for timing in result.workloads.values():
+        assert timing.median_us > timing.kernel_us  # the span holds the gap the copy made
+    assert result.versus["baseline"].slower
 
 
 def test_profile_summary_for_the_planner():
@@ -56,18 +76,11 @@ def test_profile_summary_for_the_planner():
     assert prof is not None and prof["kernels"] and "rmsnorm_kernel" in prof["summary"]
 
 
-def test_compile_ahead_fills_the_shared_triton_cache(tmp_path):
-    from tools.harness.pool import make_pool
-    from tools.harness.runner import build_request
+def test_a_winner_is_audited_by_ncu_and_agrees():
+    from tools.harness.audit import audit
 
-    task = load_task(TASKS / "softmax")
-    pool = make_pool("cuda", 1, compile_ahead=True)
-    try:
-        src = tmp_path / "candidate.py"
-        src.write_text(task.baseline_source.replace("num_warps=4", "num_warps=2"))
-        compiled = pool.compilers[0].request({**build_request(task, "cuda", str(src), {}), "compile_only": True}, 120)
-        assert compiled["status"] == "compiled", compiled
-        assert any(pool.workers[0].cache.rglob("*.cubin"))  # the timing worker will start with a cache hit
-        assert evaluate(task, src.read_text(), device="cuda", pool=pool).status == "verified"
-    finally:
-        pool.close()
+    task = load_task(TASKS / "rmsnorm")
+    result = evaluate(task, task.baseline_source, device="cuda")
+    report = audit(task, task.baseline_source, result)
+    assert report.tool == "ncu" and report.agreed, report.note
+    assert any("rmsnorm" in k for k in report.kernels)

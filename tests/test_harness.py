@@ -104,7 +104,8 @@ def test_results_over_10x_are_reverified_on_fresh_inputs_and_flagged(task):
     # Against a 16x-redundant "baseline", the real baseline looks >10x faster.
     result = evaluate(task, BASELINE, device="cpu", compare={"baseline": SLOW})
     assert result.status == "verified" and result.versus["baseline"].speedup > 10
-    assert result.flags == ["over_10x_reverified"]
+    # no external profiler audits interpreter runs, so the flag keeps it out of the beam
+    assert result.flags == ["over_10x_reverified", "unaudited"]
 
 
 def test_a_kernel_that_stops_working_once_checked_is_caught_when_timed(task):

@@ -61,6 +61,10 @@ class TaskSpec(BaseModel):
     # allclose: an element fails only when both atol and rtol fail (KernelBench, FlashInfer-Bench).
     # relative_l2: ||out - ref|| / ||ref|| must stay below rtol (AccelOpt on NKI: 2e-5).
     correctness: Literal["allclose", "relative_l2"] = "allclose"
+    # "exact": flops() and bytes_moved() count what the kernel must do, so a time above the
+    # roofline is impossible and rejects. "estimate" (the default; imported tasks, paged or
+    # indexed inputs counted whole): above the roofline only flags the kernel for an audit.
+    costs: Literal["exact", "estimate"] = "estimate"
     # Where an imported task came from, e.g. {"format": "flashinfer-bench", "definition": "rmsnorm_h128"}.
     origin: dict[str, str] | None = None
 

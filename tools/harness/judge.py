@@ -23,6 +23,7 @@ The evidence, in order (the first failure decides):
 from __future__ import annotations
 
 import collections
+import functools
 import hashlib
 import importlib.util
 import io
@@ -102,7 +103,8 @@ class SandboxFailure(Exception):
         self.status, self.error, self.dead = status, error, dead
 
 
-def isolation_prefix() -> list[str]:
+@functools.lru_cache(maxsize=1)
+def isolation_prefix() -> tuple[str, ...]:
     """No network, and a PID namespace of its own (no other process to signal or trace) where
     the OS allows it. In a PID namespace a shell is its init, so that the sandbox is not PID 1
     (which ignores its own fatal signals: abort() would read as a segfault), and
@@ -112,10 +114,10 @@ def isolation_prefix() -> list[str]:
         if shutil.which("unshare"):
             try:
                 if subprocess.run([*prefix, "true"], capture_output=True, timeout=10).returncode == 0:
-                    return prefix
+                    return tuple(prefix)
             except (OSError, subprocess.SubprocessError):
                 pass
-    return []
+    return ()
 
 
 def _pdeathsig() -> None:
@@ -130,7 +132,7 @@ def _pdeathsig() -> None:
 class Sandbox:
     """A handle on one sandbox process."""
 
-    def __init__(self, device: str, prefix: list[str], root: str):
+    def __init__(self, device: str, prefix: tuple[str, ...], root: str):
         from multiprocessing.connection import Connection
 
         self.home = tempfile.mkdtemp(prefix="sandbox-", dir=root)

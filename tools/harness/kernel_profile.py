@@ -17,7 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tools.harness.pool import network_isolation_prefix, scrubbed_env
+from tools.harness.judge import isolation_prefix
+from tools.harness.pool import scrubbed_env
 from tools.task import Task
 
 NCU_METRICS = {
@@ -53,7 +54,8 @@ else:
 """
 
 
-def profile_kernel(task: Task, source: str, *, workload: str | None = None, timeout_s: float = 180.0) -> dict | None:
+def profile_kernel(task: Task, source: str, *, workload: str | None = None, timeout_s: float = 180.0,
+                   metrics: list[str] | None = None) -> dict | None:
     """{'tool': 'ncu'|'torch.profiler', 'kernels': [...], 'summary': text}, or None if it failed."""
     mode = "ncu" if shutil.which("ncu") else "torch"
     workload = next((w for w in task.spec.workloads if w.name == workload), task.spec.workloads[0])
@@ -67,9 +69,9 @@ def profile_kernel(task: Task, source: str, *, workload: str | None = None, time
         cmd = [sys.executable, str(home / "profile.py"), str(home / "request.json")]
         if mode == "ncu":
             cmd = [shutil.which("ncu"), "--clock-control", "none", "--nvtx", "--nvtx-include", "accelopt_profile/",
-                   "--metrics", ",".join(NCU_METRICS), "--csv", "--page", "raw", *cmd]
+                   "--metrics", ",".join(metrics or NCU_METRICS), "--csv", "--page", "raw", *cmd]
         try:
-            proc = subprocess.run([*network_isolation_prefix(), *cmd], capture_output=True, text=True, cwd=tmp,
+            proc = subprocess.run([*isolation_prefix(), *cmd], capture_output=True, text=True, cwd=tmp,
                                   env=scrubbed_env(home, "cuda", None), timeout=timeout_s)
         except subprocess.TimeoutExpired:
             return None

@@ -1,0 +1,72 @@
+"""The audit of a winner: re-measured in a fresh process under an external profiler.
+
+A candidate that would enter the beam or become the best (faster than its parent beyond
+noise, or flagged as too good) is run again outside the harness, under ncu
+(`--clock-control none`), one call per workload. The audit disagrees, and the candidate is
+rejected, when ncu sees compute kernels that are not Triton kernels of the source, or when
+ncu's summed kernel time differs from the harness's kernel-only time by more than the
+tolerance. Without ncu the audit says so (tool "none") and decides nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import shutil
+
+from tools.harness.kernel_profile import profile_kernel
+from tools.harness.result import Audit, EvalResult
+from tools.task import Task
+
+# ncu serializes kernels and flushes caches between them: a little slower than the harness's
+# cold-L2 kernel time for short kernels; beyond this it is not the same work.
+REL_TOLERANCE = 0.20
+ABS_TOLERANCE_US = 4.0
+MAX_WORKLOADS = 3
+_DATA = re.compile(r"Memcpy|Memset|copy|Copy|fill|Fill|zero|arange|CatArray", re.IGNORECASE)
+
+
+def triton_kernel_names(source: str) -> set[str]:
+    """Names of the @triton.jit functions a source defines: what its GPU kernels are called."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef):
+            for deco in node.decorator_list:
+                text = ast.unparse(deco.func if isinstance(deco, ast.Call) else deco)
+                if text.split(".")[-1] in ("jit", "autotune", "heuristics"):
+                    names.add(node.name)
+    return names
+
+
+def audit(task: Task, source: str, result: EvalResult, *, timeout_s: float = 180.0) -> Audit:
+    if shutil.which("ncu") is None:
+        return Audit(tool="none", note="no external profiler (ncu) on this machine: not audited")
+    own = triton_kernel_names(source)
+    kernels: list[str] = []
+    measured: dict[str, float] = {}
+    problems: list[str] = []
+    for workload in list(result.workloads)[:MAX_WORKLOADS]:
+        prof = profile_kernel(task, source, workload=workload, timeout_s=timeout_s,
+                              metrics=["gpu__time_duration.sum"])
+        if prof is None or prof["tool"] != "ncu":
+            return Audit(tool="ncu", note=f"ncu could not profile workload {workload}: not audited")
+        names = [k["name"] for k in prof["kernels"]]
+        kernels += [n for n in names if n not in kernels]
+        foreign = [n for n in names if not any(n == o or n.startswith(o + "_") for o in own) and not _DATA.search(n)]
+        if foreign:
+            problems.append(f"ncu saw kernels that are not Triton kernels of the source on {workload}: "
+                            + ", ".join(foreign[:5]))
+        measured[workload] = sum(k.get("time_us") or 0.0 for k in prof["kernels"])
+        harness = result.workloads[workload].kernel_us
+        if harness is not None:
+            gap = abs(measured[workload] - harness)
+            if gap > max(REL_TOLERANCE * harness, ABS_TOLERANCE_US):
+                problems.append(f"on {workload} ncu measured {measured[workload]:.1f} µs of kernels per call, "
+                                f"the harness {harness:.1f} µs")
+    note = "; ".join(problems) or ("ncu agrees: the same kernels, kernel time within "
+                                   f"{REL_TOLERANCE:.0%} or {ABS_TOLERANCE_US:.0f} µs")
+    return Audit(tool="ncu", agreed=not problems, kernels=kernels, measured_us=measured, note=note)
