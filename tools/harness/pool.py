@@ -157,10 +157,10 @@ _pools: dict[str, WorkerPool] = {}
 _pools_lock = threading.Lock()
 
 
-def make_pool(device: str, gpu_count: int, fresh_process: bool = False) -> WorkerPool:
+def make_pool(device: str, gpu_count: int, fresh_process: bool = False, gpus: list[str] | None = None) -> WorkerPool:
     if device == "cuda":
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        gpus = visible.split(",") if visible else [str(i) for i in range(max(1, gpu_count))]
+        gpus = gpus or (visible.split(",") if visible else [str(i) for i in range(max(1, gpu_count))])
         return WorkerPool(device, len(gpus), gpus, fresh_process)
     return WorkerPool(device, max(1, os.cpu_count() or 1), fresh_process=fresh_process)
 
