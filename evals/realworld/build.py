@@ -150,6 +150,44 @@ INTERPRETER: dict[str, tuple[dict, dict]] = {
 }
 
 
+# Why each solution cannot be checked on the Triton interpreter (CPU): the first obstacle a run on
+# the interpreter meets, as seen when this corpus was built. None is the solution's fault: they
+# were written for a GPU. A pair whose solution does run there would get {"runs": True}.
+_CUDA = "needs CUDA: raises when torch.cuda.is_available() is False (its own device check)"
+_BF16 = "bf16-only: rejects the float32 inputs a bf16 task gets on the interpreter (its own dtype check)"
+_FALLBACK = ("takes its PyTorch CPU fallback when no GPU is visible: no Triton kernel runs on the "
+             "interpreter, so there is nothing to check there")
+_AUTOTUNE = ("@triton.autotune over several configs benchmarks them on a GPU: on the interpreter Triton "
+             "finds no driver ('0 active drivers')")
+INTERPRETER_SKIPS = {
+    "gemini-2.5-pro_gemm_n128_k2048_kmw3sz": _CUDA + "; also @triton.autotune over 9 configs",
+    "claude-opus-4-1_gemm_n2048_k4096_faa4d0": _CUDA,
+    "o3_gemm_n28672_k4096_4c9c32": _CUDA,
+    "gemini-2.5-pro_gemm_n4096_k14336_q84sir": _CUDA,
+    "gpt-5_gemm_n4096_k4096_14f133": _CUDA + "; also @triton.autotune over 4 configs",
+    "gpt-5_gemm_n6144_k4096_793693": _FALLBACK + " (torch.matmul)",
+    "gemini-2.5-pro_rmsnorm_h128_jaedrq": _BF16,
+    "o3_rmsnorm_h128_35b90e": _FALLBACK,
+    "gemini-2.5-pro_rmsnorm_h1536_xndzsl": _BF16,
+    "gpt-5_rmsnorm_h4096_21bcc2": _BF16 + "; then " + _CUDA,
+    "claude-opus-4-1_rmsnorm_h7168_91c9a3": _CUDA,
+    "o3_fused_add_rmsnorm_h2048_2e18c2": _BF16,
+    "gemini-2.5-pro_fused_add_rmsnorm_h4096_dc28mj": _CUDA,
+    "gemini-2.5-pro_fused_add_rmsnorm_h7168_05pwmx": _CUDA,
+    "gpt-5_gqa_paged_decode_h32_kv4_d128_ps1_f88811": _BF16 + "; then " + _CUDA,
+    "o3_gqa_paged_decode_h32_kv8_d128_ps1_c3c0cc": _CUDA,
+    "gemini-2.5-pro_gqa_paged_prefill_causal_h32_kv8_d128_ps1_3j61np": _CUDA + "; also @triton.autotune over 9 configs",
+    "claude-opus-4-1_gqa_ragged_prefill_causal_h32_kv4_d128_28277f": _CUDA,
+    "gemini-2.5-pro_gqa_ragged_prefill_causal_h32_kv4_d128_zezbpc": _CUDA,
+    "gpt-5_gqa_ragged_prefill_causal_h32_kv8_d128_7308c5": _CUDA,
+    "gpt-5_mla_paged_prefill_causal_h16_ckv512_kpe64_ps1_88089a": _CUDA,
+    "accelopt-gpt-oss-120b_gqa_paged_decode_h32_kv4_d128_ps1_179eaadd": _AUTOTUNE,
+    "accelopt-gpt-oss-120b_gqa_paged_decode_h32_kv8_d128_ps1_0cb2d36f": _AUTOTUNE,
+    "accelopt-gpt-oss-120b_gqa_paged_prefill_causal_h32_kv8_d128_ps1_0a8519f3": _AUTOTUNE,
+    "accelopt-gpt-oss-120b_gqa_ragged_prefill_causal_h32_kv8_d128_728c5634": _AUTOTUNE,
+}
+
+
 def git_show(git_dir: Path, commit: str, path: str) -> bytes:
     return subprocess.run(["git", f"--git-dir={git_dir}", "show", f"{commit}:{path}"], check=True,
                           capture_output=True).stdout
@@ -255,6 +293,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--git-dir", type=Path, required=True, help="a git dir of github.com/zhang677/AccelOpt")
     args = parser.parse_args()
+    (HERE / "LICENSE-AccelOpt").write_bytes(git_show(args.git_dir, HEAD_COMMIT, "LICENSE"))
     (HERE / "solutions").mkdir(exist_ok=True)
     (HERE / "tasks").mkdir(exist_ok=True)
     families = {d: f for d, f, *_ in PAIRS if f}
@@ -272,7 +311,8 @@ def main() -> None:
         dest = HERE / "solutions" / f"{name}.py"
         dest.write_bytes(source["content"].encode())
         pairs.append({
-            "name": name, "task": f"tasks/{definition}", "solution": f"solutions/{name}.py", "model": model,
+            "name": name, "definition": definition, "task": f"tasks/{definition}",
+            "solution": f"solutions/{name}.py", "model": model,
             "author": upstream.get("author"), "language": upstream["spec"]["language"],
             "entry_point": upstream["spec"]["entry_point"],
             "destination_passing_style": bool(upstream["spec"].get("destination_passing_style", False)),
@@ -281,6 +321,8 @@ def main() -> None:
                        "blob": git_blob(args.git_dir, commit, path), "solution_name": upstream["name"],
                        "description": upstream.get("description", "")},
             "sha256": hashlib.sha256(source["content"].encode()).hexdigest(),
+            "interpreter": ({"runs": False, "reason": INTERPRETER_SKIPS[name]} if name in INTERPRETER_SKIPS
+                            else {"runs": True}),
         })
         print("solution", name)
     manifest = {

@@ -218,8 +218,8 @@ class Sandbox:
             with record_function("accelopt::call"):
                 self._last = self._invoke(inputs, where)
         events = prof.events()
-        if self.device == "cuda":
-            return [e.name for e in events if e.device_type == DeviceType.CUDA]
+        if self.device == "cuda":  # our own ranges appear on the GPU timeline too: not the kernel's
+            return [e.name for e in events if e.device_type == DeviceType.CUDA and not e.name.startswith("accelopt::")]
         names = []
         for e in events:
             parent = e.cpu_parent
@@ -257,7 +257,7 @@ class Sandbox:
         windows = sorted((e.time_range.start, e.time_range.end) for e in events
                          if e.name.startswith("accelopt::timed_call_"))
         gpu = sorted((e.time_range.start, e.time_range.end) for e in events if e.device_type == DeviceType.CUDA
-                     and e.time_range.end > e.time_range.start)
+                     and e.time_range.end > e.time_range.start and not e.name.startswith("accelopt::"))
         span, busy = [], []
         for lo, hi in windows:
             inside = [(s, t) for s, t in gpu if s >= lo and t <= hi]
