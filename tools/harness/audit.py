@@ -45,6 +45,8 @@ def triton_kernel_names(source: str) -> set[str]:
 def audit(task: Task, source: str, result: EvalResult, *, timeout_s: float = 180.0) -> Audit:
     if shutil.which("ncu") is None:
         return Audit(tool="none", note="no external profiler (ncu) on this machine: not audited")
+    if not result.workloads:
+        return Audit(tool="ncu", note="nothing measured to audit")
     own = triton_kernel_names(source)
     kernels: list[str] = []
     measured: dict[str, float] = {}
