@@ -13,6 +13,7 @@ from rich.table import Table
 from graph.config import context_to_json, load_context
 from graph.driver import drive
 from graph.context import RunContext
+from graph.check_cli import check
 from graph.eval_cli import eval_suite, export_app, import_app, report
 from graph.memory_cli import app as memory_app
 from graph.memory_cli import fail
@@ -29,6 +30,7 @@ app.add_typer(import_app, name="import")
 app.add_typer(export_app, name="export")
 app.command("eval")(eval_suite)
 app.command("report")(report)
+app.command("check")(check)
 console = Console()
 
 Opt = Annotated

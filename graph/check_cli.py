@@ -1,0 +1,88 @@
+"""`accelopt check TASK_DIR KERNEL.py [--against OTHER.py] [--json]`: judge one kernel as a
+user would, through the same harness as a run. Exit 0 verified, 1 rejected, 2 bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from graph.memory_cli import fail
+from tools.backends import backend_for, run_refusal
+from tools.harness.result import EvalResult
+from tools.task import TaskError, load_task
+
+Opt = Annotated
+
+
+def check(
+    task_dir: Opt[Path, typer.Argument(help="Task directory (task.json, reference.py, baseline.py)")],
+    kernel: Opt[Path, typer.Argument(help="The kernel module to judge (its entry point is the task's)")],
+    against: Opt[Optional[Path], typer.Option(help="Time against this kernel instead of the task's baseline")] = None,
+    device: Opt[str, typer.Option(help="auto, cuda, or cpu (Triton interpreter: correctness, no GPU times)")] = "auto",
+    timeout: Opt[float, typer.Option(help="Evaluation limit in seconds")] = 300.0,
+    as_json: Opt[bool, typer.Option("--json", help="Print the whole result as one JSON object")] = False,
+) -> None:
+    """Judge one kernel: verdict and reasons, static findings, per-workload times with spread,
+    speedup against the baseline (or --against), % of peak."""
+    try:
+        task = load_task(task_dir)
+    except TaskError as e:
+        fail(str(e))
+    for path in (kernel, against):
+        if path is not None and not path.is_file():
+            fail(f"{path}: no such file")
+    refusal = run_refusal(task, device)
+    if refusal:
+        fail(refusal)
+    compare = {}
+    if against is not None:
+        compare["against"] = against.read_text()
+    elif task.baseline_source:
+        compare["baseline"] = task.baseline_source
+    result = backend_for(task).evaluate(task, kernel.read_text(), device=None if device == "auto" else device,
+                                        timeout_s=timeout, compare=compare, trusted=False)
+    if as_json:
+        typer.echo(json.dumps(result.model_dump(mode="json")))
+    else:
+        show(result, kernel)
+    raise typer.Exit(0 if result.ok else 1)
+
+
+def show(result: EvalResult, kernel: Path) -> None:
+    console = Console()
+    style = "bold green" if result.ok else "bold red"
+    console.print(f"[{style}]{result.status}[/]  {kernel}  on {result.device_name or result.device}")
+    if result.error:
+        console.print(result.error, markup=False, highlight=False)
+    for line in result.evidence:
+        console.print(f"  evidence: {line}", markup=False, highlight=False)
+    for f in result.findings:
+        where = f" line {f.line}" if f.line else ""
+        console.print(f"  finding ({f.severity}{where}): {f.message}", markup=False, highlight=False)
+    if result.workloads:
+        interp = result.timer == "interpreter_wall"
+        table = Table(title="times" + (" (CPU interpreter wall clock: not GPU performance)" if interp else ""))
+        for column in ("workload", "median µs", "IQR µs", "metric", "kernel-only µs", "events µs", "% peak"):
+            table.add_column(column)
+        for name, t in result.workloads.items():
+            table.add_row(name, f"{t.median_us:.1f}", f"{t.iqr_us:.1f}", t.metric,
+                          f"{t.kernel_us:.1f}" if t.kernel_us is not None else "-",
+                          f"{t.event_us:.1f}" if t.event_us is not None else "-",
+                          f"{t.pct_peak:.1f}" if t.pct_peak is not None else "-")
+        console.print(table)
+        for name, t in result.workloads.items():
+            if t.disagreement:
+                console.print(f"  {name}: the figures disagree: {t.disagreement}", markup=False)
+    for name, vs in result.versus.items():
+        verdict = "faster" if vs.faster else "slower" if vs.slower else "within noise"
+        console.print(f"  vs {name}: {vs.speedup:.3f}x (95% CI {vs.ci_low:.3f}-{vs.ci_high:.3f}, "
+                      f"{vs.rounds} rounds): {verdict}")
+    if result.audit is not None:
+        console.print(f"  audit ({result.audit.tool}): {result.audit.note}", markup=False)
+    if result.flags:
+        console.print(f"  flags: {', '.join(result.flags)}")

@@ -1,0 +1,38 @@
+"""`accelopt check`: one kernel judged as a user would, with exit codes scripts can rely on."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from graph.cli import app
+from tests.scripted import BASELINE, WRONG
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_verified_kernel_exits_0_with_its_evidence_and_times(softmax_task, tmp_path):
+    kernel = tmp_path / "k.py"
+    kernel.write_text(BASELINE)
+    out = CliRunner().invoke(app, ["check", str(softmax_task), str(kernel), "--device", "cpu", "--json"])
+    assert out.exit_code == 0, out.output
+    result = json.loads(out.output)
+    assert result["status"] == "verified" and result["timer"] == "interpreter_wall"
+    assert any("ghost replay" in e for e in result["evidence"])
+    assert set(result["versus"]) == {"baseline"}
+
+
+def test_a_rejected_kernel_exits_1_and_says_why(softmax_task, tmp_path):
+    kernel, other = tmp_path / "k.py", tmp_path / "other.py"
+    kernel.write_text(WRONG)
+    other.write_text(BASELINE)
+    out = CliRunner().invoke(app, ["check", str(softmax_task), str(kernel), "--against", str(other),
+                                   "--device", "cpu"])
+    assert out.exit_code == 1 and "wrong_output" in out.output and "max abs err" in out.output
+
+
+@pytest.mark.parametrize("args", [["no-such-task", "k.py"], ["TASK", "no-such-kernel.py"]])
+def test_bad_input_exits_2(softmax_task, args):
+    args = [str(softmax_task) if a == "TASK" else a for a in args]
+    out = CliRunner().invoke(app, ["check", *args, "--device", "cpu"])
+    assert out.exit_code == 2 and "error:" in out.output
