@@ -128,3 +128,35 @@ def test_a_kernel_that_stops_working_after_timing_is_caught(task):
     result = evaluate(task, source, device="cpu")
     assert result.status == "cheat_suspected" and "correct before timing but not after it" in result.error, \
         result.error
+
+
+def test_judges_and_sandboxes_die_with_a_run_killed_alone(task):
+    """kill -9 of the run's process only (not its group): the judge sees its parent go and ends
+    itself, and its sandboxes die with it (PR_SET_PDEATHSIG), a hanging kernel included."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import ROOT
+    from tests.test_resume import alive, descendants
+
+    hang = BASELINE.replace("return out", "import time; time.sleep(600)\n    return out")
+    script = ("import sys; from tools.harness.runner import evaluate; from tools.task import load_task; "
+              "evaluate(load_task(sys.argv[1]), open(sys.argv[2]).read(), device='cpu', timeout_s=600)")
+    src = Path(task.root).parent / "hang.py"
+    src.write_text(hang)
+    proc = subprocess.Popen([sys.executable, "-c", script, task.root, str(src)], cwd=ROOT, start_new_session=True)
+    deadline = time.time() + 120
+    while len(under := descendants(proc.pid)) < 4:  # a judge and its sandboxes (in their namespaces)
+        assert proc.poll() is None and time.time() < deadline
+        time.sleep(0.2)
+    time.sleep(3)  # the hanging call is under way
+    under = descendants(proc.pid)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.time() + 15
+    while any(alive(p) for p in under) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not [p for p in under if alive(p)]

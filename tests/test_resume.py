@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from contextlib import closing
+from pathlib import Path
 
 import pytest
 
@@ -32,6 +33,32 @@ def evaluated(run_dir) -> dict[str, dict]:
     return {p.parent.name: json.loads(p.read_text()) for p in (run_dir / "candidates").glob("*/result.json")}
 
 
+def descendants(pid: int) -> set[int]:
+    """Every live process under pid (judges, their sandboxes and namespace shells)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        return state != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def test_a_run_killed_mid_iteration_resumes_without_losing_or_repeating_an_evaluation(tmp_path):
     task = long_rows(tmp_path, "rmsnorm")
     run_dir = tmp_path / "run"
@@ -47,8 +74,15 @@ def test_a_run_killed_mid_iteration_resumes_without_losing_or_repeating_an_evalu
         assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
         assert time.time() < deadline, "iteration 2 never started"
         time.sleep(0.02)
+    workers = descendants(proc.pid)
+    assert workers, "the run had started no judge"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+    # Whatever was under the run (judges, sandboxes) is gone within a few seconds.
+    deadline = time.time() + 10
+    while any(alive(p) for p in workers) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not [p for p in workers if alive(p)]
     before = evaluated(run_dir)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["iteration"] == 1 and summary["stop_reason"] is None  # killed inside iteration 2
