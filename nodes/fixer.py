@@ -9,6 +9,7 @@ from graph.context import RunContext
 from graph.state import CandidateState
 from nodes.common import backend_parts, render, task_of
 from nodes.executor import generate, new_attempt
+from nodes.measurements import describe_findings
 
 
 def fixer(state: CandidateState, runtime: Runtime[RunContext]) -> dict:
@@ -21,5 +22,6 @@ def fixer(state: CandidateState, runtime: Runtime[RunContext]) -> dict:
                     reference=task.reference_source, plan=state["plan"]["text"],
                     source=failed.get("source") or "(no kernel was produced)",
                     status=failed["status"], error=failed.get("error") or "",
+                    findings=describe_findings(failed.get("findings") or []) or "(no static findings)",
                     entry_point=task.spec.entry_point, **backend_parts(task))
     return {"fixes": fixes, **generate(state, runtime.context, "fixer", prompt, attempt)}

@@ -17,8 +17,10 @@ def describe(candidate: dict) -> str:
     if candidate.get("timer") == "interpreter_wall":
         lines.append("(CPU Triton-interpreter wall times: they check the pipeline, not GPU performance)")
     for name, t in workloads.items():
-        kind = " kernel-only (CUPTI)" if t.get("metric") == "cupti_kernel" else ""
+        kind = " GPU span per call" if t.get("metric") == "gpu_span" else ""
         line = f"- {name}: median{kind} {t['median_us']:.1f} us (IQR {t['iqr_us']:.1f} us, n={t['samples']})"
+        if t.get("kernel_us") is not None and t["kernel_us"] < 0.8 * t["median_us"]:
+            line += f"; kernels busy only {t['kernel_us']:.1f} us of it (gaps: host work or syncs inside the call)"
         if t.get("pct_peak") is not None:
             line += f", {t['pct_peak']:.0f}% of datasheet peak"
             if t.get("pct_achievable") is not None:
@@ -27,11 +29,24 @@ def describe(candidate: dict) -> str:
         lines.append(line)
     if candidate.get("profile"):
         lines.append(candidate["profile"])
+    advice = describe_findings(candidate.get("findings") or [], at_least="warning")
+    if advice:
+        lines.append(advice)
     vs = (candidate.get("versus") or {}).get("baseline")
     if vs:
         lines.append(f"Speedup over the original baseline: {vs['speedup']:.2f}x "
                      f"(95% interval {vs['ci_low']:.2f}-{vs['ci_high']:.2f}, {vs['rounds']} interleaved rounds)")
     return "\n".join(lines)
+
+
+def describe_findings(findings: list[dict], at_least: str = "info") -> str:
+    """Static findings as advice lines (they never reject: the harness decides on evidence)."""
+    rank = {"info": 0, "warning": 1, "serious": 2}
+    kept = [f for f in findings if rank[f["severity"]] >= rank[at_least]]
+    if not kept:
+        return ""
+    return "Static findings (advice; runtime evidence decides):\n" + "\n".join(
+        f"- {f['severity']}{f' line ' + str(f['line']) if f.get('line') else ''}: {f['message']}" for f in kept[:8])
 
 
 def mean_pct(workloads: dict, key: str) -> float | None:

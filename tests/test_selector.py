@@ -23,7 +23,7 @@ def test_planner_branches_see_the_profile_and_speedup_interval():
     from nodes.measurements import describe
 
     member = {"id": "a", "source": "...", "status": "verified", "timer": "cuda_event", "speedup": 1.3,
-              "workloads": {"w": {"median_us": 10.0, "iqr_us": 0.1, "samples": 30, "metric": "cupti_kernel"}},
+              "workloads": {"w": {"median_us": 10.0, "iqr_us": 0.1, "samples": 30, "metric": "gpu_span"}},
               "profile": "Profile of one call on workload w:\n- k: 10.0 us, DRAM throughput % 68",
               "versus": {"baseline": {"speedup": 1.3, "ci_low": 1.25, "ci_high": 1.35, "rounds": 5}}}
     text = describe(compact(member))
