@@ -80,14 +80,14 @@ def scaling(per_gpu: int = 8) -> dict:
     """Evaluations per minute with one judge per GPU, 2 submitters per GPU, on 1 GPU and on all."""
     gpus = gpu_count()
     out: dict = {"gpus": gpus}
-    for k in sorted({1, gpus}):
+    for k in sorted({1, min(2, gpus), gpus}):
         pool = make_pool("cuda", k, gpus=[str(i) for i in range(k)])
         _rate(pool, [BASE] * k, k)  # start every judge first
         sources = (good_variants() * 4)[: per_gpu * k]
         out[f"{k}_gpu"] = _rate(pool, sources, 2 * k)
         pool.close()
-    if gpus > 1:
-        out["speedup"] = out[f"{gpus}_gpu"]["per_minute"] / out["1_gpu"]["per_minute"]
+    for k in sorted({min(2, gpus), gpus} - {1}):
+        out[f"speedup_{k}_gpu"] = out[f"{k}_gpu"]["per_minute"] / out["1_gpu"]["per_minute"]
     return out
 
 
