@@ -74,8 +74,12 @@ class Reject(Exception):
 
 
 def _tail(text: str, limit: int = ERROR_CHARS) -> str:
+    """Both ends of a long error: where it started and where it ended up."""
     text = text.strip()
-    return text if len(text) <= limit else "..." + text[-limit:]
+    if len(text) <= limit:
+        return text
+    head = limit // 3
+    return text[:head] + "\n...\n" + text[-(limit - head):]
 
 
 # ---------------------------------------------------------------- what crosses the boundary
@@ -207,13 +211,42 @@ class Sandbox:
             raise SandboxFailure(info["status"], info["error"], dead=info.get("cuda_fault", False))
         return info
 
+    def _python_pid(self) -> int:
+        """The sandbox's Python process as this judge sees it (under unshare and the namespace's
+        shell when isolated)."""
+        pid = self.proc.pid
+        for _ in range(3):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if SANDBOX.encode() in f.read().split(b"\0")[1:3]:
+                        return pid
+                kids = _children(pid)
+            except OSError:
+                return pid
+            if not kids:
+                return pid
+            pid = kids[0]
+        return pid
+
     def threads(self) -> int:
         """The OS's count of the process's threads: seen from outside, whatever the kernel patched."""
         try:
-            with open(f"/proc/{self.proc.pid}/status") as f:
+            with open(f"/proc/{self._python_pid()}/status") as f:
                 return next(int(line.split()[1]) for line in f if line.startswith("Threads:"))
         except (OSError, StopIteration):
             return -1
+
+    def others(self) -> tuple[float, int]:
+        """(CPU seconds of children the sandbox has waited for, children alive now): work done
+        in another process shows here, whatever the kernel patched inside its own."""
+        pid = self._python_pid()
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            waited = (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")  # cutime + cstime
+        except (OSError, IndexError, ValueError):
+            waited = 0.0
+        return waited, len(_children(pid))
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -224,6 +257,17 @@ class Sandbox:
         except OSError:
             pass
         shutil.rmtree(self.home, ignore_errors=True)
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += [int(c) for c in f.read().split()]
+    except OSError:
+        pass
+    return out
 
 
 class Sandboxes:
@@ -332,6 +376,7 @@ class Judge:
         self.torch = torch
         self.references: dict = {}
         self.boxes: Sandboxes | None = None
+        self.seen: set[str] = set()
 
     def reference(self, path: str):
         if path not in self.references:
@@ -346,6 +391,20 @@ class Judge:
 
     # -------------------------------------------------------------- evidence
 
+    @staticmethod
+    def _foreign(device: str, seen: list[str], launched: list[str], where: str) -> None:
+        """Compute outside the candidate's own Triton launches rejects; data movement is allowed."""
+        if device == "cuda":
+            foreign = [n for n in seen if not any(n == k or n.startswith(k) for k in launched)
+                       and not _DATA_KERNELS.search(n)]
+        else:
+            foreign = [n for n in seen if n.removeprefix("aten::") not in _DATA_OPS]
+        foreign = list(dict.fromkeys(foreign))
+        if foreign:
+            raise Reject("cheat_suspected", f"{where}: compute outside the Triton launches: "
+                         + ", ".join(foreign[:8]) + (" ..." if len(foreign) > 8 else "")
+                         + " (only the kernel's Triton kernels and data movement may run)")
+
     def _check_call(self, box: Sandbox, req, ref, inputs, expected, where: str, deadline: float,
                     threads0: int, errors: dict | None) -> list:
         torch = self.torch
@@ -356,6 +415,8 @@ class Judge:
             raise Reject(f.status, f"{where}: {f.error}") from None
         outs = _owned(torch, reply["outputs"])
         del reply["outputs"]
+        self._foreign(req["device"], reply["trace"] or [], reply["launched"], where)
+        self.seen.update(reply["trace"] or [])
         if reply["threads"] > 0 or (threads0 > 0 and box.threads() > threads0):
             raise Reject("cheat_suspected", f"{where}: the kernel left {max(reply['threads'], 1)} thread(s) "
                                             "running after the call; work must not escape the call")
@@ -380,8 +441,10 @@ class Judge:
                 if threads0 < 0:
                     threads0 = box.threads()
                 if twice and checked == 0:  # the same call again must agree with the first
+                    before = box.others()
                     again = self._check_call(box, req, ref, inputs, expected, where + " (again)", deadline,
                                              threads0, None)
+                    _same_processes(before, box.others(), where + " (again)")
                     try:
                         _compare(self.torch, again, outs, req["atol"], req["rtol"], where)
                     except Reject as r:
@@ -415,43 +478,44 @@ class Judge:
         raise Reject("cheat_suspected", f"outputs still correct with the Triton launches stubbed out "
                                         f"({', '.join(reply['launched'])}): the work is done outside Triton")
 
-    def trace(self, box, req, ref, deadline) -> tuple[list[str], str]:
-        """Compute outside the candidate's own Triton launches rejects; data movement is allowed."""
-        workload = req["workloads"][0]
-        inputs = ref.make_inputs(workload["params"], AFTER_SEED + 2, req["device"], req["dtype"])
-        try:
-            reply = box.request("call", deadline, inputs=list(inputs), mode="trace", where="traced call")
-        except SandboxFailure as f:
-            raise Reject(f.status, f"traced call: {f.error}") from None
-        launched = set(reply["launched"])
-        seen = list(dict.fromkeys(reply["trace"] or []))
-        if req["device"] == "cuda":
-            foreign = [n for n in seen if n not in launched and not any(n.startswith(k) for k in launched)
-                       and not _DATA_KERNELS.search(n)]
-        else:
-            foreign = [n for n in seen if n.removeprefix("aten::") not in _DATA_OPS]
-        if foreign:
-            raise Reject("cheat_suspected", "compute outside the Triton launches in one call: "
-                         + ", ".join(foreign[:8]) + (" ..." if len(foreign) > 8 else "")
-                         + " (only the kernel's Triton kernels and data movement may run)")
-        return seen, f"trace: only {', '.join(sorted(launched)) or 'no'} Triton kernel(s) and data movement"
-
     # -------------------------------------------------------------- timing
 
-    def _time_round(self, box, req, inputs, reps: int, deadline: float) -> dict:
+    def _time_round(self, box, req, ref, workload, r: int, reps: int, deadline: float, check: bool) -> dict:
+        """One function's share of round r. Every timed call of the candidate gets inputs it has
+        not seen before, and its outputs are checked (`check`): on the interpreter every call's,
+        on a GPU the last call's, whose values were copied into the buffers the earlier calls used."""
+        torch = self.torch
+        where = f"workload {workload['name']} timed call (round {r})"
         if req["device"] != "cuda":  # interpreter: the judge's own clock around each call
             samples = []
-            out = None
-            for _ in range(req["interpreter_reps"]):
+            for i in range(req["interpreter_reps"]):
+                inputs, expected = self._fresh(ref, req, workload, TIMING_SEED + r * req["interpreter_reps"] + i)
                 start = time.perf_counter()
-                reply = box.request("call", deadline, inputs=list(inputs), where="timed call")
+                reply = box.request("call", deadline, inputs=list(inputs), mode="normal", where="timed call")
                 samples.append((time.perf_counter() - start) * 1e6)
-                out = reply["outputs"]
-            return {"primary": samples, "outputs": out}
-        reply = box.request("time_calls", deadline, inputs=list(inputs), reps=reps)
-        primary = reply["span_us"] if len(reply["span_us"]) >= reps // 2 else reply["event_us"]
+                if check:
+                    _check_timed(torch, req, _owned(torch, reply["outputs"]), expected, where)
+            return {"primary": samples, "metric": "interpreter_wall"}
+        inputs, _ = self._fresh(ref, req, workload, TIMING_SEED + 2 * r, expect=False)
+        fresh, expected = self._fresh(ref, req, workload, TIMING_SEED + 2 * r + 1)
+        reply = box.request("time_calls", deadline, inputs=list(inputs), reps=reps, fresh=list(fresh))
+        spans = reply["span_us"]
+        primary = spans if len(spans) >= max(2, reps // 2) else reply["event_us"]
+        if check:
+            _check_timed(torch, req, _owned(torch, reply["outputs"]), expected, where)
+            self._foreign("cuda", reply["kernels"], reply["launched"], where)
+            self.seen.update(reply["kernels"])
+            if len(spans) == reps and reps >= 3:
+                repeated = statistics.median(spans[:-1])
+                if spans[-1] > 1.5 * repeated + 10.0:
+                    raise Reject("cheat_suspected", f"{where}: the call on fresh values took {spans[-1]:.1f} µs, "
+                                 f"the calls on values seen before {repeated:.1f} µs: results kept between calls")
         return {"primary": primary, "kernel": reply["kernel_us"], "event": reply["event_us"],
-                "outputs": reply["outputs"], "metric": "gpu_span" if primary is reply["span_us"] else "cuda_event"}
+                "metric": "gpu_span" if primary is spans else "cuda_event"}
+
+    def _fresh(self, ref, req, workload, seed: int, expect: bool = True):
+        inputs = ref.make_inputs(workload["params"], seed, req["device"], req["dtype"])
+        return inputs, (ref.reference(*[_copy(t) for t in inputs]) if expect else None)
 
     def _outside(self, box, inputs, est_us: float, deadline: float) -> float:
         n = int(min(200, max(3, 20_000 / max(est_us, 1.0))))
@@ -463,35 +527,30 @@ class Judge:
         return max(0.0, time.perf_counter() - start - overhead) * 1e6 / n
 
     def timing(self, boxes: dict, req, ref, deadline: float) -> dict:
-        torch = self.torch
         out: dict = {name: {} for name in boxes}
         names = list(boxes)
         for workload in req["workloads"]:
-            inputs = ref.make_inputs(workload["params"], TIMING_SEED, req["device"], req["dtype"])
-            expected = ref.reference(*[_copy(t) for t in inputs])
             reps = 10
             if req["device"] == "cuda":  # enough calls per round for about rep_ms of timed work
-                est = self._time_round(boxes["candidate"], req, inputs, 3, deadline)
+                est = self._time_round(boxes["candidate"], req, ref, workload, -1, 3, deadline, check=False)
                 reps = int(min(100, max(10, req["rep_ms"] * 1e3 / max(statistics.median(est["primary"]), 1.0))))
             pooled = {n: collections.defaultdict(list) for n in names}
             rounds = {n: [] for n in names}
+            before = boxes["candidate"].others()
             for r in range(req["rounds"]):
                 for name in names[r % len(names):] + names[: r % len(names)]:
                     try:
-                        got = self._time_round(boxes[name], req, inputs, reps, deadline)
+                        got = self._time_round(boxes[name], req, ref, workload, r, reps, deadline,
+                                               check=name == "candidate")
                     except SandboxFailure as f:
                         whose = "" if name == "candidate" else f" (comparator {name!r}, not the kernel under test)"
                         raise Reject(f.status, f"while timing{whose}: {f.error}") from None
-                    if name == "candidate":  # the timed calls must have done the work
-                        try:
-                            _compare(torch, _owned(torch, got["outputs"]), expected, req["atol"], req["rtol"],
-                                     f"workload {workload['name']} timed call", req.get("correctness", "allclose"))
-                        except Reject as rj:
-                            raise Reject("cheat_suspected", f"correct when checked, not when timed: {rj.error}")
                     for key in ("primary", "kernel", "event"):
                         pooled[name][key] += got.get(key) or []
-                    pooled[name]["metric"] = got.get("metric", "interpreter_wall")
+                    pooled[name]["metric"] = got["metric"]
                     rounds[name].append(statistics.median(got["primary"]))
+            _same_processes(before, boxes["candidate"].others(), f"workload {workload['name']} timed calls")
+            inputs, _ = self._fresh(ref, req, workload, TIMING_SEED, expect=False)
             for name in names:
                 p = pooled[name]
                 summary = _summary(p["primary"])
@@ -512,6 +571,7 @@ class Judge:
             self.boxes.top_up()
         deadline = time.monotonic() + req["timeout_s"]
         ref = self.reference(req["reference_path"])
+        self.seen: set[str] = set()
         box = self.boxes.take()
         try:
             return self._evaluate(box, req, ref, deadline)
@@ -531,11 +591,11 @@ class Judge:
         checked = self.check(box, req, ref, seeds, deadline, errors, twice=True)
         evidence.append(f"correct on {checked} fresh input sets, outputs poisoned, inputs unchanged, "
                         "identical calls agree")
-        seen: list[str] = []
         if not req.get("trusted"):
             evidence.append(self.ghost(box, req, ref, deadline))
-            seen, said = self.trace(box, req, ref, deadline)
-            evidence.append(said)
+            evidence.append("every checked call traced: no compute outside the kernel's Triton launches "
+                            "and data movement; no work in other processes")
+        seen = sorted(self.seen)
         if req.get("check_only"):
             return {"status": "verified", "error": None, "checks": checked, "evidence": evidence}
         boxes = {"candidate": box}
@@ -556,6 +616,22 @@ class Judge:
         return {"status": "verified", "error": None, "checks": checked, "timings": timings["candidate"], **errors,
                 "compare": {k: v for k, v in timings.items() if k != "candidate"}, "device_name": device_name,
                 "evidence": evidence, "kernels_seen": seen}
+
+
+def _check_timed(torch, req, outs, expected, where: str) -> None:
+    try:
+        _compare(torch, outs, expected, req["atol"], req["rtol"], where, req.get("correctness", "allclose"))
+    except Reject as rj:
+        raise Reject("cheat_suspected", f"correct when checked, not when timed: {rj.error}") from None
+
+
+def _same_processes(before: tuple[float, int], after: tuple[float, int], where: str) -> None:
+    """Once compiled, a call runs no other process: children's CPU time must not grow and no
+    child may be left running."""
+    if after[1] > 0 or after[0] - before[0] > 0.05:
+        raise Reject("cheat_suspected", f"{where}: the call did work in another process "
+                     f"({after[0] - before[0]:.2f} s of child CPU time, {after[1]} child process(es) left); "
+                     "work must run in the kernel's own Triton launches")
 
 
 def _summary(samples: list[float]) -> dict:

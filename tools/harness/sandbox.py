@@ -40,8 +40,12 @@ class Failure(Exception):
 
 
 def _tail(text: str, limit: int = ERROR_CHARS) -> str:
+    """Both ends of a long error: where it started and where it ended up."""
     text = text.strip()
-    return text if len(text) <= limit else "..." + text[-limit:]
+    if len(text) <= limit:
+        return text
+    head = limit // 3
+    return text[:head] + "\n...\n" + text[-(limit - head):]
 
 
 def classify(exc: BaseException) -> str:
@@ -100,8 +104,8 @@ def watched(torch) -> dict:
            "threading.active_count": threading.active_count,
            # present on CPU builds too: patching them shows intent even where they time nothing
            "torch.cuda.Event": torch.cuda.Event, "torch.cuda.synchronize": torch.cuda.synchronize,
-           "torch.cuda.Event.record": torch.cuda.Event.record,
-           "torch.cuda.Event.elapsed_time": torch.cuda.Event.elapsed_time}
+           "torch.cuda.Event.record": getattr(torch.cuda.Event, "record", None),
+           "torch.cuda.Event.elapsed_time": getattr(torch.cuda.Event, "elapsed_time", None)}
     return out
 
 
@@ -133,11 +137,11 @@ class Poison:
 
 
 def _windows_and_activity(prof) -> tuple[list, list]:
-    """(timed-call windows, GPU activity intervals) in µs, from the raw Kineto events: building
+    """(timed-call windows, GPU activity intervals in µs, GPU kernel names) from the raw Kineto events: building
     torch's event tree (prof.events()) costs more than the timed calls themselves."""
     from torch.autograd import DeviceType
 
-    windows, gpu = [], []
+    windows, gpu, names = [], [], set()
     for e in prof.profiler.kineto_results.events():
         start, end = e.start_ns() / 1e3, (e.start_ns() + e.duration_ns()) / 1e3
         if e.name().startswith("accelopt::timed_call_"):
@@ -145,7 +149,8 @@ def _windows_and_activity(prof) -> tuple[list, list]:
                 windows.append((start, end))
         elif e.device_type() == DeviceType.CUDA and end > start and not e.name().startswith("accelopt::"):
             gpu.append((start, end))
-    return sorted(windows), sorted(gpu)
+            names.add(e.name())
+    return sorted(windows), sorted(gpu), sorted(names)
 
 
 class Sandbox:
@@ -205,8 +210,10 @@ class Sandbox:
             raise Failure(classify(exc), f"{where}:\n" + traceback.format_exc(), cuda_fault(exc)) from None
         return out
 
-    def call(self, inputs, mode: str = "normal", where: str = "call") -> dict:
-        """One call; `ghost` stubs every Triton launch, `trace` profiles the call."""
+    def call(self, inputs, mode: str = "trace", where: str = "call") -> dict:
+        """One call, profiled (`trace`, the default: every checked call, so that a kernel cannot
+        behave only when watched), plain (`normal`, the interpreter's timed calls), or with every
+        Triton launch stubbed (`ghost`)."""
         self.launches.names = []
         self.launches.stub = mode == "ghost"
         trace = None
@@ -244,10 +251,15 @@ class Sandbox:
         del torch
         return names
 
-    def time_calls(self, inputs, reps: int) -> dict:
+    def time_calls(self, inputs, reps: int, fresh=None) -> dict:
         """Per call, on a cold L2: the real span on the GPU (first to last GPU activity of the
         call: copies and host stalls between kernels included), the summed GPU activity
-        (kernel-only), and CUDA events around the call (launch latency included)."""
+        (kernel-only), and CUDA events around the call (launch latency included).
+
+        With `fresh`, the last call runs on those values, copied into the same input buffers
+        (untimed): a result kept from an earlier call, keyed by pointer, id or a sample of the
+        values, is then either wrong or a slow call among fast ones; the judge checks both. The
+        GPU kernels seen are returned too, so every timed round is traced."""
         from torch.autograd import DeviceType
         from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -256,10 +268,15 @@ class Sandbox:
             self.flush = torch.empty(FLUSH_BYTES, dtype=torch.int8, device="cuda")
         begin = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         end = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        self.launches.names = []
         out = self._invoke(inputs, "warm-up before timing")
         try:
             with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
                 for i in range(reps):
+                    if fresh is not None and i == reps - 1:
+                        for buf, new in zip(inputs, fresh):
+                            if isinstance(buf, torch.Tensor):
+                                buf.copy_(new)
                     self.flush.zero_()
                     torch.cuda.synchronize()
                     with record_function(f"accelopt::timed_call_{i}"):
@@ -269,7 +286,7 @@ class Sandbox:
                         torch.cuda.synchronize()
         except BaseException as exc:  # noqa: BLE001
             raise Failure(classify(exc), "while timing:\n" + traceback.format_exc(), cuda_fault(exc)) from None
-        windows, gpu = _windows_and_activity(prof)
+        windows, gpu, names = _windows_and_activity(prof)
         span, busy = [], []
         for lo, hi in windows:
             inside = [(s, t) for s, t in gpu if s >= lo and t <= hi]
@@ -277,7 +294,7 @@ class Sandbox:
                 span.append(max(t for _, t in inside) - min(s for s, _ in inside))
                 busy.append(sum(t - s for s, t in inside))
         self.integrity("timing")
-        return {"span_us": span, "kernel_us": busy,
+        return {"span_us": span, "kernel_us": busy, "kernels": names, "launched": sorted(set(self.launches.names)),
                 "event_us": [b.elapsed_time(e) * 1e3 for b, e in zip(begin, end)],
                 "outputs": self._outputs(out)}
 
@@ -309,14 +326,18 @@ class Sandbox:
         items = list(out) if isinstance(out, (tuple, list)) else [out]
         sent = []
         for item in items:
-            if type(item) is torch.Tensor:
-                sent.append(item.detach())
+            if type(item) is torch.Tensor and item.device.type != self.device:
+                sent.append({"not_a_tensor": f"a tensor on {item.device.type}", "on": item.device.type})
+            elif type(item) is torch.Tensor:
+                sent.append(torch.Tensor.detach(item))  # the class's own: an instance may override it
             else:
                 sent.append({"not_a_tensor": type(item).__module__ + "." + type(item).__qualname__,
                              "on": str(getattr(item, "device", ""))})
         return sent
 
-    def serve(self) -> None:
+    def serve(self, tampered) -> None:
+        """`tampered` is a closure made before any kernel was loaded: it is a local of this
+        frame, which a kernel cannot rebind, and it checks this file's own functions."""
         while True:
             try:
                 op, args = self.conn.recv()
@@ -324,6 +345,9 @@ class Sandbox:
                 return
             try:
                 reply = ("ok", getattr(self, op)(**args))
+                changed = tampered()
+                if changed:
+                    raise Failure("cheat_suspected", f"the kernel replaced the sandbox's own {changed}")
             except Failure as f:
                 reply = ("fail", {"status": f.status, "error": _tail(f.error), "cuda_fault": f.cuda_fault})
             except BaseException:  # noqa: BLE001 - the kernel may have broken anything
@@ -347,6 +371,32 @@ def _die_with_parent() -> None:
         pass
 
 
+def _own_code() -> list[tuple[object, str, object]]:
+    """(owner, name, function) for this file's functions and methods and the connection's:
+    what a kernel would replace to forge what the sandbox reports."""
+    from multiprocessing.connection import Connection
+
+    module = sys.modules[__name__]
+    found = [(module, name, obj) for name, obj in vars(module).items()
+             if callable(obj) and hasattr(obj, "__code__") and getattr(obj, "__module__", None) == __name__]
+    classes = [obj for obj in vars(module).values() if isinstance(obj, type) and obj.__module__ == __name__]
+    for cls in [*classes, Connection]:
+        found += [(cls, name, obj) for name, obj in vars(cls).items() if hasattr(obj, "__code__")]
+    return found
+
+
+def _tamper_check():
+    original = [(owner, name, fn, fn.__code__) for owner, name, fn in _own_code()]
+
+    def tampered() -> str | None:
+        for owner, name, fn, code in original:
+            if vars(owner).get(name) is not fn or fn.__code__ is not code:
+                return f"{getattr(owner, '__name__', '?')}.{name}"
+        return None
+
+    return tampered
+
+
 def main() -> None:
     from multiprocessing.connection import Connection
 
@@ -361,7 +411,7 @@ def main() -> None:
         conn.send(("fail", {"status": "runtime_error", "error": _tail(traceback.format_exc()), "cuda_fault": True}))
         return
     conn.send(("ready", {"pid": os.getpid()}))
-    sandbox.serve()
+    sandbox.serve(_tamper_check())
 
 
 if __name__ == "__main__":
