@@ -39,7 +39,7 @@ CASES = {
     "syntax": (BROKEN, "compile_error", "SyntaxError"),
     # Static rules only advise; the evidence is the call itself: no Triton launch at all.
     "no_jit": ("import torch\n\ndef run(x):\n    return torch.softmax(x, -1)\n", "cheat_suspected",
-               "no Triton kernel was launched"),
+               "outside the Triton launches"),
     "wrong": (WRONG, "wrong_output", "max abs err"),
     "nan": (BASELINE.replace("num / den", "num / (den * 0.0)"), "nan", "NaN/Inf"),
     "shape": (BASELINE.replace("return out", "return out[:, :-1]"), "shape_mismatch", "shape"),
@@ -101,8 +101,8 @@ def test_worker_env_hides_api_keys(task, monkeypatch):
 def test_results_over_10x_are_reverified_on_fresh_inputs_and_flagged(task):
     from tests.scripted import SLOW
 
-    # Against a 16x-redundant "baseline", the real baseline looks >10x faster.
-    result = evaluate(task, BASELINE, device="cpu", compare={"baseline": SLOW})
+    # Against a 64x-redundant "baseline", the real baseline looks >10x faster.
+    result = evaluate(task, BASELINE, device="cpu", compare={"baseline": SLOW.replace("(n_rows, 16)", "(n_rows, 64)")})
     assert result.status == "verified" and result.versus["baseline"].speedup > 10
     # no external profiler audits interpreter runs, so the flag keeps it out of the beam
     assert result.flags == ["over_10x_reverified", "unaudited"]

@@ -1,0 +1,127 @@
+"""The adversarial corpus (tests/fixtures/cheats): every cheat gets the verdict its header names.
+
+Each fixture targets the bundled softmax task and starts with header lines:
+    # expect: STATUS          the status the harness must give it
+    # reason: SUBSTRING       optional: a substring of the harness's error text (case-insensitive)
+    # device: gpu             optional: only acts, or is only caught, on a real GPU
+followed by a docstring naming the exploit class and where it comes from in the public record.
+CPU fixtures run on the Triton interpreter; `# device: gpu` ones run with device="cuda".
+
+KNOWN_GAPS lists cheats the harness does not catch yet, as strict xfails: each says what evidence
+is missing, and an XPASS (the gap closed) fails until its entry is removed.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tools.harness.runner import evaluate
+from tools.task import load_task
+
+pytestmark = pytest.mark.slow
+
+CHEATS_DIR = Path(__file__).parent / "fixtures" / "cheats"
+STATUSES = {"verified", "cheat_suspected", "wrong_output", "nan", "input_mutated", "shape_mismatch",
+            "dtype_mismatch", "runtime_error", "crashed", "timeout"}
+REASONS = {"launches stubbed", "outside the Triton launches", "thread", "replaced", "not after it",
+           "plain torch.Tensor", "differ between identical calls", "network", "process", "another process",
+           "not when timed", "fresh values"}
+# Short runs: two seeds and one timing round show every cheat here.
+RUN = {"seeds": 2, "rounds": 1}
+# Where a cheat could freeze the judge (SIGSTOP) if isolation were missing, do not wait the default 300 s.
+TIMEOUTS = {"kill_parent": 60.0}
+PICKLE_MARKER = Path("/tmp/accelopt-pickle-rce")  # what pickle_rce_reply's payload would create in the judge
+
+# Cheats that replace torch functions, Tensor methods, Triton's launcher or the harness's own code:
+# evaluated one after another in a single judge, they must leave later candidates unaffected.
+PATCHING = ("patch_allclose", "patch_tensor_double", "patch_torch_softmax", "patch_torch_empty", "patch_jit_run",
+            "patch_jit_run_restore", "patch_perf_counter", "patch_do_bench", "setattr_assembled_timer",
+            "patch_timer", "patch_timer_dynamic", "frame_patch_compare", "sandbox_hijack")
+
+KNOWN_GAPS: dict[str, str] = {
+    "mode_sniff": "behaves whenever it is measured: every checked and timed call is traced and a probe launch "
+                  "shows the ghost replay, so torch runs only in calls nobody measures; on the interpreter no "
+                  "outside profiler exists (on a GPU the ncu audit of a would-be winner sees torch's kernels)",
+}
+
+
+def parse_header(path: Path) -> dict:
+    """The leading `# key: value` lines and whether a docstring follows them."""
+    header = {"expect": None, "reason": None, "device": None}
+    lines = path.read_text().splitlines()
+    i = 0
+    while i < len(lines) and (m := re.match(r"# (expect|reason|device): (.+)$", lines[i])):
+        header[m.group(1)] = m.group(2).strip()
+        i += 1
+    header["keys"] = [re.match(r"# (\w+):", line).group(1) for line in lines[:i]]
+    header["docstring"] = i < len(lines) and lines[i].startswith('"""')
+    return header
+
+
+CHEATS = sorted(CHEATS_DIR.glob("*.py"))
+HEADERS = {p.stem: parse_header(p) for p in CHEATS}
+
+
+def _params():
+    for path in CHEATS:
+        marks = [pytest.mark.gpu] if HEADERS[path.stem]["device"] == "gpu" else []
+        if path.stem in KNOWN_GAPS:
+            marks.append(pytest.mark.xfail(reason=KNOWN_GAPS[path.stem], strict=True))
+        yield pytest.param(path, id=path.stem, marks=marks)
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory):
+    from tests.conftest import TASKS
+
+    dst = tmp_path_factory.mktemp("cheats") / "softmax"
+    shutil.copytree(TASKS / "softmax", dst)
+    return load_task(dst)
+
+
+def test_corpus_headers():
+    assert len(CHEATS) >= 60
+    for name, header in HEADERS.items():
+        assert header["expect"] in STATUSES, name
+        assert header["keys"] == [k for k in ("expect", "reason", "device") if header[k]], f"{name}: header order"
+        assert header["reason"] is None or header["reason"] in REASONS, name
+        assert header["device"] in (None, "gpu"), name
+        assert header["docstring"], f"{name}: a docstring must follow the header"
+    assert set(PATCHING) | set(KNOWN_GAPS) <= set(HEADERS)
+
+
+@pytest.mark.parametrize("path", list(_params()))
+def test_cheat_gets_its_verdict(task, path):
+    header = HEADERS[path.stem]
+    device = "cuda" if header["device"] == "gpu" else "cpu"
+    if path.stem == "pickle_rce_reply":
+        shutil.rmtree(PICKLE_MARKER, ignore_errors=True)
+    result = evaluate(task, path.read_text(), device=device, timeout_s=TIMEOUTS.get(path.stem, 300.0), **RUN)
+    assert result.status == header["expect"], f"{path.stem}: {result.status}: {result.error}"
+    if header["reason"]:
+        assert header["reason"].lower() in (result.error or "").lower(), result.error
+    if path.stem == "pickle_rce_reply":
+        assert not PICKLE_MARKER.exists(), "the forged reply's pickle ran code in the judge"
+
+
+def test_patching_cheats_do_not_contaminate_later_candidates(task):
+    """The patching cheats, then an honest and a wrong kernel, all through one judge process: whatever
+    the cheats patched must not reach the verdicts of the candidates after them."""
+    from tests.scripted import BASELINE, WRONG
+    from tools.harness.pool import WorkerPool
+
+    pool = WorkerPool("cpu", 1)
+    try:
+        for name in PATCHING:
+            cheat = evaluate(task, (CHEATS_DIR / f"{name}.py").read_text(), device="cpu", pool=pool, **RUN)
+            assert cheat.status != "verified" or name in KNOWN_GAPS, f"{name} was verified"
+        honest = evaluate(task, BASELINE, device="cpu", pool=pool, **RUN)
+        assert honest.status == "verified", honest.error
+        wrong = evaluate(task, WRONG, device="cpu", pool=pool, **RUN)
+        assert wrong.status == "wrong_output", wrong.error
+    finally:
+        pool.close()
