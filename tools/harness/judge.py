@@ -415,7 +415,7 @@ class Judge:
             raise Reject(f.status, f"{where}: {f.error}") from None
         outs = _owned(torch, reply["outputs"])
         del reply["outputs"]
-        self._foreign(req["device"], reply["trace"] or [], reply["launched"], where)
+        self._foreign(req["device"], reply["trace"] or [], reply["known"], where)
         self.seen.update(reply["trace"] or [])
         if reply["threads"] > 0 or (threads0 > 0 and box.threads() > threads0):
             raise Reject("cheat_suspected", f"{where}: the kernel left {max(reply['threads'], 1)} thread(s) "
@@ -497,7 +497,7 @@ class Judge:
                 samples.append((time.perf_counter() - start) * 1e6)
                 if check:
                     _check_timed(torch, req, _owned(torch, reply["outputs"]), expected, where)
-                    self._foreign("cpu", reply["trace"] or [], reply["launched"], where)
+                    self._foreign("cpu", reply["trace"] or [], reply["known"], where)
             return {"primary": samples, "metric": "interpreter_wall"}
         inputs, _ = self._fresh(ref, req, workload, TIMING_SEED + 2 * r, expect=False)
         fresh, expected = self._fresh(ref, req, workload, TIMING_SEED + 2 * r + 1)
@@ -506,7 +506,7 @@ class Judge:
         primary = spans if len(spans) >= max(2, reps // 2) else reply["event_us"]
         if check:
             _check_timed(torch, req, _owned(torch, reply["outputs"]), expected, where)
-            self._foreign("cuda", reply["kernels"], reply["launched"], where)
+            self._foreign("cuda", reply["kernels"], reply["known"], where)
             self.seen.update(reply["kernels"])
             if len(spans) == reps and reps >= 3:
                 repeated = statistics.median(spans[:-1])

@@ -72,12 +72,15 @@ class Launches:
         else:
             from triton.runtime.jit import JITFunction as cls
         self.cls, self.original, self.torch = cls, cls.run, torch
-        self.names: list[str] = []
+        self.names: list[str] = []      # launched by the current request
+        self.ever: set[str] = set()      # launched by this module so far (a CUDA graph replays them)
         self.stub = self.compile_only = False
         hook = self
 
         def run(self_fn, *args, **kwargs):
-            hook.names.append(getattr(self_fn, "__name__", None) or getattr(self_fn.fn, "__name__", "?"))
+            name = getattr(self_fn, "__name__", None) or getattr(self_fn.fn, "__name__", "?")
+            hook.names.append(name)
+            hook.ever.add(name)
             if hook.stub:
                 return None
             if hook.compile_only:
@@ -227,6 +230,7 @@ class Sandbox:
             self.launches.stub = False
         self.integrity(where)
         return {"outputs": self._outputs(out), "launched": sorted(set(self.launches.names)),
+                "known": sorted(self.launches.ever),
                 "threads": threading.active_count() - self.threads, "trace": trace}
 
     def _traced(self, inputs, where: str) -> list[str]:
@@ -295,6 +299,7 @@ class Sandbox:
                 busy.append(sum(t - s for s, t in inside))
         self.integrity("timing")
         return {"span_us": span, "kernel_us": busy, "kernels": names, "launched": sorted(set(self.launches.names)),
+                "known": sorted(self.launches.ever),
                 "event_us": [b.elapsed_time(e) * 1e3 for b, e in zip(begin, end)],
                 "outputs": self._outputs(out)}
 
