@@ -72,6 +72,7 @@ def throughput(n: int = 10) -> dict:
         _rate(pool, [BASE], 1)  # the judge's own start is not a candidate's cost
         out[mode] = _rate(pool, good_variants()[:n], submitters)
         pool.close()
+        print(mode, json.dumps(out[mode]), flush=True)
     out["ratio_warm_vs_fresh"] = out["warm_sandboxes"]["per_minute"] / out["fresh_process"]["per_minute"]
     return out
 
