@@ -160,3 +160,13 @@ def test_judges_and_sandboxes_die_with_a_run_killed_alone(task):
     while any(alive(p) for p in under) and time.time() < deadline:
         time.sleep(0.2)
     assert not [p for p in under if alive(p)]
+
+
+def test_index_setup_in_host_code_is_not_compute(task):
+    # Real FlashInfer-Bench solutions build segment offsets with cumsum/searchsorted before their
+    # launch; that bookkeeping is not the task's compute and must not be rejected.
+    source = BASELINE.replace("    out = torch.empty_like(x)\n", "    out = torch.empty_like(x)\n"
+                              "    starts = torch.cumsum(torch.full((n_rows,), n_cols), 0)\n"
+                              "    _ = torch.searchsorted(starts, starts)\n")
+    result = evaluate(task, source, device="cpu", seeds=1, rounds=1)
+    assert result.status == "verified", result.error

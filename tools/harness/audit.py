@@ -5,7 +5,9 @@ noise, or flagged as too good) is run again outside the harness, under ncu
 (`--clock-control none`), one call per workload. The audit disagrees, and the candidate is
 rejected, when ncu sees compute kernels that are not Triton kernels of the source, or when
 ncu's summed kernel time differs from the harness's kernel-only time by more than the
-tolerance. Without ncu the audit says so (tool "none") and decides nothing.
+tolerance (not for @triton.autotune kernels: a fresh process may tune to another
+configuration; measured on real FlashInfer-Bench solutions, ncu then read 0.6-1.9x the harness's
+time for the same source). Without ncu the audit says so (tool "none") and decides nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +26,17 @@ REL_TOLERANCE = 0.20
 ABS_TOLERANCE_US = 4.0
 MAX_WORKLOADS = 3
 _DATA = re.compile(r"Memcpy|Memset|copy|Copy|fill|Fill|zero|arange|CatArray", re.IGNORECASE)
+
+
+def autotuned(source: str) -> bool:
+    """An autotuner in a fresh process may pick another configuration than the harness's
+    process did, so its time is not the same kernel's time."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    return any("autotune" in ast.unparse(deco) for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)
+               for deco in node.decorator_list) or "triton.autotune(" in source
 
 
 def triton_kernel_names(source: str) -> set[str]:
@@ -64,11 +77,13 @@ def audit(task: Task, source: str, result: EvalResult, *, timeout_s: float = 180
                             + ", ".join(foreign[:5]))
         measured[workload] = sum(k.get("time_us") or 0.0 for k in prof["kernels"])
         harness = result.workloads[workload].kernel_us
-        if harness is not None:
+        if harness is not None and not autotuned(source):
             gap = abs(measured[workload] - harness)
             if gap > max(REL_TOLERANCE * harness, ABS_TOLERANCE_US):
                 problems.append(f"on {workload} ncu measured {measured[workload]:.1f} µs of kernels per call, "
                                 f"the harness {harness:.1f} µs")
-    note = "; ".join(problems) or ("ncu agrees: the same kernels, kernel time within "
-                                   f"{REL_TOLERANCE:.0%} or {ABS_TOLERANCE_US:.0f} µs")
+    note = "; ".join(problems) or (
+        "ncu agrees: the same kernels" + (" (autotuned: a fresh process may pick another configuration, so "
+                                          "times are not compared)" if autotuned(source)
+                                          else f", kernel time within {REL_TOLERANCE:.0%} or {ABS_TOLERANCE_US:.0f} µs"))
     return Audit(tool="ncu", agreed=not problems, kernels=kernels, measured_us=measured, note=note)

@@ -63,6 +63,12 @@ _DATA_OPS = {
     "resolve_conj", "resolve_neg", "_unsafe_view", "index_select", "result_type", "numpy_T", "is_same_size",
     "record_stream", "pin_memory", "_pin_memory", "is_pinned", "empty_permuted", "repeat", "view_as_real",
 }
+# Index setup an honest kernel does with torch before its launches (prefix sums of lengths,
+# searching segment starts, expanding indices): integer bookkeeping, not the task's compute.
+# The ghost replay still catches a task whose whole answer is one of these.
+_INDEX_OPS = {"cumsum", "cumsum_", "searchsorted", "repeat_interleave", "bucketize", "nonzero", "diff", "bincount"}
+_INDEX_KERNELS = re.compile(r"cub::|DeviceScan|DeviceSelect|scan_kernel|searchsorted|repeat_interleave|bucketize|"
+                            r"nonzero|compute_cuda_kernel", re.IGNORECASE)
 _DATA_KERNELS = re.compile(r"Memcpy|Memset|copy|Copy|fill|Fill|zero|Zero|arange|CatArray|cat_|unrolled_elementwise"
                            r"_kernel<.*(copy|cast)", re.IGNORECASE)
 
@@ -399,9 +405,9 @@ class Judge:
             return
         if req["device"] == "cuda":
             foreign = [n for n in seen if not any(n == k or n.startswith(k) for k in launched)
-                       and not _DATA_KERNELS.search(n)]
+                       and not _DATA_KERNELS.search(n) and not _INDEX_KERNELS.search(n)]
         else:
-            foreign = [n for n in seen if n.removeprefix("aten::") not in _DATA_OPS]
+            foreign = [n for n in seen if n.removeprefix("aten::") not in _DATA_OPS | _INDEX_OPS]
         foreign = list(dict.fromkeys(foreign))
         if foreign:
             raise Reject("cheat_suspected", f"{where}: compute outside the Triton launches: "
