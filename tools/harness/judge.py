@@ -69,6 +69,17 @@ _DATA_OPS = {
 _INDEX_OPS = {"cumsum", "cumsum_", "searchsorted", "repeat_interleave", "bucketize", "nonzero", "diff", "bincount"}
 _INDEX_KERNELS = re.compile(r"cub::|DeviceScan|DeviceSelect|scan_kernel|searchsorted|repeat_interleave|bucketize|"
                             r"nonzero|compute_cuda_kernel", re.IGNORECASE)
+_FLOAT_TYPES = re.compile(r"\b(float|double|Half|BFloat16|Float8\w*|complex)\b")
+_INT_TYPES = re.compile(r"\b(int|long|short|unsigned|bool|signed char|int(8|16|32|64)_t)\b")
+
+
+def _integer_bookkeeping(kernel: str) -> bool:
+    """An ATen GPU kernel whose template types are all integers (`CUDAFunctor_add<int>`,
+    `sub ... <long>`): index arithmetic such as indptr differences, not the task's float math."""
+    return ("at::" in kernel or "at_cuda_detail" in kernel) and bool(_INT_TYPES.search(kernel)) \
+        and not _FLOAT_TYPES.search(kernel)
+
+
 _DATA_KERNELS = re.compile(r"Memcpy|Memset|copy|Copy|fill|Fill|zero|Zero|arange|CatArray|cat_|unrolled_elementwise"
                            r"_kernel<.*(copy|cast)", re.IGNORECASE)
 
@@ -405,7 +416,8 @@ class Judge:
             return
         if req["device"] == "cuda":
             foreign = [n for n in seen if not any(n == k or n.startswith(k) for k in launched)
-                       and not _DATA_KERNELS.search(n) and not _INDEX_KERNELS.search(n)]
+                       and not _DATA_KERNELS.search(n) and not _INDEX_KERNELS.search(n)
+                       and not _integer_bookkeeping(n)]
         else:
             foreign = [n for n in seen if n.removeprefix("aten::") not in _DATA_OPS | _INDEX_OPS]
         foreign = list(dict.fromkeys(foreign))
