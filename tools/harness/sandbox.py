@@ -40,7 +40,8 @@ class Failure(Exception):
 
 
 def _tail(text: str, limit: int = ERROR_CHARS) -> str:
-    """Both ends of a long error: where it started and where it ended up."""
+    """Both ends of a long error: where it started and where it ended up. (judge.py has the
+    same helper: this process imports nothing of ours.)"""
     text = text.strip()
     if len(text) <= limit:
         return text
