@@ -609,8 +609,6 @@ class Judge:
             box.request("load", deadline, path=req["source_path"], entry_point=req["entry_point"])
         except SandboxFailure as f:
             raise Reject(f.status, f.error) from None
-        if req.get("compile_only"):
-            return {"status": "compiled", "error": None}
         evidence = []
         seeds = [req["seed_offset"] + s for s in range(req["seeds"])]
         errors: dict = {}
@@ -621,7 +619,6 @@ class Judge:
             evidence.append(self.ghost(box, req, ref, deadline))
             evidence.append("every checked call traced: no compute outside the kernel's Triton launches "
                             "and data movement; no work in other processes")
-        seen = sorted(self.seen)
         if req.get("check_only"):
             return {"status": "verified", "error": None, "checks": checked, "evidence": evidence}
         boxes = {"candidate": box}
@@ -641,7 +638,7 @@ class Judge:
         device_name = torch.cuda.get_device_name() if req["device"] == "cuda" else "cpu (Triton interpreter)"
         return {"status": "verified", "error": None, "checks": checked, "timings": timings["candidate"], **errors,
                 "compare": {k: v for k, v in timings.items() if k != "candidate"}, "device_name": device_name,
-                "evidence": evidence, "kernels_seen": seen}
+                "evidence": evidence, "kernels_seen": sorted(self.seen)}
 
 
 def _check_timed(torch, req, outs, expected, where: str) -> None:

@@ -24,7 +24,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-from functools import lru_cache
 from pathlib import Path
 
 from tools.harness.judge import RESULT_MARK

@@ -18,7 +18,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import socket
-import statistics
 import sys
 import threading
 import time
@@ -75,7 +74,7 @@ class Launches:
         self.cls, self.original, self.torch = cls, cls.run, torch
         self.names: list[str] = []      # launched by the current request
         self.ever: set[str] = set()      # launched by this module so far (a CUDA graph replays them)
-        self.stub = self.compile_only = False
+        self.stub = False
         hook = self
 
         def run(self_fn, *args, **kwargs):
@@ -84,8 +83,6 @@ class Launches:
             hook.ever.add(name)
             if hook.stub:
                 return None
-            if hook.compile_only:
-                kwargs["warmup"] = True
             with torch.profiler.record_function("accelopt::triton_launch"):
                 return hook.original(self_fn, *args, **kwargs)
 
@@ -270,7 +267,6 @@ class Sandbox:
         (untimed): a result kept from an earlier call, keyed by pointer, id or a sample of the
         values, is then either wrong or a slow call among fast ones; the judge checks both. The
         GPU kernels seen are returned too, so every timed round is traced."""
-        from torch.autograd import DeviceType
         from torch.profiler import ProfilerActivity, profile
 
         torch = self.torch
@@ -318,18 +314,6 @@ class Sandbox:
         for _ in range(n):
             self.run(*inputs)
         self._sync()
-        return {}
-
-    def compile(self, inputs) -> dict:
-        """Compile every kernel the entry point launches without launching any (Triton's
-        warmup=True), so that a later timed request starts with the binaries in the cache."""
-        self.launches.compile_only = True
-        try:
-            self.run(*inputs)
-        except BaseException:  # noqa: BLE001 - the real evaluation reports failures
-            pass
-        finally:
-            self.launches.compile_only = False
         return {}
 
     # ------------------------------------------------------------ wire
