@@ -66,9 +66,22 @@ CHEATS = sorted(CHEATS_DIR.glob("*.py"))
 HEADERS = {p.stem: parse_header(p) for p in CHEATS}
 
 
+# Cheats that reach for other processes or the network are stopped by the sandbox's namespaces; where the
+# OS gives none (no root, no user namespaces), they are out of reach of this test, said so.
+NEEDS_NAMESPACE = {"kill_parent": "-p", "proc_parent_read": "-p", "socket_fetch": "-n"}
+
+
+def _has_namespace(flag: str) -> bool:
+    from tools.harness.judge import isolation_prefix
+
+    return flag in isolation_prefix()
+
+
 def _params():
     for path in CHEATS:
         marks = [pytest.mark.gpu] if HEADERS[path.stem]["device"] == "gpu" else []
+        if path.stem in NEEDS_NAMESPACE and not _has_namespace(NEEDS_NAMESPACE[path.stem]):
+            marks.append(pytest.mark.skip(reason="this OS gives the sandbox no namespace of its own for this"))
         if path.stem in KNOWN_GAPS:
             marks.append(pytest.mark.xfail(reason=KNOWN_GAPS[path.stem], strict=True))
         yield pytest.param(path, id=path.stem, marks=marks)

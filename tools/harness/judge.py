@@ -131,7 +131,9 @@ def isolation_prefix() -> tuple[str, ...]:
     (which ignores its own fatal signals: abort() would read as a segfault), and
     --kill-child ends the namespace with unshare."""
     init = ["sh", "-c", '"$@"; exit $?', "sh"]
-    for prefix in (["unshare", "-n", "-p", "-f", "--kill-child", "--mount-proc", *init], ["unshare", "-n"]):
+    pid_ns = ["-n", "-p", "-f", "--kill-child", "--mount-proc", *init]
+    # as root; else in a user namespace (-r) where the OS allows unprivileged ones; else network only
+    for prefix in (["unshare", *pid_ns], ["unshare", "-r", *pid_ns], ["unshare", "-n"], ["unshare", "-r", "-n"]):
         if shutil.which("unshare"):
             try:
                 if subprocess.run([*prefix, "true"], capture_output=True, timeout=10).returncode == 0:
