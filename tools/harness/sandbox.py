@@ -297,6 +297,10 @@ class Sandbox:
         except BaseException as exc:  # noqa: BLE001
             raise Failure(classify(exc), "while timing:\n" + traceback.format_exc(), cuda_fault(exc)) from None
         calls, names = _calls_on_gpu(prof, reps)
+        events = [b.elapsed_time(e) * 1e3 for b, e in zip(begin, end)]
+        if fresh is not None and len(calls) == reps:
+            # the untimed copy of the fresh values ran after the next-to-last call's window opened
+            del calls[reps - 2], events[reps - 2]
         span, busy = [], []
         for inside in calls:
             if inside:
@@ -304,8 +308,8 @@ class Sandbox:
                 busy.append(sum(t - s for s, t in inside))
         self.integrity("timing")
         return {"span_us": span, "kernel_us": busy, "kernels": names, "launched": sorted(set(self.launches.names)),
-                "known": sorted(self.launches.ever),
-                "event_us": [b.elapsed_time(e) * 1e3 for b, e in zip(begin, end)],
+                "known": sorted(self.launches.ever), "event_us": events,
+                "complete": len(span) == len(calls) == reps - (fresh is not None),  # the last one is the fresh call
                 "outputs": self._outputs(out)}
 
     def batch(self, inputs, n: int) -> dict:
