@@ -84,7 +84,7 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
         if result.ok and device == "cuda" and audit_winners and not trusted:
             _audit_winner(task, source, result)
         elif result.ok and result.flags:
-            result.flags.append("unaudited")  # no external profiler for the interpreter
+            result.flags.append("unaudited")  # not audited: the interpreter, or auditing turned off
     result.eval_s = time.monotonic() - started
     return result
 
