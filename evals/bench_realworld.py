@@ -41,8 +41,6 @@ A pair that fails (verdict, timeout, crashed probe) is recorded and the run goes
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import math
 import os
@@ -237,24 +235,10 @@ def _watch(cmd: list[str], env: dict, cwd: str, jobs: int, per_job_s: float) -> 
 
 
 def parse_ncu(text: str) -> list[tuple[str, float]]:
-    """(kernel name, microseconds) per row of `ncu --csv --page raw`: a header, a units row, data."""
-    lines = [line for line in text.splitlines() if line.startswith('"')]
-    if len(lines) < 3:
-        return []
-    rows = list(csv.reader(io.StringIO("\n".join(lines))))
-    header, units = rows[0], rows[1]
-    if "gpu__time_duration.sum" not in header:
-        return []
-    col = header.index("gpu__time_duration.sum")
-    scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}.get(units[col], 1e-3)
-    name_col = header.index("Kernel Name") if "Kernel Name" in header else None
-    out = []
-    for row in rows[2:]:
-        try:
-            out.append((row[name_col] if name_col is not None else "?", float(row[col].replace(",", "")) * scale))
-        except (ValueError, IndexError):
-            continue
-    return out
+    """(kernel name, microseconds) per row of `ncu --csv --page raw`."""
+    from tools.harness.kernel_profile import parse_ncu_csv
+
+    return [(k["name"], k["time_us"]) for k in parse_ncu_csv(text) if k.get("time_us") is not None]
 
 
 def split_at_markers(kernels: list[tuple[str, float]]) -> list[list[tuple[str, float]]]:

@@ -13,11 +13,12 @@ time for the same source). Without ncu the audit says so (tool "none") and decid
 from __future__ import annotations
 
 import ast
-import re
 import shutil
 
+from tools.harness.judge import foreign_work
 from tools.harness.kernel_profile import profile_kernel
 from tools.harness.result import Audit, EvalResult
+from tools.harness.static_checks import triton_kernel_names
 from tools.task import Task
 
 # ncu serializes kernels and flushes caches between them: a little slower than the harness's
@@ -25,7 +26,6 @@ from tools.task import Task
 REL_TOLERANCE = 0.20
 ABS_TOLERANCE_US = 4.0
 MAX_WORKLOADS = 3
-_DATA = re.compile(r"Memcpy|Memset|copy|Copy|fill|Fill|zero|arange|CatArray", re.IGNORECASE)
 
 
 def autotuned(source: str) -> bool:
@@ -37,22 +37,6 @@ def autotuned(source: str) -> bool:
         return False
     return any("autotune" in ast.unparse(deco) for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)
                for deco in node.decorator_list) or "triton.autotune(" in source
-
-
-def triton_kernel_names(source: str) -> set[str]:
-    """Names of the @triton.jit functions a source defines: what its GPU kernels are called."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return set()
-    names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef):
-            for deco in node.decorator_list:
-                text = ast.unparse(deco.func if isinstance(deco, ast.Call) else deco)
-                if text.split(".")[-1] in ("jit", "autotune", "heuristics"):
-                    names.add(node.name)
-    return names
 
 
 def audit(task: Task, source: str, result: EvalResult, *, timeout_s: float = 180.0) -> Audit:
@@ -71,7 +55,7 @@ def audit(task: Task, source: str, result: EvalResult, *, timeout_s: float = 180
             return Audit(tool="ncu", note=f"ncu could not profile workload {workload}: not audited")
         names = [k["name"] for k in prof["kernels"]]
         kernels += [n for n in names if n not in kernels]
-        foreign = [n for n in names if not any(n == o or n.startswith(o + "_") for o in own) and not _DATA.search(n)]
+        foreign = foreign_work("cuda", names, own)
         if foreign:
             problems.append(f"ncu saw kernels that are not Triton kernels of the source on {workload}: "
                             + ", ".join(foreign[:5]))

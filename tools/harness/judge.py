@@ -84,6 +84,18 @@ _DATA_KERNELS = re.compile(r"Memcpy|Memset|copy|Copy|fill|Fill|zero|Zero|arange|
                            r"_kernel<.*(copy|cast)", re.IGNORECASE)
 
 
+def foreign_work(device: str, seen: list[str], own: list[str] | set[str]) -> list[str]:
+    """What a call ran that is neither the candidate's own Triton kernels (`own`) nor data
+    movement or index bookkeeping: GPU kernel names on a GPU, host aten ops on the interpreter.
+    The one rule for the judge's traces and the ncu audit."""
+    if device == "cuda":
+        foreign = [n for n in seen if not any(n == k or n.startswith(k) for k in own)
+                   and not _DATA_KERNELS.search(n) and not _INDEX_KERNELS.search(n) and not _integer_bookkeeping(n)]
+    else:
+        foreign = [n for n in seen if n.removeprefix("aten::") not in _DATA_OPS | _INDEX_OPS]
+    return list(dict.fromkeys(foreign))
+
+
 class Reject(Exception):
     def __init__(self, status: str, error: str, **extra):
         super().__init__(error)
@@ -416,13 +428,7 @@ class Judge:
         The task's own reference, timed as a kernel (`trusted`), is torch code by design."""
         if req.get("trusted"):
             return
-        if req["device"] == "cuda":
-            foreign = [n for n in seen if not any(n == k or n.startswith(k) for k in launched)
-                       and not _DATA_KERNELS.search(n) and not _INDEX_KERNELS.search(n)
-                       and not _integer_bookkeeping(n)]
-        else:
-            foreign = [n for n in seen if n.removeprefix("aten::") not in _DATA_OPS | _INDEX_OPS]
-        foreign = list(dict.fromkeys(foreign))
+        foreign = foreign_work(req["device"], seen, launched)
         if foreign:
             raise Reject("cheat_suspected", f"{where}: compute outside the Triton launches: "
                          + ", ".join(foreign[:8]) + (" ..." if len(foreign) > 8 else "")

@@ -36,11 +36,11 @@ _PASSED_ENV = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_P
                "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST")
 
 
-def scrubbed_env(home: Path, device: str, gpu: str | None, cache: Path | None = None) -> dict[str, str]:
+def scrubbed_env(home: Path, device: str, gpu: str | None) -> dict[str, str]:
     """The environment generated code runs in: no secrets, a private HOME and Triton cache."""
     env = {k: os.environ[k] for k in _PASSED_ENV if k in os.environ}
     env.update({"HOME": str(home), "TMPDIR": str(home), "PYTHONUNBUFFERED": "1",
-                "PYTHONDONTWRITEBYTECODE": "1", "TRITON_CACHE_DIR": str(cache or home / "triton-cache"),
+                "PYTHONDONTWRITEBYTECODE": "1", "TRITON_CACHE_DIR": str(home / "triton-cache"),
                 # torch.compile comparators compile in-process: no pool threads to trip the thread check
                 "TORCHINDUCTOR_COMPILE_THREADS": "1"})
     if device == "cuda":

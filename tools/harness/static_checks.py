@@ -87,6 +87,17 @@ def findings(source: str, entry_point: str) -> list[Finding]:
     return sorted(out, key=lambda f: (order[f.severity], f.line or 0))
 
 
+def triton_kernel_names(source: str) -> set[str]:
+    """Names of the @triton.jit (autotune, heuristics) functions a source defines: what its GPU
+    kernels are called."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    return {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)
+            and any(_is_triton_jit(d) for d in n.decorator_list)}
+
+
 def _is_triton_jit(decorator: ast.expr) -> bool:
     target = decorator.func if isinstance(decorator, ast.Call) else decorator
     return ast.unparse(target) in {"triton.jit", "jit", "triton.autotune", "autotune", "triton.heuristics",
