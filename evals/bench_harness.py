@@ -53,11 +53,15 @@ def _rate(pool, sources: list[str], submitters: int) -> dict:
 
     start = time.monotonic()
     with ThreadPoolExecutor(submitters) as ex:
-        statuses = list(ex.map(lambda src: evaluate(SOFTMAX, src, device="cuda", compare={"baseline": BASE},
-                                                    pool=pool, audit_winners=False).status, sources))
+        results = list(ex.map(lambda src: evaluate(SOFTMAX, src, device="cuda", compare={"baseline": BASE},
+                                                   pool=pool, audit_winners=False), sources))
     elapsed = time.monotonic() - start
+    steps = {k for r in results for k in r.phases_s}
     return {"candidates": len(sources), "submitters": submitters, "seconds": elapsed,
-            "per_minute": 60 * len(sources) / elapsed, "verified": statuses.count("verified")}
+            "per_minute": 60 * len(sources) / elapsed,
+            "verified": sum(r.status == "verified" for r in results),
+            "median_phase_s": {k: statistics.median(r.phases_s.get(k, 0.0) for r in results) for k in sorted(steps)},
+            "statuses": sorted({f"{r.status}: {(r.error or '')[-200:]}" for r in results if not r.ok})}
 
 
 def throughput(n: int = 10) -> dict:

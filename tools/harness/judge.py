@@ -614,22 +614,33 @@ class Judge:
             box.kill()
 
     def _evaluate(self, box: Sandbox, req: dict, ref, deadline: float) -> dict:
+        phases: dict[str, float] = {}  # seconds per step: where an evaluation's time goes
+        clock = [time.monotonic()]
+
+        def lap(name: str) -> None:
+            now = time.monotonic()
+            phases[name] = round(now - clock[0], 3)
+            clock[0] = now
+
         try:
             box.request("load", deadline, path=req["source_path"], entry_point=req["entry_point"])
         except SandboxFailure as f:
             raise Reject(f.status, f.error) from None
+        lap("load")
         evidence = []
         seeds = [req["seed_offset"] + s for s in range(req["seeds"])]
         errors: dict = {}
         checked = self.check(box, req, ref, seeds, deadline, errors, twice=True)
         evidence.append(f"correct on {checked} fresh input sets, outputs poisoned, inputs unchanged, "
                         "identical calls agree")
+        lap("checks")
         if not req.get("trusted"):
             evidence.append(self.ghost(box, req, ref, deadline))
+            lap("ghost")
             evidence.append("every checked call traced: no compute outside the kernel's Triton launches "
                             "and data movement; no work in other processes")
         if req.get("check_only"):
-            return {"status": "verified", "error": None, "checks": checked, "evidence": evidence}
+            return {"status": "verified", "error": None, "checks": checked, "evidence": evidence, "phases_s": phases}
         boxes = {"candidate": box}
         for name, path in (req.get("compare") or {}).items():
             try:
@@ -637,17 +648,20 @@ class Judge:
             except SandboxFailure as f:
                 raise Reject(f.status, f"comparator {name!r} could not be loaded (not the kernel under test): "
                                        f"{f.error}") from None
+        lap("comparators")
         timings = self.timing(boxes, req, ref, deadline)
+        lap("timing")
         evidence.append("timed calls checked against the judge's own expected outputs")
         try:  # the same process, after all the timed calls, on inputs it has never seen
             self.check(box, req, ref, [req["seed_offset"] + AFTER_SEED], deadline)
         except Reject as r:
             raise Reject("cheat_suspected", f"correct before timing but not after it ({r.status}): {r.error}") from None
+        lap("after_check")
         torch = self.torch
         device_name = torch.cuda.get_device_name() if req["device"] == "cuda" else "cpu (Triton interpreter)"
         return {"status": "verified", "error": None, "checks": checked, "timings": timings["candidate"], **errors,
                 "compare": {k: v for k, v in timings.items() if k != "candidate"}, "device_name": device_name,
-                "evidence": evidence, "kernels_seen": sorted(self.seen)}
+                "evidence": evidence, "kernels_seen": sorted(self.seen), "phases_s": phases}
 
 
 def _check_timed(torch, req, outs, expected, where: str) -> None:

@@ -104,6 +104,7 @@ class EvalResult(BaseModel):
     max_abs_err: float | None = None
     max_rel_err: float | None = None
     eval_s: float | None = None
+    phases_s: dict[str, float] = {}  # the judge's seconds per step (load, checks, ghost, timing, ...)
     profile: str | None = None  # a backend's own profile summary for the planner (NKI: neuron-profile)
 
     @property

@@ -110,7 +110,7 @@ def _result(task: Task, raw: dict, device: str, dtype: str) -> EvalResult:
     result = EvalResult(status=raw["status"], error=raw.get("error"), device=device,
                         device_name=raw.get("device_name"), max_abs_err=raw.get("max_abs_err"),
                         max_rel_err=raw.get("max_rel_err"), evidence=raw.get("evidence", []),
-                        kernels_seen=raw.get("kernels_seen", []))
+                        kernels_seen=raw.get("kernels_seen", []), phases_s=raw.get("phases_s", {}))
     if result.ok:
         result.timer = "cuda_event" if device == "cuda" else "interpreter_wall"
         name = raw.get("device_name") or ""
