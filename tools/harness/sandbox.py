@@ -137,23 +137,48 @@ class Poison:
             setattr(self.torch, name, fn)
 
 
-def _calls_on_gpu(prof, reps: int) -> tuple[list[list[tuple[float, float]]], list[str]]:
-    """Per timed call, its GPU activity intervals (µs), and the names seen, from the raw Kineto
-    events (building torch's event tree costs more than the calls). The GPU timeline of each rep
-    reads: L2 flush (a 256 MB fill), our marker (a one-element fill), then the call's own
-    activity up to the next flush (the call is synchronized before the next flush starts)."""
+MARKER_CYCLES = 1000  # torch's spin kernel, ~1 µs: the delimiter of each timed call on the GPU timeline
+
+
+def marker_kernel_name(torch) -> str:
+    """The GPU name of torch's spin kernel (`torch._C._cuda_sleep`), read once from a trace
+    before any candidate is loaded; it brackets every timed call."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        torch._C._cuda_sleep(MARKER_CYCLES)
+        torch.cuda.synchronize()
+    names = {e.name() for e in prof.profiler.kineto_results.events() if e.device_type() == DeviceType.CUDA}
+    if len(names) != 1:
+        raise RuntimeError(f"the timing marker ran as {sorted(names)}, not as one GPU kernel")
+    return names.pop()
+
+
+def gpu_events(prof) -> list[tuple[float, float, str]]:
+    """GPU activity (start µs, end µs, name) from the raw Kineto events, in start order (building
+    torch's event tree costs more than the calls)."""
     from torch.autograd import DeviceType
 
-    gpu = sorted((e.start_ns() / 1e3, (e.start_ns() + e.duration_ns()) / 1e3, e.name())
-                 for e in prof.profiler.kineto_results.events()
-                 if e.device_type() == DeviceType.CUDA and not e.name().startswith("accelopt::"))
-    # the flushes are the `reps` longest fills (256 MB each); each is followed by our marker
-    fills = [k for k, (_, _, name) in enumerate(gpu) if "fill" in name.lower() or "memset" in name.lower()]
-    flush_at = sorted(sorted(fills, key=lambda k: gpu[k][0] - gpu[k][1])[:reps])
+    return sorted((e.start_ns() / 1e3, (e.start_ns() + e.duration_ns()) / 1e3, e.name())
+                  for e in prof.profiler.kineto_results.events()
+                  if e.device_type() == DeviceType.CUDA and not e.name().startswith("accelopt::"))
+
+
+def calls_between_marks(gpu: list[tuple[float, float, str]], marker: str,
+                        reps: int) -> tuple[list[list[tuple[float, float]]], list[str]]:
+    """Per timed call, its GPU activity intervals, and the names seen. Each call is bracketed by
+    two runs of the marker kernel, each after a device-wide synchronization, so nothing else
+    (the L2 flush, the copy of fresh values, a big fill of the kernel's own) can be taken for
+    part of a call or for a boundary. A marker count other than 2 per call (a kernel that runs
+    torch's spin kernel itself, or a lossy trace) yields no calls: the judge then falls back to
+    CUDA events, which only overstate a call."""
+    marks = [k for k, (_, _, name) in enumerate(gpu) if name == marker]
+    if len(marks) != 2 * reps:
+        return [], []
     calls, names = [], set()
-    for n, k in enumerate(flush_at):
-        stop = flush_at[n + 1] if n + 1 < len(flush_at) else len(gpu)
-        inside = gpu[k + 2:stop]  # after the flush and the marker
+    for i in range(reps):
+        inside = gpu[marks[2 * i] + 1: marks[2 * i + 1]]
         calls.append([(a, b) for a, b, _ in inside])
         names.update(name for _, _, name in inside)
     return calls, sorted(names)
@@ -168,10 +193,13 @@ class Sandbox:
         tmp.set_sharing_strategy("file_system")  # works between unrelated processes
         self.conn, self.torch = conn, torch
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
-        if self.device == "cuda":
-            torch.cuda.init()
         self.run = None
         self.flush = None
+        if self.device == "cuda":
+            torch.cuda.init()
+            # read before any candidate exists (which also starts CUPTI while this process is a spare)
+            self.mark = torch._C._cuda_sleep  # a builtin: a kernel cannot rewrite its code
+            self.marker = marker_kernel_name(torch)
 
     # ------------------------------------------------------------ requests
 
@@ -272,15 +300,13 @@ class Sandbox:
         torch = self.torch
         if self.flush is None:
             self.flush = torch.empty(FLUSH_BYTES, dtype=torch.int8, device="cuda")
-            self.marker = torch.empty(1, dtype=torch.int32, device="cuda")
         begin = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         end = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         self.launches.names = []
         out = self._invoke(inputs, "warm-up before timing")
         try:
-            # GPU activity only (a CPU-side trace would cost three times as much); each call is
-            # found on the GPU timeline after a marker kernel of ours, and ends before the next
-            # L2 flush, which follows the call's synchronization.
+            # GPU activity only (a CPU-side trace would cost three times as much). Each call is
+            # bracketed on the GPU timeline by two marker kernels, each after a synchronization.
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
                 for i in range(reps):
                     if fresh is not None and i == reps - 1:
@@ -289,18 +315,17 @@ class Sandbox:
                                 buf.copy_(new)
                     self.flush.zero_()
                     torch.cuda.synchronize()
-                    self.marker.fill_(i)
+                    self.mark(MARKER_CYCLES)
                     begin[i].record()
                     out = self.run(*inputs)
                     end[i].record()
                     torch.cuda.synchronize()
+                    self.mark(MARKER_CYCLES)
+                torch.cuda.synchronize()
         except BaseException as exc:  # noqa: BLE001
             raise Failure(classify(exc), "while timing:\n" + traceback.format_exc(), cuda_fault(exc)) from None
-        calls, names = _calls_on_gpu(prof, reps)
+        calls, names = calls_between_marks(gpu_events(prof), self.marker, reps)
         events = [b.elapsed_time(e) * 1e3 for b, e in zip(begin, end)]
-        if fresh is not None and len(calls) == reps:
-            # the untimed copy of the fresh values ran after the next-to-last call's window opened
-            del calls[reps - 2], events[reps - 2]
         span, busy = [], []
         for inside in calls:
             if inside:
@@ -309,7 +334,7 @@ class Sandbox:
         self.integrity("timing")
         return {"span_us": span, "kernel_us": busy, "kernels": names, "launched": sorted(set(self.launches.names)),
                 "known": sorted(self.launches.ever), "event_us": events,
-                "complete": len(span) == len(calls) == reps - (fresh is not None),  # the last one is the fresh call
+                "complete": len(span) == reps,  # every call seen, the last one on the fresh values
                 "outputs": self._outputs(out)}
 
     def batch(self, inputs, n: int) -> dict:
