@@ -367,9 +367,11 @@ def summary(results: list[dict], seconds: float, phases: dict) -> dict:
 
 
 def merge(reports: list[Path], out: Path) -> int:
-    """One report from the reports of several shards (their order kept)."""
+    """One report from the reports of several shards (their order kept); a pair re-run in a later
+    report replaces its earlier result."""
     loaded = [json.loads(path.read_text()) for path in reports]
-    results = [r for report in loaded for r in report["results"]]
+    latest = {r["name"]: r for report in loaded for r in report["results"]}
+    results = list(latest.values())
     phases: dict[str, float] = {}
     for report in loaded:
         for phase, seconds in report["summary"]["phase_seconds"].items():
