@@ -16,9 +16,9 @@ TASKS = Path(__file__).with_name("tasks")
 
 
 def main() -> None:
-    from tools.harness.reference_kernel import torch_comparators
-    from tools.harness.runner import evaluate
-    from tools.task import load_task
+    from accelopt.tools.harness.reference_kernel import torch_comparators
+    from accelopt.tools.harness.runner import evaluate
+    from accelopt.tools.task import load_task
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path)

@@ -15,10 +15,10 @@ import statistics
 import time
 from pathlib import Path
 
-from tools.harness.pool import make_pool
-from tools.harness.kernel_profile import profile_kernel
-from tools.harness.runner import evaluate, gpu_count
-from tools.task import load_task
+from accelopt.tools.harness.pool import make_pool
+from accelopt.tools.harness.kernel_profile import profile_kernel
+from accelopt.tools.harness.runner import evaluate, gpu_count
+from accelopt.tools.task import load_task
 
 TASKS = Path(__file__).with_name("tasks")
 SOFTMAX = load_task(TASKS / "softmax")

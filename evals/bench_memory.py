@@ -12,8 +12,8 @@ import statistics
 import tempfile
 import time
 
-from memory.schema import Evidence, Insight, Provenance
-from memory.store import InsightStore
+from accelopt.memory.schema import Evidence, Insight, Provenance
+from accelopt.memory.store import InsightStore
 
 KERNELS = ["rmsnorm", "layernorm", "softmax", "rope", "silu_and_mul", "gemm_bf16", "paged_decode", "top_k",
            "cross_entropy", "fused_add_rmsnorm", "moe_gate", "transpose"]

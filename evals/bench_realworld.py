@@ -236,7 +236,7 @@ def _watch(cmd: list[str], env: dict, cwd: str, jobs: int, per_job_s: float) -> 
 
 def parse_ncu(text: str) -> list[tuple[str, float]]:
     """(kernel name, microseconds) per row of `ncu --csv --page raw`."""
-    from tools.harness.kernel_profile import parse_ncu_csv
+    from accelopt.tools.harness.kernel_profile import parse_ncu_csv
 
     return [(k["name"], k["time_us"]) for k in parse_ncu_csv(text) if k.get("time_us") is not None]
 
@@ -268,9 +268,9 @@ def agreement(harness_us: float | None, independent_us: float | None) -> dict:
 # ---------------------------------------------------------------- step 1: the harness
 
 def harness_pair(pair: dict, args, pool) -> tuple[dict, object]:
-    from tools.harness.reference_kernel import reference_source
-    from tools.harness.runner import evaluate
-    from tools.task import load_task
+    from accelopt.tools.harness.reference_kernel import reference_source
+    from accelopt.tools.harness.runner import evaluate
+    from accelopt.tools.task import load_task
 
     started = time.monotonic()
     task = load_task(REALWORLD / pair["task"])
@@ -408,8 +408,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import triton
 
-    from tools.harness.pool import get_pool
-    from tools.harness.runner import gpu_count
+    from accelopt.tools.harness.pool import get_pool
+    from accelopt.tools.harness.runner import gpu_count
 
     if not torch.cuda.is_available():
         print("no CUDA GPU visible: this benchmark needs one", file=sys.stderr)

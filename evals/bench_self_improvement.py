@@ -28,11 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rich.console import Console  # noqa: E402
 
-from evals.report import geomean, latency  # noqa: E402
-from graph.context import RunContext  # noqa: E402
-from memory.features import kernel_class  # noqa: E402
-from tools.task import load_task  # noqa: E402
-from tools.tunables import config_of  # noqa: E402
+from accelopt.evals.report import geomean, latency  # noqa: E402
+from accelopt.nodes.context import RunContext  # noqa: E402
+from accelopt.memory.features import kernel_class  # noqa: E402
+from accelopt.tools.task import load_task  # noqa: E402
+from accelopt.tools.tunables import config_of  # noqa: E402
 
 TARGET = 1.05          # within 5% of the best-found latency
 NOT_EVALUATED = {"no_code", "llm_error", None}
@@ -134,7 +134,7 @@ def markdown(rows: list[dict], summary: dict) -> str:
 
 def warm_memory(cold: Path, task: Path, tasks: list[Path], memory_dir: Path, embedder: str) -> int:
     """A fresh memory with the cold-run lessons of every task but `task`."""
-    from memory.store import InsightStore
+    from accelopt.memory.store import InsightStore
 
     shutil.rmtree(memory_dir, ignore_errors=True)
     store = InsightStore(memory_dir, embedder=embedder)
@@ -146,7 +146,7 @@ def warm_memory(cold: Path, task: Path, tasks: list[Path], memory_dir: Path, emb
 
 
 def main() -> None:
-    from evals.suite import resolve_suite, run_suite, suite_tasks
+    from accelopt.evals.suite import resolve_suite, run_suite, suite_tasks
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)

@@ -11,14 +11,14 @@ from pathlib import Path
 
 from rich.console import Console
 
-from graph.config import context_to_json
-from graph.context import RunContext
-from graph.driver import drive
-from tools.harness.reference_kernel import torch_comparators
-from tools.harness.runner import evaluate
-from tools.backends import run_refusal
-from tools.rundir import write_run_meta
-from tools.task import TaskError, load_task
+from accelopt.graph.config import context_to_json
+from accelopt.nodes.context import RunContext
+from accelopt.graph.driver import drive
+from accelopt.tools.harness.reference_kernel import torch_comparators
+from accelopt.tools.harness.runner import evaluate
+from accelopt.tools.backends import run_refusal
+from accelopt.tools.rundir import write_run_meta
+from accelopt.tools.task import TaskError, load_task
 
 EVALS = Path(__file__).resolve().parent
 SUITES = {"triton": EVALS / "tasks", "nkibench": EVALS / "nkibench"}

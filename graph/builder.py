@@ -13,25 +13,25 @@ from langgraph.graph.state import CompiledStateGraph
 
 
 try:  # `langgraph dev` and Studio import this file: a broken environment must say what to do
-    from graph.context import RunContext
-    from graph.routing import (
+    from accelopt.nodes.context import RunContext
+    from accelopt.graph.routing import (
         after_profiler,
         after_setup,
         after_summarizer,
         to_planners,
         to_samples,
     )
-    from graph.state import CandidateOutput, CandidateState, RunState
-    from nodes.autotune import autotune
-    from nodes.executor import executor
-    from nodes.fixer import fixer
-    from nodes.planner import planner
-    from nodes.profiler import profiler
-    from nodes.recall import recall
-    from nodes.selector import selector
-    from nodes.setup import setup
-    from nodes.summarizer import summarizer
-    from tools.tracing import configure_tracing
+    from accelopt.nodes.state import CandidateOutput, CandidateState, RunState
+    from accelopt.nodes.autotune import autotune
+    from accelopt.nodes.executor import executor
+    from accelopt.nodes.fixer import fixer
+    from accelopt.nodes.planner import planner
+    from accelopt.nodes.profiler import profiler
+    from accelopt.nodes.recall import recall
+    from accelopt.nodes.selector import selector
+    from accelopt.nodes.setup import setup
+    from accelopt.nodes.summarizer import summarizer
+    from accelopt.tools.tracing import configure_tracing
 except ImportError as exc:
     raise ImportError(f"accelopt's graph cannot be imported ({exc}). Install accelopt into the Python environment "
                       "that loads it: `pip install -e .` in the repository (or `make install`, then run "

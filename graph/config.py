@@ -28,8 +28,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from graph.context import RunContext
-from tools.llm import ROLES, ConfigError, validate_spec
+from accelopt.nodes.context import RunContext
+from accelopt.tools.llm import ROLES, ConfigError, validate_spec
 
 _RUN_KEYS = {f.name for f in dataclasses.fields(RunContext)} - {"role_models", "chat_models", "model", "base_url",
                                                                  "prices"}

@@ -18,15 +18,15 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from graph.context import RunContext
-from tools.llm import totals
-from tools.tracing import flush_traces
+from accelopt.nodes.context import RunContext
+from accelopt.tools.llm import totals
+from accelopt.tools.tracing import flush_traces
 
 
 def drive(ctx: RunContext, run_dir: Path, inputs: dict | None, console: Console) -> dict:
     """Run (inputs given) or resume (inputs None) the graph with its checkpoint in run_dir, showing
     progress; return the final state."""
-    from graph.builder import build_graph  # heavy imports after argument checks
+    from accelopt.graph.builder import build_graph  # heavy imports after argument checks
 
     with closing(sqlite3.connect(run_dir / "checkpoints.sqlite", check_same_thread=False)) as conn:
         graph = build_graph().compile(checkpointer=SqliteSaver(conn))

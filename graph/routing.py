@@ -6,10 +6,10 @@ from langgraph.graph import END
 from langgraph.runtime import Runtime
 from langgraph.types import Send
 
-from graph.context import RunContext
-from graph.state import CandidateState, RunState, compact
-from nodes.measurements import tried
-from tools.harness.result import FIXABLE
+from accelopt.nodes.context import RunContext
+from accelopt.nodes.state import CandidateState, RunState, compact
+from accelopt.nodes.measurements import tried
+from accelopt.tools.harness.result import FIXABLE
 
 
 def after_setup(state: RunState) -> str:

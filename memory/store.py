@@ -34,9 +34,9 @@ from urllib.parse import urlparse
 
 from platformdirs import user_data_dir
 
-from memory.embedder import DEFAULT_EMBEDDER, MemoryStoreError, get_embedder
-from memory.features import class_family
-from memory.schema import Insight
+from accelopt.memory.embedder import DEFAULT_EMBEDDER, MemoryStoreError, get_embedder
+from accelopt.memory.features import class_family
+from accelopt.memory.schema import Insight
 
 COLLECTION_PREFIX = "accelopt-insights"
 DUPLICATE_SIMILARITY = 0.92

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from langgraph.runtime import Runtime
 
-from graph.context import RunContext
-from graph.state import CandidateState
-from nodes.common import task_of
-from nodes.profiler import measure
-from tools.rundir import write_candidate
-from tools.tunables import apply_config, config_of, describe_moves, format_config, neighbours
+from accelopt.nodes.context import RunContext
+from accelopt.nodes.state import CandidateState
+from accelopt.nodes.common import task_of
+from accelopt.nodes.services import measure
+from accelopt.tools.rundir import write_candidate
+from accelopt.tools.tunables import apply_config, config_of, describe_moves, format_config, neighbours
 
 
 def autotune(state: CandidateState, runtime: Runtime[RunContext]) -> dict:

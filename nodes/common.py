@@ -8,9 +8,9 @@ from string import Template
 
 from langchain_core.language_models import BaseChatModel
 
-from graph.context import RunContext
-from tools.llm import ModelSpec, build_chat_model
-from tools.task import Task, load_task
+from accelopt.nodes.context import RunContext
+from accelopt.tools.llm import ModelSpec, build_chat_model
+from accelopt.tools.task import Task, load_task
 
 PROMPTS = Path(__file__).with_name("prompts")
 
@@ -23,7 +23,17 @@ def chat_model(ctx: RunContext, role: str) -> tuple[BaseChatModel, ModelSpec]:
 
 
 def task_of(task_dir: str) -> Task:
-    return load_task(task_dir)
+    """The run's task, loaded and validated once per content: keyed by the folder and its task
+    files' sizes and modification times, so an edited task is read again."""
+    root = Path(task_dir).resolve()
+    stamp = tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns)
+                  for f in (root / n for n in ("task.json", "reference.py", "baseline.py")) if f.is_file())
+    return _load(str(root), stamp)
+
+
+@lru_cache(maxsize=16)
+def _load(root: str, stamp: tuple) -> Task:
+    return load_task(root)
 
 
 @lru_cache(maxsize=None)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from langgraph.runtime import Runtime
 
-from graph.context import RunContext
-from graph.state import CandidateState
-from nodes.common import backend_parts, render, task_of
-from nodes.executor import generate, new_attempt
-from nodes.measurements import describe_findings
+from accelopt.nodes.context import RunContext
+from accelopt.nodes.state import CandidateState
+from accelopt.nodes.common import backend_parts, render, task_of
+from accelopt.nodes.services import generate, new_attempt
+from accelopt.nodes.measurements import describe_findings
 
 
 def fixer(state: CandidateState, runtime: Runtime[RunContext]) -> dict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from tools.tunables import config_of, format_config
+from accelopt.tools.tunables import config_of, format_config
 
 TRIED_LIMIT = 40  # newest first past this: a prompt must stay short
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 from langchain_core.messages import HumanMessage, SystemMessage
 from langgraph.runtime import Runtime
 
-from graph.context import RunContext
-from graph.state import PlannerInput
-from memory.schema import Insight
-from nodes.common import backend_parts, chat_model, kernel_text, render, task_of
-from nodes.measurements import describe
-from tools.codeparse import split_plans
-from tools.llm import LLMCallError, call_model
+from accelopt.nodes.context import RunContext
+from accelopt.nodes.state import PlannerInput
+from accelopt.memory.schema import Insight
+from accelopt.nodes.common import backend_parts, chat_model, kernel_text, render, task_of
+from accelopt.nodes.measurements import describe
+from accelopt.tools.codeparse import split_plans
+from accelopt.tools.llm import LLMCallError, call_model
 
 
 def planner(state: PlannerInput, runtime: Runtime[RunContext]) -> dict:

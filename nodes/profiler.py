@@ -4,72 +4,11 @@ from __future__ import annotations
 
 from langgraph.runtime import Runtime
 
-from graph.context import RunContext
-from graph.state import CandidateState
-from nodes.common import task_of
-from nodes.measurements import mean_pct
-from tools.harness.kernel_profile import profile_kernel
-from tools.backends import backend_for
-from tools.runcache import RunCache, device_fingerprint, digest
-from tools.rundir import write_candidate
-from tools.task import Task
-from tools.tracing import traced_evaluation
-
-
-@traced_evaluation
-def measure(task: Task, source: str, ctx: RunContext, *, baseline: dict | None, parent: dict | None,
-            trusted: bool = False, run_dir: str | None = None) -> dict:
-    """Evaluate a source, timed interleaved with its parent and the baseline, and return the
-    candidate fields the harness decides. Speedups are medians over rounds with a 95% interval;
-    `beats_parent` / `loses_to_parent` hold only when the interval excludes 1. With a run
-    directory, a result measured before (e.g. before a crash) is reused, never measured again."""
-    device = None if ctx.device == "auto" else ctx.device
-    compare = {}
-    if baseline is not None:
-        compare["baseline"] = baseline["source"]
-    if parent is not None and parent["id"] != (baseline or {}).get("id"):
-        compare["parent"] = parent["source"]
-    cache = RunCache(run_dir)
-    key = digest({"source": source, "task": task.spec.model_dump(), "reference": task.reference_source,
-                  "compare": compare, "trusted": trusted, "profile": ctx.profile,
-                  "device": device_fingerprint(ctx.device)})
-    cached = cache.get("evals", key)
-    if cached is not None:
-        return cached
-    fields = _measure(task, source, ctx, device, compare, baseline, parent, trusted)
-    cache.put("evals", key, fields)
-    cache.log_evaluation(key, {"status": fields["status"], "device": fields["device"]})
-    return fields
-
-
-def _measure(task: Task, source: str, ctx: RunContext, device: str | None, compare: dict, baseline: dict | None,
-             parent: dict | None, trusted: bool) -> dict:
-    result = backend_for(task).evaluate(task, source, device=device, timeout_s=ctx.eval_timeout_s, compare=compare,
-                                        trusted=trusted)
-    workloads = {k: v.model_dump() for k, v in result.workloads.items()}
-    fields = {"status": result.status, "error": result.error, "device": result.device,
-              "device_name": result.device_name, "timer": result.timer, "workloads": workloads,
-              "flags": result.flags, "eval_s": result.eval_s, "versus": {}, "speedup": None,
-              "findings": [f.model_dump() for f in result.findings], "evidence": result.evidence,
-              "kernels_seen": result.kernels_seen, "audit": result.audit.model_dump() if result.audit else None,
-              "speedup_vs_parent": None, "beats_parent": False, "loses_to_parent": False,
-              "pct_peak": mean_pct(workloads, "pct_peak"), "pct_achievable": mean_pct(workloads, "pct_achievable")}
-    if result.ok and result.device == "cuda" and ctx.profile and not trusted:
-        profile = profile_kernel(task, source)
-        fields["profile"] = profile["summary"] if profile else None
-    elif result.profile:
-        fields["profile"] = result.profile
-    if result.ok:
-        fields["versus"] = {k: v.model_dump() for k, v in result.versus.items()}
-        # comparators' medians from the same interleaved rounds (exports report them as reference latency)
-        fields["compared_us"] = {k: {w: t.median_us for w, t in v.items()} for k, v in result.compare.items()}
-        fields["max_abs_err"], fields["max_rel_err"] = result.max_abs_err, result.max_rel_err
-        fields["speedup"] = result.versus["baseline"].speedup if baseline is not None else 1.0
-        if parent is not None:
-            vs_parent = result.versus.get("parent") or result.versus["baseline"]
-            fields.update(speedup_vs_parent=vs_parent.speedup, beats_parent=vs_parent.faster,
-                          loses_to_parent=vs_parent.slower)
-    return fields
+from accelopt.nodes.common import task_of
+from accelopt.nodes.context import RunContext
+from accelopt.nodes.services import measure
+from accelopt.nodes.state import CandidateState
+from accelopt.tools.rundir import write_candidate
 
 
 def profiler(state: CandidateState, runtime: Runtime[RunContext]) -> dict:

@@ -2,28 +2,14 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 from langgraph.runtime import Runtime
 from langgraph.types import Overwrite
 
-from graph.context import RunContext
-from graph.state import RunState
-from memory.features import kernel_class, kernel_features
-from memory.store import InsightStore
-from nodes.common import task_of
-
-
-def open_store(ctx: RunContext) -> InsightStore | None:
-    if not ctx.use_memory:
-        return None
-    return _store(ctx.memory_dir, ctx.memory_url, ctx.embedder, ctx.memory_capacity)
-
-
-@lru_cache(maxsize=8)
-def _store(directory: str | None, url: str | None, embedder: str, capacity: int) -> InsightStore:
-    """One client per location and process: the embedder and Chroma client are slow to build."""
-    return InsightStore(directory, url=url, embedder=embedder, capacity=capacity)
+from accelopt.memory.features import kernel_class, kernel_features
+from accelopt.nodes.common import task_of
+from accelopt.nodes.context import RunContext
+from accelopt.nodes.services import open_store
+from accelopt.nodes.state import RunState
 
 
 def recall_query(description: str, member: dict) -> str:

@@ -8,9 +8,9 @@ import time
 
 from langgraph.runtime import Runtime
 
-from graph.context import RunContext
-from graph.state import RunState
-from tools.llm import totals
+from accelopt.nodes.context import RunContext
+from accelopt.nodes.state import RunState
+from accelopt.tools.llm import totals
 
 
 def rank(candidates: dict[str, dict], ids: list[str]) -> list[str]:

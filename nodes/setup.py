@@ -10,13 +10,13 @@ import time
 
 from langgraph.runtime import Runtime
 
-from graph.context import RunContext
-from graph.state import RunState
-from nodes.common import task_of
-from nodes.profiler import measure
-from tools.backends import run_refusal
-from tools.harness.reference_kernel import reference_source
-from tools.rundir import write_candidate
+from accelopt.nodes.context import RunContext
+from accelopt.nodes.state import RunState
+from accelopt.nodes.common import task_of
+from accelopt.nodes.services import measure
+from accelopt.tools.backends import run_refusal
+from accelopt.tools.harness.reference_kernel import reference_source
+from accelopt.tools.rundir import write_candidate
 
 
 def setup(state: RunState, runtime: Runtime[RunContext]) -> dict:

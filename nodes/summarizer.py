@@ -12,15 +12,15 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from langgraph.runtime import Runtime
 from pydantic import ValidationError
 
-from graph.context import RunContext
-from graph.state import RunState
-from memory.features import kernel_class
-from memory.schema import Evidence, Insight, Provenance
-from nodes.common import chat_model, render, task_of
-from nodes.recall import open_store
-from tools.codeparse import plan_title, strip_reasoning
-from tools.llm import LLMCallError, call_model
-from tools.rundir import append_insights, run_summary, write_summary
+from accelopt.nodes.context import RunContext
+from accelopt.nodes.state import RunState
+from accelopt.memory.features import kernel_class
+from accelopt.memory.schema import Evidence, Insight, Provenance
+from accelopt.nodes.common import chat_model, render, task_of
+from accelopt.nodes.services import open_store
+from accelopt.tools.codeparse import plan_title, strip_reasoning
+from accelopt.tools.llm import LLMCallError, call_model
+from accelopt.tools.rundir import append_insights, run_summary, write_summary
 
 POSITIVE = 1.04         # child over parent, and beyond noise
 NEGATIVE = 1 / 1.15     # child regressed this much

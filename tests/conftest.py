@@ -23,13 +23,13 @@ def has_gpu() -> bool:
 
 
 def has_nki_simulator() -> bool:
-    from tools.backends.nki import nki_api
+    from accelopt.tools.backends.nki import nki_api
 
     return nki_api()[0] is not None
 
 
 def has_trainium() -> bool:
-    from tools.backends.nki import neuron_devices
+    from accelopt.tools.backends.nki import neuron_devices
 
     return bool(neuron_devices())
 

@@ -5,11 +5,11 @@ import json
 
 import pytest
 
-from graph.builder import build_graph
-from graph.config import load_context
-from graph.context import RunContext
+from accelopt.graph.builder import build_graph
+from accelopt.graph.config import load_context
+from accelopt.nodes.context import RunContext
 from tests.scripted import GOOD, ScriptedChatModel, reply_for
-from tools.llm import ConfigError
+from accelopt.tools.llm import ConfigError
 
 
 def test_price_table_from_the_config_file(tmp_path, monkeypatch):

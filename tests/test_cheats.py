@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tools.harness.runner import evaluate
-from tools.task import load_task
+from accelopt.tools.harness.runner import evaluate
+from accelopt.tools.task import load_task
 
 pytestmark = pytest.mark.slow
 
@@ -72,7 +72,7 @@ NEEDS_NAMESPACE = {"kill_parent": "-p", "proc_parent_read": "-p", "socket_fetch"
 
 
 def _has_namespace(flag: str) -> bool:
-    from tools.harness.judge import isolation_prefix
+    from accelopt.tools.harness.judge import isolation_prefix
 
     return flag in isolation_prefix()
 
@@ -125,7 +125,7 @@ def test_patching_cheats_do_not_contaminate_later_candidates(task):
     """The patching cheats, then an honest and a wrong kernel, all through one judge process: whatever
     the cheats patched must not reach the verdicts of the candidates after them."""
     from tests.scripted import BASELINE, WRONG
-    from tools.harness.pool import WorkerPool
+    from accelopt.tools.harness.pool import WorkerPool
 
     pool = WorkerPool("cpu", 1)
     try:

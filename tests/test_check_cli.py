@@ -5,7 +5,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from graph.cli import app
+from accelopt.cli.app import app
 from tests.scripted import BASELINE, WRONG
 
 pytestmark = pytest.mark.slow

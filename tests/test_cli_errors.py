@@ -11,7 +11,7 @@ from tests.conftest import ROOT
 
 
 def run_cli(*args, env=None, cwd=None):
-    return subprocess.run([sys.executable, "-m", "graph", *args], capture_output=True, text=True, timeout=120,
+    return subprocess.run([sys.executable, "-m", "accelopt", *args], capture_output=True, text=True, timeout=120,
                           env={**os.environ, **(env or {})}, cwd=cwd)
 
 
@@ -66,7 +66,7 @@ def test_bad_config_file(softmax_task, tmp_path, content, needle):
 
 def test_self_hosted_endpoint_needs_no_key(softmax_task, tmp_path):
     """vllm: provider with no key configured passes validation (it fails later only on connection)."""
-    from graph.config import load_context
+    from accelopt.graph.config import load_context
 
     ctx, configured = load_context(None, model="vllm:openai/gpt-oss-120b")
     assert configured and ctx.model_spec("planner").provider == "vllm"

@@ -15,7 +15,7 @@ def cli(*args):
 
 
 def test_memory_commands_round_trip(tmp_path):
-    from memory.store import InsightStore
+    from accelopt.memory.store import InsightStore
 
     source = InsightStore(tmp_path / "a")
     source.add([insight("a", "More warps for long rows", ROW, "rmsnorm", 1.3),

@@ -4,8 +4,8 @@ candidate, and evidence only a GPU trace gives (library kernels, side streams, h
 import pytest
 
 from tests.conftest import TASKS
-from tools.harness.runner import evaluate
-from tools.task import load_task
+from accelopt.tools.harness.runner import evaluate
+from accelopt.tools.task import load_task
 
 pytestmark = pytest.mark.gpu
 # Read here rather than from tests.scripted, which needs langchain: the GPU image lacks it.
@@ -34,8 +34,8 @@ def test_wrong_kernel_is_rejected_on_gpu():
 
 
 def test_illegal_memory_access_costs_one_candidate_and_not_the_judge():
-    from evals.bench_harness import bad_variants
-    from tools.harness.pool import make_pool
+    from accelopt.evals.bench_harness import bad_variants
+    from accelopt.tools.harness.pool import make_pool
 
     task = load_task(TASKS / "softmax")
     pool = make_pool("cuda", 1)
@@ -69,7 +69,7 @@ def test_a_host_stall_inside_the_call_counts_in_the_span():
 
 
 def test_profile_summary_for_the_planner():
-    from tools.harness.kernel_profile import profile_kernel
+    from accelopt.tools.harness.kernel_profile import profile_kernel
 
     task = load_task(TASKS / "rmsnorm")
     prof = profile_kernel(task, task.baseline_source)
@@ -77,7 +77,7 @@ def test_profile_summary_for_the_planner():
 
 
 def test_a_winner_is_audited_by_ncu_and_agrees():
-    from tools.harness.audit import audit
+    from accelopt.tools.harness.audit import audit
 
     task = load_task(TASKS / "rmsnorm")
     result = evaluate(task, task.baseline_source, device="cuda")

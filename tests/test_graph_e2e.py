@@ -6,8 +6,8 @@ import json
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
-from graph.builder import build_graph
-from graph.context import RunContext
+from accelopt.graph.builder import build_graph
+from accelopt.nodes.context import RunContext
 from tests.conftest import ROOT
 from tests.scripted import GOOD, ScriptedChatModel, reply_for
 
@@ -77,7 +77,7 @@ def test_graph_end_to_end(tmp_path, softmax_task):
     assert negative[0]["title"] == "exp2 and 8 warps for row softmax"  # parsed from the summarizer reply
     assert negative[0]["evidence"]["timer"] == "interpreter_wall"
     assert roles.count("summarizer") == len(out["insights"]) == summary["insights"]
-    from memory.store import InsightStore
+    from accelopt.memory.store import InsightStore
 
     stored = {i.id: i for i, _ in InsightStore(tmp_path / "memory").all()}
     assert negative[0]["id"] in stored and stored[negative[0]["id"]].kind == "negative"

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from tests.scripted import BASELINE, BROKEN, WRONG
-from tools.harness.runner import evaluate
-from tools.task import load_task
+from accelopt.tools.harness.runner import evaluate
+from accelopt.tools.task import load_task
 
 pytestmark = pytest.mark.slow
 
@@ -194,7 +194,7 @@ def _timeline(calls: list[list[tuple[float, str]]], extra_marks: int = 0) -> lis
 
 
 def test_a_kernels_own_long_fill_is_part_of_its_call_not_a_boundary():
-    from tools.harness.sandbox import calls_between_marks
+    from accelopt.tools.harness.sandbox import calls_between_marks
 
     # measured on a real FlashInfer-Bench kernel: it zeroes a big output first (a fill longer
     # than the L2 flush); splitting at the longest fills had timed it at 1 µs instead of ~775 µs
@@ -207,7 +207,7 @@ def test_a_kernels_own_long_fill_is_part_of_its_call_not_a_boundary():
 
 
 def test_a_marker_count_off_gives_no_spans():
-    from tools.harness.sandbox import calls_between_marks
+    from accelopt.tools.harness.sandbox import calls_between_marks
 
     # a kernel that runs torch's spin kernel itself cannot cut its calls short: no spans at all,
     # so the judge falls back to CUDA events, which only overstate a call
@@ -216,8 +216,8 @@ def test_a_marker_count_off_gives_no_spans():
 
 
 def test_the_audit_rejects_an_autotuned_kernel_far_off_its_measured_time(monkeypatch, task):
-    from tools.harness import audit as audit_mod
-    from tools.harness.result import EvalResult, WorkloadTiming
+    from accelopt.tools.harness import audit as audit_mod
+    from accelopt.tools.harness.result import EvalResult, WorkloadTiming
 
     source = task.baseline_source.replace("@triton.jit", "@triton.autotune(configs=[], key=[])\n@triton.jit")
     own = audit_mod.triton_kernel_names(source)

@@ -9,10 +9,10 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from graph.cli import app
+from accelopt.cli.app import app
 from tests.conftest import ROOT
-from tools.harness.runner import _reference_module, evaluate
-from tools.task import TaskError, load_task
+from accelopt.tools.harness.runner import _reference_module, evaluate
+from accelopt.tools.task import TaskError, load_task
 
 fib = pytest.importorskip("flashinfer_bench.data")
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -24,7 +24,7 @@ runner = CliRunner()
 @pytest.mark.parametrize("name", ["rmsnorm_h128", "gemm_n64_k128", "fused_add_rmsnorm_h256"])
 def test_flashinfer_fixtures_import_as_tasks(tmp_path, name):
     definition = fib.Definition.model_validate_json((FIB / f"{name}.json").read_text())  # the peer's own model
-    task = load_task(__import__("evals.interop.flashinfer", fromlist=["x"]).import_definition(
+    task = load_task(__import__("accelopt.evals.interop.flashinfer", fromlist=["x"]).import_definition(
         FIB / f"{name}.json", FIB / f"{name}.workloads.jsonl", tmp_path / name))
     workloads = (FIB / f"{name}.workloads.jsonl").read_text().splitlines()
     assert len(task.spec.workloads) == len(workloads) and task.spec.origin["definition"] == definition.name
@@ -69,7 +69,7 @@ def test_flashinfer_round_trip_through_a_run(tmp_path):
 
 
 def test_flashinfer_import_refuses_what_it_cannot_judge(tmp_path):
-    from evals.interop.flashinfer import import_definition
+    from accelopt.evals.interop.flashinfer import import_definition
 
     definition = json.loads((FIB / "rmsnorm_h128.json").read_text())
     (tmp_path / "sampling.json").write_text(json.dumps({**definition, "op_type": "top_k_sampling"}))

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from memory.embedder import MemoryStoreError
-from memory.schema import Evidence, Insight, Provenance
-from memory.store import InsightStore, embedding_text
+from accelopt.memory.embedder import MemoryStoreError
+from accelopt.memory.schema import Evidence, Insight, Provenance
+from accelopt.memory.store import InsightStore, embedding_text
 
 ROW = "Row reductions over 4096 or more elements want 8 warps so that each thread holds fewer values in registers."
 GEMM = "For bf16 matrix multiplication use 128x128 tiles with tl.dot and num_stages=4 to keep tensor cores fed."
@@ -108,8 +108,8 @@ def _free_port() -> int:
 
 WRITER = """
 import sys
-from memory.schema import Evidence, Insight, Provenance
-from memory.store import InsightStore, embedding_text
+from accelopt.memory.schema import Evidence, Insight, Provenance
+from accelopt.memory.store import InsightStore, embedding_text
 store = InsightStore(url=sys.argv[1])
 topics = ["warps", "tiles", "stages", "vector loads", "fusion", "split-K", "persistent kernels", "swizzling",
           "atomics", "prefetching"]
@@ -163,7 +163,7 @@ def test_paraphrases_do_not_crowd_out_other_lessons(store):
 
 
 def test_an_unusable_summarizer_reply_still_yields_a_lesson():
-    from nodes.summarizer import _parse_reply, build_insight
+    from accelopt.nodes.summarizer import _parse_reply, build_insight
 
     parent = {"id": "p", "source": "x = tl.exp(x)\n", "workloads": {"w": {"bound": "memory"}}}
     child = {"id": "c", "source": "x = tl.exp2(x * LOG2E)\n"}
@@ -179,8 +179,8 @@ def test_an_unusable_summarizer_reply_still_yields_a_lesson():
 def test_a_new_best_reached_by_a_small_step_is_learned_from_the_baseline():
     """The last step to a new best is often below the lesson threshold; the whole way from the
     baseline is a measured pair of its own, so the configuration it reached is not lost."""
-    from graph.context import RunContext
-    from nodes.summarizer import measured_pairs
+    from accelopt.nodes.context import RunContext
+    from accelopt.nodes.summarizer import measured_pairs
 
     def cand(cid, parent, iteration, speedup, vs_parent, **extra):
         return {"id": cid, "parent_id": parent, "iteration": iteration, "status": "verified", "timer": "cuda_event",

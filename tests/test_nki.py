@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from graph.builder import build_graph
-from graph.context import RunContext
+from accelopt.graph.builder import build_graph
+from accelopt.nodes.context import RunContext
 from tests.conftest import ROOT
 from tests.scripted import ScriptedChatModel
-from tools.backends import backend_for
-from tools.backends.nki import parse_profile_summary, profile_text
-from tools.roofline import trainium_percent_of_peak
-from tools.task import load_task
+from accelopt.tools.backends import backend_for
+from accelopt.tools.backends.nki import parse_profile_summary, profile_text
+from accelopt.tools.roofline import trainium_percent_of_peak
+from accelopt.tools.task import load_task
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SILU = ROOT / "evals" / "nkibench" / "silu"
@@ -35,10 +35,10 @@ def test_an_nki_task_is_refused_before_any_tokens_with_the_install_hint(tmp_path
     out = build_graph().compile().invoke({"task_dir": str(SILU)}, context=ctx)
     assert out["stop_reason"].startswith("NKI unavailable: install the Neuron SDK's `nki` and `neuronx-cc`")
     assert "pip.repos.neuron.amazonaws.com" in out["stop_reason"] and not out.get("usage")
-    cli = subprocess.run([sys.executable, "-m", "graph", "optimize", str(SILU)], capture_output=True, text=True,
+    cli = subprocess.run([sys.executable, "-m", "accelopt", "optimize", str(SILU)], capture_output=True, text=True,
                          timeout=120, cwd=ROOT)
     assert cli.returncode == 2 and "NKI unavailable: install" in cli.stderr and "Traceback" not in cli.stderr
-    doctor = subprocess.run([sys.executable, "-m", "graph", "doctor"], capture_output=True, text=True, timeout=120,
+    doctor = subprocess.run([sys.executable, "-m", "accelopt", "doctor"], capture_output=True, text=True, timeout=120,
                             cwd=ROOT, env={"COLUMNS": "250", "PATH": "/usr/bin:/bin"})
     rows = {line.split("│")[1].strip(): line for line in doctor.stdout.splitlines() if line.count("│") >= 3}
     assert "│ no " in rows["backend nki"] and "│ yes " in rows["backend triton"]
@@ -174,8 +174,8 @@ def test_a_kernel_that_hangs_or_kills_its_process_is_contained(fake_simulator):
 
 
 def test_device_cpu_on_a_trainium_host_is_refused_rather_than_left_untimed(fake_simulator, monkeypatch):
-    from tools.backends import run_refusal
-    from tools.backends import nki as nki_backend
+    from accelopt.tools.backends import run_refusal
+    from accelopt.tools.backends import nki as nki_backend
 
     monkeypatch.setattr(nki_backend, "neuron_devices", lambda: [Path("/dev/neuron0")])  # as on a trn1 host
     task = load_task(SILU)

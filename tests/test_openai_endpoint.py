@@ -10,7 +10,7 @@ import pytest
 
 from tests.openai_server import ScriptedOpenAIServer
 from tests.scripted import reply_for
-from tools.pricing import HOSTED_PRICES
+from accelopt.tools.pricing import HOSTED_PRICES
 
 pytestmark = pytest.mark.slow
 
@@ -19,7 +19,7 @@ def test_cli_run_through_openai_compatible_server(tmp_path, softmax_task):
     with ScriptedOpenAIServer(reply_for, fail_first=1) as server:
         env = {**os.environ, "OPENAI_API_KEY": "sk-test-key"}
         proc = subprocess.run(
-            [sys.executable, "-m", "graph", "optimize", str(softmax_task), "--model", "openai:gpt-4o-mini",
+            [sys.executable, "-m", "accelopt", "optimize", str(softmax_task), "--model", "openai:gpt-4o-mini",
              "--base-url", server.url, "-B", "1", "-N", "1", "-K", "1", "-F", "1", "-T", "1",
              "--device", "cpu", "--memory", str(tmp_path / "mem"), "--run-dir", str(tmp_path / "run")],
             capture_output=True, text=True, env=env, timeout=300)

@@ -1,7 +1,7 @@
 """Reply parsing and profile parsing."""
 
 from tests.scripted import GOOD
-from tools.codeparse import extract_kernel, split_plans
+from accelopt.tools.codeparse import extract_kernel, split_plans
 
 
 def test_extract_kernel_variants():
@@ -32,7 +32,7 @@ def test_ncu_csv_parsing_on_a_fixture():
     (header, units row, one row per kernel); real ncu output is exercised by the GPU tests."""
     from pathlib import Path
 
-    from tools.harness.kernel_profile import parse_ncu_csv, summarize
+    from accelopt.tools.harness.kernel_profile import parse_ncu_csv, summarize
 
     kernels = parse_ncu_csv((Path(__file__).parent / "fixtures" / "ncu_raw.csv").read_text())
     assert len(kernels) == 1 and kernels[0]["name"] == "rmsnorm_kernel"

@@ -14,7 +14,7 @@ import re
 import pytest
 
 from tests.conftest import ROOT
-from tools.task import load_task
+from accelopt.tools.task import load_task
 
 REALWORLD = ROOT / "evals" / "realworld"
 MANIFEST = json.loads((REALWORLD / "manifest.json").read_text())
@@ -63,7 +63,7 @@ def test_solution_is_the_upstream_file(pair):
 def test_task_loads_and_its_reference_runs(task_dir):
     """Every task loads, keeps few GPU workloads, and its reference runs on the CPU interpreter
     workload with the Definition's output shapes."""
-    from tools.harness.runner import _reference_module
+    from accelopt.tools.harness.runner import _reference_module
 
     task = load_task(REALWORLD / task_dir)
     definition = json.loads((REALWORLD / task_dir / "definition.json").read_text())
@@ -120,7 +120,7 @@ def test_synthetic_index_tensors_fit_their_axes(task_dir):
 
 @pytest.mark.parametrize("pair", PAIRS, ids=_ids(PAIRS))
 def test_static_findings_call_no_honest_solution_serious(pair):
-    from tools.harness.static_checks import findings
+    from accelopt.tools.harness.static_checks import findings
 
     source = (REALWORLD / pair["solution"]).read_text()
     task = load_task(REALWORLD / pair["task"])
@@ -133,7 +133,7 @@ def test_static_findings_call_no_honest_solution_serious(pair):
 def test_interpreter_verifies_what_can_run_there(pair):
     if not pair["interpreter"]["runs"]:
         pytest.skip(f"cannot run on the Triton interpreter: {pair['interpreter']['reason']}")
-    from tools.harness.runner import evaluate
+    from accelopt.tools.harness.runner import evaluate
 
     task = load_task(REALWORLD / pair["task"])
     assert math.prod(v for v in task.spec.interpreter_workloads[0].params.values() if isinstance(v, int)) < 1e6
@@ -149,7 +149,7 @@ def test_interpreter_verifies_what_can_run_there(pair):
 def test_interpreter_skip_reasons_still_hold(pair):
     """A recorded obstacle stays true: if the harness ever verifies one of these on the CPU,
     the manifest should say it runs there (and the test above then checks it)."""
-    from tools.harness.runner import evaluate
+    from accelopt.tools.harness.runner import evaluate
 
     task = load_task(REALWORLD / pair["task"])
     result = evaluate(task, (REALWORLD / (pair["adapter"] or pair["solution"])).read_text(), device="cpu",

@@ -7,8 +7,8 @@ import subprocess
 import pytest
 from typer.testing import CliRunner
 
-from evals.report import TaskRow, fast_p, load_rows, suite_figures
-from graph.cli import app
+from accelopt.evals.report import TaskRow, fast_p, load_rows, suite_figures
+from accelopt.cli.app import app
 from tests.conftest import ROOT, TASKS
 
 pytestmark = pytest.mark.slow

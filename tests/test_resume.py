@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 def final_state(run_dir) -> dict:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-    from graph.builder import build_graph
+    from accelopt.graph.builder import build_graph
 
     with closing(sqlite3.connect(run_dir / "checkpoints.sqlite", check_same_thread=False)) as conn:
         graph = build_graph().compile(checkpointer=SqliteSaver(conn))
@@ -62,7 +62,7 @@ def alive(pid: int) -> bool:
 def test_a_run_killed_mid_iteration_resumes_without_losing_or_repeating_an_evaluation(tmp_path):
     task = long_rows(tmp_path, "rmsnorm")
     run_dir = tmp_path / "run"
-    command = [sys.executable, "-m", "graph", "optimize", str(task), "-B", "1", "-N", "2", "-K", "1", "-F", "0",
+    command = [sys.executable, "-m", "accelopt", "optimize", str(task), "-B", "1", "-N", "2", "-K", "1", "-F", "0",
                "-T", "3", "--autotune", "2", "--device", "cpu", "--no-memory", "--run-dir", str(run_dir)]
     # Its own session, so that the kill takes the evaluation workers with it, as a crash would.
     proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -87,7 +87,7 @@ def test_a_run_killed_mid_iteration_resumes_without_losing_or_repeating_an_evalu
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["iteration"] == 1 and summary["stop_reason"] is None  # killed inside iteration 2
 
-    subprocess.run([sys.executable, "-m", "graph", "resume", str(run_dir)], cwd=ROOT, check=True,
+    subprocess.run([sys.executable, "-m", "accelopt", "resume", str(run_dir)], cwd=ROOT, check=True,
                    capture_output=True, timeout=600)
     state = final_state(run_dir)
     assert state["stop_reason"] == "reached T=3 iterations"

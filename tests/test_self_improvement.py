@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from evals.bench_self_improvement import compare, evaluation_trace, evaluations_to_target, summarize
+from accelopt.evals.bench_self_improvement import compare, evaluation_trace, evaluations_to_target, summarize
 from tests.conftest import ROOT, TASKS
 
 

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT, TASKS
-from tools.harness.runner import evaluate
-from tools.roofline import TRAINIUM_PEAKS, trainium_percent_of_peak
-from tools.task import load_task
-from tools.harness.runner import _reference_module
+from accelopt.tools.harness.runner import evaluate
+from accelopt.tools.roofline import TRAINIUM_PEAKS, trainium_percent_of_peak
+from accelopt.tools.task import load_task
+from accelopt.tools.harness.runner import _reference_module
 
 NKIBENCH = ROOT / "evals" / "nkibench"
 TRITON_TASKS = sorted(p.name for p in TASKS.iterdir() if (p / "task.json").is_file())
@@ -141,7 +141,7 @@ def test_trainium_percent_of_peak_uses_the_binding_engine():
 
 
 def test_an_nki_task_needs_its_matmul_share(tmp_path):
-    from tools.task import TaskError
+    from accelopt.tools.task import TaskError
 
     shutil.copytree(NKIBENCH / "silu", tmp_path / "silu")
     ref = tmp_path / "silu" / "reference.py"

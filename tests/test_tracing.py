@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from tests.conftest import ROOT, TASKS
-from tools.tracing import MAX_STRING, compact
+from accelopt.tools.tracing import MAX_STRING, compact
 
 pytestmark = pytest.mark.slow
 
@@ -58,7 +58,7 @@ def test_a_traced_run_sends_graph_node_and_harness_runs(tmp_path):
     env = {**os.environ, "LANGSMITH_TRACING": "true", "LANGSMITH_API_KEY": "test-key",
            "LANGSMITH_ENDPOINT": f"http://127.0.0.1:{server.server_port}", "LANGSMITH_PROJECT": "accelopt-test"}
     try:
-        subprocess.run([sys.executable, "-m", "graph", "optimize", str(TASKS / "rmsnorm"), "-B", "1", "-N", "1", "-K",
+        subprocess.run([sys.executable, "-m", "accelopt", "optimize", str(TASKS / "rmsnorm"), "-B", "1", "-N", "1", "-K",
                         "1", "-F", "0", "-T", "1", "--device", "cpu", "--no-memory", "--run-dir",
                         str(tmp_path / "run")], cwd=ROOT, env=env, check=True, capture_output=True, timeout=600)
     finally:

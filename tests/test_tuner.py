@@ -5,11 +5,11 @@ import ast
 
 from langchain_core.messages import HumanMessage, SystemMessage
 
-from memory.features import kernel_class
+from accelopt.memory.features import kernel_class
 from tests.conftest import TASKS
-from tools.codeparse import extract_kernel, split_plans
-from tools.tunables import apply_config, config_of, neighbours
-from tools.tuner import TunerChatModel
+from accelopt.tools.codeparse import extract_kernel, split_plans
+from accelopt.tools.tunables import apply_config, config_of, neighbours
+from accelopt.tools.tuner import TunerChatModel
 
 RMSNORM = (TASKS / "rmsnorm" / "baseline.py").read_text()
 ROW = kernel_class(RMSNORM)

@@ -8,13 +8,13 @@ import shutil
 
 import pytest
 
-from graph.builder import build_graph
-from graph.context import RunContext
-from memory.features import kernel_class
-from memory.schema import Evidence, Insight, Provenance
-from memory.store import InsightStore
+from accelopt.graph.builder import build_graph
+from accelopt.nodes.context import RunContext
+from accelopt.memory.features import kernel_class
+from accelopt.memory.schema import Evidence, Insight, Provenance
+from accelopt.memory.store import InsightStore
 from tests.conftest import TASKS
-from tools.tunables import config_of
+from accelopt.tools.tunables import config_of
 
 pytestmark = pytest.mark.slow
 

@@ -16,8 +16,8 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from pydantic import BaseModel
 
-from tools.pricing import price_per_mtok
-from tools.runcache import RunCache, digest
+from accelopt.tools.pricing import price_per_mtok
+from accelopt.tools.runcache import RunCache, digest
 
 ROLES = ("planner", "executor", "fixer", "summarizer")
 
@@ -102,7 +102,7 @@ def build_chat_model(spec: ModelSpec) -> BaseChatModel:
 
 def _make(spec: ModelSpec) -> BaseChatModel:
     if spec.provider == "tuner":
-        from tools.tuner import TunerChatModel
+        from accelopt.tools.tuner import TunerChatModel
 
         return TunerChatModel()
     from langchain_openai import ChatOpenAI

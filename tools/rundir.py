@@ -11,7 +11,7 @@ import math
 import os
 from pathlib import Path
 
-from tools.llm import totals
+from accelopt.tools.llm import totals
 
 RUN_FORMAT = 1  # run.json "format": bump when a run directory can no longer be resumed by older code
 

@@ -28,8 +28,8 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
-from memory.features import kernel_class
-from tools.tunables import (IMPLICIT_DEFAULTS, apply_config, config_of, describe_moves, format_config, limits,
+from accelopt.memory.features import kernel_class
+from accelopt.tools.tunables import (IMPLICIT_DEFAULTS, apply_config, config_of, describe_moves, format_config, limits,
                             neighbours, parse_config, steps)
 
 _ROLE = re.compile(r"You are the accelopt (\w+)")

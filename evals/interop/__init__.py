@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from tools.task import TaskError
+from accelopt.tools.task import TaskError
 
 
 def read_summary(run_dir: Path) -> dict:

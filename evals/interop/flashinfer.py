@@ -21,8 +21,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from evals.interop import read_summary
-from tools.task import TaskError, load_task
+from accelopt.evals.interop import read_summary
+from accelopt.tools.task import TaskError, load_task
 
 TEMPLATE = Path(__file__).with_name("flashinfer_reference.py")
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")

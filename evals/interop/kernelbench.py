@@ -14,8 +14,8 @@ import json
 import shutil
 from pathlib import Path
 
-from evals.interop import read_summary
-from tools.task import TaskError, load_task
+from accelopt.evals.interop import read_summary
+from accelopt.tools.task import TaskError, load_task
 
 TEMPLATE = Path(__file__).with_name("kernelbench_reference.py")
 REQUIRED = ("Model", "get_inputs", "get_init_inputs")
@@ -43,7 +43,7 @@ def _constants(source: str, path: Path) -> dict[str, int | float]:
 def _describe(problem: Path, constants: dict, dtype: str) -> tuple[str, str]:
     """Run the problem once on the meta device: the call signature for the task description,
     and whether matmul-like FLOPs dominate (tensor-core roof)."""
-    from evals.interop.kernelbench_reference import load_problem, signature
+    from accelopt.evals.interop.kernelbench_reference import load_problem, signature
 
     module = load_problem(problem)
     for key, value in constants.items():

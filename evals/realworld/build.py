@@ -245,8 +245,8 @@ def _cumsum(values: list[int]) -> list[int]:
 def build_task(git_dir: Path, definition: str, family: str, out_root: Path) -> Path:
     from safetensors.torch import save_file
 
-    from evals.interop.flashinfer import import_definition
-    from tools.task import load_task
+    from accelopt.evals.interop.flashinfer import import_definition
+    from accelopt.tools.task import load_task
 
     def_path = f"{FLB}/definitions/{family}/{definition}/{definition}.json"
     spec = json.loads(git_show(git_dir, SELECT_COMMIT, def_path))

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from tools.harness.result import EvalResult
-from tools.task import Task
+from accelopt.tools.harness.result import EvalResult
+from accelopt.tools.task import Task
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class TritonBackend:
             import triton
         except ImportError as exc:
             return Availability(False, f"Triton unavailable: {exc}; `pip install triton`")
-        from tools.harness.runner import gpu_count
+        from accelopt.tools.harness.runner import gpu_count
 
         gpus = gpu_count()
         where = f"{gpus} CUDA GPU(s)" if gpus else "no GPU: CPU interpreter (correctness only, times are not GPU)"
@@ -60,7 +60,7 @@ class TritonBackend:
 
     def evaluate(self, task: Task, source: str, *, device: str | None, timeout_s: float,
                  compare: dict[str, str], trusted: bool) -> EvalResult:
-        from tools.harness.runner import evaluate
+        from accelopt.tools.harness.runner import evaluate
 
         return evaluate(task, source, device=device, timeout_s=timeout_s, compare=compare, trusted=trusted)
 
@@ -70,7 +70,7 @@ def backend_for(name_or_task: str | Task) -> Backend:
     if name == "triton":
         return TritonBackend()
     if name == "nki":
-        from tools.backends.nki import NKIBackend
+        from accelopt.tools.backends.nki import NKIBackend
 
         return NKIBackend()
     raise ValueError(f"unknown kernel backend {name!r}: use triton or nki")

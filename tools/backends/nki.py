@@ -27,10 +27,10 @@ import sys
 import time
 from pathlib import Path
 
-from tools.backends import Availability
-from tools.harness.result import EvalResult, WorkloadTiming, compare_rounds
-from tools.roofline import TRAINIUM_PEAKS
-from tools.task import Task
+from accelopt.tools.backends import Availability
+from accelopt.tools.harness.result import EvalResult, WorkloadTiming, compare_rounds
+from accelopt.tools.roofline import TRAINIUM_PEAKS
+from accelopt.tools.task import Task
 
 INSTALL_HINT = ("install the Neuron SDK's `nki` and `neuronx-cc` from AWS's Neuron pip repository (PyPI only has "
                 "placeholders): pip install --extra-index-url https://pip.repos.neuron.amazonaws.com nki neuronx-cc "
@@ -123,7 +123,7 @@ def run_worker(job: dict, timeout_s: float, core: int | None) -> EvalResult:
     device = "trainium" if job["hardware"] else "nki_simulator"
     start = time.perf_counter()
     try:
-        proc = subprocess.run([sys.executable, "-m", "tools.backends.nki_worker"], input=json.dumps(job),
+        proc = subprocess.run([sys.executable, "-m", "accelopt.tools.backends.nki_worker"], input=json.dumps(job),
                               capture_output=True, text=True, timeout=timeout_s, env=env,
                               cwd=str(Path(__file__).resolve().parents[2]))
     except subprocess.TimeoutExpired:

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from tools.backends.nki import nki_api, parse_profile_summary, profile_text, timing_from_latencies
-from tools.roofline import trainium_percent_of_peak
-from tools.task import load_task
+from accelopt.tools.backends.nki import nki_api, parse_profile_summary, profile_text, timing_from_latencies
+from accelopt.tools.roofline import trainium_percent_of_peak
+from accelopt.tools.task import load_task
 
 
 def load_module(name: str, source: str):

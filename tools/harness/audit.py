@@ -15,11 +15,11 @@ from __future__ import annotations
 import ast
 import shutil
 
-from tools.harness.judge import foreign_work
-from tools.harness.kernel_profile import profile_kernel
-from tools.harness.result import Audit, EvalResult
-from tools.harness.static_checks import triton_kernel_names
-from tools.task import Task
+from accelopt.tools.harness.judge import foreign_work
+from accelopt.tools.harness.kernel_profile import profile_kernel
+from accelopt.tools.harness.result import Audit, EvalResult
+from accelopt.tools.harness.static_checks import triton_kernel_names
+from accelopt.tools.task import Task
 
 # ncu serializes kernels and flushes caches between them: a little slower than the harness's
 # cold-L2 kernel time for short kernels; beyond this it is not the same work.

@@ -17,9 +17,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tools.harness.judge import isolation_prefix
-from tools.harness.pool import scrubbed_env
-from tools.task import Task
+from accelopt.tools.harness.judge import isolation_prefix
+from accelopt.tools.harness.pool import scrubbed_env
+from accelopt.tools.task import Task
 
 NCU_METRICS = {
     "gpu__time_duration.sum": "time",

@@ -26,7 +26,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from tools.harness.judge import RESULT_MARK
+from accelopt.tools.harness.judge import RESULT_MARK
 
 JUDGE = Path(__file__).with_name("judge.py")
 # What a judge may take beyond a candidate's own limit: its start and the reference's import.

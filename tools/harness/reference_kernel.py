@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tools.task import Task
+from accelopt.tools.task import Task
 
 _LOAD = '''import importlib.util
 

@@ -16,11 +16,11 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
-from tools.harness.pool import get_pool
-from tools.harness.result import EvalResult, WorkloadTiming, compare_rounds
-from tools.harness.static_checks import findings, syntax_error
-from tools.roofline import lookup_peak, percent_of_peak
-from tools.task import Task, load_task
+from accelopt.tools.harness.pool import get_pool
+from accelopt.tools.harness.result import EvalResult, WorkloadTiming, compare_rounds
+from accelopt.tools.harness.static_checks import findings, syntax_error
+from accelopt.tools.roofline import lookup_peak, percent_of_peak
+from accelopt.tools.task import Task, load_task
 
 SUSPICIOUS_SPEEDUP = 10.0
 FRESH_SEED_OFFSET = 1000
@@ -157,7 +157,7 @@ def _audit_winner(task: Task, source: str, result: EvalResult) -> None:
     """A kernel that would enter the beam or lead (faster than a comparator beyond noise, or
     flagged) is re-measured under ncu in a fresh process; disagreement rejects it. A flagged
     kernel that could not be audited keeps the flag `unaudited`, which keeps it out of the beam."""
-    from tools.harness.audit import audit
+    from accelopt.tools.harness.audit import audit
 
     if not (result.flags or any(v.faster for v in result.versus.values())):
         return

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ast
 
-from tools.harness.result import Finding
+from accelopt.tools.harness.result import Finding
 
 # Host code may allocate, inspect and reshape tensors, never compute with torch.
 _TORCH_ALLOWED = {

@@ -10,18 +10,18 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from graph.config import context_to_json, load_context
-from graph.driver import drive
-from graph.context import RunContext
-from graph.check_cli import check
-from graph.eval_cli import eval_suite, export_app, import_app, report
-from graph.memory_cli import app as memory_app
-from graph.memory_cli import fail
-from memory.embedder import MemoryStoreError
-from tools.backends import BACKENDS, backend_for, run_refusal
-from tools.llm import ConfigError, totals
-from tools.rundir import RunDirError, check_checkpoint, read_run_meta, run_summary, write_run_meta
-from tools.task import TaskError, load_task
+from accelopt.graph.config import context_to_json, load_context
+from accelopt.graph.driver import drive
+from accelopt.nodes.context import RunContext
+from accelopt.cli.check import check
+from accelopt.cli.evaluate import eval_suite, export_app, import_app, report
+from accelopt.cli.memory import app as memory_app
+from accelopt.cli.memory import fail
+from accelopt.memory.embedder import MemoryStoreError
+from accelopt.tools.backends import BACKENDS, backend_for, run_refusal
+from accelopt.tools.llm import ConfigError, totals
+from accelopt.tools.rundir import RunDirError, check_checkpoint, read_run_meta, run_summary, write_run_meta
+from accelopt.tools.task import TaskError, load_task
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="accelopt: a self-improving, LLM-driven kernel optimizer.")
@@ -85,7 +85,7 @@ def optimize(
         console.print("Memory disabled (--no-memory): no insights are recalled or stored.")
     else:
         try:  # fail before any tokens are spent, with the fix in the message
-            from nodes.recall import open_store
+            from accelopt.nodes.services import open_store
 
             open_store(ctx)
         except MemoryStoreError as e:
@@ -135,7 +135,7 @@ def doctor() -> None:
         path = shutil.which(tool)
         table.add_row(tool, "yes" if path else "no", f"{path}: {use}" if path else f"not on PATH ({use})")
     try:
-        from memory.embedder import _model_path
+        from accelopt.memory.embedder import _model_path
 
         table.add_row("memory embedder", "yes", _model_path("all-MiniLM-L6-v2"))
     except MemoryStoreError as e:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tools.llm import ROLES, ModelSpec
+from accelopt.tools.llm import ROLES, ModelSpec
 
 
 @dataclass(kw_only=True)

@@ -9,10 +9,10 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from graph.config import load_context
-from graph.memory_cli import fail
-from tools.llm import ConfigError
-from tools.task import TaskError
+from accelopt.graph.config import load_context
+from accelopt.cli.memory import fail
+from accelopt.tools.llm import ConfigError
+from accelopt.tools.task import TaskError
 
 console = Console()
 Opt = Annotated
@@ -40,8 +40,8 @@ def eval_suite(
     torch_compile: Opt[bool, typer.Option(help="On a GPU, time the best kernels against torch.compile")] = True,
 ) -> None:
     """Optimize every task of SUITE, each in its own run directory, then write the report."""
-    from evals.report import build_report
-    from evals.suite import resolve_suite, run_suite, suite_tasks
+    from accelopt.evals.report import build_report
+    from accelopt.evals.suite import resolve_suite, run_suite, suite_tasks
 
     try:
         suite_dir = resolve_suite(suite)
@@ -63,7 +63,7 @@ def eval_suite(
 def report(path: Opt[Path, typer.Argument(help="A run directory or an eval directory")],
            out: Opt[Optional[Path], typer.Option(help="Where to write (default: PATH)")] = None) -> None:
     """Rebuild report.html, report.json and plots/ from what is on disk."""
-    from evals.report import build_report
+    from accelopt.evals.report import build_report
 
     if not path.is_dir():
         fail(f"{path} is not a directory")
@@ -89,7 +89,7 @@ def import_flashinfer(
     baseline: Opt[Optional[Path], typer.Option(help="A Triton kernel to start from (else: from scratch)")] = None,
 ) -> None:
     """A FlashInfer-Bench Definition and its Workloads as an accelopt task."""
-    from evals.interop.flashinfer import import_definition
+    from accelopt.evals.interop.flashinfer import import_definition
 
     try:
         task_dir = import_definition(definition, workloads, out)
@@ -109,7 +109,7 @@ def import_kernelbench(
     baseline: Opt[Optional[Path], typer.Option(help="A Triton kernel to start from (else: from scratch)")] = None,
 ) -> None:
     """A KernelBench problem as an accelopt task (run(*inputs, *parameters))."""
-    from evals.interop.kernelbench import import_problem
+    from accelopt.evals.interop.kernelbench import import_problem
 
     params: dict[str, int | float] = {}
     for item in interpreter_param or []:
@@ -134,7 +134,7 @@ def import_kernelbench(
 def export_flashinfer(run_dir: Opt[Path, typer.Argument(help="A run directory of an imported task")],
                       out: Opt[Path, typer.Option(help="Directory for solution.json and traces.jsonl")]) -> None:
     """The best kernel as a FlashInfer-Bench Solution, its measurements as Traces."""
-    from evals.interop.flashinfer import export_run
+    from accelopt.evals.interop.flashinfer import export_run
 
     try:
         solution, traces = export_run(run_dir, out)
@@ -147,7 +147,7 @@ def export_flashinfer(run_dir: Opt[Path, typer.Argument(help="A run directory of
 def export_kernelbench(run_dir: Opt[Path, typer.Argument(help="A run directory of an imported task")],
                        out: Opt[Path, typer.Option(help="Solution file to write (ModelNew)")]) -> None:
     """The best kernel as a KernelBench solution file defining ModelNew."""
-    from evals.interop.kernelbench import export_run
+    from accelopt.evals.interop.kernelbench import export_run
 
     try:
         path = export_run(run_dir, out)

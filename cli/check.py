@@ -11,10 +11,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from graph.memory_cli import fail
-from tools.backends import backend_for, run_refusal
-from tools.harness.result import EvalResult
-from tools.task import TaskError, load_task
+from accelopt.cli.memory import fail
+from accelopt.tools.backends import backend_for, run_refusal
+from accelopt.tools.harness.result import EvalResult
+from accelopt.tools.task import TaskError, load_task
 
 Opt = Annotated
 

@@ -11,8 +11,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from memory.embedder import DEFAULT_EMBEDDER, MemoryStoreError
-from memory.store import InsightStore
+from accelopt.memory.embedder import DEFAULT_EMBEDDER, MemoryStoreError
+from accelopt.memory.store import InsightStore
 
 app = typer.Typer(no_args_is_help=True, help="List, search, share and prune the optimization memory.")
 console = Console()

@@ -1,0 +1,3 @@
+from accelopt.cli.app import main
+
+main()

@@ -1,3 +1,0 @@
-from graph.cli import main
-
-main()

@@ -1,0 +1,129 @@
+"""Services the nodes share, so that no node imports another: a model call that yields a
+kernel (executor, fixer), a measurement through the harness and the run cache (setup,
+profiler, autotune), and the memory store (recall, summarizer)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from langchain_core.messages import HumanMessage, SystemMessage
+
+from accelopt.memory.store import InsightStore
+from accelopt.nodes.common import chat_model, render, task_of
+from accelopt.nodes.context import RunContext
+from accelopt.nodes.measurements import mean_pct
+from accelopt.nodes.state import CandidateState
+from accelopt.tools.backends import backend_for
+from accelopt.tools.codeparse import extract_kernel, plan_title
+from accelopt.tools.harness.kernel_profile import profile_kernel
+from accelopt.tools.llm import LLMCallError, call_model
+from accelopt.tools.runcache import RunCache, device_fingerprint, digest
+from accelopt.tools.task import Task
+from accelopt.tools.tracing import traced_evaluation
+
+
+# ---------------------------------------------------------------- writing a kernel
+
+def new_attempt(state: CandidateState, attempt_id: str, fix_of: str | None, fix_attempt: int) -> dict:
+    return {"id": attempt_id, "iteration": state["iteration"], "parent_id": state["parent"]["id"],
+            "plan_id": state["plan"]["id"], "plan_title": plan_title(state["plan"]["text"]), "fix_of": fix_of,
+            "fix_attempt": fix_attempt,
+            "source": None, "status": None, "error": None, "tokens": 0, "cost_usd": 0.0}
+
+
+def generate(state: CandidateState, ctx: RunContext, role: str, prompt: str, attempt: dict) -> dict:
+    """Call the role's model, parse a kernel out of its reply, and fill in the attempt."""
+    task = task_of(state["task_dir"])
+    model, spec = chat_model(ctx, role)
+    messages = [SystemMessage(render("system", role=role)), HumanMessage(prompt)]
+    try:
+        reply, usage = call_model(model, spec, messages, role=role, candidate_id=attempt["id"],
+                                  iteration=state["iteration"], retry_wait_s=ctx.llm_retry_wait_s,
+                                  run_dir=state.get("run_dir"))
+    except LLMCallError as exc:
+        attempt.update(status="llm_error", error=str(exc))
+        return {"current": attempt, "usage": []}
+    attempt.update(tokens=usage["input_tokens"] + usage["output_tokens"], cost_usd=usage["cost_usd"])
+    source = extract_kernel(reply, task.spec.entry_point)
+    if source is None:
+        excerpt = reply.strip()[:600] or "(empty reply)"
+        attempt.update(status="no_code", error=(
+            "the reply contained no complete kernel module in a ```python block "
+            f"(a {task.spec.backend} kernel and `def {task.spec.entry_point}`). Reply began:\n{excerpt}"))
+    else:
+        attempt["source"] = source
+    return {"current": attempt, "usage": [usage]}
+
+
+
+# ---------------------------------------------------------------- measuring
+
+@traced_evaluation
+def measure(task: Task, source: str, ctx: RunContext, *, baseline: dict | None, parent: dict | None,
+            trusted: bool = False, run_dir: str | None = None) -> dict:
+    """Evaluate a source, timed interleaved with its parent and the baseline, and return the
+    candidate fields the harness decides. Speedups are medians over rounds with a 95% interval;
+    `beats_parent` / `loses_to_parent` hold only when the interval excludes 1. With a run
+    directory, a result measured before (e.g. before a crash) is reused, never measured again."""
+    device = None if ctx.device == "auto" else ctx.device
+    compare = {}
+    if baseline is not None:
+        compare["baseline"] = baseline["source"]
+    if parent is not None and parent["id"] != (baseline or {}).get("id"):
+        compare["parent"] = parent["source"]
+    cache = RunCache(run_dir)
+    key = digest({"source": source, "task": task.spec.model_dump(), "reference": task.reference_source,
+                  "compare": compare, "trusted": trusted, "profile": ctx.profile,
+                  "device": device_fingerprint(ctx.device)})
+    cached = cache.get("evals", key)
+    if cached is not None:
+        return cached
+    fields = _measure(task, source, ctx, device, compare, baseline, parent, trusted)
+    cache.put("evals", key, fields)
+    cache.log_evaluation(key, {"status": fields["status"], "device": fields["device"]})
+    return fields
+
+
+def _measure(task: Task, source: str, ctx: RunContext, device: str | None, compare: dict, baseline: dict | None,
+             parent: dict | None, trusted: bool) -> dict:
+    result = backend_for(task).evaluate(task, source, device=device, timeout_s=ctx.eval_timeout_s, compare=compare,
+                                        trusted=trusted)
+    workloads = {k: v.model_dump() for k, v in result.workloads.items()}
+    fields = {"status": result.status, "error": result.error, "device": result.device,
+              "device_name": result.device_name, "timer": result.timer, "workloads": workloads,
+              "flags": result.flags, "eval_s": result.eval_s, "versus": {}, "speedup": None,
+              "findings": [f.model_dump() for f in result.findings], "evidence": result.evidence,
+              "kernels_seen": result.kernels_seen, "audit": result.audit.model_dump() if result.audit else None,
+              "speedup_vs_parent": None, "beats_parent": False, "loses_to_parent": False,
+              "pct_peak": mean_pct(workloads, "pct_peak"), "pct_achievable": mean_pct(workloads, "pct_achievable")}
+    if result.ok and result.device == "cuda" and ctx.profile and not trusted:
+        profile = profile_kernel(task, source)
+        fields["profile"] = profile["summary"] if profile else None
+    elif result.profile:
+        fields["profile"] = result.profile
+    if result.ok:
+        fields["versus"] = {k: v.model_dump() for k, v in result.versus.items()}
+        # comparators' medians from the same interleaved rounds (exports report them as reference latency)
+        fields["compared_us"] = {k: {w: t.median_us for w, t in v.items()} for k, v in result.compare.items()}
+        fields["max_abs_err"], fields["max_rel_err"] = result.max_abs_err, result.max_rel_err
+        fields["speedup"] = result.versus["baseline"].speedup if baseline is not None else 1.0
+        if parent is not None:
+            vs_parent = result.versus.get("parent") or result.versus["baseline"]
+            fields.update(speedup_vs_parent=vs_parent.speedup, beats_parent=vs_parent.faster,
+                          loses_to_parent=vs_parent.slower)
+    return fields
+
+
+
+# ---------------------------------------------------------------- memory
+
+def open_store(ctx: RunContext) -> InsightStore | None:
+    if not ctx.use_memory:
+        return None
+    return _store(ctx.memory_dir, ctx.memory_url, ctx.embedder, ctx.memory_capacity)
+
+
+@lru_cache(maxsize=8)
+def _store(directory: str | None, url: str | None, embedder: str, capacity: int) -> InsightStore:
+    """One client per location and process: the embedder and Chroma client are slow to build."""
+    return InsightStore(directory, url=url, embedder=embedder, capacity=capacity)
