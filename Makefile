@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install demo test gpu-test clean
+.PHONY: install demo lint test gpu-test clean
 
 install: $(VENV)/.installed
 
@@ -20,10 +20,18 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 demo: install
 	$(BIN)/accelopt optimize evals/tasks/rmsnorm --beams 2 --plans 2 --samples 1 --iterations 2
 
-test: install
+lint: install
+	$(BIN)/ruff check .
+
+# CI runs this: the linter, then the CPU tests.
+test: lint
 	$(BIN)/python -m pytest -q
 
-gpu-test: install
+gpu-lint: install
+	$(BIN)/ruff check .
+
+# CI runs this: the linter, then the CPU tests.
+test: lint
 	$(BIN)/python -m pytest -q -m gpu
 
 clean:

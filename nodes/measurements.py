@@ -46,7 +46,7 @@ def describe_findings(findings: list[dict], at_least: str = "info") -> str:
     if not kept:
         return ""
     return "Static findings (advice; runtime evidence decides):\n" + "\n".join(
-        f"- {f['severity']}{f' line ' + str(f['line']) if f.get('line') else ''}: {f['message']}" for f in kept[:8])
+        f"- {f['severity']}{' line ' + str(f['line']) if f.get('line') else ''}: {f['message']}" for f in kept[:8])
 
 
 def mean_pct(workloads: dict, key: str) -> float | None:
