@@ -12,6 +12,7 @@ from __future__ import annotations
 from langgraph.runtime import Runtime
 
 from accelopt.nodes.context import RunContext
+from accelopt.nodes.records import AutotuneSummary, autotuned_variant, with_measurement
 from accelopt.nodes.state import CandidateState
 from accelopt.nodes.common import task_of
 from accelopt.nodes.services import measure
@@ -35,24 +36,18 @@ def autotune(state: CandidateState, runtime: Runtime[RunContext]) -> dict:
             continue
         seen.add(frozenset(config.items()))
         moves = describe_moves({k: (centre[k], v) for k, v in changes.items()})
-        variant = {"id": f"{rewrite['id']}.a{len(variants) + 1}", "iteration": state["iteration"],
-                   "parent_id": best["id"], "plan_id": rewrite["plan_id"], "kind": "autotuned",
-                   "autotune_of": rewrite["id"], "plan_title": f"autotune: {moves.replace('`', '')}",
-                   "plan_text": f"(autotune) Set {moves} in the kernel launch. Resulting launch config: "
-                                f"{format_config(config)}.",
-                   "fix_of": None, "fix_attempt": 0, "tokens": 0, "cost_usd": 0.0,
-                   "source": apply_config(best["source"], changes)}
-        variant.update(measure(task, variant["source"], ctx, baseline=state["baseline"], parent=best,
-                               run_dir=state.get("run_dir")))
+        variant = autotuned_variant(rewrite, len(variants) + 1, state["iteration"], best["id"],
+                                    apply_config(best["source"], changes), moves, format_config(config))
+        variant = with_measurement(variant, measure(task, variant["source"], ctx, baseline=state["baseline"],
+                                                    parent=best, run_dir=state.get("run_dir")))
         write_candidate(state.get("run_dir"), variant)
         variants[variant["id"]] = variant
         if variant["status"] == "verified" and variant["beats_parent"]:
             best = variant
             queue = neighbours(config)  # re-centre on the new best
-    rewrite["autotune"] = {
-        "tried": len(variants), "verified": sum(v["status"] == "verified" for v in variants.values()),
-        "best_id": best["id"],
+    rewrite["autotune"] = AutotuneSummary(
+        tried=len(variants), verified=sum(v["status"] == "verified" for v in variants.values()), best_id=best["id"],
         # speedups over the baseline, each measured interleaved with it: what the search added
-        "gain": (best.get("speedup") or 0) / rewrite["speedup"] if rewrite.get("speedup") else 1.0}
+        gain=(best.get("speedup") or 0) / rewrite["speedup"] if rewrite.get("speedup") else 1.0)
     write_candidate(state.get("run_dir"), rewrite)
     return {"current": rewrite, "candidates": {rewrite["id"]: rewrite, **variants}}

@@ -6,6 +6,7 @@ from langgraph.runtime import Runtime
 
 from accelopt.nodes.common import task_of
 from accelopt.nodes.context import RunContext
+from accelopt.nodes.records import with_measurement
 from accelopt.nodes.services import measure
 from accelopt.nodes.state import CandidateState
 from accelopt.tools.rundir import write_candidate
@@ -14,7 +15,8 @@ from accelopt.tools.rundir import write_candidate
 def profiler(state: CandidateState, runtime: Runtime[RunContext]) -> dict:
     current = dict(state["current"])
     if current.get("source"):
-        current.update(measure(task_of(state["task_dir"]), current["source"], runtime.context,
-                               baseline=state["baseline"], parent=state["parent"], run_dir=state.get("run_dir")))
+        current = with_measurement(current, measure(task_of(state["task_dir"]), current["source"], runtime.context,
+                                                    baseline=state["baseline"], parent=state["parent"],
+                                                    run_dir=state.get("run_dir")))
     write_candidate(state.get("run_dir"), current)
     return {"current": current, "candidates": {current["id"]: current}}

@@ -12,6 +12,7 @@ from accelopt.memory.store import InsightStore
 from accelopt.nodes.common import chat_model, render, task_of
 from accelopt.nodes.context import RunContext
 from accelopt.nodes.measurements import mean_pct
+from accelopt.nodes.records import Candidate, attempt
 from accelopt.nodes.state import CandidateState
 from accelopt.tools.backends import backend_for
 from accelopt.tools.codeparse import extract_kernel, plan_title
@@ -24,11 +25,9 @@ from accelopt.tools.tracing import traced_evaluation
 
 # ---------------------------------------------------------------- writing a kernel
 
-def new_attempt(state: CandidateState, attempt_id: str, fix_of: str | None, fix_attempt: int) -> dict:
-    return {"id": attempt_id, "iteration": state["iteration"], "parent_id": state["parent"]["id"],
-            "plan_id": state["plan"]["id"], "plan_title": plan_title(state["plan"]["text"]), "fix_of": fix_of,
-            "fix_attempt": fix_attempt,
-            "source": None, "status": None, "error": None, "tokens": 0, "cost_usd": 0.0}
+def new_attempt(state: CandidateState, attempt_id: str, fix_of: str | None, fix_attempt: int) -> Candidate:
+    return attempt(attempt_id, state["iteration"], state["parent"]["id"], state["plan"]["id"],
+                   plan_title(state["plan"]["text"]), fix_of, fix_attempt)
 
 
 def generate(state: CandidateState, ctx: RunContext, role: str, prompt: str, attempt: dict) -> dict:

@@ -11,6 +11,7 @@ import time
 from langgraph.runtime import Runtime
 
 from accelopt.nodes.context import RunContext
+from accelopt.nodes.records import baseline_candidate, with_measurement
 from accelopt.nodes.state import RunState
 from accelopt.nodes.common import task_of
 from accelopt.nodes.services import measure
@@ -31,11 +32,9 @@ def setup(state: RunState, runtime: Runtime[RunContext]) -> dict:
         return {"stop_reason": f"task {task.name} has no baseline.py, so the first kernel must be written from the "
                                "reference, and the tuner policy only retunes existing kernels: configure an LLM "
                                "(--model) or add a baseline.py"}
-    baseline = {"id": "baseline", "iteration": 0, "parent_id": None, "plan_id": None, "fix_of": None,
-                "fix_attempt": 0, "kind": "reference" if from_scratch else "kernel",
-                "source": reference_source(task) if from_scratch else task.baseline_source}
-    baseline.update(measure(task, baseline["source"], runtime.context, baseline=None, parent=None,
-                            trusted=from_scratch, run_dir=state.get("run_dir")))
+    baseline = baseline_candidate(reference_source(task) if from_scratch else task.baseline_source, from_scratch)
+    baseline = with_measurement(baseline, measure(task, baseline["source"], runtime.context, baseline=None,
+                                                  parent=None, trusted=from_scratch, run_dir=state.get("run_dir")))
     write_candidate(state.get("run_dir"), baseline)
     update = {"iteration": 0, "started_at": time.time(), "baseline_id": "baseline",
               "candidates": {"baseline": baseline}, "plans": [], "history": []}

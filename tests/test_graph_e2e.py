@@ -6,6 +6,7 @@ import json
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
+from accelopt.nodes.records import Candidate
 from accelopt.graph.builder import build_graph
 from accelopt.nodes.context import RunContext
 from tests.conftest import ROOT
@@ -23,6 +24,8 @@ def test_graph_end_to_end(tmp_path, softmax_task):
     config = {"configurable": {"thread_id": "e2e"}}
     out = graph.invoke({"task_dir": str(softmax_task), "run_dir": str(run_dir)}, config, context=ctx)
     cands = out["candidates"]
+    undeclared = {k for c in cands.values() for k in c} - set(Candidate.__annotations__)
+    assert not undeclared, f"candidate fields missing from nodes/records.py: {undeclared}"
 
     status = {cid: c["status"] for cid, c in cands.items()}
     assert status == {

@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 
+from accelopt.nodes.records import Candidate
 from accelopt.graph.builder import build_graph
 from accelopt.nodes.context import RunContext
 from accelopt.memory.features import kernel_class
@@ -41,6 +42,7 @@ def test_tuner_optimizes_autotunes_learns_and_a_later_run_recalls(tmp_path):
     cands = out["candidates"]
     rewrites = [c for c in cands.values() if c.get("plan_title") and c.get("kind") != "autotuned"]
     variants = [c for c in cands.values() if c.get("kind") == "autotuned"]
+    assert not {k for c in cands.values() for k in c} - set(Candidate.__annotations__)  # autotune's fields are declared
     assert len(rewrites) == 4 and all(c["status"] == "verified" for c in rewrites)
     # Each verified rewrite was autotuned with at most 2 configurations, recorded on it.
     for c in rewrites:

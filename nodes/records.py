@@ -1,0 +1,99 @@
+"""The records the graph keeps, typed: a candidate (every kernel evaluated), a plan and the
+autotune summary. They stay plain JSON-friendly dicts in the state (the checkpointer and the dev
+server serialize it), so they are TypedDicts; each way a candidate is born has one constructor
+here, and a measurement is attached in one way (`with_measurement`)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypedDict
+
+CandidateKind = Literal["kernel", "reference", "autotuned"]
+
+
+class AutotuneSummary(TypedDict):
+    tried: int
+    verified: int
+    best_id: str
+    gain: float  # the best variant's speedup over the rewrite's, both measured against the baseline
+
+
+class Plan(TypedDict, total=False):
+    id: str                 # i{iteration}.m{member}.p{plan}
+    parent_id: str          # the beam member it modifies
+    text: str
+    insight_ids: list[str]  # the recalled insights the planner saw
+
+
+class Candidate(TypedDict, total=False):
+    # --- identity and lineage (set when it is born)
+    id: str                 # i{iteration}.m{member}.p{plan}.k{sample}[.f{fix}][.a{variant}], or "baseline"
+    iteration: int
+    kind: CandidateKind     # absent for LLM/tuner rewrites (a "kernel")
+    parent_id: str | None
+    plan_id: str | None
+    plan_title: str
+    plan_text: str          # autotuned variants: the configuration change, as a plan would say it
+    fix_of: str | None      # the failed attempt this one repairs
+    fix_attempt: int
+    autotune_of: str        # autotuned variants: the rewrite whose launch was searched
+    source: str | None
+    tokens: int
+    cost_usd: float
+    # --- the harness's verdict (with_measurement)
+    status: str | None      # verified, compile_error, wrong_output, cheat_suspected, no_code, llm_error, ...
+    error: str | None
+    device: str
+    device_name: str | None
+    timer: str | None       # cuda_event | interpreter_wall
+    workloads: dict[str, dict[str, Any]]  # per workload: median_us, iqr_us, kernel_us, ..., pct_peak, bound
+    flags: list[str]        # above_estimated_roofline, over_10x_reverified, timing_contradicted, unaudited
+    findings: list[dict[str, Any]]  # static advice
+    evidence: list[str]     # the runtime checks the verdict rests on
+    kernels_seen: list[str]
+    audit: dict[str, Any] | None
+    eval_s: float | None
+    versus: dict[str, dict[str, Any]]     # comparator -> speedup and interval over interleaved rounds
+    compared_us: dict[str, dict[str, float]]  # comparator -> workload -> median µs, same rounds
+    speedup: float | None   # geomean over workloads vs the baseline
+    speedup_vs_parent: float | None
+    beats_parent: bool
+    loses_to_parent: bool
+    pct_peak: float | None
+    pct_achievable: float | None
+    max_abs_err: float | None
+    max_rel_err: float | None
+    profile: str | None     # ncu / torch.profiler / neuron-profile summary for the planner
+    # --- after autotuning (the rewrite only)
+    autotune: AutotuneSummary
+
+
+def baseline_candidate(source: str, from_scratch: bool) -> Candidate:
+    """The task's baseline kernel, or its PyTorch reference when the task starts from scratch."""
+    return Candidate(id="baseline", iteration=0, parent_id=None, plan_id=None, fix_of=None, fix_attempt=0,
+                     kind="reference" if from_scratch else "kernel", source=source)
+
+
+def attempt(attempt_id: str, iteration: int, parent_id: str, plan_id: str, plan_title: str,
+            fix_of: str | None = None, fix_attempt: int = 0) -> Candidate:
+    """A kernel to be written (executor) or repaired (fixer) by the policy; its source comes later."""
+    return Candidate(id=attempt_id, iteration=iteration, parent_id=parent_id, plan_id=plan_id,
+                     plan_title=plan_title, fix_of=fix_of, fix_attempt=fix_attempt, source=None, status=None,
+                     error=None, tokens=0, cost_usd=0.0)
+
+
+def autotuned_variant(rewrite: Candidate, number: int, iteration: int, parent_id: str, source: str,
+                      moves: str, config_text: str) -> Candidate:
+    """A launch configuration of a verified rewrite, searched by `--autotune`."""
+    return Candidate(id=f"{rewrite['id']}.a{number}", iteration=iteration, parent_id=parent_id,
+                     plan_id=rewrite.get("plan_id"), kind="autotuned", autotune_of=rewrite["id"],
+                     plan_title=f"autotune: {moves.replace('`', '')}",
+                     plan_text=f"(autotune) Set {moves} in the kernel launch. Resulting launch config: {config_text}.",
+                     fix_of=None, fix_attempt=0, tokens=0, cost_usd=0.0, source=source)
+
+
+def with_measurement(candidate: Candidate, measured: dict[str, Any]) -> Candidate:
+    """The candidate with the harness's fields attached (a new record; the input is not changed)."""
+    unknown = set(measured) - set(Candidate.__annotations__)
+    if unknown:  # a field the record does not declare would silently escape the docs and the tests
+        raise ValueError(f"measurement fields not declared on Candidate: {sorted(unknown)}")
+    return Candidate(**{**candidate, **measured})
