@@ -6,6 +6,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ROOT / "evals" / "tasks"
+FIXTURES = ROOT / "tests" / "fixtures"
 
 # Nothing in the tests may reach a network or a GPU by accident.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -1,6 +1,7 @@
 """Reply parsing and profile parsing."""
 
 from tests.scripted import GOOD
+from tests.conftest import FIXTURES
 from accelopt.tools.codeparse import extract_kernel, split_plans
 
 
@@ -30,11 +31,10 @@ def test_split_plans():
 def test_ncu_csv_parsing_on_a_fixture():
     """tests/fixtures/ncu_raw.csv is hand-written in the documented `ncu --csv --page raw` layout
     (header, units row, one row per kernel); real ncu output is exercised by the GPU tests."""
-    from pathlib import Path
 
     from accelopt.tools.harness.kernel_profile import parse_ncu_csv, summarize
 
-    kernels = parse_ncu_csv((Path(__file__).parent / "fixtures" / "ncu_raw.csv").read_text())
+    kernels = parse_ncu_csv((FIXTURES / "ncu_raw.csv").read_text())
     assert len(kernels) == 1 and kernels[0]["name"] == "rmsnorm_kernel"
     assert abs(kernels[0]["time_us"] - 30.208) < 1e-9  # "30,208" nanoseconds
     text = summarize(kernels, "T4096_H4096")

@@ -19,12 +19,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import FIXTURES
 from accelopt.tools.harness.runner import evaluate
 from accelopt.tools.task import load_task
 
 pytestmark = pytest.mark.slow
 
-CHEATS_DIR = Path(__file__).parent / "fixtures" / "cheats"
+CHEATS_DIR = FIXTURES / "cheats"
 STATUSES = {"verified", "cheat_suspected", "wrong_output", "nan", "input_mutated", "shape_mismatch",
             "dtype_mismatch", "runtime_error", "crashed", "timeout"}
 REASONS = {"launches stubbed", "outside the Triton launches", "thread", "replaced", "not after it",

@@ -1,11 +1,11 @@
 import re
-from pathlib import Path
 
 import pytest
 
+from tests.conftest import ROOT
 from accelopt.nodes.records import Candidate, attempt, autotuned_variant, baseline_candidate, with_measurement
 
-DATA = Path(__file__).resolve().parents[1].joinpath("ARCHITECTURE.md").read_text().split("## Data", 1)[1].split("\n## ", 1)[0]
+DATA = ROOT.joinpath("ARCHITECTURE.md").read_text().split("## Data", 1)[1].split("\n## ", 1)[0]
 
 
 def test_architecture_names_every_candidate_field():

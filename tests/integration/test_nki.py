@@ -13,14 +13,14 @@ import pytest
 
 from accelopt.graph.builder import build_graph
 from accelopt.nodes.context import RunContext
-from tests.conftest import ROOT
+from tests.conftest import FIXTURES, ROOT
 from tests.scripted import ScriptedChatModel
 from accelopt.tools.backends import backend_for
 from accelopt.tools.backends.nki import parse_profile_summary, profile_text
 from accelopt.tools.roofline import trainium_percent_of_peak
 from accelopt.tools.task import load_task
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = FIXTURES
 SILU = ROOT / "evals" / "nkibench" / "silu"
 
 

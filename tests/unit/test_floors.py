@@ -4,7 +4,8 @@ and no node imports another node (shared services live in nodes/services.py)."""
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import ROOT
+
 FLOORS = {"cli": 4, "evals": 3, "graph": 2, "nodes": 1, "tools": 0, "memory": 0}
 # modules of the node layer that are not nodes: types, helpers and services every node may use
 NODE_HELPERS = {"common", "context", "state", "records", "services", "measurements"}

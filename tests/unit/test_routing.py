@@ -1,0 +1,63 @@
+"""The graph's edges: fan-outs and the conditional edges of the fix loop and the outer loop."""
+
+from types import SimpleNamespace
+
+import pytest
+from langgraph.graph import END
+
+from accelopt.graph.routing import after_profiler, after_setup, after_summarizer, to_planners, to_samples
+from accelopt.nodes.context import RunContext
+
+
+def runtime(**kw):
+    return SimpleNamespace(context=RunContext(**kw))
+
+
+def cand(cid, status="verified", parent=None):
+    return {"id": cid, "status": status, "source": f"# {cid}", "parent_id": parent, "speedup": 1.0}
+
+
+def test_setup_and_summarizer_stop_only_on_a_reason():
+    assert after_setup({"stop_reason": "baseline broken"}) == END
+    assert after_setup({"stop_reason": None}) == "recall"
+    assert after_summarizer({"stop_reason": "reached T"}) == END
+    assert after_summarizer({}) == "recall"
+
+
+def test_one_planner_branch_per_beam_member_with_its_own_recall():
+    state = {"task_dir": "t", "run_dir": None, "iteration": 2, "beam": ["a", "b"],
+             "candidates": {"a": cand("a"), "b": cand("b"), "baseline": cand("baseline")},
+             "recalled": {"b": [{"title": "lesson"}]}}
+    sends = to_planners(state)
+    assert [s.node for s in sends] == ["planner", "planner"]
+    assert [s.arg["member"]["id"] for s in sends] == ["a", "b"]
+    assert [s.arg["member_index"] for s in sends] == [0, 1]
+    assert sends[0].arg["recalled"] == [] and sends[1].arg["recalled"] == [{"title": "lesson"}]
+
+
+def test_k_samples_per_plan_and_the_selector_when_no_plan_came():
+    state = {"task_dir": "t", "run_dir": None, "iteration": 1, "baseline_id": "baseline",
+             "candidates": {"baseline": cand("baseline"), "a": cand("a")},
+             "plans": [{"id": "i1.m0.p0", "parent_id": "a", "text": "x"},
+                       {"id": "i1.m0.p1", "parent_id": "baseline", "text": "y"}]}
+    sends = to_samples(state, runtime(samples=3))
+    assert len(sends) == 6 and {s.node for s in sends} == {"candidate"}
+    assert [s.arg["sample"] for s in sends[:3]] == [0, 1, 2]
+    assert sends[0].arg["parent"]["id"] == "a" and sends[3].arg["parent"]["id"] == "baseline"
+    assert all(s.arg["baseline"]["id"] == "baseline" for s in sends)
+    assert to_samples({**state, "plans": []}, runtime(samples=3)) == "selector"
+
+
+@pytest.mark.parametrize("status, fixes, F, autotune, expected", [
+    ("verified", 0, 2, 0, END),
+    ("verified", 0, 2, 3, "autotune"),
+    ("compile_error", 0, 2, 0, "fixer"),
+    ("compile_error", 2, 2, 0, END),        # F fixes spent
+    ("wrong_output", 1, 2, 0, "fixer"),
+    ("no_code", 0, 1, 0, "fixer"),
+    ("cheat_suspected", 0, 2, 0, "fixer"),  # the fixer is told what the evidence showed
+    ("llm_error", 0, 2, 0, END),            # the endpoint failed: nothing to repair
+])
+def test_the_fix_loop(status, fixes, F, autotune, expected):
+    state = {"current": {"status": status}, "fixes": fixes}
+    assert after_profiler(state, runtime(fixes=F, autotune=autotune)) == expected
