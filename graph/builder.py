@@ -21,7 +21,7 @@ try:  # `langgraph dev` and Studio import this file: a broken environment must s
         to_planners,
         to_samples,
     )
-    from accelopt.nodes.state import CandidateOutput, CandidateState, RunState
+    from accelopt.nodes.state import CandidateOutput, CandidateState, InputState, RunState
     from accelopt.nodes.autotune import autotune
     from accelopt.nodes.executor import executor
     from accelopt.nodes.fixer import fixer
@@ -53,7 +53,7 @@ def build_candidate_graph() -> CompiledStateGraph:
 
 
 def build_graph() -> StateGraph:
-    builder = StateGraph(RunState, context_schema=RunContext)
+    builder = StateGraph(RunState, context_schema=RunContext, input_schema=InputState)
     builder.add_node("setup", setup)
     builder.add_node("recall", recall)
     builder.add_node("planner", planner)

@@ -5,7 +5,9 @@ here, and a measurement is attached in one way (`with_measurement`)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal
+
+from typing_extensions import TypedDict  # pydantic accepts it on every Python
 
 CandidateKind = Literal["kernel", "reference", "autotuned"]
 

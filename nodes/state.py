@@ -5,11 +5,21 @@ carry reducers; per-iteration accumulators are reset with Overwrite by the recal
 from __future__ import annotations
 
 import operator
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any
+
+# typing_extensions' TypedDict: pydantic (Studio's schemas) refuses typing's below Python 3.12
+from typing_extensions import NotRequired, TypedDict
 
 
 def merge_dicts(left: dict | None, right: dict | None) -> dict:
     return {**(left or {}), **(right or {})}
+
+
+class InputState(TypedDict):
+    """What a run starts from: the graph's input schema (Studio's input form)."""
+
+    task_dir: str                   # a task folder: task.json, reference.py, baseline.py (optional)
+    run_dir: NotRequired[str | None]  # where the run keeps its kernels, caches and summary; resumable
 
 
 class RunState(TypedDict, total=False):

@@ -64,7 +64,11 @@ def test_a_run_through_the_sdk_streams_node_updates_in_order(dev_server):
     assistants = client.assistants.search()
     assert [a["graph_id"] for a in assistants] == ["accelopt"]
     # The context schema is published, so Studio can show a form for B/N/K/F/T, models, budgets.
-    schema = client.assistants.get_schemas(assistants[0]["assistant_id"])["context_schema"]
+    schemas = client.assistants.get_schemas(assistants[0]["assistant_id"])
+    schema = schemas["context_schema"]
+    # and the input schema, so Studio shows an input form: the task folder and the run folder only
+    assert schemas["input_schema"]["required"] == ["task_dir"]
+    assert set(schemas["input_schema"]["properties"]) == {"task_dir", "run_dir"}
     assert {"beams", "plans", "samples", "fixes", "iterations", "model", "max_cost_usd", "autotune"} <= \
         set(schema["properties"])
     assert "beam width" in schema["properties"]["beams"]["description"]
