@@ -1,0 +1,33 @@
+"""What `pip install .` puts into site-packages: one package, `accelopt`, with every floor, the
+prompts and the bundled tasks; nothing named `graph`, `tools`, ... at the top."""
+
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from tests.conftest import ROOT
+
+
+def test_the_wheel_installs_one_namespace(tmp_path):
+    pytest.importorskip("setuptools")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(ROOT),
+                    "-w", str(tmp_path / "wheel")], check=True, capture_output=True, timeout=300)
+    wheel = next((tmp_path / "wheel").glob("accelopt-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")} == {"accelopt"}
+    for path in ("accelopt/cli/app.py", "accelopt/graph/builder.py", "accelopt/nodes/records.py",
+                 "accelopt/nodes/prompts/planner.txt", "accelopt/tools/harness/judge.py",
+                 "accelopt/memory/store.py", "accelopt/evals/tasks/softmax/task.json"):
+        assert path in names, path
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile", "--target",
+                    str(target), str(wheel)], check=True, capture_output=True, timeout=300)
+    probe = ("import importlib.util, sys; sys.path[:] = [sys.argv[1]] + [p for p in sys.path if 'site-packages' in p];"
+             "print(importlib.util.find_spec('graph') is None, importlib.util.find_spec('tools') is None,"
+             "importlib.util.find_spec('accelopt.graph.builder').origin)")
+    out = subprocess.run([sys.executable, "-c", probe, str(target)], capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path, check=True).stdout.split()
+    assert out[:2] == ["True", "True"]
+    assert out[2] == str(target / "accelopt" / "graph" / "builder.py")
