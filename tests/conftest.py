@@ -14,6 +14,42 @@ os.environ.pop("OPENAI_API_KEY", None)
 os.environ.pop("ACCELOPT_API_KEY", None)
 
 
+def descendants(pid: int) -> set[int]:
+    """Every live process under pid (judges, their sandboxes and namespace shells)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        return state != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def still_alive(pids: set[int], within_s: float) -> list[int]:
+    """The processes of `pids` still running after waiting up to within_s seconds for them to go."""
+    import time
+
+    deadline = time.time() + within_s
+    while any(alive(p) for p in pids) and time.time() < deadline:
+        time.sleep(0.2)
+    return [p for p in pids if alive(p)]
+
+
 def has_gpu() -> bool:
     try:
         import torch

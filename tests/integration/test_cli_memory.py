@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from tests.test_cli_errors import assert_clean_error, run_cli
-from tests.test_memory import GEMM, ROW, insight
+from tests.integration.test_cli_errors import assert_clean_error, run_cli
+from tests.integration.test_memory import GEMM, ROW, insight
 
 pytestmark = pytest.mark.slow
 

@@ -141,7 +141,7 @@ def test_judges_and_sandboxes_die_with_a_run_killed_alone(task):
     import time
 
     from tests.conftest import ROOT
-    from tests.test_resume import alive, descendants
+    from tests.conftest import descendants, still_alive
 
     hang = BASELINE.replace("return out", "import time; time.sleep(600)\n    return out")
     script = ("import sys; from tools.harness.runner import evaluate; from tools.task import load_task; "
@@ -157,10 +157,7 @@ def test_judges_and_sandboxes_die_with_a_run_killed_alone(task):
     under = descendants(proc.pid)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    deadline = time.time() + 15
-    while any(alive(p) for p in under) and time.time() < deadline:
-        time.sleep(0.2)
-    assert not [p for p in under if alive(p)]
+    assert not still_alive(under, within_s=15)
 
 
 def test_index_setup_in_host_code_is_not_compute(task):

@@ -9,12 +9,11 @@ import subprocess
 import sys
 import time
 from contextlib import closing
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
-from tests.test_tuner_graph import long_rows
+from tests.conftest import ROOT, descendants, still_alive
+from tests.integration.test_tuner_graph import long_rows
 
 pytestmark = pytest.mark.slow
 
@@ -31,32 +30,6 @@ def final_state(run_dir) -> dict:
 
 def evaluated(run_dir) -> dict[str, dict]:
     return {p.parent.name: json.loads(p.read_text()) for p in (run_dir / "candidates").glob("*/result.json")}
-
-
-def descendants(pid: int) -> set[int]:
-    """Every live process under pid (judges, their sandboxes and namespace shells)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-        except (OSError, IndexError, ValueError):
-            continue
-    found, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        return state != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def test_a_run_killed_mid_iteration_resumes_without_losing_or_repeating_an_evaluation(tmp_path):
@@ -79,10 +52,7 @@ def test_a_run_killed_mid_iteration_resumes_without_losing_or_repeating_an_evalu
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     # Whatever was under the run (judges, sandboxes) is gone within a few seconds.
-    deadline = time.time() + 10
-    while any(alive(p) for p in workers) and time.time() < deadline:
-        time.sleep(0.2)
-    assert not [p for p in workers if alive(p)]
+    assert not still_alive(workers, within_s=10)
     before = evaluated(run_dir)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["iteration"] == 1 and summary["stop_reason"] is None  # killed inside iteration 2
