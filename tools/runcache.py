@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-HARNESS_VERSION = "1"  # bump when measurements change meaning: old cache entries stop matching
+HARNESS_VERSION = "2"  # bump when measurements change meaning: old cache entries stop matching
+# (2: GPU calls bracketed by marker kernels, not split at the longest fills)
 
 
 def digest(value: Any) -> str:
@@ -33,7 +34,9 @@ def digest(value: Any) -> str:
 def device_fingerprint(requested: str) -> dict:
     """What decides which device a run measures on, known without touching CUDA here."""
     return {"requested": requested, "host": platform.node(),
-            "visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "harness": HARNESS_VERSION}
+            "visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "harness": HARNESS_VERSION,
+            # the NKI backend's chip (its % of peak) and cores come from the environment
+            "trainium": os.environ.get("ACCELOPT_TRAINIUM"), "neuron_cores": os.environ.get("ACCELOPT_NEURON_CORES")}
 
 
 class RunCache:
