@@ -165,7 +165,7 @@ def gpu_events(prof) -> list[tuple[float, float, str]]:
                   if e.device_type() == DeviceType.CUDA and not e.name().startswith("accelopt::"))
 
 
-def calls_between_marks(gpu: list[tuple[float, float, str]], marker: str,
+def calls_between_marks(gpu: list[tuple[float, float, str]], marker: str | None,
                         reps: int) -> tuple[list[list[tuple[float, float]]], list[str]]:
     """Per timed call, its GPU activity intervals, and the names seen. Each call is bracketed by
     two runs of the marker kernel, each after a device-wide synchronization, so nothing else
@@ -173,7 +173,7 @@ def calls_between_marks(gpu: list[tuple[float, float, str]], marker: str,
     part of a call or for a boundary. A marker count other than 2 per call (a kernel that runs
     torch's spin kernel itself, or a lossy trace) yields no calls: the judge then falls back to
     CUDA events, which only overstate a call."""
-    marks = [k for k, (_, _, name) in enumerate(gpu) if name == marker]
+    marks = [k for k, (_, _, name) in enumerate(gpu) if name == marker] if marker else []
     if len(marks) != 2 * reps:
         return [], []
     calls, names = [], set()
@@ -198,8 +198,11 @@ class Sandbox:
         if self.device == "cuda":
             torch.cuda.init()
             # read before any candidate exists (which also starts CUPTI while this process is a spare)
-            self.mark = torch._C._cuda_sleep  # a builtin: a kernel cannot rewrite its code
-            self.marker = marker_kernel_name(torch)
+            self.mark = getattr(torch._C, "_cuda_sleep", None)  # a builtin: a kernel cannot rewrite its code
+            try:
+                self.marker = marker_kernel_name(torch) if self.mark else None
+            except Exception:  # noqa: BLE001 - no CUPTI trace here: calls are timed by CUDA events alone
+                self.marker = None
 
     # ------------------------------------------------------------ requests
 
@@ -315,12 +318,14 @@ class Sandbox:
                                 buf.copy_(new)
                     self.flush.zero_()
                     torch.cuda.synchronize()
-                    self.mark(MARKER_CYCLES)
+                    if self.marker:
+                        self.mark(MARKER_CYCLES)
                     begin[i].record()
                     out = self.run(*inputs)
                     end[i].record()
                     torch.cuda.synchronize()
-                    self.mark(MARKER_CYCLES)
+                    if self.marker:
+                        self.mark(MARKER_CYCLES)
                 torch.cuda.synchronize()
         except BaseException as exc:  # noqa: BLE001
             raise Failure(classify(exc), "while timing:\n" + traceback.format_exc(), cuda_fault(exc)) from None
