@@ -3,7 +3,7 @@ Studio and `graph.invoke`; the CLI compiles the same builder with a SQLite check
 
     setup -> recall -> planner (Send per beam member) -> dispatch
           -> candidate (Send per plan x K: executor -> profiler <-> fixer; profiler -> autotune)
-          -> selector -> summarizer -> recall | END
+          -> selector -> summarizer -> record -> recall | END
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ try:  # `langgraph dev` and Studio import this file: a broken environment must s
     from accelopt.nodes.planner import planner
     from accelopt.nodes.profiler import profiler
     from accelopt.nodes.recall import recall
+    from accelopt.nodes.record import record
     from accelopt.nodes.selector import selector
     from accelopt.nodes.setup import setup
     from accelopt.nodes.summarizer import summarizer
@@ -61,6 +62,7 @@ def build_graph() -> StateGraph:
     builder.add_node("candidate", build_candidate_graph())
     builder.add_node("selector", selector)
     builder.add_node("summarizer", summarizer)
+    builder.add_node("record", record)
     builder.add_edge(START, "setup")
     builder.add_conditional_edges("setup", after_setup, ["recall", END])
     builder.add_conditional_edges("recall", to_planners, ["planner"])
@@ -68,7 +70,8 @@ def build_graph() -> StateGraph:
     builder.add_conditional_edges("dispatch", to_samples, ["candidate", "selector"])
     builder.add_edge("candidate", "selector")
     builder.add_edge("selector", "summarizer")
-    builder.add_conditional_edges("summarizer", after_summarizer, ["recall", END])
+    builder.add_edge("summarizer", "record")
+    builder.add_conditional_edges("record", after_summarizer, ["recall", END])
     return builder
 
 

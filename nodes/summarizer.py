@@ -20,7 +20,7 @@ from accelopt.nodes.common import chat_model, render, task_of
 from accelopt.nodes.services import open_store
 from accelopt.tools.codeparse import plan_title, strip_reasoning
 from accelopt.tools.llm import LLMCallError, call_model
-from accelopt.tools.rundir import append_insights, run_summary, write_summary
+from accelopt.tools.rundir import append_insights
 
 POSITIVE = 1.04         # child over parent, and beyond noise
 NEGATIVE = 1 / 1.15     # child regressed this much
@@ -150,8 +150,5 @@ def summarizer(state: RunState, runtime: Runtime[RunContext]) -> dict:
     store = open_store(ctx)
     if store is not None:
         store.add(insights)
-    dumped = [i.model_dump() for i in insights]
     append_insights(state.get("run_dir"), insights)
-    final = {**state, "usage": state.get("usage", []) + usage, "insights": state.get("insights", []) + dumped}
-    write_summary(state.get("run_dir"), run_summary(final), state["candidates"][state["beam"][0]].get("source"))
-    return {"insights": dumped, "usage": usage}
+    return {"insights": [i.model_dump() for i in insights], "usage": usage}

@@ -99,7 +99,7 @@ def append_insights(run_dir: str | None, insights: list) -> None:
 
 
 def run_summary(state: dict) -> dict:
-    """summary.json: written by the summarizer at the end of every iteration."""
+    """summary.json: written by the record node at the end of every iteration."""
     candidates, beam = state["candidates"], state["beam"]
     best = candidates[beam[0]]
     spent = totals(state.get("usage", []))

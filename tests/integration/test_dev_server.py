@@ -84,7 +84,7 @@ def test_a_run_through_the_sdk_streams_node_updates_in_order(dev_server):
             nodes += list(chunk.data)
         assert chunk.event != "error", chunk.data
     assert nodes == ["setup", "recall", "planner", "dispatch", "executor", "profiler", "candidate", "selector",
-                     "summarizer"]
+                     "summarizer", "record"]
     state = client.threads.get_state(thread["thread_id"])["values"]
     assert state["stop_reason"] == "reached T=1 iterations"
     assert state["candidates"]["i1.m0.p0.k0"]["status"] == "verified"
