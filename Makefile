@@ -22,6 +22,7 @@ demo: install
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 # CI runs this: the linter, then the CPU tests.
 test: lint

@@ -5,7 +5,7 @@ here, and a measurement is attached in one way (`with_measurement`)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from typing_extensions import TypedDict  # pydantic accepts it on every Python
 
@@ -98,4 +98,4 @@ def with_measurement(candidate: Candidate, measured: dict[str, Any]) -> Candidat
     unknown = set(measured) - set(Candidate.__annotations__)
     if unknown:  # a field the record does not declare would silently escape the docs and the tests
         raise ValueError(f"measurement fields not declared on Candidate: {sorted(unknown)}")
-    return Candidate(**{**candidate, **measured})
+    return cast(Candidate, {**candidate, **measured})
