@@ -1,5 +1,6 @@
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -42,8 +43,6 @@ def alive(pid: int) -> bool:
 
 def still_alive(pids: set[int], within_s: float) -> list[int]:
     """The processes of `pids` still running after waiting up to within_s seconds for them to go."""
-    import time
-
     deadline = time.time() + within_s
     while any(alive(p) for p in pids) and time.time() < deadline:
         time.sleep(0.2)
