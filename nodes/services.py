@@ -113,7 +113,6 @@ def _measure(task: Task, source: str, ctx: RunContext, device: str | None, compa
     return fields
 
 
-
 # ---------------------------------------------------------------- memory
 
 def open_store(ctx: RunContext) -> InsightStore | None:
