@@ -8,7 +8,7 @@ from langgraph.types import Send
 
 from accelopt.nodes.context import RunContext
 from accelopt.nodes.state import CandidateState, RunState, compact
-from accelopt.nodes.measurements import tried
+from accelopt.nodes.measurements import measured_kernels
 from accelopt.tools.harness.result import FIXABLE
 
 
@@ -18,7 +18,7 @@ def after_setup(state: RunState) -> str:
 
 def to_planners(state: RunState) -> list[Send]:
     """One planner branch per beam member."""
-    measured = tried(state["candidates"])
+    measured = measured_kernels(state["candidates"])
     return [Send("planner", {"task_dir": state["task_dir"], "run_dir": state.get("run_dir"),
                              "iteration": state["iteration"], "member_index": i,
                              "member": compact(state["candidates"][member_id]),

@@ -24,6 +24,20 @@ class Provenance(BaseModel):
     iteration: int
 
 
+class Recipe(BaseModel):
+    """A launch-configuration change as measured data: from `start`, the kernel reached
+    `result`. The summarizer sets it from the two sources (never from model text) when a pair
+    differs in its launch tunables alone; the tuner reads it back."""
+
+    kernel_class: str                # memory.features.kernel_class of the parent
+    start: dict[str, int]
+    result: dict[str, int]
+    speedup_vs_baseline: float | None = None  # the child's, when the lesson was written
+
+    def moves(self) -> dict[str, tuple[int, int]]:
+        return {k: (self.start[k], v) for k, v in self.result.items() if k in self.start and self.start[k] != v}
+
+
 class Insight(BaseModel):
     id: str = ""
     kind: Literal["positive", "negative"]
@@ -38,6 +52,7 @@ class Insight(BaseModel):
     author: str = "fallback"  # the summarizer model (e.g. openai:gpt-4.1), or fallback: built from measurements
     evidence: Evidence
     provenance: Provenance
+    recipe: Recipe | None = None  # a launch-configuration change, as data
 
     def model_post_init(self, __context) -> None:
         if not self.id:

@@ -1,4 +1,4 @@
-"""Helpers the nodes share: models per role, the task, and prompt rendering."""
+"""Helpers the nodes share: the task, and prompt rendering."""
 
 from __future__ import annotations
 
@@ -6,20 +6,9 @@ from functools import lru_cache
 from pathlib import Path
 from string import Template
 
-from langchain_core.language_models import BaseChatModel
-
-from accelopt.nodes.context import RunContext
-from accelopt.tools.llm import ModelSpec, build_chat_model
 from accelopt.tools.task import Task, load_task
 
 PROMPTS = Path(__file__).with_name("prompts")
-
-
-def chat_model(ctx: RunContext, role: str) -> tuple[BaseChatModel, ModelSpec]:
-    spec = ctx.model_spec(role)
-    given = ctx.chat_models or {}
-    model = given.get(role) or given.get("default")
-    return (model, spec) if model is not None else (build_chat_model(spec), spec)
 
 
 def task_of(task_dir: str) -> Task:
@@ -52,13 +41,3 @@ def backend_parts(task: Task) -> dict[str, str]:
     notes = PROMPTS / f"notes_{backend}.txt"
     return {"rules": _template(f"rules_{backend}").substitute(entry_point=task.spec.entry_point),
             "backend_notes": notes.read_text() if notes.is_file() else ""}
-
-
-FROM_SCRATCH = ("(There is no Triton kernel yet: this task starts from scratch. The current implementation is the "
-                "PyTorch reference above, measured as the baseline; the first kernel must be written from it.)")
-
-
-def kernel_text(candidate: dict) -> str:
-    """A candidate's source as prompts show it; the reference stand-in of a from-scratch run is
-    described rather than shown as a kernel to edit."""
-    return FROM_SCRATCH if candidate.get("kind") == "reference" else candidate["source"]

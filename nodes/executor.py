@@ -5,16 +5,20 @@ from __future__ import annotations
 
 from langgraph.runtime import Runtime
 
-from accelopt.nodes.common import backend_parts, kernel_text, render, task_of
+from accelopt.nodes.common import task_of
 from accelopt.nodes.context import RunContext
-from accelopt.nodes.services import generate, new_attempt
+from accelopt.nodes.records import plan_draft
+from accelopt.nodes.services import fill_attempt, new_attempt
+from accelopt.nodes.policies import policy_for
 from accelopt.nodes.state import CandidateState
+from accelopt.tools.policy import WriteRequest
 
 
 def executor(state: CandidateState, runtime: Runtime[RunContext]) -> dict:
-    task = task_of(state["task_dir"])
+    parent = state["parent"]
     attempt = new_attempt(state, f"{state['plan']['id']}.k{state['sample']}", None, 0)
-    prompt = render("executor", task_name=task.name, task_description=task.spec.description,
-                    reference=task.reference_source, source=kernel_text(state["parent"]),
-                    plan=state["plan"]["text"], entry_point=task.spec.entry_point, **backend_parts(task))
-    return {"fixes": 0, **generate(state, runtime.context, "executor", prompt, attempt)}
+    request = WriteRequest(task=task_of(state["task_dir"]), iteration=state["iteration"], candidate_id=attempt["id"],
+                           source=None if parent.get("kind") == "reference" else parent["source"],
+                           plan=plan_draft(state["plan"]))
+    policy = policy_for(runtime.context, "executor", state.get("run_dir"))
+    return {"fixes": 0, **fill_attempt(attempt, lambda: policy.write(request))}

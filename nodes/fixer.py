@@ -5,23 +5,25 @@ from __future__ import annotations
 
 from langgraph.runtime import Runtime
 
+from accelopt.nodes.common import task_of
 from accelopt.nodes.context import RunContext
-from accelopt.nodes.state import CandidateState
-from accelopt.nodes.common import backend_parts, render, task_of
-from accelopt.nodes.services import generate, new_attempt
 from accelopt.nodes.measurements import describe_findings
+from accelopt.nodes.policies import policy_for
+from accelopt.nodes.records import plan_draft
+from accelopt.nodes.services import fill_attempt, new_attempt
+from accelopt.nodes.state import CandidateState
+from accelopt.tools.policy import FixRequest
 
 
 def fixer(state: CandidateState, runtime: Runtime[RunContext]) -> dict:
-    task = task_of(state["task_dir"])
-    failed = state["current"]
+    failed, parent = state["current"], state["parent"]
     fixes = state["fixes"] + 1
     root_id = failed["id"].split(".f")[0]
     attempt = new_attempt(state, f"{root_id}.f{fixes}", failed["id"], fixes)
-    prompt = render("fixer", task_name=task.name, task_description=task.spec.description,
-                    reference=task.reference_source, plan=state["plan"]["text"],
-                    source=failed.get("source") or "(no kernel was produced)",
-                    status=failed["status"], error=failed.get("error") or "",
-                    findings=describe_findings(failed.get("findings") or []) or "(no static findings)",
-                    entry_point=task.spec.entry_point, **backend_parts(task))
-    return {"fixes": fixes, **generate(state, runtime.context, "fixer", prompt, attempt)}
+    request = FixRequest(task=task_of(state["task_dir"]), iteration=state["iteration"], candidate_id=attempt["id"],
+                         plan=plan_draft(state["plan"]),
+                         parent_source=None if parent.get("kind") == "reference" else parent["source"],
+                         source=failed.get("source"), status=failed["status"], error=failed.get("error") or "",
+                         findings=describe_findings(failed.get("findings") or []))
+    policy = policy_for(runtime.context, "fixer", state.get("run_dir"))
+    return {"fixes": fixes, **fill_attempt(attempt, lambda: policy.fix(request))}

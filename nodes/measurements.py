@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from accelopt.tools.policy import MeasuredKernel
 from accelopt.tools.tunables import config_of, format_config
 
 TRIED_LIMIT = 40  # newest first past this: a prompt must stay short
@@ -54,21 +55,29 @@ def mean_pct(workloads: dict, key: str) -> float | None:
     return math.fsum(values) / len(values) if values else None
 
 
-def tried(candidates: dict[str, dict]) -> str:
-    """One line per kernel measured in this run (newest last): what it tried, how it fared, and
-    its launch configuration, so that no planner proposes it again."""
+def measured_kernels(candidates: dict[str, dict]) -> list[MeasuredKernel]:
+    """Every kernel measured in this run (the newest TRIED_LIMIT, oldest first): what it tried,
+    how it fared, and its launch configuration, so that no planner proposes it again."""
     def order(c: dict) -> tuple:
         return (c.get("iteration") or 0, c["id"])
 
+    return [MeasuredKernel(
+        id=c["id"], title=c.get("plan_title") or ("the starting kernel" if c["id"] == "baseline" else ""),
+        status=c.get("status") or "pending", parent_id=c.get("parent_id"),
+        speedup_vs_parent=c.get("speedup_vs_parent"), speedup=c.get("speedup"), config=config_of(c["source"]))
+        for c in sorted((c for c in candidates.values() if c.get("source")), key=order)[-TRIED_LIMIT:]]
+
+
+def tried_text(kernels: list[MeasuredKernel]) -> str:
+    """One line per measured kernel, for a prompt."""
     lines = []
-    for cand in sorted((c for c in candidates.values() if c.get("source")), key=order)[-TRIED_LIMIT:]:
-        outcome = cand.get("status") or "pending"
-        if cand.get("speedup_vs_parent") is not None and cand.get("parent_id"):
-            outcome += f", {cand['speedup_vs_parent']:.2f}x vs {cand['parent_id']}"
-        if cand.get("speedup") is not None:
-            outcome += f", {cand['speedup']:.2f}x vs baseline"
-        what = cand.get("plan_title") or ("the starting kernel" if cand["id"] == "baseline" else "")
-        config = config_of(cand["source"])
-        lines.append(f"- {cand['id']}{f' ({what})' if what else ''}: {outcome}"
-                     + (f" [config: {format_config(config)}]" if config else ""))
+    for k in kernels:
+        outcome = k["status"]
+        if k["speedup_vs_parent"] is not None and k["parent_id"]:
+            outcome += f", {k['speedup_vs_parent']:.2f}x vs {k['parent_id']}"
+        if k["speedup"] is not None:
+            outcome += f", {k['speedup']:.2f}x vs baseline"
+        what = f" ({k['title']})" if k["title"] else ""
+        lines.append(f"- {k['id']}{what}: {outcome}"
+                     + (f" [config: {format_config(k['config'])}]" if k["config"] else ""))
     return "\n".join(lines) or "(none yet)"

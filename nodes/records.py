@@ -9,6 +9,8 @@ from typing import Any, Literal, cast
 
 from typing_extensions import TypedDict  # pydantic accepts it on every Python
 
+from accelopt.tools.policy import PlanDraft
+
 CandidateKind = Literal["kernel", "reference", "autotuned"]
 
 
@@ -23,7 +25,18 @@ class Plan(TypedDict, total=False):
     id: str                 # i{iteration}.m{member}.p{plan}
     parent_id: str          # the beam member it modifies
     text: str
+    moves: dict[str, list[int]]  # launch-tunable moves, knob -> [from, to] (the tuner's plans; else empty)
     insight_ids: list[str]  # the recalled insights the planner saw
+
+
+def plan_record(plan_id: str, parent_id: str, draft: PlanDraft, insight_ids: list[str]) -> Plan:
+    return Plan(id=plan_id, parent_id=parent_id, text=draft.text, insight_ids=insight_ids,
+                moves={k: [a, b] for k, (a, b) in draft.moves.items()})
+
+
+def plan_draft(plan: Plan) -> PlanDraft:
+    """The plan as the policy wrote it (for the executor and fixer requests)."""
+    return PlanDraft(plan["text"], {k: (a, b) for k, (a, b) in (plan.get("moves") or {}).items()})
 
 
 class Candidate(TypedDict, total=False):

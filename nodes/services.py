@@ -1,23 +1,21 @@
-"""Services the nodes share, so that no node imports another: a model call that yields a
+"""Services the nodes share, so that no node imports another: a policy answer that yields a
 kernel (executor, fixer), a measurement through the harness and the run cache (setup,
 profiler, autotune), and the memory store (recall, summarizer)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 
-from langchain_core.messages import HumanMessage, SystemMessage
-
 from accelopt.memory.store import InsightStore
-from accelopt.nodes.common import chat_model, render, task_of
 from accelopt.nodes.context import RunContext
 from accelopt.nodes.measurements import mean_pct
 from accelopt.nodes.records import Candidate, attempt
 from accelopt.nodes.state import CandidateState
 from accelopt.tools.backends import backend_for
-from accelopt.tools.codeparse import extract_kernel, plan_title
+from accelopt.tools.codeparse import plan_title
 from accelopt.tools.harness.kernel_profile import profile_kernel
-from accelopt.tools.llm import LLMCallError, call_model
+from accelopt.tools.policy import Kernel, PolicyError
 from accelopt.tools.runcache import RunCache, device_fingerprint, digest
 from accelopt.tools.task import Task
 from accelopt.tools.tracing import traced_evaluation
@@ -30,29 +28,22 @@ def new_attempt(state: CandidateState, attempt_id: str, fix_of: str | None, fix_
                    plan_title(state["plan"]["text"]), fix_of, fix_attempt)
 
 
-def generate(state: CandidateState, ctx: RunContext, role: str, prompt: str, attempt: dict) -> dict:
-    """Call the role's model, parse a kernel out of its reply, and fill in the attempt."""
-    task = task_of(state["task_dir"])
-    model, spec = chat_model(ctx, role)
-    messages = [SystemMessage(render("system", role=role)), HumanMessage(prompt)]
+def fill_attempt(attempt: Candidate, ask: Callable[[], Kernel]) -> dict:
+    """Ask the policy for the attempt's kernel and fill it in: a kernel, or status no_code with
+    the policy's reason, or llm_error when the policy failed for good."""
     try:
-        reply, usage = call_model(model, spec, messages, role=role, candidate_id=attempt["id"],
-                                  iteration=state["iteration"], retry_wait_s=ctx.llm_retry_wait_s,
-                                  run_dir=state.get("run_dir"))
-    except LLMCallError as exc:
+        kernel = ask()
+    except PolicyError as exc:
         attempt.update(status="llm_error", error=str(exc))
         return {"current": attempt, "usage": []}
-    attempt.update(tokens=usage["input_tokens"] + usage["output_tokens"], cost_usd=usage["cost_usd"])
-    source = extract_kernel(reply, task.spec.entry_point)
-    if source is None:
-        excerpt = reply.strip()[:600] or "(empty reply)"
-        attempt.update(status="no_code", error=(
-            "the reply contained no complete kernel module in a ```python block "
-            f"(a {task.spec.backend} kernel and `def {task.spec.entry_point}`). Reply began:\n{excerpt}"))
+    if kernel.usage:
+        attempt.update(tokens=kernel.usage["input_tokens"] + kernel.usage["output_tokens"],
+                       cost_usd=kernel.usage["cost_usd"])
+    if kernel.source is None:
+        attempt.update(status="no_code", error=kernel.note)
     else:
-        attempt["source"] = source
-    return {"current": attempt, "usage": [usage]}
-
+        attempt["source"] = kernel.source
+    return {"current": attempt, "usage": [kernel.usage] if kernel.usage else []}
 
 
 # ---------------------------------------------------------------- measuring

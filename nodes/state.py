@@ -10,6 +10,8 @@ from typing import Annotated, Any
 # typing_extensions' TypedDict: pydantic (Studio's schemas) refuses typing's below Python 3.12
 from typing_extensions import NotRequired, TypedDict
 
+from accelopt.tools.policy import MeasuredKernel
+
 
 def merge_dicts(left: dict | None, right: dict | None) -> dict:
     return {**(left or {}), **(right or {})}
@@ -49,7 +51,7 @@ class PlannerInput(TypedDict):
     member_index: int
     member: dict
     recalled: list[dict]
-    tried: str  # every kernel measured so far in this run, one line each
+    tried: list[MeasuredKernel]  # every kernel measured so far in this run
 
 
 class CandidateState(TypedDict, total=False):

@@ -4,22 +4,22 @@ the measurements and the diff, never a crash and never an empty lesson."""
 
 from __future__ import annotations
 
+import ast
 import difflib
-import json
-import re
 
-from langchain_core.messages import HumanMessage, SystemMessage
 from langgraph.runtime import Runtime
 from pydantic import ValidationError
 
 from accelopt.nodes.context import RunContext
 from accelopt.nodes.state import RunState
 from accelopt.memory.features import kernel_class
-from accelopt.memory.schema import Evidence, Insight, Provenance
-from accelopt.nodes.common import chat_model, render, task_of
+from accelopt.memory.schema import Evidence, Insight, Provenance, Recipe
+from accelopt.nodes.common import task_of
+from accelopt.nodes.policies import policy_for
 from accelopt.nodes.services import open_store
-from accelopt.tools.codeparse import plan_title, strip_reasoning
-from accelopt.tools.llm import LLMCallError, call_model
+from accelopt.tools.codeparse import plan_title
+from accelopt.tools.policy import LessonDraft, PolicyError, SummarizeRequest
+from accelopt.tools.tunables import apply_config, config_of
 from accelopt.tools.rundir import append_insights
 
 POSITIVE = 1.04         # child over parent, and beyond noise
@@ -65,16 +65,18 @@ def _changed_lines(before: str, after: str) -> tuple[str, str]:
     return "\n".join(removed[:8]), "\n".join(added[:8])
 
 
-def _parse_reply(reply: str) -> dict | None:
-    text = strip_reasoning(reply)
-    match = re.search(r"```(?:json)?\s*(\{.*?\})\s*```", text, re.DOTALL) or re.search(r"(\{.*\})", text, re.DOTALL)
-    if not match:
+def recipe_of(parent_source: str, child_source: str, speedup_vs_baseline: float | None) -> Recipe | None:
+    """The launch-configuration change from parent to child, when that is all that changed
+    (the same module once the parent takes the child's configuration)."""
+    before, after = config_of(parent_source), config_of(child_source)
+    if not before or set(before) != set(after) or before == after:
         return None
     try:
-        data = json.loads(match.group(1))
-    except json.JSONDecodeError:
+        same = ast.dump(ast.parse(apply_config(parent_source, after))) == ast.dump(ast.parse(child_source))
+    except SyntaxError:
         return None
-    return data if isinstance(data, dict) else None
+    return Recipe(kernel_class=kernel_class(parent_source), start=before, result=after,
+                  speedup_vs_baseline=speedup_vs_baseline) if same else None
 
 
 def bottleneck(candidate: dict) -> str:
@@ -86,8 +88,10 @@ def bottleneck(candidate: dict) -> str:
     return ", ".join(bound) or "unknown"
 
 
-def build_insight(parent: dict, child: dict, kind: str, plan_text: str, reply: dict | None,
+def build_insight(parent: dict, child: dict, kind: str, plan_text: str, draft: dict[str, str],
                   evidence: Evidence, provenance: Provenance, author: str) -> Insight:
+    """The insight from a policy's lesson text, filled in from the measurements where the text
+    is missing or unusable (then the author is "fallback")."""
     before, after = _changed_lines(parent.get("source") or "", child.get("source") or "")
     fallback_title = plan_title(plan_text) or "kernel rewrite"
     ratio = evidence.speedup
@@ -99,21 +103,21 @@ def build_insight(parent: dict, child: dict, kind: str, plan_text: str, reply: d
                    f"parent. Plan: {' '.join(plan_text.split())[:400]}"),
         "before": before, "after": after,
     }
-    if reply:
+    recipe = recipe_of(parent.get("source") or "", child.get("source") or "", child.get("speedup"))
+    if draft:
         try:
-            return Insight(kind=kind, author=author, evidence=evidence, provenance=provenance,
-                           **{**fallback, **{k: str(v) for k, v in reply.items()
-                                             if k in ("title", "lesson", "bottleneck", "kernel_class", "before",
-                                                      "after") and str(v).strip() not in ("", "unknown")}})
+            return Insight(kind=kind, author=author, evidence=evidence, provenance=provenance, recipe=recipe,
+                           **{**fallback, **draft})
         except ValidationError:
             pass
-    return Insight(kind=kind, author="fallback", evidence=evidence, provenance=provenance, **fallback)
+    return Insight(kind=kind, author="fallback", evidence=evidence, provenance=provenance, recipe=recipe, **fallback)
 
 
 def summarizer(state: RunState, runtime: Runtime[RunContext]) -> dict:
     ctx = runtime.context
     task = task_of(state["task_dir"])
     plans = {p["id"]: p for p in state.get("plans", [])}
+    policy = policy_for(ctx, "summarizer", state.get("run_dir"))
     insights, usage = [], []
     for parent, child, kind, ratio in measured_pairs(state, ctx):
         # an autotuned variant carries its own move; a rewrite, the plan it implemented
@@ -128,25 +132,19 @@ def summarizer(state: RunState, runtime: Runtime[RunContext]) -> dict:
                             timer=child["timer"])
         provenance = Provenance(run_id=state.get("run_dir") or "in-memory", parent_id=parent["id"],
                                 child_id=child["id"], iteration=state["iteration"])
-        prompt = render("summarizer", task_name=task.name, backend=task.spec.backend, hardware=evidence.hardware,
-                        speedup=f"{evidence.speedup:.3f}", plan=plan_text,
-                        workloads=", ".join(child["workloads"]), bottleneck=bottleneck(parent),
-                        baseline_speedup=f"{child.get('speedup') or 1.0:.3f}", parent_source=parent["source"],
-                        child_source=child["source"],
-                        direction="faster" if kind == "positive" else "slower: a regression",
-                        direction_hint="" if kind == "positive" else
-                        "It was a regression: phrase the lesson as what to avoid and why.")
-        model, spec = chat_model(ctx, "summarizer")
-        messages = [SystemMessage(render("system", role="summarizer")), HumanMessage(prompt)]
+        request = SummarizeRequest(
+            task=task, iteration=state["iteration"], child_id=child["id"], kind=kind, hardware=evidence.hardware,
+            plan_text=plan_text, parent_source=parent["source"], child_source=child["source"],
+            speedup_vs_parent=evidence.speedup, speedup_vs_baseline=child.get("speedup") or 1.0,
+            workloads=list(child["workloads"]), bottleneck=bottleneck(parent))
         try:
-            reply, record = call_model(model, spec, messages, role="summarizer", candidate_id=child["id"],
-                                       iteration=state["iteration"], retry_wait_s=ctx.llm_retry_wait_s,
-                                       run_dir=state.get("run_dir"))
-            usage.append(record)
-            parsed = _parse_reply(reply)
-        except LLMCallError:
-            parsed = None
-        insights.append(build_insight(parent, child, kind, plan_text, parsed, evidence, provenance, spec.label()))
+            draft = policy.summarize(request)
+        except PolicyError:
+            draft = LessonDraft({})
+        if draft.usage:
+            usage.append(draft.usage)
+        insights.append(build_insight(parent, child, kind, plan_text, draft.fields, evidence, provenance,
+                                      policy.label))
     store = open_store(ctx)
     if store is not None:
         store.add(insights)

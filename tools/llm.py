@@ -1,7 +1,8 @@
 """Chat models per role, built lazily, with retries and a token/cost ledger.
 
 Every OpenAI-compatible endpoint (OpenAI, vLLM, SGLang, Ollama) goes through langchain-openai's
-ChatOpenAI with the Chat Completions API. The `tuner` provider is the local no-LLM policy.
+ChatOpenAI with the Chat Completions API. The `tuner` provider names the local no-LLM policy
+(tools/tuner.py), which is not a chat model.
 """
 
 from __future__ import annotations
@@ -102,9 +103,7 @@ def build_chat_model(spec: ModelSpec) -> BaseChatModel:
 
 def _make(spec: ModelSpec) -> BaseChatModel:
     if spec.provider == "tuner":
-        from accelopt.tools.tuner import TunerChatModel
-
-        return TunerChatModel()
+        raise ConfigError("the tuner is a policy, not a chat model (nodes/policies.policy_for)")
     from langchain_openai import ChatOpenAI
 
     base_url = spec.base_url or _LOCAL_SERVERS.get(spec.provider) or os.environ.get("OPENAI_BASE_URL")

@@ -163,14 +163,15 @@ def test_paraphrases_do_not_crowd_out_other_lessons(store):
 
 
 def test_an_unusable_summarizer_reply_still_yields_a_lesson():
-    from accelopt.nodes.summarizer import _parse_reply, build_insight
+    from accelopt.nodes.policies import parse_lesson
+    from accelopt.nodes.summarizer import build_insight
 
     parent = {"id": "p", "source": "x = tl.exp(x)\n", "workloads": {"w": {"bound": "memory"}}}
     child = {"id": "c", "source": "x = tl.exp2(x * LOG2E)\n"}
     evidence = Evidence(speedup=1.2, hardware="H200", timer="cuda_event", task="softmax", backend="triton")
     provenance = Provenance(run_id="r", parent_id="p", child_id="c", iteration=1)
     for reply in ("", "I think it got faster.", '```json\n{"title": ""}\n```', '{"lesson": 5'):
-        made = build_insight(parent, child, "positive", "### Plan 1: use exp2\nfold log2(e)", _parse_reply(reply),
+        made = build_insight(parent, child, "positive", "### Plan 1: use exp2\nfold log2(e)", parse_lesson(reply),
                              evidence, provenance, "openai:some-model")
         assert made.lesson and made.title == "use exp2"
         assert made.after == "x = tl.exp2(x * LOG2E)" and made.bottleneck == "memory-bound"

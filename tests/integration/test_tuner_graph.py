@@ -12,7 +12,7 @@ from accelopt.nodes.records import Candidate
 from accelopt.graph.builder import build_graph
 from accelopt.nodes.context import RunContext
 from accelopt.memory.features import kernel_class
-from accelopt.memory.schema import Evidence, Insight, Provenance
+from accelopt.memory.schema import Evidence, Insight, Provenance, Recipe
 from accelopt.memory.store import InsightStore
 from tests.conftest import TASKS
 from accelopt.tools.tunables import config_of
@@ -60,8 +60,13 @@ def test_tuner_optimizes_autotunes_learns_and_a_later_run_recalls(tmp_path):
     lines = (tmp_path / "first" / "insights.jsonl").read_text().splitlines()
     written = [json.loads(line) for line in lines]
     assert written and len(written) == len(out["insights"])
-    recipes = [i for i in written if i["kind"] == "positive" and "Resulting launch config" in i["lesson"]]
+    recipes = [i for i in written if i["kind"] == "positive" and i["recipe"]]
     assert recipes and all(i["author"] == "tuner:tuner" for i in recipes)
+    for i in recipes:  # the recipe is the measured pair's configurations, as data
+        child = cands[i["provenance"]["child_id"]]
+        assert i["recipe"]["result"] == config_of(child["source"])
+        assert i["recipe"]["start"] == config_of(cands[i["provenance"]["parent_id"]]["source"])
+        assert i["recipe"]["speedup_vs_baseline"] == child["speedup"]
     kept = [i for i, _ in InsightStore(tmp_path / "memory").all()]
     stored = {i.id for i in kept}
     assert {i["id"] for i in written} <= stored | {m for i in kept for m in i.merged_ids}  # near-duplicates merge
@@ -91,7 +96,9 @@ def test_fix_loop_repairs_an_invalid_configuration(tmp_path):
         kernel_class=kernel_class(capped), bottleneck="memory-bound", author="tuner:tuner",
         evidence=Evidence(speedup=1.5, spread=0.01, hardware="cpu", timer="interpreter_wall", task="rmsnorm",
                           backend="triton"),
-        provenance=Provenance(run_id="seed", parent_id="a", child_id="b", iteration=1))
+        provenance=Provenance(run_id="seed", parent_id="a", child_id="b", iteration=1),
+        recipe=Recipe(kernel_class=kernel_class(capped), start={"BLOCK": 256, "num_warps": 4},
+                      result={"BLOCK": 2048, "num_warps": 4}, speedup_vs_baseline=1.5))
     InsightStore(tmp_path / "memory").add([lesson])
 
     out = run(task, tmp_path, "run", plans=1, fixes=2)

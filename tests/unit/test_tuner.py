@@ -1,18 +1,23 @@
 """The tuner policy and the tunables it moves: discovery, AST edits, planning from recalled
-lessons and from what was already measured, fixing, and the lessons it writes."""
+recipes (as data) and from what was already measured, fixing, and the lessons it writes. The
+tuner reads typed requests (tools/policy.py); no prompt text reaches it."""
 
 import ast
 
-from langchain_core.messages import HumanMessage, SystemMessage
-
 from accelopt.memory.features import kernel_class
-from tests.conftest import TASKS
-from accelopt.tools.codeparse import extract_kernel, split_plans
+from accelopt.memory.schema import Evidence, Insight, Provenance, Recipe
+from accelopt.nodes.summarizer import recipe_of
+from accelopt.tools.policy import FixRequest, MeasuredKernel, PlanDraft, PlanRequest, SummarizeRequest, WriteRequest
+from accelopt.tools.task import load_task
 from accelopt.tools.tunables import apply_config, config_of, neighbours
-from accelopt.tools.tuner import TunerChatModel
+from accelopt.tools.tuner import TunerPolicy
+from tests.conftest import TASKS
 
 RMSNORM = (TASKS / "rmsnorm" / "baseline.py").read_text()
 ROW = kernel_class(RMSNORM)
+GEMM = "GEMM / tiled matrix multiply"
+TASK = load_task(TASKS / "rmsnorm")
+TUNER = TunerPolicy()
 
 MODULE_CONSTANT = '''import triton
 import triton.language as tl
@@ -33,14 +38,27 @@ def run(x):
 '''
 
 
-def ask(role: str, prompt: str) -> str:
-    return TunerChatModel().invoke([SystemMessage(f"You are the accelopt {role}."), HumanMessage(prompt)]).content
+def lesson(ident: str, start: dict, result: dict, speedup: float, *, kind: str = "positive", klass: str = ROW,
+           task: str = "layernorm", support: int = 1) -> Insight:
+    return Insight(id=ident, kind=kind, title="t", lesson="l", kernel_class=klass, support=support,
+                   evidence=Evidence(speedup=speedup, hardware="H100", timer="cuda_event", task=task, backend="triton"),
+                   provenance=Provenance(run_id="r", parent_id="a", child_id="b", iteration=1),
+                   recipe=Recipe(kernel_class=klass, start=start, result=result, speedup_vs_baseline=speedup))
 
 
-def planner_prompt(source: str, n: int, lessons: str = "(none yet)", tried: str = "(none yet)") -> str:
-    return (f"# Task: t (iteration 1)\n## Current kernel (baseline)\n```python\n{source}```\n"
-            f"## Kernels already measured in this run\n{tried}\n\n## Lessons recalled from earlier\n{lessons}\n\n"
-            f"## What to do\nPropose {n} distinct optimization plans")
+def measured(ident: str, config: dict, status: str = "verified", speedup: float | None = 1.0) -> MeasuredKernel:
+    return MeasuredKernel(id=ident, title="", status=status, parent_id="baseline", speedup_vs_parent=speedup,
+                          speedup=speedup, config=config)
+
+
+def plan(source: str, n: int, lessons: list[Insight] = (), tried: list[MeasuredKernel] = ()) -> list[PlanDraft]:
+    request = PlanRequest(task=TASK, iteration=1, member_id="baseline", source=source, measurements="",
+                          tried=list(tried), lessons=list(lessons), n=n)
+    return TUNER.plan(request).plans
+
+
+def titles(plans: list[PlanDraft]) -> list[str]:
+    return [p.text.splitlines()[0].split(": ", 1)[1] for p in plans]
 
 
 def test_tunables_of_the_bundled_baselines():
@@ -78,78 +96,93 @@ def test_neighbours_step_each_knob_before_a_second_step():
 
 
 def test_planner_skips_measured_configs_and_orders_by_recalled_directions():
-    plans = split_plans(ask("planner", planner_prompt(RMSNORM, 2)), 5)
-    assert [p.splitlines()[0] for p in plans] == ["### Plan 1: BLOCK 256 -> 512", "### Plan 2: num_warps 4 -> 8"]
-    executed = extract_kernel(ask("executor", f"## Current kernel\n```python\n{RMSNORM}```\n"
-                                              f"## Plan to implement\n{plans[0]}\n## Rules\n"))
-    assert config_of(executed) == {"BLOCK": 512, "num_warps": 4, "num_stages": 3}
-    tried = "- i1.m0.p0.k0 (BLOCK 256 -> 512): verified [config: BLOCK=512, num_warps=4, num_stages=3]"
-    lessons = (f"- (ins-1) [0.70x on layernorm] avoid: Avoid: `num_warps` from 4 to 8: On layernorm ({ROW}), hurt. "
-               "Starting launch config: BLOCK=256, num_warps=4.\n"
-               # a row reduction with no tile at all (softmax): says nothing about one with a BLOCK
-               f"- (ins-5) [0.60x on softmax] avoid: Avoid: `num_warps` from 4 to 2: On softmax ({ROW}), hurt. "
-               "Starting launch config: num_warps=4.\n"
-               # the same move measured on a GEMM: another class, so it does not apply here
-               "- (ins-4) [1.50x on gemm] `num_warps` from 4 to 2: On gemm (GEMM / tiled matrix multiply), helped. "
-               "Starting launch config: num_warps=4.\n"
-               "- (ins-2) [1.20x on softmax] `num_stages` from 3 to 2: helped\n"
-               # measured from another tile size: does not apply to this kernel
-               f"- (ins-3) [1.30x on rmsnorm] `BLOCK` from 256 to 128: On rmsnorm ({ROW}), helped. Starting launch "
-               "config: BLOCK=256, num_warps=16.")
-    plans = split_plans(ask("planner", planner_prompt(RMSNORM, 6, lessons, tried)), 6)
-    titles = [p.splitlines()[0].split(": ", 1)[1] for p in plans]
-    assert "BLOCK 256 -> 512" not in titles  # measured already
-    assert titles == ["num_stages 3 -> 2", "num_stages 3 -> 4", "BLOCK 256 -> 128", "num_warps 4 -> 2",
-                      "num_warps 4 -> 8"]
+    plans = plan(RMSNORM, 2)
+    assert titles(plans) == ["BLOCK 256 -> 512", "num_warps 4 -> 8"]
+    assert plans[0].moves == {"BLOCK": (256, 512)}
+    written = TUNER.write(WriteRequest(task=TASK, iteration=1, candidate_id="k", source=RMSNORM, plan=plans[0]))
+    assert config_of(written.source) == {"BLOCK": 512, "num_warps": 4, "num_stages": 3}
+    start = {"BLOCK": 256, "num_warps": 4, "num_stages": 3}
+    lessons = [
+        lesson("ins-1", start, {**start, "num_warps": 8}, 0.7, kind="negative"),
+        # a row reduction with no tile at all (softmax): says nothing about one with a BLOCK
+        lesson("ins-5", {"num_warps": 4}, {"num_warps": 2}, 0.6, kind="negative", task="softmax"),
+        # the same move measured on a GEMM: another class, so it does not apply here
+        lesson("ins-4", start, {**start, "num_warps": 2}, 1.5, klass=GEMM, task="gemm"),
+        lesson("ins-2", start, {**start, "num_stages": 2}, 1.2, task="softmax"),
+        # measured from another starting configuration: its warning does not apply to this kernel
+        lesson("ins-3", {**start, "num_warps": 16}, {**start, "num_warps": 16, "BLOCK": 128}, 0.7, kind="negative",
+               task="rmsnorm"),
+    ]
+    plans = plan(RMSNORM, 6, lessons, [measured("i1.m0.p0.k0", {**start, "BLOCK": 512})])
+    assert "BLOCK 256 -> 512" not in titles(plans)  # measured already
+    # the one recipe that applies first, then single steps with the warned-against move last
+    assert titles(plans) == ["num_stages 3 -> 2", "num_stages 3 -> 4", "BLOCK 256 -> 128", "num_warps 4 -> 2",
+                             "num_warps 4 -> 8"]
+    assert "ins-2" in plans[0].text and all("recalled" not in p.text for p in plans[1:])
 
 
-def test_planner_jumps_to_recalled_configurations_of_the_same_kernel_class():
-    lessons = (f"- (ins-b) [1.90x on layernorm] `BLOCK` from 256 to 2048: On layernorm ({ROW}; workloads x), ... "
-               f"Resulting launch config: BLOCK=2048, num_warps=8, num_stages=3 (1.90x over the baseline).\n"
-               f"- (ins-a) [1.30x on layernorm] `BLOCK` from 256 to 512: On layernorm ({ROW}; workloads x), ... "
-               f"Resulting launch config: BLOCK=512, num_warps=4 (1.30x over the baseline).\n"
-               f"- (ins-d) [2.00x on decode] x: On decode ({ROW}; w), ... "
-               f"Resulting launch config: BLOCK_N=32, num_warps=2 (2.00x over the baseline).\n"
-               f"- (ins-c) [1.50x on gemm] `BLOCK` from 64 to 128: On gemm (GEMM / tiled matrix multiply; w), ... "
-               f"Resulting launch config: BLOCK=64, num_warps=2 (3.00x over the baseline).")
-    plans = split_plans(ask("planner", planner_prompt(RMSNORM, 3, lessons)), 3)
-    # Recalled configurations first, in recall order, each as one jump; the GEMM lesson is not
-    # applied to a reduction, nor the decode lesson about another tile (BLOCK_N) to this BLOCK.
-    assert plans[0].startswith("### Plan 1: BLOCK 256 -> 2048, num_warps 4 -> 8") and "ins-b" in plans[0]
-    assert plans[1].startswith("### Plan 2: BLOCK 256 -> 512") and "ins-a" in plans[1]
-    assert "one step" in plans[2] and "num_warps 4 -> 2" not in plans[2]
+def test_planner_jumps_to_recalled_recipes_strongest_evidence_first():
+    start = {"BLOCK": 256, "num_warps": 4, "num_stages": 3}
+    lessons = [  # in recall order
+        lesson("ins-a", start, {**start, "BLOCK": 512}, 1.3),
+        lesson("ins-b", start, {**start, "BLOCK": 2048, "num_warps": 8}, 1.9),
+        lesson("ins-d", {"BLOCK_N": 64, "num_warps": 4}, {"BLOCK_N": 32, "num_warps": 2}, 2.0, task="decode"),
+        lesson("ins-c", {"BLOCK": 64, "num_warps": 4}, {"BLOCK": 64, "num_warps": 2}, 3.0, klass=GEMM, task="gemm"),
+        lesson("ins-e", {**start, "BLOCK": 128}, {**start, "BLOCK": 1024}, 2.5),
+    ]
+    plans = plan(RMSNORM, 4, lessons)
+    # Recipes that started where this kernel stands, strongest first; then the one that started
+    # elsewhere; the GEMM recipe is not applied to a reduction, nor the decode recipe about another
+    # tile (BLOCK_N) to this BLOCK.
+    assert titles(plans)[:3] == ["BLOCK 256 -> 2048, num_warps 4 -> 8", "BLOCK 256 -> 512", "BLOCK 256 -> 1024"]
+    assert ["ins-b" in plans[0].text, "ins-a" in plans[1].text, "ins-e" in plans[2].text] == [True] * 3
+    assert "one step" in plans[3].text and "num_warps 4 -> 2" not in plans[3].text
+
+
+def test_planner_explores_halfway_to_a_recipe_that_lost():
+    start = {"BLOCK": 256, "num_warps": 4, "num_stages": 3}
+    far = {**start, "BLOCK": 4096, "num_warps": 16}
+    lessons = [lesson("ins-f", start, far, 2.55, task="fused_add_rmsnorm")]
+    assert titles(plan(RMSNORM, 1, lessons)) == ["BLOCK 256 -> 4096, num_warps 4 -> 16"]
+    # measured here, and it lost: halfway (geometrically) between here and there comes next
+    plans = plan(RMSNORM, 2, lessons, [measured("i1.m0.p0.k0", far, speedup=0.88)])
+    assert titles(plans)[0] == "BLOCK 256 -> 1024, num_warps 4 -> 8" and "lost here as i1.m0.p0.k0" in plans[0].text
+    assert "one step" in plans[1].text
 
 
 def test_fixer_shrinks_or_reverts_the_failed_move():
+    def fix(source: str, moves: dict, error: str = "x") -> object:
+        return TUNER.fix(FixRequest(task=TASK, iteration=1, candidate_id="k.f1", plan=PlanDraft("p", moves),
+                                    parent_source=RMSNORM, source=source, status="compile_error", error=error,
+                                    findings=""))
+
     big = apply_config(RMSNORM, {"BLOCK": 4096})
-    fixed = extract_kernel(ask("fixer", f"## Plan that was being implemented\nSet `BLOCK` from 256 to 4096\n"
-                                        f"## Kernel that failed\n```python\n{big}```\n## What went wrong: x\n"))
-    assert config_of(fixed)["BLOCK"] == 1024  # halfway (geometrically) back
+    assert config_of(fix(big, {"BLOCK": (256, 4096)}).source)["BLOCK"] == 1024  # halfway (geometrically) back
     both = apply_config(RMSNORM, {"BLOCK": 4096, "num_warps": 8})
-    fixed = extract_kernel(ask("fixer", f"## Plan that was being implemented\nSet `BLOCK` from 256 to 4096 and "
-                                        f"`num_warps` from 4 to 8\n## Kernel that failed\n```python\n{both}```\n"
-                                        "## What went wrong: compile_error\nout of resources: shared memory\n"))
-    assert config_of(fixed) == {"BLOCK": 256, "num_warps": 8, "num_stages": 3}  # the big step dropped
-    one = apply_config(RMSNORM, {"BLOCK": 512})
-    reply = ask("fixer", f"## Plan that was being implemented\nSet `BLOCK` from 256 to 512\n"
-                         f"## Kernel that failed\n```python\n{one}```\n## What went wrong: x\n")
-    assert extract_kernel(reply) is None and "nothing smaller" in reply
+    fixed = fix(both, {"BLOCK": (256, 4096), "num_warps": (4, 8)}, "out of resources: shared memory")
+    assert config_of(fixed.source) == {"BLOCK": 256, "num_warps": 8, "num_stages": 3}  # the big step dropped
+    reply = fix(apply_config(RMSNORM, {"BLOCK": 512}), {"BLOCK": (256, 512)})
+    assert reply.source is None and "nothing smaller" in reply.note
+    assert fix(None, {"BLOCK": (256, 512)}).source is None  # no kernel to revert
 
 
-def test_summarizer_lesson_reads_back_as_a_recipe():
+def test_summarizer_lesson_and_the_recipe_the_node_attaches():
     child = apply_config(RMSNORM, {"BLOCK": 1024, "num_warps": 8})
-    reply = ask("summarizer", f"# Task: rmsnorm (triton, NVIDIA H100)\n\nThe child ran at 1.400 x the speed of its "
-                              f"parent\n## Measurements\nWorkloads: T4096_H4096; the parent was memory-bound. "
-                              f"The child runs at 1.820 x the task's baseline.\n## Plan that produced the child\n"
-                              f"x\n## Parent kernel\n```python\n{RMSNORM}```\n## Child kernel\n```python\n{child}```\n")
-    import json
-
-    lesson = json.loads(reply.split("```json\n", 1)[1].split("```", 1)[0])
-    assert lesson["title"] == "`BLOCK` from 256 to 1024 and `num_warps` from 4 to 8"
-    assert "1.40x against the parent" in lesson["lesson"] and "T4096_H4096" in lesson["lesson"]
-    assert "BLOCK=1024, num_warps=8, num_stages=3 (1.82x over the baseline)" in lesson["lesson"]
-    assert lesson["kernel_class"] == ROW and lesson["after"] == "BLOCK=1024, num_warps=8, num_stages=3"
-    line = f"- (ins-z) [1.40x on rmsnorm] {lesson['title']}: {lesson['lesson']}"
+    draft = TUNER.summarize(SummarizeRequest(
+        task=TASK, iteration=1, child_id="c", kind="positive", hardware="NVIDIA H100", plan_text="x",
+        parent_source=RMSNORM, child_source=child, speedup_vs_parent=1.4, speedup_vs_baseline=1.82,
+        workloads=["T4096_H4096"], bottleneck="memory-bound"))
+    assert draft.fields["title"] == "`BLOCK` from 256 to 1024 and `num_warps` from 4 to 8"
+    assert "1.40x against the parent" in draft.fields["lesson"] and "T4096_H4096" in draft.fields["lesson"]
+    assert draft.fields["kernel_class"] == ROW and draft.fields["after"] == "BLOCK=1024, num_warps=8, num_stages=3"
+    # The recipe comes from the two sources, whoever wrote the lesson; only for a pure
+    # launch-configuration change.
+    recipe = recipe_of(RMSNORM, child, 1.82)
+    assert recipe == Recipe(kernel_class=ROW, start={"BLOCK": 256, "num_warps": 4, "num_stages": 3},
+                            result={"BLOCK": 1024, "num_warps": 8, "num_stages": 3}, speedup_vs_baseline=1.82)
+    assert recipe_of(RMSNORM, child.replace("tl.float32", "tl.float16"), 1.82) is None
+    assert recipe_of(RMSNORM, RMSNORM, 1.0) is None
+    # read back by a later run on another row reduction, it is the first plan
     layernorm = (TASKS / "layernorm" / "baseline.py").read_text()
-    plans = split_plans(ask("planner", planner_prompt(layernorm, 1, line)), 1)
-    assert plans[0].startswith("### Plan 1: BLOCK 256 -> 1024, num_warps 4 -> 8")
+    stored = lesson("ins-z", recipe.start, recipe.result, 1.82, task="rmsnorm")
+    assert titles(plan(layernorm, 1, [stored])) == ["BLOCK 256 -> 1024, num_warps 4 -> 8"]
