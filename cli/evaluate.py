@@ -85,31 +85,51 @@ def _copy_baseline(baseline: Path | None, task_dir: Path) -> None:
 def import_flashinfer(
     definition: Opt[Path, typer.Argument(help="A FlashInfer-Bench Definition (JSON)")],
     out: Opt[Path, typer.Option(help="Task directory to write")],
-    workloads: Opt[Optional[Path], typer.Option(help="Workloads or workload Traces (JSONL)")] = None,
+    workloads: Opt[Optional[Path], typer.Option(
+        help="Workloads or workload Traces (JSONL); default: the dataset's workloads/<op_type>/<name>.jsonl")] = None,
+    dataset: Opt[Optional[Path], typer.Option(
+        help="Dataset root the safetensors paths are relative to (default: found from the workloads file)")] = None,
+    atol: Opt[Optional[float], typer.Option(help="As `flashinfer-bench run --atol` (default 1e-2)")] = None,
+    rtol: Opt[Optional[float], typer.Option(help="As `flashinfer-bench run --rtol` (default 1e-2)")] = None,
     baseline: Opt[Optional[Path], typer.Option(help="A Triton kernel to start from (else: from scratch)")] = None,
 ) -> None:
     """A FlashInfer-Bench Definition and its Workloads as an accelopt task."""
-    from accelopt.evals.interop.flashinfer import import_definition
+    import json
+
+    from accelopt.evals.interop.flashinfer import adapt_baseline, import_definition
 
     try:
-        task_dir = import_definition(definition, workloads, out)
+        task_dir = import_definition(definition, workloads, out, dataset=dataset, atol=atol, rtol=rtol)
+        _copy_baseline(baseline, task_dir)
+        shimmed = adapt_baseline(task_dir)
     except TaskError as e:
         fail(str(e))
-    _copy_baseline(baseline, task_dir)
+    if shimmed:
+        console.print("baseline.py returns a dict: a shim returns its outputs in the Definition's order")
     console.print(f"task written: {task_dir}")
+    gpu_only = json.loads((task_dir / "flashinfer.json").read_text()).get("gpu_only")
+    if gpu_only:
+        console.print(f"[yellow]GPU only: {gpu_only}[/yellow]", highlight=False)
 
 
 @import_app.command("kernelbench")
 def import_kernelbench(
-    problem: Opt[Path, typer.Argument(help="A KernelBench problem file (Model, get_inputs, get_init_inputs)")],
-    out: Opt[Path, typer.Option(help="Task directory to write")],
+    out: Opt[Path, typer.Option(help="Task directory to write; with --level and no --problem, the suite folder")],
+    problem: Opt[Optional[Path], typer.Argument(
+        help="A KernelBench problem file (Model, get_inputs, get_init_inputs); or use --level/--problem/--repo")] = None,
+    level: Opt[Optional[int], typer.Option(help="KernelBench level (with --repo); alone: every problem of it")] = None,
+    problem_id: Opt[Optional[int], typer.Option("--problem", help="Problem id within --level (19: 19_ReLU.py)")]
+    = None,
+    repo: Opt[Optional[Path], typer.Option(help="A KernelBench checkout (or its KernelBench/ folder)")] = None,
     dtype: Opt[str, typer.Option(help="float32, float16 or bfloat16")] = "float32",
     interpreter_param: Opt[Optional[list[str]], typer.Option(
-        help="NAME=VALUE overriding a module constant for the CPU interpreter's shapes (repeatable)")] = None,
+        help="NAME=VALUE overriding a size for the CPU interpreter's shapes, e.g. batch_size=4 or "
+             "kernel_size[1]=3 (repeatable; default: small sizes found automatically)")] = None,
     baseline: Opt[Optional[Path], typer.Option(help="A Triton kernel to start from (else: from scratch)")] = None,
 ) -> None:
-    """A KernelBench problem as an accelopt task (run(*inputs, *parameters))."""
+    """A KernelBench problem as an accelopt task (run(*inputs, *state)), or a whole level as a suite."""
     from accelopt.evals.interop.kernelbench import import_problem
+    from accelopt.evals.interop.kernelbench_repo import import_level, problem_file, task_name
 
     params: dict[str, int | float] = {}
     for item in interpreter_param or []:
@@ -122,8 +142,32 @@ def import_kernelbench(
             fail(f"--interpreter-param {item!r}: expected NAME=NUMBER")
     if dtype not in ("float32", "float16", "bfloat16"):
         fail(f"--dtype {dtype}: use float32, float16 or bfloat16")
+    if problem is not None and (level is not None or problem_id is not None or repo is not None):
+        fail("give a problem file, or --level/--problem with --repo, not both")
+    if problem is None and (level is None or repo is None):
+        fail("give a problem file, or --level (and --problem) with --repo")
+    if problem_id is not None and level is None:
+        fail("--problem needs --level")
+    if problem is None and problem_id is None:  # a whole level: one suite folder
+        if params or baseline is not None:
+            fail("--interpreter-param and --baseline apply to one problem: add --problem")
+        try:
+            result = import_level(repo, level, out, dtype=dtype)
+        except TaskError as e:
+            fail(str(e))
+        for name, reason in result.failures.items():
+            console.print(f"[yellow]not imported: {name}: {reason}[/yellow]", highlight=False)
+        if not result.imported:
+            fail(f"no problem of level {level} could be imported")
+        console.print(f"suite written: {out} ({len(result.imported)} tasks, {len(result.failures)} not imported)")
+        return
     try:
-        task_dir = import_problem(problem, out, dtype=dtype, interpreter_params=params)
+        if problem is None:
+            problem = problem_file(repo, level, problem_id)
+            task_dir = import_problem(problem, out, dtype=dtype, interpreter_params=params,
+                                      name=task_name(problem, level))
+        else:
+            task_dir = import_problem(problem, out, dtype=dtype, interpreter_params=params)
     except TaskError as e:
         fail(str(e))
     _copy_baseline(baseline, task_dir)
@@ -132,25 +176,43 @@ def import_kernelbench(
 
 @export_app.command("flashinfer")
 def export_flashinfer(run_dir: Opt[Path, typer.Argument(help="A run directory of an imported task")],
-                      out: Opt[Path, typer.Option(help="Directory for solution.json and traces.jsonl")]) -> None:
-    """The best kernel as a FlashInfer-Bench Solution, its measurements as Traces."""
+                      out: Opt[Path, typer.Option(help="FlashInfer-Bench dataset root to write into (created if new)")],
+                      author: Opt[str, typer.Option(help="Solution author: solutions/<author>/, traces/<author>/")]
+                      = "accelopt") -> None:
+    """The best kernel as a FlashInfer-Bench Solution, with a Trace per Definition workload measured,
+    written into a dataset (definitions/, workloads/, solutions/, traces/)."""
     from accelopt.evals.interop.flashinfer import export_run
 
     try:
-        solution, traces = export_run(run_dir, out)
+        export = export_run(run_dir, out, author=author)
     except TaskError as e:
         fail(str(e))
-    console.print(f"solution: {solution}\ntraces: {traces}")
+    console.print(f"solution: {export.solution}", highlight=False)
+    if export.traces is not None:
+        console.print(f"traces: {export.traces} ({export.workloads_traced} workloads)", highlight=False)
+    for note in export.notes:
+        console.print(f"[yellow]{note}[/yellow]", highlight=False)
 
 
 @export_app.command("kernelbench")
-def export_kernelbench(run_dir: Opt[Path, typer.Argument(help="A run directory of an imported task")],
-                       out: Opt[Path, typer.Option(help="Solution file to write (ModelNew)")]) -> None:
-    """The best kernel as a KernelBench solution file defining ModelNew."""
-    from accelopt.evals.interop.kernelbench import export_run
+def export_kernelbench(run_dir: Opt[Path, typer.Argument(help="A run directory of an imported task, or an eval "
+                                                               "directory (each task's run)")],
+                       out: Opt[Path, typer.Option(help="Solution file (.py), or a KernelBench runs/<run_name> folder: "
+                                                        "level_<L>_problem_<P>_sample_<S>_kernel.py each")],
+                       sample_id: Opt[int, typer.Option(min=0, help="The sample number in KernelBench's file name")]
+                       = 0) -> None:
+    """The best kernel as a KernelBench solution file defining ModelNew, named as KernelBench names them."""
+    from accelopt.evals.interop.kernelbench_export import export_run, static_notes
 
     try:
-        path = export_run(run_dir, out)
+        export = export_run(run_dir, out, sample_id=sample_id)
     except TaskError as e:
         fail(str(e))
-    console.print(f"solution: {path}")
+    for path in export.written:
+        console.print(f"solution: {path}", highlight=False)
+        for note in static_notes(path.read_text()):
+            console.print(f"[yellow]{path.name}: {note}[/yellow]", highlight=False)
+    for run, reason in export.skipped.items():
+        console.print(f"[yellow]skipped {run}: {reason}[/yellow]", highlight=False)
+    if not export.written:
+        fail(f"nothing exported from {run_dir}")

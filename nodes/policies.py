@@ -21,6 +21,7 @@ from accelopt.tools.llm import LLMCallError, ModelSpec, build_chat_model, call_m
 from accelopt.tools.policy import (FixRequest, Kernel, LessonDraft, PlanDraft, PlanRequest, Plans, Policy,
                                    PolicyError, SummarizeRequest, WriteRequest)
 from accelopt.tools.task import Task
+from accelopt.tools.tracing import TracedPolicy, tracing_enabled
 from accelopt.tools.tuner import TunerPolicy
 
 LESSON_KEYS = ("title", "lesson", "bottleneck", "kernel_class", "before", "after")
@@ -34,9 +35,13 @@ def policy_for(ctx: RunContext, role: str, run_dir: str | None) -> Policy:
     spec = ctx.model_spec(role)
     given = ctx.chat_models or {}
     model = given.get(role) or given.get("default")
+    policy: Policy
     if model is None and spec.provider == "tuner":
-        return TunerPolicy()
-    return LLMPolicy(model if model is not None else build_chat_model(spec), spec, role, ctx.llm_retry_wait_s, run_dir)
+        policy = TunerPolicy()
+    else:
+        policy = LLMPolicy(model if model is not None else build_chat_model(spec), spec, role, ctx.llm_retry_wait_s,
+                           run_dir)
+    return TracedPolicy(policy, role) if tracing_enabled() else policy
 
 
 def _task_parts(task: Task) -> dict[str, str]:

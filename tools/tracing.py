@@ -9,6 +9,7 @@ Harness evaluations get a span of their own (`harness`) with compact inputs.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import os
@@ -77,3 +78,47 @@ def traced_evaluation(fn: Callable) -> Callable:
         return compact({k: fields.get(k) for k in keep})
 
     return traceable(name="harness", run_type="tool", process_inputs=inputs, process_outputs=outputs)(fn)
+
+
+class TracedPolicy:
+    """A policy whose every answer is a span of its own (`<role>-policy`) with the role, the
+    candidate and the policy's label as metadata: the tuner answers with no model call, and its
+    decisions belong in a trace as much as an LLM's. Inputs are the request's identity, never
+    its task or sources; outputs are compacted."""
+
+    def __init__(self, inner: Any, role: str):
+        self.inner, self.role = inner, role
+        self.label = getattr(inner, "label", type(inner).__name__)
+
+    def _call(self, method: str, request: Any) -> Any:
+        from langsmith import traceable
+
+        candidate = getattr(request, "candidate_id", None) or getattr(request, "child_id", None) \
+            or getattr(request, "member_id", None)
+        metadata = {"role": self.role, "policy": self.label, "candidate_id": candidate,
+                    "iteration": getattr(request, "iteration", None),
+                    "task": getattr(getattr(request, "task", None), "name", None)}
+
+        def inputs(_: dict) -> dict:
+            return {"method": method, **metadata}
+
+        def outputs(answer: Any) -> dict:
+            if dataclasses.is_dataclass(answer) and not isinstance(answer, type):
+                answer = dataclasses.asdict(answer)
+            return compact(answer if isinstance(answer, dict) else {"output": answer})
+
+        fn = traceable(name=f"{self.role}-policy", run_type="chain", metadata=metadata,
+                       process_inputs=inputs, process_outputs=outputs)(getattr(self.inner, method))
+        return fn(request)
+
+    def plan(self, request: Any) -> Any:
+        return self._call("plan", request)
+
+    def write(self, request: Any) -> Any:
+        return self._call("write", request)
+
+    def fix(self, request: Any) -> Any:
+        return self._call("fix", request)
+
+    def summarize(self, request: Any) -> Any:
+        return self._call("summarize", request)

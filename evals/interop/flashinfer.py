@@ -1,249 +1,237 @@
 """FlashInfer-Bench interop: a Definition plus its Workloads become an accelopt task; the best
-kernel of a run goes back out as a Solution, and its measurements as Traces.
+kernel of a run goes back out into a FlashInfer-Bench dataset (flashinfer_export.py).
 
-The task directory keeps definition.json and workloads.jsonl verbatim; the generated
-reference.py (flashinfer_reference.py's template) reads them, builds inputs the way
-FlashInfer-Bench's gen_inputs does, and runs the Definition's own reference `run`.
-Only the fields we need are modelled here; the tests validate what we write with the
-flashinfer-bench package's own pydantic models.
+The task directory keeps definition.json verbatim and the Definition's workloads in
+workloads.jsonl, their safetensors blobs under data/ at their dataset-relative paths (confined to
+the dataset root, each blob stored once). The generated reference.py (flashinfer_reference.py's
+template) builds inputs the way FlashInfer-Bench's gen_inputs does and runs the Definition's own
+reference `run`. Kernels are judged as FlashInfer-Bench judges them: every output elementwise,
+failing only outside both atol and rtol (1e-2 each); Definitions that FlashInfer-Bench judges with
+an evaluator accelopt has no equivalent for are refused (flashinfer_schema.fib_judging).
 """
 
 from __future__ import annotations
 
-import hashlib
+import copy
+import importlib.util
 import json
-import math
 import re
 import shutil
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
 
-from pydantic import BaseModel, ValidationError
-
-from accelopt.evals.interop import read_summary
+from accelopt.evals.interop.flashinfer_data import BlobStore, confined, dataset_root, definition_dataset_root
+from accelopt.evals.interop.flashinfer_export import export_run
+from accelopt.evals.interop.flashinfer_schema import (FLOAT_DTYPES, Definition, Judging, Paging, fib_judging,
+                                                      find_paging, read_definition, read_workloads, slug,
+                                                      workload_entry)
+from accelopt.evals.interop.flashinfer_shrink import Plan, plan_interpreter, save_blob
 from accelopt.tools.task import TaskError, load_task
 
+__all__ = ["import_definition", "export_run", "adapt_baseline", "workload_entry"]
+
 TEMPLATE = Path(__file__).with_name("flashinfer_reference.py")
-FLOAT_DTYPES = ("float32", "float16", "bfloat16")
+SHIM_MARK = "# accelopt shim"
 GEMM_OPS = ("gemm",)
-# Sampling ops are judged by a distribution test, not elementwise tolerances.
-UNSUPPORTED_OPS = ("sampling",)
-
-
-class Axis(BaseModel):
-    type: Literal["const", "var"]
-    value: int | None = None
-
-
-class Tensor(BaseModel):
-    shape: list[str] | None
-    dtype: str
-
-
-class Definition(BaseModel):
-    name: str
-    op_type: str
-    axes: dict[str, Axis]
-    inputs: dict[str, Tensor]
-    outputs: dict[str, Tensor]
-    reference: str
-    description: str | None = None
-    tags: list[str] = []
-
-
-class Workload(BaseModel):
-    uuid: str
-    axes: dict[str, int]
-    inputs: dict[str, dict[str, Any]]
-
-
-def _read_definition(path: Path) -> Definition:
-    try:
-        return Definition.model_validate(json.loads(path.read_text()))
-    except FileNotFoundError:
-        raise TaskError(f"definition not found: {path}") from None
-    except json.JSONDecodeError as e:
-        raise TaskError(f"{path}: invalid JSON at line {e.lineno}: {e.msg}") from None
-    except ValidationError as e:
-        first = e.errors()[0]
-        raise TaskError(f"{path}: not a FlashInfer-Bench Definition: {'.'.join(map(str, first['loc']))}: "
-                        f"{first['msg']}") from None
-
-
-def read_workloads(path: Path, definition: str) -> list[dict]:
-    """Workload objects, from a JSONL of Workloads or of workload Traces (the dataset's layout)."""
-    rows = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise TaskError(f"{path}:{number}: invalid JSON: {e.msg}") from None
-        if "workload" in row:
-            if row.get("definition") not in (None, definition):
-                continue
-            row = row["workload"]
-        try:
-            rows.append(Workload.model_validate(row).model_dump())
-        except ValidationError as e:
-            raise TaskError(f"{path}:{number}: not a Workload: {e.errors()[0]['msg']}") from None
-    return rows
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "task"
-
-
-def _workload_entry(workload: dict) -> dict:
-    params: dict[str, int | float] = dict(workload["axes"])
-    for name, spec in workload["inputs"].items():
-        if spec.get("type") == "scalar":
-            params[name] = float(spec["value"]) if isinstance(spec["value"], float) else int(spec["value"])
-    label = "_".join(f"{k}{v}" for k, v in workload["axes"].items())
-    tag = hashlib.sha1(workload["uuid"].encode()).hexdigest()[:6]  # uuids may share prefixes
-    return {"name": f"{label}_{tag}" if label else tag, "params": params}
-
-
-def _interpreter_entry(workloads: list[dict]) -> dict:
-    """The smallest workload, its variable axes clamped to 4 when every input is random (a
-    safetensors input fixes its shape), for the CPU interpreter."""
-    def size(w):
-        return math.prod(max(v, 1) for v in w["axes"].values())
-
-    smallest = min(workloads, key=size)
-    entry = _workload_entry(smallest)
-    if all(spec.get("type") != "safetensors" for spec in smallest["inputs"].values()):
-        for axis in smallest["axes"]:
-            entry["params"][axis] = min(int(entry["params"][axis]), 4)
-        entry["name"] = "interp_" + "_".join(f"{a}{entry['params'][a]}" for a in smallest["axes"])
-    return entry
 
 
 def import_definition(definition_path: str | Path, workloads_path: str | Path | None, out_dir: str | Path,
-                      *, seeds: int = 3) -> Path:
-    """Write an accelopt task directory for a FlashInfer-Bench Definition and its Workloads."""
+                      *, seeds: int = 3, dataset: str | Path | None = None, atol: float | None = None,
+                      rtol: float | None = None) -> Path:
+    """Write an accelopt task directory for a FlashInfer-Bench Definition and its Workloads.
+    `dataset`: the dataset root the workloads' safetensors paths are relative to (default: found
+    from the workloads file's place in a dataset layout). `atol`/`rtol`: as `flashinfer-bench run`."""
     definition_path = Path(definition_path)
-    definition = _read_definition(definition_path)
-    if any(op in definition.op_type for op in UNSUPPORTED_OPS):
-        raise TaskError(f"{definition.name}: op_type {definition.op_type!r} is checked by a distribution test in "
-                        "FlashInfer-Bench; accelopt's elementwise check cannot judge it")
-    if workloads_path is not None:
-        workloads = read_workloads(Path(workloads_path), definition.name)
-    elif all(a.type == "const" for a in definition.axes.values()):
-        workloads = [{"uuid": "const", "axes": {}, "inputs": {}}]
-    else:
-        raise TaskError(f"{definition.name} has variable axes: pass its workloads (JSONL)")
-    if not workloads:
-        raise TaskError(f"no workloads for {definition.name} in {workloads_path}")
-    floats = [t.dtype for t in [*definition.inputs.values(), *definition.outputs.values()] if t.dtype in FLOAT_DTYPES]
-    if not floats:
-        raise TaskError(f"{definition.name}: no float16/bfloat16/float32 tensor to set the task dtype from")
-
+    definition = read_definition(definition_path)
+    judging = fib_judging(definition)
+    judging = judging.model_copy(update={k: v for k, v in (("atol", atol), ("rtol", rtol)) if v is not None})
+    rows, root = _workloads(definition_path, definition, workloads_path, dataset)
+    rows, blobs = _confine_blobs(definition, rows, root)  # refused before anything is written
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    store = BlobStore(out / "data")  # each blob once, however many inputs name it
+    for relative, source in blobs.items():
+        store.place(source, relative)
+    paging = find_paging(definition)
     (out / "definition.json").write_text(definition_path.read_text())
-    (out / "workloads.jsonl").write_text("".join(json.dumps(w) + "\n" for w in workloads))
-    for w in workloads:  # safetensors inputs travel with the task
-        for spec in w["inputs"].values():
-            if spec.get("type") == "safetensors":
-                src = (Path(workloads_path).parent / spec["path"]) if workloads_path else Path(spec["path"])
-                if not src.is_file():
-                    raise TaskError(f"{definition.name}: safetensors input {spec['path']} not found at {src}")
-                dst = out / "data" / Path(spec["path"]).name
-                dst.parent.mkdir(exist_ok=True)
-                shutil.copyfile(src, dst)
+    _write_jsonl(out / "workloads.jsonl", rows)
+    (out / "interpreter.jsonl").unlink(missing_ok=True)
+    plan = plan_interpreter(definition, rows, lambda spec: _load(out / "data", spec), paging)
+    if plan.derived is not None:
+        if plan.tensors:
+            save_blob(plan.tensors, out / "data" / plan.derived["inputs"][next(iter(plan.tensors))]["path"])
+        _write_jsonl(out / "interpreter.jsonl", [plan.derived])
     shutil.copyfile(TEMPLATE, out / "reference.py")
-    names = ", ".join(definition.inputs)
-    outputs = ", ".join(definition.outputs)
-    spec = {
-        "name": _slug(definition.name),
-        "description": (f"{definition.description or definition.op_type} (FlashInfer-Bench definition "
-                        f"{definition.name}, op_type {definition.op_type}). run({names}) returns ({outputs}) as "
-                        f"new tensors, exactly as the reference below; the axes are: "
-                        + ", ".join(f"{k}={'var' if a.type == 'var' else a.value}" for k, a in definition.axes.items())
-                        + f".\n\nReference:\n{definition.reference}"),
-        "backend": "triton",
-        "dtype": floats[0],
-        "flops_kind": "tensor" if definition.op_type in GEMM_OPS else "vector",
-        "entry_point": "run",
-        "workloads": [_workload_entry(w) for w in workloads],
-        "interpreter_workloads": [_interpreter_entry(workloads)],
-        "seeds": seeds,
-        "origin": {"format": "flashinfer-bench", "definition": definition.name},
-    }
-    (out / "task.json").write_text(json.dumps(spec, indent=2) + "\n")
+    interpreter = ([workload_entry(plan.derived, len(rows), prefix="interp_")] if plan.derived is not None
+                   else [workload_entry(rows[i], i) for i in plan.real])
+    _write_task(out, definition, judging, paging, rows, interpreter, plan, seeds)
+    if plan.gpu_only is None:
+        failure = next(filter(None, (_runs_on_cpu(out, definition, entry) for entry in interpreter)), None)
+        if failure:  # the reference itself cannot run this workload on the CPU
+            plan.gpu_only = f"the Definition's reference fails on its CPU workload: {failure}"
+            _write_task(out, definition, judging, paging, rows, interpreter, plan, seeds)
     load_task(out)  # the same validation every task gets
     return out
 
 
-# ---------------------------------------------------------------- export
-
-def _fib_task(task_dir: Path) -> tuple[Definition, dict[str, dict]]:
-    path = task_dir / "definition.json"
-    if not path.is_file():
-        raise TaskError(f"{task_dir} was not imported from FlashInfer-Bench (no definition.json): "
-                        "there is no Definition to attach a Solution to")
-    definition = _read_definition(path)
-    task = load_task(task_dir)
-    workloads = read_workloads(task_dir / "workloads.jsonl", definition.name)
-    by_name = {_workload_entry(w)["name"]: w for w in workloads}
-    for entry in task.spec.interpreter_workloads:
-        by_name.setdefault(entry.name, {"uuid": entry.name, "axes": {k: int(v) for k, v in entry.params.items()
-                                                                       if k in definition.axes},
-                                        "inputs": {}})
-    return definition, by_name
+def adapt_baseline(task_dir: str | Path) -> bool:
+    """FlashInfer-Bench kernels may return a dict of outputs; accelopt's judge takes them in the
+    Definition's order. A baseline.py that returns a dict gets a shim that orders them (plain
+    indexing, no compute). True when one was added."""
+    path = Path(task_dir) / "baseline.py"
+    source = path.read_text() if path.is_file() else ""
+    if not re.search(r"return\s*(\{|dict\()", source) or SHIM_MARK in source:
+        return False
+    outputs = tuple(read_definition(Path(task_dir) / "definition.json").outputs)
+    entry = load_task(task_dir).spec.entry_point
+    path.write_text(source.rstrip() + f"""
 
 
-def solution_dict(definition: Definition, source: str, *, name: str, hardware: str, description: str) -> dict:
-    return {"name": name, "definition": definition.name, "author": "accelopt", "description": description,
-            "spec": {"language": "triton", "target_hardware": [hardware], "entry_point": "main.py::run",
-                     "dependencies": [], "destination_passing_style": False},
-            "sources": [{"path": "main.py", "content": source}]}
+{SHIM_MARK}: FlashInfer-Bench's dict of outputs, in the Definition's order
+_fib_{entry} = {entry}
 
 
-def export_run(run_dir: str | Path, out_dir: str | Path) -> tuple[Path, Path]:
-    """solution.json and traces.jsonl for the best kernel of a run on an imported task."""
-    import torch
-    import triton
+def {entry}(*inputs):
+    out = _fib_{entry}(*inputs)
+    return tuple(out[name] for name in {outputs!r}) if isinstance(out, dict) else out
+""")
+    return True
 
-    run_dir, out = Path(run_dir), Path(out_dir)
-    summary = read_summary(run_dir)
-    best = json.loads((run_dir / "candidates" / summary["best_id"] / "result.json").read_text())
-    baseline = json.loads((run_dir / "candidates" / "baseline" / "result.json").read_text())
-    source = (run_dir / "best_kernel.py").read_text()
-    definition, by_name = _fib_task(Path(summary["task_dir"]))
-    interpreter = best.get("timer") == "interpreter_wall"
-    hardware = "cpu (Triton interpreter)" if interpreter else (best.get("device_name") or "cuda")
-    name = f"accelopt_{_slug(definition.name)}_{_slug(best['id'])}"
-    note = (f"accelopt best kernel {best['id']}: {best.get('speedup') or 1.0:.3f}x over the task baseline"
-            + (" (CPU interpreter time, not GPU performance)" if interpreter else f" on {hardware}"))
-    solution = solution_dict(definition, source, name=name, hardware=hardware, description=note)
-    baseline_is_reference = baseline.get("kind") == "reference"
-    log = ("reference_latency_ms is the task's PyTorch reference" if baseline_is_reference
-           else "reference_latency_ms is the task's baseline kernel (the run's starting point)")
-    if interpreter:
-        log += "; timings are Triton-interpreter wall times on the CPU, not GPU performance"
-    stamp = datetime.now(timezone.utc).isoformat()
-    libs = {"torch": torch.__version__, "triton": triton.__version__}
-    traces = []
-    for workload_name, timing in best["workloads"].items():
-        # the baseline as timed interleaved with the best kernel; its own setup timing otherwise
-        base_us = ((best.get("compared_us") or {}).get("baseline") or {}).get(workload_name) \
-            or (baseline["workloads"].get(workload_name) or {}).get("median_us")
-        latency = timing["median_us"] / 1e3
-        ref_latency = base_us / 1e3 if base_us else 0.0
-        traces.append({
-            "definition": definition.name, "workload": by_name[workload_name], "solution": name,
-            "evaluation": {
-                "status": "PASSED", "environment": {"hardware": hardware, "libs": libs}, "timestamp": stamp,
-                "log": log,
-                "correctness": {"max_absolute_error": best.get("max_abs_err") or 0.0,
-                                "max_relative_error": best.get("max_rel_err") or 0.0},
-                "performance": {"latency_ms": latency, "reference_latency_ms": ref_latency,
-                                "speedup_factor": ref_latency / latency if latency and ref_latency else 0.0}}})
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "solution.json").write_text(json.dumps(solution, indent=2) + "\n")
-    (out / "traces.jsonl").write_text("".join(json.dumps(t) + "\n" for t in traces))
-    return out / "solution.json", out / "traces.jsonl"
+
+def _workloads(definition_path: Path, definition: Definition, workloads_path: str | Path | None,
+               dataset: str | Path | None) -> tuple[list[dict], Path | None]:
+    explicit = Path(dataset) if dataset is not None else None
+    if workloads_path is None:  # a dataset's definitions/<op>/<name>.json has workloads/<op>/<name>.jsonl
+        root = explicit or definition_dataset_root(definition_path)
+        found = root / "workloads" / definition.op_type / f"{definition.name}.jsonl" if root else None
+        workloads_path = found if found is not None and found.is_file() else None
+    if workloads_path is not None:
+        path = Path(workloads_path)
+        if not path.is_file():
+            raise TaskError(f"workloads not found: {path}")
+        rows = read_workloads(path, definition)
+        if not rows:
+            raise TaskError(f"no workloads for {definition.name} in {path}")
+        return rows, dataset_root(path, explicit)
+    if definition.var_axes:
+        raise TaskError(f"{definition.name} has variable axes: pass its workloads (JSONL)")
+    return [{"uuid": "const", "axes": {}, "inputs": {}}], None
+
+
+def _confine_blobs(definition: Definition, rows: list[dict], root: Path | None) -> tuple[list[dict], dict[str, Path]]:
+    """The rows with each safetensors path normalized under the dataset root, and the blobs they
+    name (normalized path -> file); a path that is absolute or leaves the root is refused."""
+    placed, blobs = copy.deepcopy(rows), {}
+    for row in placed:
+        for name, spec in row["inputs"].items():
+            if spec.get("type") != "safetensors":
+                continue
+            what = f"{definition.name} workload {row['uuid']} input {name}"
+            if root is None:
+                raise TaskError(f"{what}: a safetensors input needs the workloads file and its dataset root")
+            source, relative = confined(root, spec["path"], what)
+            if not source.is_file():
+                raise TaskError(f"{what}: safetensors blob {spec['path']} not found at {source} (paths are relative "
+                                f"to the dataset root {root}; pass --dataset if that is not the root)")
+            blobs[relative] = source
+            spec["path"] = relative
+    return placed, blobs
+
+
+def _load(data: Path, spec: dict):
+    from safetensors import safe_open
+
+    with safe_open(str(data / spec["path"]), framework="pt") as f:
+        if spec["tensor_key"] not in f.keys():
+            raise TaskError(f"{spec['path']} has no tensor {spec['tensor_key']}")
+        return f.get_tensor(spec["tensor_key"])
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _task_dtype(definition: Definition) -> str:
+    """The outputs' float dtype (what is judged), else the inputs'; nominal where there is none:
+    the tolerances are FlashInfer-Bench's, set explicitly."""
+    for tensor in [*definition.outputs.values(), *definition.inputs.values()]:
+        if tensor.dtype in FLOAT_DTYPES:
+            return tensor.dtype
+    return "float32"
+
+
+def _write_task(out: Path, definition: Definition, judging: Judging, paging: Paging | None, rows: list[dict],
+                interpreter: list[dict], plan: Plan, seeds: int) -> None:
+    meta = {"definition": definition.name, "evaluator": judging.evaluator, "atol": judging.atol,
+            "rtol": judging.rtol, "required_matched_ratio": judging.required_matched_ratio,
+            "paging": paging.model_dump() if paging else None, "gpu_only": plan.gpu_only,
+            "interpreter": "derived" if plan.derived is not None else "real"}
+    (out / "flashinfer.json").write_text(json.dumps(meta, indent=2) + "\n")
+    origin = {"format": "flashinfer-bench", "definition": definition.name, "evaluator": judging.evaluator}
+    if plan.gpu_only:
+        origin["gpu_only"] = plan.gpu_only
+    spec = {
+        "name": slug(definition.name),
+        "description": _description(definition, judging, paging, plan),
+        "backend": "triton",
+        "dtype": _task_dtype(definition),
+        "flops_kind": "tensor" if definition.op_type in GEMM_OPS else "vector",
+        "entry_point": "run",
+        "workloads": [workload_entry(w, i) for i, w in enumerate(rows)],
+        "interpreter_workloads": interpreter,
+        "seeds": seeds,
+        "atol": judging.atol,
+        "rtol": judging.rtol,
+        "costs": "estimate",  # a Definition's cost is not derived exactly: the roofline flags, it does not reject
+        "origin": origin,
+    }
+    if judging.required_matched_ratio is not None:
+        spec["required_matched_ratio"] = judging.required_matched_ratio
+    (out / "task.json").write_text(json.dumps(spec, indent=2) + "\n")
+
+
+def _description(definition: Definition, judging: Judging, paging: Paging | None, plan: Plan) -> str:
+    names = ", ".join(definition.inputs)
+    outputs = list(definition.outputs)
+    returns = outputs[0] if len(outputs) == 1 else "the tuple (" + ", ".join(outputs) + "), in this order"
+    text = (f"{definition.description or definition.op_type} (FlashInfer-Bench definition {definition.name}, "
+            f"op_type {definition.op_type}). run({names}) returns {returns} as new tensors, exactly as the "
+            "reference below (a reference returning a dict is read in the Definition's output order); the axes are: "
+            + ", ".join(f"{k}={'var' if a.type == 'var' else a.value}" for k, a in definition.axes.items())
+            + f". Judged as FlashInfer-Bench's {judging.evaluator} judges it: each output elementwise, an element "
+              f"failing only when outside both atol={judging.atol:g} and rtol={judging.rtol:g}.")
+    if judging.note:
+        text += f" {judging.note}."
+    if definition.constraints:
+        text += " Constraints: " + "; ".join(definition.constraints) + "."
+    if paging:
+        text += (f" {', '.join(paging.pools)} are pools read only at the rows {', '.join(paging.indices)} name; "
+                 "bytes moved count those rows (an estimate where the indices are random).")
+    if any(t.dtype == "bfloat16" for t in [*definition.inputs.values(), *definition.outputs.values()]):
+        text += (" On the CPU interpreter, bfloat16 inputs and expected outputs are float32 (bf16 arithmetic is "
+                 "broken there).")
+    if plan.gpu_only:
+        text += f" GPU only: {plan.gpu_only}."
+    return text + f"\n\nReference:\n{definition.reference}"
+
+
+def _runs_on_cpu(task_dir: Path, definition: Definition, entry: dict) -> str | None:
+    """None when the task's reference builds inputs and runs the Definition's reference on the
+    CPU workload with the Definition's output shapes; else why not, in one line."""
+    spec = importlib.util.spec_from_file_location(f"accelopt_fib_check_{abs(hash(str(task_dir)))}",
+                                                  task_dir / "reference.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+        row = module._row(entry["params"])
+        inputs = module.make_inputs(entry["params"], 0, "cpu", "float32")
+        outs = module.reference(*inputs)
+    except Exception as e:  # noqa: BLE001 - any failure of the reference on the CPU is the reason
+        return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".strip()
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    axes = definition.axis_values(row["axes"])
+    for (name, tensor), out in zip(definition.outputs.items(), outs):
+        want = [axes[a] for a in tensor.shape or []]
+        if list(out.shape) != want:
+            return f"output {name} has shape {list(out.shape)}, the Definition says {want}"
+    return None

@@ -1,118 +1,221 @@
 """KernelBench interop: a problem file (`Model`, `get_inputs`, `get_init_inputs`) becomes an
 accelopt task; the best kernel goes back out as a KernelBench solution (`ModelNew`).
 
-The kernel's entry point receives the forward inputs followed by the Model's parameters and
-buffers in registration order, so weights stay data and a kernel cannot bake them in. The
-exported ModelNew subclasses the problem's Model, so KernelBench's seeded construction gives it
-the very same weights, and forwards them to the kernel.
+The kernel's entry point receives the forward inputs followed by the Model's state (parameters,
+buffers, tensor attributes), so weights stay data and a kernel cannot bake them in. The exported
+ModelNew subclasses the problem's Model, so KernelBench's seeded construction gives it the very
+same weights, and forwards them to the kernel.
+
+Every number the problem's module-level size assignments bind is a knob (kernelbench_sizes.py).
+The GPU workload is the problem as written; the CPU interpreter's workload is shrunk automatically
+(kernelbench_shrink.py) and checked by running the Model once on CPU.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
+import re
 import shutil
 from pathlib import Path
 
-from accelopt.evals.interop import read_summary
+from accelopt.evals.interop import kernelbench_reference as kbref
+from accelopt.evals.interop import kernelbench_sizes as kbsizes
+from accelopt.evals.interop.kernelbench_export import export_run, solution_source  # noqa: F401 - re-exported
+from accelopt.evals.interop.kernelbench_shrink import TARGET_ELEMENTS, shrink
 from accelopt.tools.task import TaskError, load_task
 
-TEMPLATE = Path(__file__).with_name("kernelbench_reference.py")
+HERE = Path(__file__).resolve().parent
+TASK_FILES = {"reference.py": HERE / "kernelbench_reference.py", "kernelbench_sizes.py": HERE / "kernelbench_sizes.py"}
 REQUIRED = ("Model", "get_inputs", "get_init_inputs")
+# atol = rtol, as KernelBench's get_tolerance_for_precision (src/kernelbench/eval.py).
+KERNELBENCH_TOLERANCE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 1e-2}
+# What `pip install` calls a module the problems import, where the names differ.
+PIP_NAMES = {"sklearn": "scikit-learn", "PIL": "pillow", "cv2": "opencv-python", "yaml": "pyyaml"}
 
 
-def _constants(source: str, path: Path) -> dict[str, int | float]:
-    """Module-level numeric constants (batch_size, dim, ...): the knobs a workload may override."""
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text[:300]}"
+
+
+def parse_problem(path: Path) -> ast.Module:
+    """The problem's syntax tree, after checking that it is a KernelBench problem whose imports
+    are installed here."""
     try:
-        tree = ast.parse(source, filename=str(path))
+        tree = ast.parse(path.read_text(), filename=str(path))
     except SyntaxError as e:
         raise TaskError(f"{path}: syntax error at line {e.lineno}: {e.msg}") from None
     defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
     missing = [n for n in REQUIRED if n not in defined]
     if missing:
         raise TaskError(f"{path} is not a KernelBench problem: missing {', '.join(missing)}")
-    out: dict[str, int | float] = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            value = node.value
-            if isinstance(value, ast.Constant) and type(value.value) in (int, float):
-                out[node.targets[0].id] = value.value
-    return out
+    absent = missing_packages(tree)
+    if absent:
+        pip = " ".join(PIP_NAMES.get(p, p) for p in absent)
+        raise TaskError(f"{path.name} needs the Python package{'s' if len(absent) > 1 else ''} "
+                        f"{', '.join(absent)}, not installed here (pip install {pip})")
+    return tree
 
 
-def _describe(problem: Path, constants: dict, dtype: str) -> tuple[str, str]:
-    """Run the problem once on the meta device: the call signature for the task description,
-    and whether matmul-like FLOPs dominate (tensor-core roof)."""
-    from accelopt.evals.interop.kernelbench_reference import load_problem, signature
+def missing_packages(tree: ast.Module) -> list[str]:
+    """Top-level modules the problem imports (anywhere in the file) that cannot be found."""
+    wanted: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            wanted += [a.name.split(".")[0] for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            wanted.append(node.module.split(".")[0])
+    return [m for m in dict.fromkeys(wanted) if importlib.util.find_spec(m) is None]
 
-    module = load_problem(problem)
-    for key, value in constants.items():
-        setattr(module, key, value)
-    doc = (module.Model.__doc__ or "").strip()
-    sig, has_matmul = signature(module, dtype)
-    return f"{doc}\n{sig}".strip(), "tensor" if has_matmul else "vector"
+
+def kernelbench_origin(problem: Path) -> dict[str, str]:
+    """Level and problem id where the file sits in a KernelBench checkout (level1/19_ReLU.py)."""
+    origin = {"format": "kernelbench", "problem": problem.name}
+    level = re.fullmatch(r"level(\d+)", problem.parent.name)
+    number = re.match(r"(\d+)_", problem.name)
+    if level and number:
+        origin.update(level=level.group(1), problem_id=number.group(1))
+    return origin
+
+
+REAL_TRIES = 4  # sizes tried for real at the end, from the smallest up
+REAL_CHECK_ELEMENTS = 4 * TARGET_ELEMENTS  # below this, each shrinking step also runs the Model for real
+
+
+def _workload_cost(problem: kbref.Problem):
+    """(elements, FLOPs) at some sizes; raises where they break the Model. Checked on the meta
+    device, and for real once small (the meta device misses some errors: a conv kernel larger
+    than its input). A Model that cannot run on the meta device at all (`.item()`) is judged by
+    its inputs' size until small enough for a real run."""
+    runs_on_meta: list[bool] = []
+
+    def cost(params: dict) -> tuple[int, int | None]:
+        m = kbref.measure(problem, params, "float32", quick=True)
+        if not runs_on_meta:
+            runs_on_meta.append(m["error"] is None)
+        if m["outputs"] is None and runs_on_meta[0]:
+            raise RuntimeError(m["error"])
+        if m["elements"] <= REAL_CHECK_ELEMENTS:
+            kbref.run_once(problem, params)
+        return m["elements"], m["flops"]
+    return cost
+
+
+def updated_state(task_dir: Path, params: dict, dtype: str) -> list[str]:
+    """Build the Model and run forward once on CPU at these sizes, as the judge will; the names
+    of the state it updates."""
+    problem = kbref.Problem(task_dir / "problem.py")
+    runner = kbref.Runner(problem, [params])
+    args = problem.make_inputs(params, 0, "cpu", dtype)
+    _, updated = runner.run(args, params)
+    slots = runner.model(params)[1]
+    first = len(args) - len(slots)
+    return [slots[i - first][3] for i in updated]
+
+
+def _describe_override(overrides: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in overrides.items())
+
+
+def interpreter_workload(task_dir: Path, problem: kbref.Problem, overrides: dict, dtype: str) -> tuple[dict, str]:
+    """The CPU interpreter's params (free knobs shrunk, the user's overrides kept) and a note on
+    the Model's state it updates; raises TaskError where the overrides break the Model."""
+    tree = problem.tree
+    cost = _workload_cost(problem)
+    free = kbsizes.free_knobs(tree)
+    try:
+        cost({**free, **overrides})
+    except Exception as e:  # noqa: BLE001 - the sizes given break the Model
+        if overrides:
+            raise TaskError(f"{task_dir.name}: --interpreter-param {_describe_override(overrides)} breaks the "
+                            f"Model: {_one_line(e)}") from None
+        raise TaskError(f"{task_dir.name}: the Model fails at its own sizes: {_one_line(e)}") from None
+    result = shrink(cost, free, overrides)
+    error: Exception | None = None
+    for params in result.history[:REAL_TRIES]:  # the smallest first; a larger one where a real run disagrees
+        try:
+            names = updated_state(task_dir, params, dtype)
+        except Exception as e:  # noqa: BLE001 - tried on the next larger sizes
+            error = e
+            continue
+        note = (f" Forward updates the Model's state {', '.join(names)} (the reference works on copies; the kernel "
+                "receives it read-only and need not update it: outputs are what is compared, as in KernelBench)."
+                if names else "")
+        if not result.fits and params == result.history[0]:
+            note += (f" The interpreter workload stays above {TARGET_ELEMENTS} elements ({result.elements}): "
+                     "the Model's own sizes are fixed in its code.")
+        return params, note
+    if overrides:
+        raise TaskError(f"{task_dir.name}: --interpreter-param {_describe_override(overrides)} breaks the Model: "
+                        f"{_one_line(error)}")
+    raise TaskError(f"{task_dir.name}: the Model fails on CPU at the interpreter sizes: {_one_line(error)}")
+
+
+def _signature_text(m: dict) -> tuple[str, bool]:
+    import torch
+
+    def fmt(t):
+        return f"{list(t.shape)} {str(t.dtype).replace('torch.', '')}" if isinstance(t, torch.Tensor) else repr(t)
+    state = [f"{name} {fmt(t)}" for (_, _, _, name), t in zip(kbref.state_slots(m["model"]), m["state"])]
+    outputs = ", ".join(fmt(o) for o in m["outputs"]) if m["outputs"] is not None else "unknown (not run)"
+    text = (f"run(*inputs, *state) must return what Model.forward returns. inputs: "
+            f"{', '.join(fmt(x) for x in m['inputs']) or 'none'}; state (the Model's parameters, buffers and tensor "
+            f"attributes, in registration order): {', '.join(state) or 'none'}; output: {outputs}.")
+    return text, bool(m["flops"])
+
+
+def _sizes_text(tree: ast.Module, params: dict) -> str:
+    values = kbsizes.flatten(kbsizes.evaluate(tree, params))
+    return ", ".join(f"{k}={v}" for k, v in values.items())
 
 
 def import_problem(problem_path: str | Path, out_dir: str | Path, *, dtype: str = "float32",
-                   interpreter_params: dict[str, int | float] | None = None, seeds: int = 3) -> Path:
+                   interpreter_params: dict[str, int | float] | None = None, seeds: int = 3,
+                   name: str | None = None) -> Path:
     problem = Path(problem_path)
     if not problem.is_file():
         raise TaskError(f"problem file not found: {problem}")
-    source = problem.read_text()
-    constants = _constants(source, problem)
-    unknown = sorted(set(interpreter_params or {}) - set(constants))
+    tree = parse_problem(problem)
+    knobs = kbsizes.flatten(kbsizes.evaluate(tree))
+    overrides = dict(interpreter_params or {})
+    unknown = sorted(set(overrides) - set(knobs))
     if unknown:
         raise TaskError(f"{problem}: no module-level constant named {', '.join(unknown)} to override "
-                        f"(have: {', '.join(constants) or 'none'})")
+                        f"(have: {', '.join(knobs) or 'none'})")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(problem, out / "problem.py")
-    shutil.copyfile(TEMPLATE, out / "reference.py")
+    for target, source in TASK_FILES.items():
+        shutil.copyfile(source, out / target)
     try:
-        description, flops_kind = _describe(out / "problem.py", constants, dtype)
+        loaded = kbref.Problem(out / "problem.py")
+        default = kbref.measure(loaded, {}, dtype, quick=True)  # shapes; flops() counts on meta later
     except Exception as e:  # noqa: BLE001 - the user's problem file failed; say so in one line
-        raise TaskError(f"{problem}: running Model on the meta device failed: {type(e).__name__}: {e}") from None
-    name = problem.stem
+        raise TaskError(f"{problem}: building the Model at its own sizes failed: {_one_line(e)}") from None
+    cpu_dtype = "float32" if dtype == "bfloat16" else dtype  # as TaskSpec.dtype_for("cpu")
+    params, state_note = interpreter_workload(out, loaded, overrides, cpu_dtype)
+    signature, has_matmul = _signature_text(default)
+    if default["flops"] is None:  # counted where it could run: the interpreter's sizes
+        has_matmul = bool(kbref.measure(loaded, params, "float32", quick=True)["flops"])
+        signature += " FLOPs at the GPU sizes: unknown (the Model cannot run on the meta device)."
+    doc = " ".join((loaded.module.Model.__doc__ or "").split())
+    origin = kernelbench_origin(problem)
+    name = name or problem.stem
+    free = kbsizes.free_knobs(tree)
+    where = f"level {origin['level']} problem {origin['problem_id']} " if "level" in origin else "problem "
+    description = (f"KernelBench {where}{problem.stem}. "
+                   f"{doc}\n{signature}\nSizes (GPU workload): {_sizes_text(tree, {})}. Interpreter workload: "
+                   f"{_sizes_text(tree, params)}. Read sizes from the tensors' shapes.{state_note}")
+    atol = rtol = KERNELBENCH_TOLERANCE[dtype]
     spec = {
-        "name": name,
-        "description": f"KernelBench problem {name}. {description}",
-        "backend": "triton", "dtype": dtype, "flops_kind": flops_kind, "entry_point": "run",
-        "workloads": [{"name": "default", "params": constants}],
-        "interpreter_workloads": [{"name": "interpreter" if interpreter_params else "default",
-                                   "params": {**constants, **(interpreter_params or {})}}],
-        "seeds": seeds,
-        "atol": 1e-4 if dtype == "float32" else 1e-2, "rtol": 1e-4 if dtype == "float32" else 1e-2,
-        "origin": {"format": "kernelbench", "problem": problem.name},
+        "name": name, "description": description.strip(),
+        "backend": "triton", "dtype": dtype, "flops_kind": "tensor" if has_matmul else "vector", "entry_point": "run",
+        "workloads": [{"name": "default", "params": free}],
+        "interpreter_workloads": [{"name": "interpreter" if params != free else "default", "params": params}],
+        "seeds": seeds, "atol": atol, "rtol": rtol, "origin": origin,
     }
     (out / "task.json").write_text(json.dumps(spec, indent=2) + "\n")
     load_task(out)
-    return out
-
-
-def solution_source(task_dir: str | Path, kernel_source: str) -> str:
-    """A KernelBench solution file: the problem (for Model), the kernel, and ModelNew."""
-    task_dir = Path(task_dir)
-    problem = task_dir / "problem.py"
-    if not problem.is_file():
-        raise TaskError(f"{task_dir} was not imported from KernelBench (no problem.py)")
-    entry = load_task(task_dir).spec.entry_point
-    return (
-        "# KernelBench solution written by accelopt: the problem's Model (for its parameters),\n"
-        "# the optimized kernel, and ModelNew, which hands the parameters to the kernel.\n"
-        f"{problem.read_text().rstrip()}\n\n\n"
-        "# ---- accelopt kernel ----\n"
-        f"{kernel_source.rstrip()}\n\n\n"
-        f"_accelopt_entry = {entry}\n\n\n"
-        "class ModelNew(Model):\n"
-        "    def forward(self, *inputs):\n"
-        "        return _accelopt_entry(*inputs, *self.parameters(), *self.buffers())\n"
-    )
-
-
-def export_run(run_dir: str | Path, out_file: str | Path) -> Path:
-    run_dir = Path(run_dir)
-    task_dir = read_summary(run_dir)["task_dir"]
-    out = Path(out_file)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(solution_source(task_dir, (run_dir / "best_kernel.py").read_text()))
     return out

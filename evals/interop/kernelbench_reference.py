@@ -1,28 +1,105 @@
-"""Reference for a task imported from KernelBench (copied verbatim into the task directory,
-beside problem.py). Inputs are get_inputs() followed by the Model's parameters and buffers;
-workload params override the problem's module-level constants (batch_size, dim, ...)."""
+"""Reference for a task imported from KernelBench (copied verbatim into the task directory, beside
+problem.py and kernelbench_sizes.py).
 
+Inputs are get_inputs() followed by the Model's state: its parameters and buffers in registration
+order, then tensors it keeps as plain attributes (an RNN's hidden state). A workload's params
+override the problem's sizes (kernelbench_sizes.py); sizes computed from them follow.
+
+`reference` finds the sizes from the shapes it is handed, so the reference run as a kernel (a
+from-scratch baseline, in a process of its own that never saw make_inputs) builds the same Model
+as the judge. It never writes to its arguments: state the Model updates (BatchNorm's running
+statistics) is updated on copies, and `reference_with_state` hands the updates back.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
 import importlib.util
+import json
 from pathlib import Path
 
 import torch
 
 HERE = Path(__file__).resolve().parent
+FORWARD_SEED = 0  # a Model that draws random numbers in forward (an LSTM's h0) draws the same ones every call
+REAL_RUN_ELEMENTS = 5_000_000  # where the meta device cannot run a Model, a real CPU run up to this size
 
 
-def load_problem(path):
-    spec = importlib.util.spec_from_file_location(f"kernelbench_problem_{abs(hash(str(path)))}", path)
+def _load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-_problem = load_problem(HERE / "problem.py") if (HERE / "problem.py").is_file() else None
+sizes = _load(HERE / "kernelbench_sizes.py", f"kernelbench_sizes_{abs(hash(str(HERE)))}")
 
 
-def _configure(workload):
-    for key, value in workload.items():
-        setattr(_problem, key, value)
+def _key(values: dict) -> str:
+    return json.dumps(values, sort_keys=True, default=str)
+
+
+class Problem:
+    """A KernelBench problem module that can be set to any sizes."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.tree = ast.parse(self.path.read_text(), filename=str(self.path))
+        self.module = _load(self.path, f"kernelbench_problem_{abs(hash(str(self.path)))}")
+        self.workload: dict | None = None
+        self.measured: dict[tuple[str, str, bool], dict] = {}  # measure()'s results, by sizes, dtype, quick
+
+    def configure(self, workload: dict) -> dict:
+        """Set the module's sizes for `workload` (overrides); returns every size."""
+        values = sizes.evaluate(self.tree, workload)
+        for name, value in values.items():
+            setattr(self.module, name, value)
+        self.workload = dict(workload)
+        return values
+
+    def build(self, seed: int, device: str | None = None) -> torch.nn.Module:
+        torch.manual_seed(seed)
+        with torch.device(device) if device else contextlib.nullcontext():
+            return self.module.Model(*self.module.get_init_inputs())
+
+    def inputs(self, device: str | None = None) -> list:
+        with torch.device(device) if device else contextlib.nullcontext():
+            return list(self.module.get_inputs())
+
+    def make_inputs(self, workload: dict, seed: int, device, dtype: str) -> tuple:
+        """get_inputs() then the Model's state, from KernelBench's seeded construction: weights are data."""
+        self.configure(workload)
+        model = self.build(seed)
+        inputs = [_cast(x, device, dtype) if isinstance(x, torch.Tensor) else x for x in self.inputs()]
+        return (*inputs, *[_cast(t, device, dtype) for t in state_tensors(model)])
+
+    def meta_model(self) -> torch.nn.Module:
+        """The Model with its tensors on the meta device; built for real where __init__ needs
+        values (`.item()`), then moved."""
+        try:
+            return self.build(0, "meta")
+        except Exception:  # noqa: BLE001 - __init__ reads tensor values: build it for real
+            return self.build(0).to("meta")
+
+
+def state_slots(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module, str, str]]:
+    """(kind, module, attribute, qualified name) of each tensor of the Model's state, in the order
+    the kernel receives them: Module.parameters(), Module.buffers(), then plain tensor attributes."""
+    slots = []
+    for kind, named in (("parameter", model.named_parameters()), ("buffer", model.named_buffers())):
+        for qualified, _ in named:
+            owner, _, attr = qualified.rpartition(".")
+            slots.append((kind, model.get_submodule(owner), attr, qualified))
+    for owner, module in model.named_modules():
+        for attr, value in vars(module).items():
+            if isinstance(value, torch.Tensor):
+                slots.append(("attribute", module, attr, f"{owner}.{attr}" if owner else attr))
+    return slots
+
+
+def state_tensors(model: torch.nn.Module) -> list[torch.Tensor]:
+    return [getattr(module, attr) for _, module, attr, _ in state_slots(model)]
 
 
 def _cast(t, device, dtype):
@@ -30,59 +107,193 @@ def _cast(t, device, dtype):
     return t.to(getattr(torch, dtype)) if t.is_floating_point() else t
 
 
+def _element_count(values) -> int:
+    return sum(t.numel() for t in values if isinstance(t, torch.Tensor))
+
+
+@contextlib.contextmanager
+def seeded_forward(args):
+    """Random numbers drawn inside forward are the same on every call, without touching the
+    caller's generators."""
+    cuda = sorted({a.device.index or 0 for a in args if isinstance(a, torch.Tensor) and a.device.type == "cuda"})
+    with torch.random.fork_rng(devices=cuda):
+        torch.manual_seed(FORWARD_SEED)
+        yield
+
+
+def _shapes(args) -> tuple:
+    return tuple(tuple(a.shape) if isinstance(a, torch.Tensor) else type(a).__name__ for a in args)
+
+
+class Runner:
+    """A problem's Model per size configuration, run on state handed in as arguments."""
+
+    def __init__(self, problem: Problem, workloads: list[dict]):
+        self.problem = problem
+        self.workloads = workloads
+        self._signatures: dict[str, tuple] = {}
+        self._models: dict[str, tuple[torch.nn.Module, list]] = {}
+
+    def _signature(self, workload: dict) -> tuple[str, tuple]:
+        values = self.problem.configure(workload)
+        key = _key(values)
+        if key not in self._signatures:
+            model = self.problem.meta_model()
+            self._signatures[key] = _shapes([*self.problem.inputs("meta"), *state_tensors(model)])
+        return key, self._signatures[key]
+
+    def workload_for(self, args) -> dict:
+        """The workload whose inputs have these shapes: the one last configured (the judge's
+        make_inputs), else the task's own, else the problem's defaults."""
+        wanted = _shapes(args)
+        current = [self.problem.workload] if self.problem.workload is not None else []
+        for workload in [*current, *self.workloads, {}]:
+            if self._signature(workload)[1] == wanted:
+                return workload
+        raise ValueError(f"reference: inputs of shapes {list(wanted)} match no workload of this task")
+
+    def model(self, workload: dict) -> tuple[torch.nn.Module, list]:
+        key = _key(self.problem.configure(workload))
+        if key not in self._models:
+            try:  # the arguments replace every tensor: skip the random initialisation
+                model = self.problem.build(0, "meta").to_empty(device="cpu")
+            except Exception:  # noqa: BLE001 - __init__ needs real values
+                model = self.problem.build(0)
+            self._models[key] = (model, state_slots(model))
+        return self._models[key]
+
+    def run(self, args, workload: dict | None = None):
+        """(outputs, {argument index: state the Model updated}); the arguments stay untouched."""
+        workload = self.workload_for(args) if workload is None else workload
+        model, slots = self.model(workload)
+        first = len(args) - len(slots)
+        inputs, state = args[:first], args[first:]
+        for (kind, module, attr, _), value in zip(slots, state):
+            if kind == "parameter":
+                getattr(module, attr).data = value
+            elif kind == "buffer":
+                getattr(module, attr).data = value.clone()  # updated in place by the Model (running stats)
+            else:
+                setattr(module, attr, value.clone())
+        with torch.no_grad(), seeded_forward(args):
+            out = model(*inputs)
+        updated = {}
+        for i, ((kind, module, attr, _), before) in enumerate(zip(slots, state)):
+            after = getattr(module, attr, None)
+            if kind != "parameter" and isinstance(after, torch.Tensor) and after.shape == before.shape \
+                    and not torch.equal(after.to(before.device, before.dtype), before):
+                updated[first + i] = after.detach()  # the next call swaps the buffer's data: keep this one
+        return out, updated
+
+
+def _task_workloads() -> list[dict]:
+    path = HERE / "task.json"
+    if not path.is_file():
+        return []
+    spec = json.loads(path.read_text())
+    return [w["params"] for w in [*spec.get("interpreter_workloads", []), *spec.get("workloads", [])]]
+
+
+_problem = Problem(HERE / "problem.py") if (HERE / "problem.py").is_file() else None
+_runner: Runner | None = None
+
+
+def _the_runner() -> Runner:
+    global _runner
+    if _runner is None:
+        _runner = Runner(_problem, _task_workloads())
+    return _runner
+
+
 def make_inputs(workload, seed, device, dtype):
-    _configure(workload)
-    torch.manual_seed(seed)  # KernelBench's get_inputs and Model init draw from the global generator
-    model = _problem.Model(*_problem.get_init_inputs())
-    inputs = [_cast(x, device, dtype) if isinstance(x, torch.Tensor) else x for x in _problem.get_inputs()]
-    weights = [_cast(t, device, dtype) for t in [*model.parameters(), *model.buffers()]]
-    return (*inputs, *weights)
+    return _problem.make_inputs(workload, seed, device, dtype)
 
 
 def reference(*args):
-    model = _problem.Model(*_problem.get_init_inputs())
-    tensors = [*model.parameters(), *model.buffers()]
-    inputs, weights = args[: len(args) - len(tensors)], args[len(args) - len(tensors):]
-    with torch.no_grad():
-        for slot, value in zip(tensors, weights):
-            slot.data = value
-        return model(*inputs)
+    return _the_runner().run(args)[0]
 
 
-def _meta_run(module, dtype):
+def reference_with_state(*args):
+    """The outputs, and {argument index: its value after the call} for the state the Model
+    updates (BatchNorm's running statistics in training mode), as the Model would leave it."""
+    return _the_runner().run(args)
+
+
+# ---------------------------------------------------------------- costs
+
+
+def measure(problem: Problem, workload: dict, dtype: str, quick: bool = False) -> dict:
+    """Shapes and costs of one configuration, on the meta device where the Model runs there,
+    else on a small real CPU run; `flops` and `outputs` are None where neither could run.
+    `quick`: an RNN small enough runs for real, far faster than the meta device unrolling it step
+    by step, though torch's FLOP counter does not see the fused RNN ops of a real run."""
+    key = (_key(problem.configure(workload)), dtype, quick)
+    if key not in problem.measured:
+        problem.measured[key] = _measure(problem, dtype, quick)
+    return problem.measured[key]
+
+
+def _measure(problem: Problem, dtype: str, quick: bool) -> dict:
+    torch_dtype = getattr(torch, dtype)
+    model = problem.meta_model().to(torch_dtype)
+    inputs = [x.to(torch_dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+              for x in problem.inputs("meta")]
+    state = state_tensors(model)
+    result = {"model": model, "inputs": inputs, "state": state, "outputs": None, "flops": None, "error": None,
+              "elements": _element_count([*inputs, *state])}
+    small = result["elements"] <= REAL_RUN_ELEMENTS
+    rnn = any(isinstance(m, torch.nn.RNNBase) for m in model.modules())
+    if not (quick and rnn and small):
+        try:
+            result["outputs"], result["flops"] = _count(model, inputs)
+        except Exception as e:  # noqa: BLE001 - a Model that reads values (`.item()`) cannot run on meta
+            result["error"] = f"{type(e).__name__}: {e}"
+    if result["outputs"] is None and small:
+        model = problem.build(0).to(torch_dtype)
+        real = [x.to(torch_dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+                for x in problem.inputs()]
+        with seeded_forward([]):
+            result["outputs"], result["flops"] = _count(model, real)
+    return result
+
+
+def run_once(problem: Problem, workload: dict) -> list:
+    """Build the Model and run forward once on CPU at these sizes."""
+    problem.configure(workload)
+    model = problem.build(0)
+    inputs = problem.inputs()
+    with torch.no_grad(), seeded_forward(inputs):
+        out = model(*inputs)
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def _count(model, inputs) -> tuple[list, int]:
     from torch.utils.flop_counter import FlopCounterMode
 
-    with torch.device("meta"):
-        model = module.Model(*module.get_init_inputs()).to(getattr(torch, dtype))
-        inputs = [x.to(getattr(torch, dtype)) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
-                  for x in module.get_inputs()]
-        with FlopCounterMode(display=False) as counter, torch.no_grad():
-            out = model(*inputs)
-    outs = out if isinstance(out, (tuple, list)) else (out,)
-    return model, inputs, outs, counter.get_total_flops()
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        out = model(*inputs)
+    return list(out) if isinstance(out, (tuple, list)) else [out], counter.get_total_flops()
 
 
-def signature(module, dtype):
-    model, inputs, outs, total = _meta_run(module, dtype)
-    def fmt(t):
-        return f"{list(t.shape)} {str(t.dtype).replace('torch.', '')}" if isinstance(t, torch.Tensor) else repr(t)
-    params = [f"{n} {fmt(p)}" for n, p in [*model.named_parameters(), *model.named_buffers()]]
-    text = (f"run(*inputs, *parameters) must return what Model.forward returns. inputs: "
-            f"{', '.join(fmt(x) for x in inputs) or 'none'}; parameters (Model's, in registration order): "
-            f"{', '.join(params) or 'none'}; output: {', '.join(fmt(o) for o in outs)}.")
-    return text, total > 0
+_costs: dict[tuple[str, str], tuple[float, float]] = {}
+
+
+def _flops_and_bytes(workload, dtype) -> tuple[float, float]:
+    key = (_key(workload), dtype)
+    if key not in _costs:
+        m = measure(_problem, workload, dtype)
+        tensors = [*m["inputs"], *m["state"], *(m["outputs"] or [])]
+        moved = sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+        _costs[key] = (float(m["flops"] or 0), float(moved))
+    return _costs[key]
 
 
 def flops(workload, dtype):
     """Matmul/convolution FLOPs as torch's FlopCounterMode counts them (elementwise work is not
-    counted: such problems are judged on the memory roof)."""
-    _configure(workload)
-    return float(_meta_run(_problem, dtype)[3])
+    counted: such problems are judged on the memory roof); 0 where the Model could not be run."""
+    return _flops_and_bytes(workload, dtype)[0]
 
 
 def bytes_moved(workload, dtype):
-    """Inputs, parameters and outputs, each once."""
-    _configure(workload)
-    model, inputs, outs, _ = _meta_run(_problem, dtype)
-    tensors = [*inputs, *model.parameters(), *model.buffers(), *outs]
-    return float(sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor)))
+    """Inputs, the Model's state and the outputs, each once."""
+    return _flops_and_bytes(workload, dtype)[1]

@@ -55,11 +55,13 @@ def test_flashinfer_round_trip_through_a_run(tmp_path):
     result = runner.invoke(app, ["export", "flashinfer", str(run_dir), "--out", str(tmp_path / "export")])
     assert result.exit_code == 0, result.output
 
-    solution = fib.Solution.model_validate_json((tmp_path / "export" / "solution.json").read_text())
+    # The export is a FlashInfer-Bench dataset: solutions/<author>/<op_type>/<definition>/<name>.json, traces/...
+    (solution_path,) = (tmp_path / "export" / "solutions").rglob("*.json")
+    solution = fib.Solution.model_validate_json(solution_path.read_text())
     assert solution.definition == "rmsnorm_h128" and solution.spec.language.value == "triton"
     assert solution.get_entry_source().content == (run_dir / "best_kernel.py").read_text()
-    traces = [fib.Trace.model_validate_json(line)
-              for line in (tmp_path / "export" / "traces.jsonl").read_text().splitlines()]
+    (traces_path,) = (tmp_path / "export" / "traces").rglob("*.jsonl")
+    traces = [fib.Trace.model_validate_json(line) for line in traces_path.read_text().splitlines()]
     assert traces and all(t.solution == solution.name and t.is_successful() for t in traces)
     # Interpreter numbers say so, in the environment and the log.
     assert all("interpreter" in t.evaluation.environment.hardware and "not GPU performance" in t.evaluation.log

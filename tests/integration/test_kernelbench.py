@@ -1,0 +1,339 @@
+"""KernelBench import as its users know it, on a vendored sample of 36 problems of the three
+levels (tests/fixtures/kernelbench, laid out as KernelBench's own folder): automatic small
+interpreter workloads, sizes written as expressions, tuples and lists, the Model's state
+(BatchNorm's running statistics), Models the meta device cannot run, missing packages, import by
+level and problem id, and export in KernelBench's file naming."""
+
+import ast
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from accelopt.cli.app import app
+from accelopt.evals.interop import kernelbench_reference as kbref
+from accelopt.evals.interop import kernelbench_sizes as kbsizes
+from accelopt.evals.interop.kernelbench import import_problem
+from accelopt.evals.interop.kernelbench_shrink import TARGET_ELEMENTS
+from accelopt.tools.harness.reference_kernel import reference_source
+from accelopt.tools.harness.runner import _reference_module, evaluate
+from accelopt.tools.task import TaskError, load_task
+from tests.conftest import ROOT
+
+KB = ROOT / "tests" / "fixtures" / "kernelbench"
+PROBLEMS = sorted(KB.glob("level[123]/*.py"))
+NEEDS_EINOPS = "48_Mamba2ReturnY.py"
+CONV3D_GROUPED = "level1/72_conv_transposed_3D_asymmetric_input_asymmetric_kernel___strided_padded_grouped_.py"
+DEPTHWISE = "level1/85_conv_depthwise_2D_asymmetric_input_asymmetric_kernel.py"
+VERIFY_UP_TO = 2_000_000  # interpreter elements: the fixed-size level-3 networks above this are only imported
+runner = CliRunner()
+
+
+def _tree(relative: str) -> ast.Module:
+    return ast.parse((KB / relative).read_text())
+
+
+def _module(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory):
+    """Every fixture problem imported with automatic interpreter workloads: name -> task dir or error."""
+    root = tmp_path_factory.mktemp("kernelbench")
+    out = {}
+    for problem in PROBLEMS:
+        name = f"{problem.parent.name}_{problem.stem}"
+        try:
+            out[name] = import_problem(problem, root / name, name=name)
+        except TaskError as e:
+            out[name] = str(e)
+    return out
+
+
+def _interpreter_elements(task_dir) -> int:
+    task = load_task(task_dir)
+    problem = kbref.Problem(task_dir / "problem.py")
+    return kbref.measure(problem, task.spec.interpreter_workloads[0].params, "float32")["elements"]
+
+
+def test_the_sample_spans_the_three_levels():
+    assert len(PROBLEMS) >= 30 and {p.parent.name for p in PROBLEMS} == {"level1", "level2", "level3"}
+    assert (KB / "LICENSE-KernelBench").read_text().startswith("MIT License")
+
+
+def test_every_problem_imports_with_a_small_interpreter_workload(imported):
+    refused = {n: e for n, e in imported.items() if isinstance(e, str)}
+    assert list(refused) == ["level3_48_Mamba2ReturnY"], refused
+    assert "needs the Python package einops" in refused["level3_48_Mamba2ReturnY"]
+    over = {}
+    for name, task_dir in imported.items():
+        if isinstance(task_dir, str):
+            continue
+        task = load_task(task_dir)
+        level, number = name.split("_")[0].removeprefix("level"), name.split("_")[1]
+        assert task.spec.origin == {"format": "kernelbench", "problem": f"{name.split('_', 1)[1]}.py",
+                                    "level": level, "problem_id": number}
+        elements = _interpreter_elements(task_dir)
+        if elements > TARGET_ELEMENTS:
+            over[name] = elements
+            assert "the Model's own sizes are fixed in its code" in task.spec.description
+    # Only a network whose layer widths and image size are written into its code stays larger.
+    assert set(over) == {"level3_29_SwinMLP"}, over
+    gemm = load_task(imported["level1_1_Square_matrix_multiplication_"]).spec
+    assert gemm.workloads[0].params == {"N": 4096} and gemm.interpreter_workloads[0].params == {"N": 128}
+    assert gemm.flops_kind == "tensor"
+    relu = load_task(imported["level1_19_ReLU"]).spec
+    assert relu.workloads[0].params == {"batch_size": 4096, "dim": 393216}  # 1.6e9 elements on the GPU
+    assert relu.interpreter_workloads[0].params["batch_size"] * relu.interpreter_workloads[0].params["dim"] \
+        <= TARGET_ELEMENTS
+    # HingeLoss broadcasts batch_size against input_shape[0]: they went down together.
+    hinge = load_task(imported["level1_100_HingeLoss"]).spec.interpreter_workloads[0].params
+    assert hinge["batch_size"] == hinge["input_shape[0]"] < 32768
+    # Structural sizes stay as the problem has them: kernel sizes, strides, paddings, groups.
+    conv = load_task(imported["level1_72_conv_transposed_3D_asymmetric_input_asymmetric_kernel___strided_padded"
+                              "_grouped_"]).spec.interpreter_workloads[0].params
+    assert [conv[f"kernel_size[{i}]"] for i in range(3)] == [3, 5, 7] and conv["groups"] == 4
+
+
+@pytest.mark.slow
+def test_every_cheap_reference_verifies_from_scratch_on_the_interpreter(imported):
+    """The PyTorch reference judged as the baseline kernel of a from-scratch run, at the
+    interpreter sizes: what `accelopt optimize` does first with a task that has no baseline.py."""
+    failures, checked = {}, 0
+    for name, task_dir in imported.items():
+        if isinstance(task_dir, str) or _interpreter_elements(task_dir) > VERIFY_UP_TO:
+            continue
+        task = load_task(task_dir)
+        result = evaluate(task, reference_source(task), device="cpu", trusted=True, rounds=1)
+        checked += 1
+        if result.status != "verified":
+            failures[name] = f"{result.status}: {result.error}"
+    assert checked >= 30 and not failures, failures
+
+
+def test_sizes_written_as_expressions_tuples_and_lists_are_knobs_that_follow():
+    # `M = 1024 * 2`: a knob of its own.
+    assert kbsizes.free_knobs(_tree("level1/2_Standard_matrix_multiplication_.py")) == {"M": 2048, "K": 8192,
+                                                                                        "N": 4096}
+    # `groups = in_channels`: a knob that follows in_channels unless overridden itself.
+    depthwise = _tree("level1/85_conv_depthwise_2D_asymmetric_input_asymmetric_kernel.py")
+    assert "groups" not in kbsizes.free_knobs(depthwise) and kbsizes.evaluate(depthwise)["groups"] == 128
+    assert kbsizes.evaluate(depthwise, {"in_channels": 8})["groups"] == 8
+    assert kbsizes.evaluate(depthwise, {"in_channels": 8, "groups": 2})["groups"] == 2
+    # `bias_shape = (out_channels, 1, 1)` and `height = width = 128`: element- and name-wise.
+    conv = _tree("level2/1_Conv2D_ReLU_BiasAdd.py")
+    free = kbsizes.free_knobs(conv)
+    assert free["bias_shape[1]"] == 1 and "bias_shape[0]" not in free and free["height"] == free["width"] == 128
+    sizes = kbsizes.evaluate(conv, {"out_channels": 8, "height": 7})
+    assert sizes["bias_shape"] == (8, 1, 1) and (sizes["height"], sizes["width"]) == (7, 128)
+    # `depth, height, width = (16, 32, 32)`, `kernel_size = (3, 3, 3)`, `norm_shape = (out_channels,)`.
+    fused = _tree("level2/3_ConvTranspose3d_Sum_LayerNorm_AvgPool_GELU.py")
+    sizes = kbsizes.evaluate(fused, {"height": 8, "kernel_size[2]": 1, "out_channels": 16})
+    assert (sizes["depth"], sizes["height"], sizes["width"]) == (16, 8, 32)
+    assert sizes["kernel_size"] == (3, 3, 1) and sizes["norm_shape"] == (16,)
+    # `hidden_layer_sizes = [1024] * 16`: 16 knobs, a list still.
+    mlp = _tree("level3/3_DeepNarrowMLP.py")
+    assert sum(k.startswith("hidden_layer_sizes[") for k in kbsizes.free_knobs(mlp)) == 16
+    assert kbsizes.evaluate(mlp, {"hidden_layer_sizes[3]": 7})["hidden_layer_sizes"][2:5] == [1024, 7, 1024]
+    # `input_shape = (num_classes,)` follows num_classes.
+    assert kbsizes.evaluate(_tree("level1/95_CrossEntropyLoss.py"), {"num_classes": 5})["input_shape"] == (5,)
+
+
+def test_an_override_reaches_the_model_and_its_dependent_sizes(tmp_path):
+    problem = KB / DEPTHWISE
+    result = runner.invoke(app, ["import", "kernelbench", str(problem), "--out", str(tmp_path / "t"),
+                                 "--interpreter-param", "in_channels=4", "--interpreter-param", "kernel_size_w=3"])
+    assert result.exit_code == 0, result.output
+    task = load_task(tmp_path / "t")
+    params = task.spec.interpreter_workloads[0].params
+    assert params["in_channels"] == 4 and params["kernel_size_w"] == 3 and "groups" not in params
+    ref = _reference_module(task.root)
+    x, weight, *rest = ref.make_inputs(params, 0, "cpu", "float32")
+    assert x.shape[1] == 4 and tuple(weight.shape) == (4, 1, 3, 3)  # groups followed in_channels
+    out = ref.reference(x, weight, *rest)
+    assert out.shape[1] == 4
+    assert task.spec.workloads[0].params["in_channels"] == 128  # the GPU workload is the problem as written
+
+
+@pytest.mark.parametrize("problem, override, where", [
+    (CONV3D_GROUPED, "groups=3", "in_channels must be divisible by groups"),
+    (DEPTHWISE, "kernel_size_h=200", "Kernel size can't be greater than actual input size"),
+    ("level2/1_Conv2D_ReLU_BiasAdd.py", "bias_shape[0]=5", "must match the size of tensor b (5)"),
+])
+def test_an_override_that_breaks_the_model_is_refused_at_import(tmp_path, problem, override, where):
+    problem = KB / problem
+    result = runner.invoke(app, ["import", "kernelbench", str(problem), "--out", str(tmp_path / "t"),
+                                 "--interpreter-param", override])
+    assert result.exit_code == 2, result.output
+    line = " ".join(result.output.split())
+    assert f"--interpreter-param {override} breaks the Model" in line and where in line
+    assert len(result.output.strip().splitlines()) <= 3  # one error line (wrapped by the terminal at most)
+
+
+def test_the_reference_run_as_a_kernel_uses_the_interpreter_sizes(imported):
+    """A from-scratch baseline runs the reference in a process that never called make_inputs:
+    it must still build the Model at the sizes of the inputs it is handed (groups=16, not 128)."""
+    task_dir = imported["level1_85_conv_depthwise_2D_asymmetric_input_asymmetric_kernel"]
+    params = load_task(task_dir).spec.interpreter_workloads[0].params
+    judge = _module(task_dir / "reference.py", "kb_judge_side")
+    inputs = judge.make_inputs(params, 1, "cpu", "float32")
+    fresh = _module(task_dir / "reference.py", "kb_kernel_side")  # as reference_kernel.py loads it
+    torch.testing.assert_close(fresh.reference(*inputs), judge.reference(*inputs), rtol=0, atol=0)
+    wrong = [torch.zeros(3, 5, 7, 7), *inputs[1:]]
+    with pytest.raises(ValueError, match="match no workload of this task"):
+        fresh.reference(*wrong)
+
+
+def test_batchnorm_state_is_updated_on_copies_as_the_model_does(imported):
+    task_dir = imported["level1_33_BatchNorm"]
+    task = load_task(task_dir)
+    assert "Forward updates the Model's state bn.running_mean, bn.running_var, bn.num_batches_tracked" \
+        in task.spec.description
+    ref = _reference_module(task.root)
+    args = ref.make_inputs(task.spec.interpreter_workloads[0].params, 0, "cpu", "float32")
+    before = [a.clone() for a in args]
+    out, updated = ref.reference_with_state(*args)
+    assert all(torch.equal(a, b) for a, b in zip(args, before))  # the arguments stay as they were
+    x, weight, bias, mean, var, count = args
+    assert sorted(updated) == [3, 4, 5]
+    batch_mean, batch_var = x.mean(dim=(0, 2, 3)), x.var(dim=(0, 2, 3), unbiased=True)
+    torch.testing.assert_close(updated[3], 0.9 * mean + 0.1 * batch_mean)
+    torch.testing.assert_close(updated[4], 0.9 * var + 0.1 * batch_var)
+    assert int(updated[5]) == int(count) + 1
+    torch.testing.assert_close(out, torch.nn.functional.batch_norm(x, mean.clone(), var.clone(), weight, bias,
+                                                                   training=True))
+    # From scratch: the reference as the baseline kernel is not `input_mutated` any more.
+    result = evaluate(task, reference_source(task), device="cpu", trusted=True, rounds=1)
+    assert result.status == "verified", result.error
+
+
+def test_random_numbers_in_forward_and_tensor_attributes_are_the_same_on_every_call(imported):
+    lstm = _reference_module(load_task(imported["level3_35_LSTM"]).root)  # h0, c0 = torch.randn(...) in forward
+    args = lstm.make_inputs(load_task(imported["level3_35_LSTM"]).spec.interpreter_workloads[0].params, 0, "cpu",
+                            "float32")
+    torch.testing.assert_close(lstm.reference(*args), lstm.reference(*args), rtol=0, atol=0)
+    task = load_task(imported["level3_33_VanillaRNN"])  # self.hidden = torch.randn(...): a tensor attribute
+    assert "hidden [" in task.spec.description and "Forward updates the Model's state hidden" in task.spec.description
+
+
+def test_models_the_meta_device_cannot_run_and_missing_packages(imported, tmp_path):
+    # SwinMLP calls .item() in __init__: built for real, then its forward counted on the meta device.
+    swin = _reference_module(load_task(imported["level3_29_SwinMLP"]).root)
+    assert swin.flops(load_task(imported["level3_29_SwinMLP"]).spec.workloads[0].params, "float32") > 1e9
+    # A problem needing a package that is not installed: one line naming it, exit code 2.
+    result = runner.invoke(app, ["import", "kernelbench", str(KB / "level3" / NEEDS_EINOPS), "--out",
+                                 str(tmp_path / "m")])
+    assert result.exit_code == 2 and "needs the Python package einops" in result.output
+    assert "pip install einops" in " ".join(result.output.split())
+
+
+def test_import_by_level_and_problem_id(tmp_path):
+    result = runner.invoke(app, ["import", "kernelbench", "--level", "1", "--problem", "19", "--repo", str(KB),
+                                 "--out", str(tmp_path / "relu")])
+    assert result.exit_code == 0, result.output
+    task = load_task(tmp_path / "relu")
+    assert task.name == "level1_19_ReLU" and task.spec.origin["level"] == "1" and task.spec.origin["problem_id"] == "19"
+    result = runner.invoke(app, ["import", "kernelbench", "--level", "1", "--problem", "999", "--repo", str(KB),
+                                 "--out", str(tmp_path / "x")])
+    assert result.exit_code == 2 and "level 1 has no problem 999" in result.output
+    result = runner.invoke(app, ["import", "kernelbench", "--problem", "19", "--repo", str(KB), "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "give a problem file, or --level" in result.output
+    result = runner.invoke(app, ["import", "kernelbench", "--level", "4", "--repo", str(KB), "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "no level 4" in result.output
+
+
+def test_a_whole_level_becomes_one_suite(tmp_path):
+    from accelopt.evals.suite import suite_tasks
+
+    repo = tmp_path / "KernelBench-checkout"
+    (repo / "KernelBench" / "level3").mkdir(parents=True)
+    for name in ("4_LeNet5.py", "1_MLP.py", NEEDS_EINOPS):
+        (repo / "KernelBench" / "level3" / name).write_text((KB / "level3" / name).read_text())
+    result = runner.invoke(app, ["import", "kernelbench", "--level", "3", "--repo", str(repo), "--out",
+                                 str(tmp_path / "suite")])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "suite written" in text and "2 tasks, 1 not imported" in text and "needs the Python package einops" in text
+    tasks = suite_tasks(tmp_path / "suite")
+    assert [t.name for t in tasks] == ["level3_1_MLP", "level3_4_LeNet5"]  # the refused one leaves nothing behind
+    assert [load_task(t).spec.origin["problem_id"] for t in tasks] == ["1", "4"]
+    record = json.loads((tmp_path / "suite" / "kernelbench_import.json").read_text())
+    assert record["level"] == 3 and "einops" in record["not_imported"][NEEDS_EINOPS]
+
+
+RELU_KERNEL = '''import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    tl.store(y_ptr + offs, tl.maximum(x, 0.0), mask=offs < n)
+
+
+def run(x):
+    y = torch.empty_like(x)
+    relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+    return y
+'''
+
+
+def _fake_run(run_dir, task_dir, kernel: str):
+    """What export reads of a finished run: summary.json and best_kernel.py."""
+    run_dir.mkdir(parents=True)
+    (run_dir / "summary.json").write_text(json.dumps({"task_dir": str(task_dir), "best_id": "r1"}))
+    (run_dir / "best_kernel.py").write_text(kernel)
+    return run_dir
+
+
+def test_export_writes_kernelbench_file_names_that_kernelbench_accepts(tmp_path):
+    problem = KB / "level1" / "19_ReLU.py"
+    task_dir = import_problem(problem, tmp_path / "level1_19_ReLU")
+    run_dir = _fake_run(tmp_path / "eval" / "level1_19_ReLU", task_dir, RELU_KERNEL)
+    runs = tmp_path / "runs" / "accelopt"
+    result = runner.invoke(app, ["export", "kernelbench", str(run_dir), "--out", str(runs), "--sample-id", "2"])
+    assert result.exit_code == 0, result.output
+    solution = runs / "level_1_problem_19_sample_2_kernel.py"  # as scripts/generate_samples.py names them
+    assert solution.is_file() and "static check" not in result.output  # no `pass` left from "forward pass" docs
+    # An eval directory exports each of its runs; one still at the reference is skipped with a reason.
+    _fake_run(tmp_path / "eval" / "other", task_dir, reference_source(load_task(task_dir)))
+    result = runner.invoke(app, ["export", "kernelbench", str(tmp_path / "eval"), "--out", str(tmp_path / "all")])
+    assert result.exit_code == 0 and "skipped other: " in result.output and "still the task's PyTorch reference" \
+        in " ".join(result.output.split())
+    assert [p.name for p in (tmp_path / "all").iterdir()] == ["level_1_problem_19_sample_0_kernel.py"]
+    # KernelBench's own protocol (src/kernelbench/eval.py): the solution file run alone, ModelNew built
+    # from get_init_inputs under the same seed as Model, the same inputs, allclose.
+    check = f"""
+import importlib.util, torch
+def load(p, n):
+    s = importlib.util.spec_from_file_location(n, p); m = importlib.util.module_from_spec(s); s.loader.exec_module(m); return m
+problem, sol = load({str(problem)!r}, "problem"), load({str(solution)!r}, "solution")
+for mod in (problem, sol):
+    mod.batch_size, mod.dim = 8, 300
+for seed in range(2):
+    torch.manual_seed(seed); model = problem.Model(*problem.get_init_inputs())
+    torch.manual_seed(seed); new = sol.ModelNew(*problem.get_init_inputs())
+    torch.manual_seed(100 + seed); x = problem.get_inputs()
+    torch.testing.assert_close(new(*x), model(*x))
+print("kernelbench-check-ok")
+"""
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, env=env, timeout=300)
+    assert "kernelbench-check-ok" in proc.stdout, proc.stderr[-2000:]
+    result = runner.invoke(app, ["export", "kernelbench", str(run_dir), "--out", str(tmp_path / "x")])
+    assert result.exit_code == 0  # a folder
+    no_origin = import_problem(KB / "linear_relu.py", tmp_path / "lr")
+    result = runner.invoke(app, ["export", "kernelbench", str(_fake_run(tmp_path / "r2", no_origin, RELU_KERNEL)),
+                                 "--out", str(tmp_path / "y")])
+    assert result.exit_code == 2 and "give --out a .py file name" in " ".join(result.output.split())
