@@ -4,7 +4,8 @@ tunables (tools/tunables.py): num_warps, num_stages, tl.constexpr tile sizes.
 
 - plan: first the configurations that recalled lessons reached on kernels of the same class and
   tiles (their recipes, as data), strongest evidence first; then, for a recipe measured in this
-  run that lost, the configuration halfway (geometrically) between here and there; then
+  run, the configuration halfway (geometrically) between here and there if it lost, or halfway
+  back towards where it jumped from if it won (the distance may be wrong either way); then
   single-knob steps, those recalled lessons measured as helping from the same starting
   configuration first and those they warned against last. Never a configuration measured already.
 - write: applies the plan's moves to the source (AST edits).
@@ -91,11 +92,13 @@ def _between(name: str, a: int, b: int) -> int:
     return 2 ** round((math.log2(a) + math.log2(b)) / 2) if a > 0 and b > 0 else b
 
 
-def around_lost(request: PlanRequest, config: Config, klass: str) -> list[tuple[Config, str]]:
-    """For each recalled recipe that was measured in this run and did not win (its kernel is not
-    where the beam stands), the configuration halfway between here and there: the recipe's
-    direction was right often enough to be recalled, its distance may not have been."""
+def around_recipes(request: PlanRequest, config: Config, klass: str) -> list[tuple[Config, str]]:
+    """Around each recalled recipe measured in this run: its direction was right often enough to
+    be recalled, its distance may not have been. One that lost (the beam stands elsewhere): the
+    configuration halfway between here and there. One that won by a jump of several steps (the
+    beam stands on it): halfway back towards where it jumped from, the step it skipped."""
     measured = {frozenset(k["config"].items()): k for k in request.tried if k["config"]}
+    by_id = {k["id"]: k for k in request.tried}
     found = []
     for insight in request.lessons:
         if insight.kind != "positive" or not _applies(insight.recipe, config, klass):
@@ -103,12 +106,19 @@ def around_lost(request: PlanRequest, config: Config, klass: str) -> list[tuple[
         assert insight.recipe is not None
         target = {**config, **{k: v for k, v in insight.recipe.result.items() if k in config}}
         kernel = measured.get(frozenset(target.items()))
-        if kernel is None or kernel["status"] != "verified" or target == config:
+        if kernel is None or kernel["status"] != "verified":
             continue
-        middle = {k: _between(k, config[k], v) for k, v in target.items() if v != config[k]}
-        changes = {k: v for k, v in middle.items() if v != config[k]}
+        if target != config:
+            middle, why = target, f"halfway to recalled lesson {insight.id}, which lost here as {kernel['id']}"
+        else:
+            parent = by_id.get(kernel["parent_id"] or "")
+            if not parent or not parent["config"]:
+                continue
+            middle, why = parent["config"], f"halfway back from recalled lesson {insight.id}, which won as {kernel['id']}"
+        changes = {k: _between(k, config[k], v) for k, v in middle.items() if k in config and v != config[k]}
+        changes = {k: v for k, v in changes.items() if v != config[k]}
         if changes:
-            found.append((changes, f"halfway to recalled lesson {insight.id}, which lost here as {kernel['id']}"))
+            found.append((changes, why))
     return found
 
 
@@ -137,7 +147,7 @@ class TunerPolicy:
             return 0 if key in liked else 2 if key in avoided else 1
 
         options = [(c, f"following recalled lesson {i}") for c, i in recipes(request.lessons, config, klass)]
-        options += around_lost(request, config, klass)
+        options += around_recipes(request, config, klass)
         options += [(m, "one step") for m in sorted(neighbours(config), key=rank)]
         plans: list[PlanDraft] = []
         for changes, why in options:

@@ -150,6 +150,23 @@ def test_planner_explores_halfway_to_a_recipe_that_lost():
     assert "one step" in plans[1].text
 
 
+def test_planner_tries_the_skipped_step_after_a_recipe_that_won_by_a_far_jump():
+    start = {"BLOCK": 256, "num_warps": 4, "num_stages": 3}
+    far = {**start, "BLOCK": 2048}
+    lessons = [lesson("ins-g", start, far, 1.8, task="fused_add_rmsnorm")]
+    # the recipe was measured here and won: the beam stands on it, its parent was the baseline
+    tried = [measured("baseline", start), measured("i1.m0.p0.k0", far, speedup=1.16)]
+    plans = plan(apply_config(RMSNORM, far), 2, lessons, tried)
+    # layernorm on the H100: 256 -> 2048 won at 1.16x, but 1024 (skipped) was the best at 1.31x
+    assert titles(plans)[0] == "BLOCK 2048 -> 1024" and "won as i1.m0.p0.k0" in plans[0].text
+    assert "one step" in plans[1].text
+    # a recipe one step away leaves nothing between: no halfway plan
+    near = {**start, "BLOCK": 512}
+    plans = plan(apply_config(RMSNORM, near), 3, [lesson("ins-h", start, near, 1.2)],
+                 [measured("baseline", start), measured("i1.m0.p0.k0", near)])
+    assert all("halfway" not in p.text for p in plans)
+
+
 def test_fixer_shrinks_or_reverts_the_failed_move():
     def fix(source: str, moves: dict, error: str = "x") -> object:
         return TUNER.fix(FixRequest(task=TASK, iteration=1, candidate_id="k.f1", plan=PlanDraft("p", moves),
