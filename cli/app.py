@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Annotated, Optional
@@ -18,9 +19,20 @@ from accelopt.cli.evaluate import eval_suite, export_app, import_app, report
 from accelopt.cli.memory import app as memory_app
 from accelopt.cli.memory import fail
 from accelopt.memory.embedder import MemoryStoreError
+from accelopt.memory.store import require_store_dir
 from accelopt.tools.backends import BACKENDS, backend_for, run_refusal
 from accelopt.tools.llm import ConfigError, totals
-from accelopt.tools.rundir import RunDirError, check_checkpoint, read_run_meta, run_summary, write_run_meta
+from accelopt.tools.rundir import (
+    RunDirError,
+    check_checkpoint,
+    claim_new_run_dir,
+    lock_run_dir,
+    read_run_meta,
+    resume_task_dir,
+    run_summary,
+    save_run_meta,
+    write_run_meta,
+)
 from accelopt.tools.task import TaskError, load_task
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -58,6 +70,8 @@ def optimize(
     memory_url: Opt[Optional[str], typer.Option(help="Chroma server shared by runs, e.g. http://host:8000")] = None,
     embedder: Opt[Optional[str], typer.Option(help="Sentence-transformers model for insights (offline)")] = None,
     no_memory: Opt[bool, typer.Option("--no-memory", help="Neither recall nor store insights")] = False,
+    create_memory: Opt[bool, typer.Option("--create-memory", help="Start a new insight store at --memory if there "
+                                          "is none (else a missing directory is an error: a typo)")] = False,
     max_tokens: Opt[Optional[int], typer.Option(help="Token budget")] = None,
     max_cost: Opt[Optional[float], typer.Option(help="$ budget")] = None,
     max_wall: Opt[Optional[float], typer.Option(help="Wall-clock budget in seconds")] = None,
@@ -84,38 +98,65 @@ def optimize(
     if not ctx.use_memory:
         console.print("Memory disabled (--no-memory): no insights are recalled or stored.")
     else:
-        try:  # fail before any tokens are spent, with the fix in the message
-            from accelopt.nodes.services import open_store
-
-            open_store(ctx)
-        except MemoryStoreError as e:
-            fail(str(e))
+        _check_memory(ctx, create_memory, "pass an existing store, add --create-memory to start one there, or run "
+                                          "with --no-memory")
     run_dir = run_dir or Path("runs") / f"{task.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        claim_new_run_dir(run_dir, task.root)
+    except RunDirError as e:
+        fail(str(e))
     write_run_meta(run_dir, task.root, context_to_json(ctx))
     _report(drive(ctx, run_dir, {"task_dir": task.root, "run_dir": str(run_dir.resolve())}, console), run_dir)
 
 
+def _check_memory(ctx: RunContext, create: bool, missing_advice: str) -> None:
+    """Fail before any tokens are spent, with the fix in the message: a --memory directory that
+    does not exist (unless `create`), or a store that cannot be opened or lost its database."""
+    try:
+        if ctx.memory_dir and not ctx.memory_url and not create:
+            require_store_dir(ctx.memory_dir, missing_advice)
+        from accelopt.nodes.services import open_store
+
+        open_store(ctx)
+    except MemoryStoreError as e:
+        fail(str(e))
+
+
 @app.command()
 def resume(run_dir: Opt[Path, typer.Argument(help="A run directory written by `accelopt optimize`")],
+           iterations: Opt[Optional[int], typer.Option("--iterations", "-T", min=1, help=(
+               "Run until iteration T: more than the run had continues a finished search from its last beam"))] = None,
+           task: Opt[Optional[Path], typer.Option("--task", help="Where the run's task directory is now, if it "
+                                                  "moved (it must hold the same task files)")] = None,
+           create_memory: Opt[bool, typer.Option("--create-memory", help="Continue with a new, empty insight "
+                                                 "store if the run's memory directory is gone")] = False,
            restart: Opt[bool, typer.Option(help="Start the search over in this directory (after a corrupt "
                                                 "checkpoint); cached evaluations and replies are replayed")] = False,
            ) -> None:
     """Continue a run from its last checkpoint; evaluated candidates are kept."""
     try:
         meta = read_run_meta(run_dir)
+        lock_run_dir(run_dir)
         ctx = RunContext(**meta["context"])
-        if restart:
-            checkpoint = run_dir / "checkpoints.sqlite"
-            if checkpoint.exists():
-                checkpoint.rename(checkpoint.with_name(f"checkpoints.sqlite.old-{time.strftime('%Y%m%d-%H%M%S')}"))
-        else:
+        if iterations is not None:
+            ctx = dataclasses.replace(ctx, iterations=iterations)
+        task_dir = resume_task_dir(run_dir, meta, task)
+        if not restart:
             check_checkpoint(run_dir)
     except RunDirError as e:
         fail(str(e))
     except (TypeError, ValueError, KeyError) as e:
         fail(f"{run_dir / 'run.json'} does not fit this version of accelopt ({str(e)[:200]}); start a new run")
-    inputs = {"task_dir": meta["task_dir"], "run_dir": str(run_dir.resolve())} if restart else None
+    if ctx.use_memory:
+        _check_memory(ctx, create_memory, "the memory directory recorded in run.json is gone; restore it, or "
+                                          "resume with --create-memory to go on with an empty store there")
+    if restart:  # every check passed: only now is the old checkpoint set aside
+        checkpoint = run_dir / "checkpoints.sqlite"
+        if checkpoint.exists():
+            checkpoint.rename(checkpoint.with_name(f"checkpoints.sqlite.old-{time.strftime('%Y%m%d-%H%M%S')}"))
+    # the drive reads the task and T from here; a later plain `resume` keeps them
+    save_run_meta(run_dir, {**meta, "task_dir": task_dir, "context": {**meta["context"], "iterations": ctx.iterations}})
+    inputs = {"task_dir": task_dir, "run_dir": str(run_dir.resolve())} if restart else None
     _report(drive(ctx, run_dir, inputs, console), run_dir)
 
 

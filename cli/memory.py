@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from accelopt.memory.embedder import DEFAULT_EMBEDDER, MemoryStoreError
-from accelopt.memory.store import InsightStore
+from accelopt.memory.store import InsightStore, require_store_dir
 
 app = typer.Typer(no_args_is_help=True, help="List, search, share and prune the optimization memory.")
 console = Console()
@@ -28,8 +28,11 @@ MemoryUrl = Annotated[Optional[str], typer.Option("--memory-url", help="Chroma s
 EmbedderOpt = Annotated[str, typer.Option("--embedder", help="Sentence-transformers model (offline)")]
 
 
-def _open(memory: Path | None, memory_url: str | None, embedder: str) -> InsightStore:
+def _open(memory: Path | None, memory_url: str | None, embedder: str, create: bool = False) -> InsightStore:
+    """The store at --memory (which must exist unless `create`), --memory-url, or the default location."""
     try:
+        if memory and not memory_url and not create:
+            require_store_dir(memory, "check the path; `accelopt memory import FILE --memory DIR` creates a store")
         return InsightStore(memory, url=memory_url, embedder=embedder)
     except MemoryStoreError as e:
         fail(str(e))
@@ -81,8 +84,11 @@ def export_(file: Path, memory: MemoryDir = None, memory_url: MemoryUrl = None,
 @app.command("import")
 def import_(file: Path, memory: MemoryDir = None, memory_url: MemoryUrl = None,
             embedder: EmbedderOpt = DEFAULT_EMBEDDER) -> None:
-    """Add the insights of a JSONL file (near-duplicates merge)."""
-    store = _open(memory, memory_url, embedder)
+    """Add the insights of a JSONL file (near-duplicates merge); a new --memory DIR is created."""
+    created = bool(memory and not memory_url and not memory.exists())
+    store = _open(memory, memory_url, embedder, create=True)
+    if created:
+        console.print(f"created a new memory store at {memory}")
     try:
         count = store.import_jsonl(file)
     except (MemoryStoreError, OSError) as e:

@@ -4,6 +4,7 @@ PyTorch reference as the baseline kernel) through the judge on the Triton CPU in
 
     python evals/bench_kernelbench_import.py --repo path/to/KernelBench              # levels 1-3
     python evals/bench_kernelbench_import.py --repo ... --levels 1 --limit 20 --json out.json
+    python evals/bench_kernelbench_import.py --repo ... --levels 1 --problems 74,82    # re-check some
 
 Prints a table per level: imported, verified from scratch, and each failure with a one-line reason.
 """
@@ -34,7 +35,8 @@ def verify_from_scratch(task_dir: Path, timeout_s: float) -> tuple[str, str, flo
     return result.status, _first_line(result.error), time.monotonic() - started
 
 
-def bench_level(repo: Path, level: int, out: Path, *, limit: int | None, verify: bool, timeout_s: float) -> dict:
+def bench_level(repo: Path, level: int, out: Path, *, limit: int | None, verify: bool, timeout_s: float,
+                problem_ids: set[int] | None = None) -> dict:
     from accelopt.evals.interop.kernelbench_repo import import_level
 
     started = time.monotonic()
@@ -43,7 +45,8 @@ def bench_level(repo: Path, level: int, out: Path, *, limit: int | None, verify:
         print(f"  level {level} {problem.name}: {'import failed: ' + _first_line(failure) if failure else 'imported'}",
               flush=True)
 
-    imported = import_level(repo, level, out / f"level{level}", limit=limit, progress=progress)
+    imported = import_level(repo, level, out / f"level{level}", limit=limit, problem_ids=problem_ids,
+                            progress=progress)
     row: dict = {"level": level, "problems": len(imported.imported) + len(imported.failures),
                  "imported": len(imported.imported), "verified": 0, "import_s": time.monotonic() - started,
                  "failures": {name: f"import: {_first_line(reason)}" for name, reason in imported.failures.items()},
@@ -76,6 +79,8 @@ def main() -> None:
     parser.add_argument("--repo", type=Path, required=True, help="A KernelBench checkout (or its KernelBench/ folder)")
     parser.add_argument("--levels", default="1,2,3", help="Comma-separated levels (default 1,2,3)")
     parser.add_argument("--limit", type=int, default=None, help="The first N problems of each level")
+    parser.add_argument("--problems", default=None,
+                        help="Comma-separated problem ids: only these of each level (a re-check of some)")
     parser.add_argument("--out", type=Path, default=None, help="Where the suites go (default: a temporary folder)")
     parser.add_argument("--no-verify", action="store_true", help="Import only")
     parser.add_argument("--timeout", type=float, default=600.0, help="Seconds per from-scratch check")
@@ -83,8 +88,9 @@ def main() -> None:
     args = parser.parse_args()
 
     out = args.out or Path(tempfile.mkdtemp(prefix="kernelbench-import-"))
+    ids = {int(p) for p in args.problems.split(",")} if args.problems else None
     rows = [bench_level(args.repo, int(level), out, limit=args.limit, verify=not args.no_verify,
-                        timeout_s=args.timeout) for level in args.levels.split(",")]
+                        timeout_s=args.timeout, problem_ids=ids) for level in args.levels.split(",")]
     print_table(rows, not args.no_verify)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")

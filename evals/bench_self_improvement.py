@@ -35,7 +35,7 @@ from accelopt.tools.task import load_task  # noqa: E402
 from accelopt.tools.tunables import config_of  # noqa: E402
 
 TARGET = 1.05          # within 5% of the best-found latency
-NOT_EVALUATED = {"no_code", "llm_error", None}
+NOT_EVALUATED = {"no_code", "truncated", "llm_error", None}
 
 
 def _natural(cid: str) -> list:

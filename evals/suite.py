@@ -15,10 +15,10 @@ from accelopt.graph.config import context_to_json
 from accelopt.nodes.context import RunContext
 from accelopt.graph.driver import drive
 from accelopt.tools.harness.reference_kernel import torch_comparators
-from accelopt.tools.harness.runner import evaluate
+from accelopt.tools.harness.runner import detect_device, evaluate
 from accelopt.tools.backends import run_refusal
 from accelopt.tools.rundir import write_run_meta
-from accelopt.tools.task import TaskError, load_task
+from accelopt.tools.task import Task, TaskError, load_task
 
 EVALS = Path(__file__).resolve().parent
 SUITES = {"triton": EVALS / "tasks", "nkibench": EVALS / "nkibench"}
@@ -39,13 +39,21 @@ def suite_tasks(suite: Path, only: list[str] | None = None) -> list[Path]:
     if not tasks:
         raise TaskError(f"{suite} holds no task directories (subdirectories with a task.json)")
     if only:
-        by_name = {load_task(p).name: p for p in tasks} | {p.name: p for p in tasks}
+        by_name = {_task_name(p): p for p in tasks} | {p.name: p for p in tasks}
         missing = [n for n in only if n not in by_name]
         if missing:
             raise TaskError(f"no task named {', '.join(missing)} in {suite}; it has: "
                             f"{', '.join(sorted(p.name for p in tasks))}")
         tasks = list(dict.fromkeys(by_name[n] for n in only))
     return tasks
+
+
+def _task_name(task_dir: Path) -> str:
+    """The name in task.json, or the folder's where the task cannot be loaded (it fails when run)."""
+    try:
+        return load_task(task_dir).name
+    except TaskError:
+        return task_dir.name
 
 
 def is_finished(run_dir: Path) -> bool:
@@ -61,14 +69,21 @@ def run_suite(suite: Path, out: Path, ctx: RunContext, tasks: list[Path], consol
     (out / "suite.json").write_text(json.dumps(
         {"suite": str(suite.resolve()), "tasks": [p.name for p in tasks], "context": context_to_json(ctx)}, indent=2))
     for number, task_dir in enumerate(tasks, 1):
-        task = load_task(task_dir)
         run_dir = out / task_dir.name
-        head = f"[{number}/{len(tasks)}] {task.name}"
+        try:
+            task, problem = load_task(task_dir), None
+        except TaskError as e:  # a malformed task fails alone, with its one line; the suite goes on
+            task, problem = None, str(e)
+        head = f"[{number}/{len(tasks)}] {task.name if task else task_dir.name}"
         if is_finished(run_dir):
             console.print(f"{head}: finished earlier, skipped")
             continue
         run_dir.mkdir(parents=True, exist_ok=True)
-        refusal = run_refusal(task, ctx.device)
+        (run_dir / "error.txt").unlink(missing_ok=True)  # a task that failed before is tried again
+        if task is None:
+            _failed(run_dir, head, problem or "", console)
+            continue
+        refusal = run_refusal(task, ctx.device) or _gpu_only_here(task, ctx.device)
         if refusal:
             _mark(run_dir, "skipped.json", refusal)
             console.print(f"{head}: skipped ({refusal})")
@@ -84,12 +99,32 @@ def run_suite(suite: Path, out: Path, ctx: RunContext, tasks: list[Path], consol
             (run_dir / "error.txt").write_text(traceback.format_exc())
             console.print(f"{head}: failed ({type(exc).__name__}: {exc}); see {run_dir / 'error.txt'}")
             continue
+        baseline = (state.get("candidates") or {}).get("baseline") or {}
+        if baseline.get("status") == "reference_error":  # the task is broken, not the search
+            _failed(run_dir, head, baseline.get("error") or "the task's reference failed", console)
+            continue
         if not state.get("beam"):
             _mark(run_dir, "stopped.json", state.get("stop_reason") or "no verified kernel")
             continue
         best = state["candidates"][state["beam"][0]]
         if torch_compile and best.get("device") == "cuda":
             compare_with_torch(task_dir, best["source"], run_dir, ctx.eval_timeout_s)
+
+
+def _gpu_only_here(task: Task, device: str) -> str | None:
+    """Why a GPU-only task cannot run on this device (the interpreter), or None."""
+    try:
+        task.spec.workloads_for(detect_device() if device == "auto" else device)
+    except TaskError as e:
+        return str(e)
+    return None
+
+
+def _failed(run_dir: Path, head: str, reason: str, console: Console) -> None:
+    """error.txt's last line is the report's note: one line, the reason."""
+    line = " ".join(reason.split())
+    (run_dir / "error.txt").write_text(line + "\n")
+    console.print(f"{head}: failed ({line})", markup=False, highlight=False, soft_wrap=True)
 
 
 def _mark(run_dir: Path, name: str, reason: str) -> None:

@@ -9,7 +9,9 @@ accelopt.toml:
     model = "vllm:openai/gpt-oss-120b"
     base_url = "http://gpu-box:8000/v1"
     reasoning_effort = "medium"
-    [models.executor]
+    max_attempts = 4       # per call; transient errors (429, 5xx, timeouts) are retried
+    timeout_s = 300
+    [models.executor]      # every field not set here is [models.default]'s
     model = "vllm:Qwen/Qwen3-Coder-480B-A35B-Instruct"
     base_url = "http://gpu-box:8001/v1"
     input_price = 0.2      # $ per 1M tokens, if you want self-hosted time priced
@@ -17,7 +19,10 @@ accelopt.toml:
     "gpt-4.1" = [2.0, 8.0]
     "vllm:openai/gpt-oss-120b" = [0.1, 0.5]
 
-Environment: ACCELOPT_MODEL, ACCELOPT_BASE_URL, ACCELOPT_<ROLE>_MODEL, ACCELOPT_CONFIG.
+Environment: ACCELOPT_MODEL, ACCELOPT_BASE_URL, ACCELOPT_<ROLE>_MODEL, ACCELOPT_<ROLE>_BASE_URL,
+ACCELOPT_CONFIG. Flags: model, base_url, <role>_model, <role>_base_url and RunContext's fields.
+
+A role's settings inherit [models.default] field by field (nodes/context.inherit).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from accelopt.nodes.context import RunContext
-from accelopt.tools.llm import ROLES, ConfigError, validate_spec
+from accelopt.tools.llm import GIVEN, ROLES, ConfigError, ModelSpec, endpoint, preflight, validate_spec
 
 _RUN_KEYS = {f.name for f in dataclasses.fields(RunContext)} - {"role_models", "chat_models", "model", "base_url",
                                                                  "prices"}
@@ -62,16 +67,18 @@ def load_context(config_file: Path | None = None, **flags: Any) -> tuple[RunCont
     if os.environ.get("ACCELOPT_BASE_URL"):
         default["base_url"] = os.environ["ACCELOPT_BASE_URL"]
     for role in ROLES:
-        if os.environ.get(f"ACCELOPT_{role.upper()}_MODEL"):
-            role_models.setdefault(role, {})["model"] = os.environ[f"ACCELOPT_{role.upper()}_MODEL"]
+        for key in ("model", "base_url"):
+            if os.environ.get(f"ACCELOPT_{role.upper()}_{key.upper()}"):
+                role_models.setdefault(role, {})[key] = os.environ[f"ACCELOPT_{role.upper()}_{key.upper()}"]
 
     if flags.get("model"):
         default["model"] = flags["model"]
     if flags.get("base_url"):
         default["base_url"] = flags["base_url"]
     for role in ROLES:
-        if flags.get(f"{role}_model"):
-            role_models.setdefault(role, {})["model"] = flags[f"{role}_model"]
+        for key in ("model", "base_url"):
+            if flags.get(f"{role}_{key}"):
+                role_models.setdefault(role, {})[key] = flags[f"{role}_{key}"]
     values.update({k: v for k, v in flags.items() if k in _RUN_KEYS and v is not None})
 
     configured = bool(default.get("model")) or any("model" in s for r, s in role_models.items() if r != "default")
@@ -87,6 +94,37 @@ def load_context(config_file: Path | None = None, **flags: Any) -> tuple[RunCont
         except ValueError as e:  # pydantic: a bad field in [models.*]
             raise ConfigError(f"{role} model settings are invalid: {e}".splitlines()[0]) from None
     return ctx, configured
+
+
+def budget_warnings(ctx: RunContext) -> list[str]:
+    """What a budget cannot see, said at the start: with a $ budget, roles whose model has no price
+    (their calls count as $0, so the budget never stops them)."""
+    if ctx.max_cost_usd is None:
+        return []
+    unpriced: dict[str, list[str]] = {}
+    for role in ROLES:
+        spec = ctx.model_spec(role)
+        if spec.provider != "tuner" and not spec.priced():
+            unpriced.setdefault(spec.label(), []).append(role)
+    return [f"--max-cost ${ctx.max_cost_usd:g}: {label} ({', '.join(roles)}) has no price, so its calls count as $0 "
+            f'and the $ budget cannot stop them; price it with [prices] "{label}" = [input, output] ($ per 1M tokens)'
+            for label, roles in unpriced.items()]
+
+
+def preflight_context(ctx: RunContext) -> None:
+    """Check every endpoint the roles use, once per (endpoint, model, key), unless ctx.preflight is
+    off; raise tools/llm.FatalLLMError naming the roles. Chat models given in code are not checked."""
+    if not ctx.preflight:
+        return
+    checks: dict[tuple, tuple[ModelSpec, list[str]]] = {}
+    for role in ROLES:
+        spec = ctx.model_spec(role)
+        if spec.provider in ("tuner", GIVEN):
+            continue
+        key = (endpoint(spec), spec.model, spec.api_key_env)
+        checks.setdefault(key, (spec, []))[1].append(role)
+    for spec, roles in checks.values():
+        preflight(spec, ", ".join(roles))
 
 
 def _prices(table: dict, path: Path) -> dict[str, list[float]]:

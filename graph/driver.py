@@ -7,8 +7,10 @@ import json
 import sqlite3
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.types import Overwrite, Send
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -20,18 +22,25 @@ from rich.progress import (
 
 from accelopt.nodes.context import RunContext
 from accelopt.tools.llm import totals
+from accelopt.tools.rundir import lock_run_dir
 from accelopt.tools.tracing import flush_traces
 
 
 def drive(ctx: RunContext, run_dir: Path, inputs: dict | None, console: Console) -> dict:
     """Run (inputs given) or resume (inputs None) the graph with its checkpoint in run_dir, showing
-    progress; return the final state."""
+    progress; return the final state. Holds run_dir's lock until the process exits."""
     from accelopt.graph.builder import build_graph  # heavy imports after argument checks
 
+    lock_run_dir(run_dir)
+    meta = _run_meta(run_dir)
     with closing(sqlite3.connect(run_dir / "checkpoints.sqlite", check_same_thread=False)) as conn:
-        graph = build_graph().compile(checkpointer=SqliteSaver(conn))
-        config = {"configurable": {"thread_id": run_dir.resolve().name}, "recursion_limit": 10_000,
-                  "run_name": "accelopt", "metadata": {"run_dir": str(run_dir.resolve()), **_task_metadata(run_dir)}}
+        saver = SqliteSaver(conn)
+        graph = build_graph().compile(checkpointer=saver)
+        config = {"configurable": {"thread_id": thread_id(run_dir, meta, conn)}, "recursion_limit": 10_000,
+                  "run_name": "accelopt", "metadata": {"run_dir": str(run_dir.resolve()), **_task_metadata(meta)}}
+        if inputs is None:
+            _relocate(saver, graph, config, run_dir, meta)
+            _reopen_if_extended(graph, config, ctx)
         try:
             _stream_with_progress(graph, inputs, config, ctx, console)
         finally:
@@ -39,11 +48,85 @@ def drive(ctx: RunContext, run_dir: Path, inputs: dict | None, console: Console)
         return graph.get_state(config).values
 
 
-def _task_metadata(run_dir: Path) -> dict:
-    """Trace metadata every node and model call inherits: which task, which search shape."""
+def _run_meta(run_dir: Path) -> dict:
     try:
-        meta = json.loads((run_dir / "run.json").read_text())
+        return json.loads((run_dir / "run.json").read_text())
     except (OSError, ValueError):
+        return {}
+
+
+def thread_id(run_dir: Path, meta: dict, conn: sqlite3.Connection) -> str:
+    """The checkpoint thread: run.json's; for a run directory from before run.json named it, the
+    only thread its checkpoint holds (a copy's name is not the original's), else the folder's name."""
+    if meta.get("thread_id"):
+        return str(meta["thread_id"])
+    try:
+        threads = [r[0] for r in conn.execute("SELECT DISTINCT thread_id FROM checkpoints LIMIT 2")]
+    except sqlite3.DatabaseError:
+        threads = []
+    return threads[0] if len(threads) == 1 else run_dir.resolve().name
+
+
+def _relocate(saver: SqliteSaver, graph, config: dict, run_dir: Path, meta: dict) -> None:
+    """A copied or moved run directory, or a task moved with `resume --task`: the checkpoints
+    (state, pending Sends, subgraph states) still name the old folders, and nodes write and read
+    where they say. Rewrite those paths in place, so the run goes on where it is now."""
+    state = graph.get_state(config).values
+    moves = {old: new for old, new in ((state.get("run_dir"), str(run_dir.resolve())),
+                                       (state.get("task_dir"), meta.get("task_dir")))
+             if old and new and old != new}
+    if not moves:
+        return
+    thread = config["configurable"]["thread_id"]
+    with saver.conn:  # one transaction: all rows moved, or none
+        for table, column in (("checkpoints", "checkpoint"), ("writes", "value")):
+            rows = saver.conn.execute(f"SELECT rowid, type, {column} FROM {table} WHERE thread_id = ?",
+                                      (thread,)).fetchall()
+            for rowid, kind, blob in rows:
+                value = saver.serde.loads_typed((kind, blob))
+                moved = _moved(value, moves)
+                if moved != value:
+                    saver.conn.execute(f"UPDATE {table} SET type = ?, {column} = ? WHERE rowid = ?",
+                                       (*saver.serde.dumps_typed(moved), rowid))
+
+
+def _moved(value: Any, moves: dict[str, str]) -> Any:
+    """value with every path under an old folder re-rooted at its new one (whole strings only:
+    a message that quotes a path is history, not a place to write)."""
+    if isinstance(value, str):
+        for old, new in moves.items():
+            if value == old or value.startswith(old + "/"):
+                return new + value[len(old):]
+        return value
+    if isinstance(value, dict):
+        return {k: _moved(v, moves) for k, v in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(_moved(v, moves) for v in value)
+    if isinstance(value, Send):
+        return Send(value.node, _moved(value.arg, moves))
+    if isinstance(value, Overwrite):
+        return Overwrite(_moved(value.value, moves))
+    return value
+
+
+def _reopen_if_extended(graph, config: dict, ctx: RunContext) -> None:
+    """A finished run resumed with a larger T (or budget) goes on: if the selector's stopping rule,
+    under the new context, would not have stopped it, the stop is undone as though `record` had
+    routed back to `recall`, and the search continues from its last beam."""
+    from accelopt.nodes.selector import stop_reason
+
+    snapshot = graph.get_state(config)
+    state = snapshot.values
+    if snapshot.next or not state.get("beam") or not state.get("stop_reason"):
+        return  # still under way, or stopped before any search (setup refused the task)
+    best = state["candidates"][state["beam"][0]]
+    if stop_reason(state, ctx, best, totals(state.get("usage", []))) is None:
+        graph.update_state(config, {"stop_reason": None}, as_node="record")
+
+
+def _task_metadata(meta: dict) -> dict:
+    """Trace metadata every node and model call inherits: which task, which search shape."""
+    if not meta:
         return {}
     ctx = meta.get("context") or {}
     return {"task": Path(meta.get("task_dir", "")).name,
@@ -51,13 +134,15 @@ def _task_metadata(run_dir: Path) -> dict:
 
 
 def _stream_with_progress(graph, inputs, config, ctx: RunContext, console: Console) -> None:
-    seen: dict[str, dict] = {}
-    usage: list[dict] = []
-    iteration, best = 0, 1.0
+    done = {} if inputs is not None else graph.get_state(config).values  # a resumed run counts on from here
+    seen: dict[str, dict] = dict(done.get("candidates") or {})
+    usage: list[dict] = list(done.get("usage") or [])
+    iteration, best = done.get("iteration", 0), seen.get((done.get("beam") or [""])[0], {}).get("speedup") or 1.0
     columns = (SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
                TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:
-        bar = progress.add_task("measuring baseline", total=ctx.iterations, info="")
+        bar = progress.add_task("measuring baseline" if inputs is not None else "resuming", total=ctx.iterations,
+                                completed=len(done.get("history") or []), info="")
         for namespace, update in graph.stream(inputs, config, context=ctx, stream_mode="updates", subgraphs=True):
             for node, values in (update or {}).items():
                 values = values or {}

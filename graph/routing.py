@@ -1,23 +1,40 @@
-"""Edges: the fan-outs (Send) and the conditional edges of the fix loop and the outer loop."""
+"""Edges: the fan-outs (Send) and the conditional edges of the fix loop and the outer loop.
+
+The fan-outs are also where a run's budget meets its parallel branches: at each iteration's
+start the run's ledger (tools/budget.py) is synced from the state, and the samples sent are
+those the budget left can pay for."""
 
 from __future__ import annotations
+
+import logging
 
 from langgraph.graph import END
 from langgraph.runtime import Runtime
 from langgraph.types import Send
 
+from accelopt.graph.config import budget_warnings
 from accelopt.nodes.context import RunContext
 from accelopt.nodes.state import CandidateState, RunState, compact
 from accelopt.nodes.measurements import measured_kernels
+from accelopt.tools.budget import Limits, affordable, ledger
 from accelopt.tools.harness.result import FIXABLE
+from accelopt.tools.llm import totals
+
+log = logging.getLogger("accelopt")
 
 
 def after_setup(state: RunState) -> str:
     return END if state.get("stop_reason") else "recall"
 
 
-def to_planners(state: RunState) -> list[Send]:
+def to_planners(state: RunState, runtime: Runtime[RunContext]) -> list[Send]:
     """One planner branch per beam member."""
+    ctx = runtime.context
+    if state["iteration"] == 1:
+        for warning in budget_warnings(ctx):
+            log.warning(warning)
+    ledger(state.get("run_dir")).sync(state.get("usage") or [], Limits(ctx.max_tokens, ctx.max_cost_usd),
+                                      fresh=state["iteration"] == 1)
     measured = measured_kernels(state["candidates"])
     return [Send("planner", {"task_dir": state["task_dir"], "run_dir": state.get("run_dir"),
                              "iteration": state["iteration"], "member_index": i,
@@ -27,13 +44,21 @@ def to_planners(state: RunState) -> list[Send]:
 
 
 def to_samples(state: RunState, runtime: Runtime[RunContext]) -> list[Send] | str:
-    """K kernel branches per plan; each runs the candidate subgraph."""
+    """K kernel branches per plan, as many as the budget left pays for (first samples of every
+    plan first); each runs the candidate subgraph."""
+    ctx = runtime.context
+    if ledger(state.get("run_dir")).fatal:
+        return "selector"  # a planner met a fatal model error: the selector ends the run
     baseline = compact(state["candidates"][state["baseline_id"]])
+    plans = state.get("plans", [])
+    pairs = [(j, k) for k in range(ctx.samples) for j in range(len(plans))]
+    pairs = sorted(pairs[:affordable(totals(state.get("usage") or []), Limits(ctx.max_tokens, ctx.max_cost_usd),
+                                     "executor", len(pairs))])
     sends = [Send("candidate", {"task_dir": state["task_dir"], "run_dir": state.get("run_dir"),
-                                "iteration": state["iteration"], "plan": plan, "sample": k,
-                                "parent": compact(state["candidates"][plan["parent_id"]]), "baseline": baseline})
-             for plan in state.get("plans", []) for k in range(runtime.context.samples)]
-    return sends or "selector"  # every planner failed: nothing to evaluate this iteration
+                                "iteration": state["iteration"], "plan": plans[j], "sample": k,
+                                "parent": compact(state["candidates"][plans[j]["parent_id"]]), "baseline": baseline})
+             for j, k in pairs]
+    return sends or "selector"  # every planner failed, or the budget is spent: nothing to evaluate
 
 
 def after_profiler(state: CandidateState, runtime: Runtime[RunContext]) -> str:

@@ -46,8 +46,39 @@ FAMILY_PENALTY = 0.15   # a lesson from another kernel family (GEMM vs reduction
 DIVERSITY = 0.3  # MMR: weight of dissimilarity to lessons already chosen
 
 
+STORE_MARKER = "accelopt-memory.json"  # written at first open: this directory held a store
+DATABASE = "chroma.sqlite3"
+
+
 def default_memory_dir() -> Path:
     return Path(user_data_dir("accelopt")) / "memory"
+
+
+def require_store_dir(directory: str | Path, advice: str) -> None:
+    """A store directory someone named must exist: a typo must not silently start an empty memory.
+    (The default location is created silently.)"""
+    if not Path(directory).expanduser().exists():
+        raise MemoryStoreError(f"no memory store at {directory} (a typo?): {advice}")
+
+
+def _check_not_lost(path: Path) -> None:
+    """A store whose database vanished would open as a new, empty one: say so instead. Its
+    lessons are also in every run directory's insights.jsonl, which `memory import` reads."""
+    if (path / DATABASE).exists() or not path.is_dir():
+        return
+    segments = [p.name for p in path.iterdir() if p.is_dir() and len(p.name) == 36 and p.name.count("-") == 4]
+    if (path / STORE_MARKER).exists() or segments:
+        raise MemoryStoreError(
+            f"the memory store at {path} has lost its database ({DATABASE} is missing, the rest of the store is "
+            f"still there): restore {DATABASE} from a backup, or move {path} aside and rebuild the memory with "
+            f"`accelopt memory import RUN_DIR/insights.jsonl --memory {path}` (every run directory keeps the "
+            "lessons it learned there), or run with --no-memory")
+
+
+def _mark(path: Path, embedder: str) -> None:
+    marker = path / STORE_MARKER
+    if not marker.exists():
+        marker.write_text(json.dumps({"created": time.strftime("%Y-%m-%d %H:%M:%S"), "embedder": embedder}) + "\n")
 
 
 def evidence_strength(insight: Insight) -> float:
@@ -86,8 +117,10 @@ class InsightStore:
                                                   ssl=parsed.scheme == "https", settings=settings)
                 self.client.heartbeat()
             else:
+                _check_not_lost(Path(self.location))
                 Path(self.location).mkdir(parents=True, exist_ok=True)
                 self.client = chromadb.PersistentClient(path=self.location, settings=settings)
+                _mark(Path(self.location), embedder)
             for name in self._names():
                 self._open(name)
         except MemoryStoreError:

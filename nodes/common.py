@@ -1,4 +1,4 @@
-"""Helpers the nodes share: the task, and prompt rendering."""
+"""Helpers the nodes share: the task and prompt rendering."""
 
 from __future__ import annotations
 
@@ -36,8 +36,22 @@ def render(name: str, **values) -> str:
 
 
 def backend_parts(task: Task) -> dict[str, str]:
-    """The backend's rules for a kernel (executor, fixer) and its hardware notes (all three roles)."""
+    """The backend's rules and API pitfalls for the roles that write kernels (executor, fixer)
+    and its notes on fast kernels for all three: nodes/prompts/rules_<backend>.txt,
+    pitfalls_<backend>.txt and notes_<backend>.txt (the optional ones may be missing)."""
     backend = task.spec.backend
-    notes = PROMPTS / f"notes_{backend}.txt"
     return {"rules": _template(f"rules_{backend}").substitute(entry_point=task.spec.entry_point),
-            "backend_notes": notes.read_text() if notes.is_file() else ""}
+            "backend_notes": _optional(f"notes_{backend}"), "pitfalls": _optional(f"pitfalls_{backend}")}
+
+
+def _optional(name: str) -> str:
+    path = PROMPTS / f"{name}.txt"
+    return path.read_text() if path.is_file() else ""
+
+
+def workloads_text(task: Task) -> str:
+    """The sizes and dtype a kernel is timed on: a kernel is tuned for shapes it can see."""
+    sizes = "; ".join(f"{w.name} ({', '.join(f'{k}={v}' for k, v in w.params.items())})"
+                      for w in task.spec.workloads)
+    return (f"\nTimed on these workloads, with {task.spec.dtype} data (the reference's `make_inputs` builds "
+            f"the inputs from the sizes): {sizes}.")

@@ -9,7 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from accelopt.tools.llm import ROLES, ModelSpec
+from accelopt.tools.llm import ROLES, ModelSpec, given_spec, split_model
+
+# Settings that belong to one model or one endpoint: a role that names another model does not
+# inherit the default's price, nor, with another provider, its endpoint and key.
+_MODEL_BOUND = {"input_price", "output_price"}
+_PROVIDER_BOUND = {"base_url", "api_key_env"}
 
 
 @dataclass(kw_only=True)
@@ -26,7 +31,8 @@ class RunContext:
         "description": "Default model for every role, PROVIDER:NAME (openai, vllm, sglang, ollama, tuner)"})
     base_url: str | None = field(default=None, metadata={"description": "OpenAI-compatible endpoint URL"})
     role_models: dict[str, dict] = field(default_factory=dict, metadata={
-        "description": "Per-role model settings: {role: ModelSpec fields}, roles: " + ", ".join(ROLES)})
+        "description": "Per-role model settings: {role: ModelSpec fields}, roles: default, " + ", ".join(ROLES)
+                       + "; a role inherits every field of default it does not set"})
     # Programmatic use only: ready LangChain chat models per role (or 'default'); not serializable.
     chat_models: dict[str, Any] | None = None
 
@@ -51,20 +57,41 @@ class RunContext:
     recall_k: int = 5
     learn_from_interpreter: bool = field(default=False, metadata={
         "description": "Distill insights from CPU-interpreter timings too (pipeline checks only: they are noise)"})
-    llm_retry_wait_s: float = 1.0
+    llm_retry_wait_s: float = field(default=1.0, metadata={
+        "description": "First wait before retrying a failed model call (s), doubling per attempt, when the server "
+                       "sends no Retry-After"})
+    preflight: bool = field(default=True, metadata={
+        "description": "Before the run, check that each endpoint serves its model (GET /models, else a 1-token call)"})
     prices: dict[str, list[float]] = field(default_factory=dict, metadata={
         "description": "$ per 1M tokens, [input, output], by model label or name prefix; overrides the built-in "
                        "table (self-hosted models are free unless priced here)"})
 
     def model_spec(self, role: str) -> ModelSpec:
-        settings = dict(self.role_models.get(role) or self.role_models.get("default") or {})
-        text = settings.pop("model", None) or self.model
-        settings.setdefault("base_url", self.base_url)
-        spec = ModelSpec.parse(text, **settings)
+        """The role's model: its [models.ROLE] settings over [models.default], field by field; for
+        a chat model given in code, its own name and endpoint with the role's retry settings."""
+        spec = inherit(self.model, self.base_url, self.role_models.get("default") or {},
+                       self.role_models.get(role) or {} if role != "default" else {})
+        given = (self.chat_models or {}).get(role) or (self.chat_models or {}).get("default")
+        if given is not None:
+            spec = given_spec(given, spec)
         price = configured_price(self.prices, spec)
         if price and spec.input_price is None and spec.output_price is None:
             spec = spec.model_copy(update={"input_price": price[0], "output_price": price[1]})
         return spec
+
+
+def inherit(model: str, base_url: str | None, default: dict, own: dict) -> ModelSpec:
+    """A role's spec: the default's settings, overridden field by field by the role's own."""
+    default = {k: v for k, v in default.items() if v is not None and k != "model"}
+    own = {k: v for k, v in own.items() if v is not None}
+    if base_url is not None:
+        default.setdefault("base_url", base_url)
+    text = own.pop("model", None) or model
+    if split_model(text)[0] != split_model(model)[0]:
+        default = {k: v for k, v in default.items() if k not in _PROVIDER_BOUND}
+    if text != model:
+        default = {k: v for k, v in default.items() if k not in _MODEL_BOUND}
+    return ModelSpec.parse(text, **{**default, **own})
 
 
 def configured_price(prices: dict[str, list[float]], spec: ModelSpec) -> list[float] | None:

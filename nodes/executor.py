@@ -1,5 +1,6 @@
 """executor: write one full kernel for a plan. A reply with no usable code is a failed
-candidate (status no_code) that the fixer may repair, never a crash."""
+candidate (status no_code, or truncated when the reply hit the token limit) that the fixer may
+repair, never a crash."""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ from accelopt.nodes.measurements import describe
 from accelopt.nodes.policies import policy_for
 from accelopt.nodes.records import plan_record
 from accelopt.nodes.state import PlannerInput
+from accelopt.tools.llm import BudgetExceeded
 from accelopt.tools.policy import PlanRequest, PolicyError
 
 
@@ -25,7 +26,9 @@ def planner(state: PlannerInput, runtime: Runtime[RunContext]) -> dict:
     try:
         answer = policy_for(ctx, "planner", state.get("run_dir")).plan(request)
     except PolicyError as exc:
-        return {"plans": [], "history": [{"iteration": state["iteration"], "event": "planner_failed",
+        # not called for the budget: skipped, not failed (a run whose every planner failed failed)
+        event = "planner_skipped" if isinstance(exc.__cause__, BudgetExceeded) else "planner_failed"
+        return {"plans": [], "history": [{"iteration": state["iteration"], "event": event,
                                           "member": member["id"], "error": str(exc)}]}
     plans = [plan_record(f"i{state['iteration']}.m{state['member_index']}.p{j}", member["id"], draft,
                          [i.id for i in insights])

@@ -1,6 +1,11 @@
 """selector: the elitist beam (top B verified kernels over the old beam plus this iteration's
 children, so the best kernel is never lost), the iteration record, and the stopping decision
-(T reached, a budget spent, or the roofline reached)."""
+(a fatal model error, T reached, a budget spent, or the roofline reached).
+
+A budget counts as spent when what is left cannot pay for the next iteration's first step (its
+planner calls and one executor call, at this run's mean calls): starting it would spend tokens
+on plans no kernel is written for. Within an iteration every call is admitted against the
+budget (tools/budget.py), so a run ends within about one call of it."""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from langgraph.runtime import Runtime
 
 from accelopt.nodes.context import RunContext
 from accelopt.nodes.state import RunState
+from accelopt.tools.budget import Spend, ledger, next_step
 from accelopt.tools.llm import totals
 
 
@@ -33,14 +39,27 @@ def rank(candidates: dict[str, dict], ids: list[str]) -> list[str]:
 def stop_reason(state: RunState, ctx: RunContext, best: dict, spent: dict) -> str | None:
     if state["iteration"] >= ctx.iterations:
         return f"reached T={ctx.iterations} iterations"
-    if ctx.max_tokens is not None and spent["input_tokens"] + spent["output_tokens"] >= ctx.max_tokens:
-        return f"token budget of {ctx.max_tokens} spent"
-    if ctx.max_cost_usd is not None and spent["cost_usd"] >= ctx.max_cost_usd:
-        return f"cost budget of ${ctx.max_cost_usd:.2f} spent"
+    budget = budget_reason(ctx, spent)
+    if budget:
+        return budget
     if ctx.max_wall_s is not None and time.time() - state["started_at"] >= ctx.max_wall_s:
         return f"wall-clock budget of {ctx.max_wall_s:.0f} s spent"
     if best.get("timer") == "cuda_event" and (best.get("pct_achievable") or 0) >= ctx.roofline_stop_pct:
         return f"best kernel at {best['pct_achievable']:.0f}% of achievable peak (roofline)"
+    return None
+
+
+def budget_reason(ctx: RunContext, spent: dict) -> str | None:
+    """Spent, or too little left for the next iteration's planner calls and one executor call."""
+    used = Spend(spent["input_tokens"] + spent["output_tokens"], spent["cost_usd"])
+    need = next_step(spent, planners=ctx.beams, executors=1)
+    if ctx.max_tokens is not None and (used.tokens >= ctx.max_tokens or used.tokens + need.tokens > ctx.max_tokens):
+        return (f"token budget of {ctx.max_tokens:,} spent ({used.tokens:,} used; the next iteration needs about "
+                f"{need.tokens:,} more)")
+    if ctx.max_cost_usd is not None and (used.cost_usd >= ctx.max_cost_usd
+                                         or used.cost_usd + need.cost_usd > ctx.max_cost_usd):
+        return (f"cost budget of ${ctx.max_cost_usd:.4g} spent (${used.cost_usd:.4g} used; the next iteration needs "
+                f"about ${need.cost_usd:.4g} more)")
     return None
 
 
@@ -51,9 +70,15 @@ def selector(state: RunState, runtime: Runtime[RunContext]) -> dict:
     beam = rank(candidates, list(dict.fromkeys(state["beam"] + children)))[: ctx.beams]
     best = candidates[beam[0]]
     spent = totals(state.get("usage", []))
-    reason = stop_reason(state, ctx, best, spent)
+    # a fatal model error in any branch of this iteration (the run's ledger saw it) ends the run
+    fatal = ledger(state.get("run_dir")).fatal
+    reason = f"model endpoint failed: {fatal}" if fatal else stop_reason(state, ctx, best, spent)
+    skipped = [h for h in state.get("history", [])
+               if h.get("event") == "planner_skipped" and h.get("iteration") == state["iteration"]]
+    if reason is None and skipped:  # the budget could not pay for a plan: another iteration would not either
+        reason = f"budget spent: {skipped[-1]['error']}"
     record = {"iteration": state["iteration"], "evaluated": len(children),
               "verified": sum(candidates[c]["status"] == "verified" for c in children),
               "best_id": best["id"], "best_speedup": best.get("speedup"), "beam": beam,
               "tokens": spent["input_tokens"] + spent["output_tokens"], "cost_usd": spent["cost_usd"]}
-    return {"beam": beam, "history": [record], "stop_reason": reason}
+    return {"beam": beam, "history": [record], "stop_reason": reason, "fatal": fatal}

@@ -29,8 +29,9 @@ def new_attempt(state: CandidateState, attempt_id: str, fix_of: str | None, fix_
 
 
 def fill_attempt(attempt: Candidate, ask: Callable[[], Kernel]) -> dict:
-    """Ask the policy for the attempt's kernel and fill it in: a kernel, or status no_code with
-    the policy's reason, or llm_error when the policy failed for good."""
+    """Ask the policy for the attempt's kernel and fill it in: a kernel, or the policy's status for
+    a reply without one (no_code, or truncated: cut off at the token limit, so that the fixer is
+    told to write less) with its reason, or llm_error when the policy failed for good."""
     try:
         kernel = ask()
     except PolicyError as exc:
@@ -40,7 +41,7 @@ def fill_attempt(attempt: Candidate, ask: Callable[[], Kernel]) -> dict:
         attempt.update(tokens=kernel.usage["input_tokens"] + kernel.usage["output_tokens"],
                        cost_usd=kernel.usage["cost_usd"])
     if kernel.source is None:
-        attempt.update(status="no_code", error=kernel.note)
+        attempt.update(status=kernel.status, error=kernel.note)
     else:
         attempt["source"] = kernel.source
     return {"current": attempt, "usage": [kernel.usage] if kernel.usage else []}

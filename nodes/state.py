@@ -40,6 +40,7 @@ class RunState(TypedDict, total=False):
     usage: Annotated[list[dict], operator.add]         # one record per model call: role, tokens, $
     history: Annotated[list[dict], operator.add]       # one summary per iteration
     stop_reason: str | None
+    fatal: str | None  # a model error no retry can fix (tools/llm.FatalLLMError): it stopped the run
 
 
 class PlannerInput(TypedDict):

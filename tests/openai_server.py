@@ -1,22 +1,56 @@
 """A scripted OpenAI-compatible HTTP server on 127.0.0.1 for tests: /v1/chat/completions with
-`usage` fields, and a configurable number of 429 answers before the first success."""
+`usage` fields, /v1/models, and faults as data: each request gets the next scripted `Answer`
+(a status with an error body and headers, a raw malformed body, a reply without usage), then
+`then` for every later one. `fail_first=n` is n 429 answers (Retry-After: 0) before the rest."""
 
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
+from typing import Callable, Sequence
 
 from langchain_core.messages import HumanMessage, SystemMessage
 
 
+@dataclass(frozen=True)
+class Answer:
+    """One scripted answer to a chat completion request."""
+
+    status: int = 200
+    error: str = ""                 # the error message of a status >= 400
+    code: str | None = None         # the error code (e.g. insufficient_quota)
+    headers: dict[str, str] = field(default_factory=dict)
+    raw: bytes | None = None        # a 200 body sent as is: a malformed reply
+    usage: bool = True              # a completion carries `usage`
+
+
+OK = Answer()
+RATE_LIMITED = Answer(429, "rate limited", headers={"Retry-After": "0"})
+
+
+def dead_url() -> str:
+    """A base URL on which nothing listens: connections are refused."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
+
+
 class ScriptedOpenAIServer:
-    def __init__(self, reply: Callable[[list], str], fail_first: int = 0):
+    def __init__(self, reply: Callable[[list], str], fail_first: int = 0, answers: Sequence[Answer] = (),
+                 then: Answer = OK, models: Sequence[str] = (), serve_models: bool = True,
+                 api_key: str | None = None, count_tokens: bool = False):
         self.reply = reply
-        self.fail_first = fail_first
-        self.requests: list[dict] = []
+        self.answers = [RATE_LIMITED] * fail_first + list(answers)
+        self.then = then
+        self.models, self.serve_models, self.api_key = list(models), serve_models, api_key
+        self.count_tokens = count_tokens  # usage as a server counts it (~4 characters a token), not 100 + n
+        self.requests: list[dict] = []   # chat completions, in order, each with its time (monotonic)
+        self.gets: list[str] = []        # paths of GET requests (model lists)
         self.usage_sent = {"prompt_tokens": 0, "completion_tokens": 0}
         self._lock = threading.Lock()
         server = self
@@ -25,31 +59,58 @@ class ScriptedOpenAIServer:
             def log_message(self, *args):
                 pass
 
+            def _refused_key(self) -> bool:
+                if server.api_key is None or self.headers.get("Authorization") == f"Bearer {server.api_key}":
+                    return False
+                self._send(401, _error("Incorrect API key provided", "invalid_api_key"))
+                return True
+
+            def do_GET(self):
+                with server._lock:
+                    server.gets.append(self.path)
+                if self._refused_key():
+                    return
+                if self.path.rstrip("/") != "/v1/models" or not server.serve_models:
+                    return self._send(404, {"detail": "Not Found"})
+                self._send(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in server.models]})
+
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with server._lock:
-                    server.requests.append({"path": self.path, "body": body,
+                    server.requests.append({"path": self.path, "body": body, "t": time.monotonic(),
                                             "auth": self.headers.get("Authorization")})
-                    failing = len(server.requests) <= server.fail_first
-                if failing:
-                    return self._send(429, {"error": {"message": "rate limited", "type": "rate_limit"}},
-                                      {"Retry-After": "0"})
+                    n = len(server.requests)
+                    answer = server.answers[n - 1] if n <= len(server.answers) else server.then
+                if self._refused_key():
+                    return
+                if self.path != "/v1/chat/completions":
+                    return self._send(404, {"detail": "Not Found"})
+                if answer.status != 200:
+                    return self._send(answer.status, _error(answer.error, answer.code), answer.headers)
+                if answer.raw is not None:
+                    return self._send_bytes(200, answer.raw, answer.headers)
                 messages = [SystemMessage(m["content"]) if m["role"] == "system" else HumanMessage(m["content"])
                             for m in body["messages"]]
                 text = server.reply(messages)
-                usage = {"prompt_tokens": 100 + len(server.requests), "completion_tokens": len(text) // 3}
-                usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
-                with server._lock:
-                    server.usage_sent["prompt_tokens"] += usage["prompt_tokens"]
-                    server.usage_sent["completion_tokens"] += usage["completion_tokens"]
-                self._send(200, {
-                    "id": f"chatcmpl-{len(server.requests)}", "object": "chat.completion", "created": int(time.time()),
-                    "model": body["model"], "usage": usage,
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": text}}]})
+                payload = {"id": f"chatcmpl-{n}", "object": "chat.completion", "created": int(time.time()),
+                           "model": body["model"],
+                           "choices": [{"index": 0, "finish_reason": "stop",
+                                        "message": {"role": "assistant", "content": text}}]}
+                if answer.usage:
+                    usage = ({"prompt_tokens": sum(len(m["content"]) for m in body["messages"]) // 4,
+                              "completion_tokens": len(text) // 4} if server.count_tokens else
+                             {"prompt_tokens": 100 + n, "completion_tokens": len(text) // 3})
+                    usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+                    payload["usage"] = usage
+                    with server._lock:
+                        server.usage_sent["prompt_tokens"] += usage["prompt_tokens"]
+                        server.usage_sent["completion_tokens"] += usage["completion_tokens"]
+                self._send(200, payload, answer.headers)
 
             def _send(self, code, payload, headers=None):
-                data = json.dumps(payload).encode()
+                self._send_bytes(code, json.dumps(payload).encode(), headers)
+
+            def _send_bytes(self, code, data, headers=None):
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
@@ -68,3 +129,7 @@ class ScriptedOpenAIServer:
     def __exit__(self, *exc):
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def _error(message: str, code: str | None = None) -> dict:
+    return {"error": {"message": message, "type": "invalid_request_error", "code": code, "param": None}}

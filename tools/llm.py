@@ -1,15 +1,29 @@
-"""Chat models per role, built lazily, with retries and a token/cost ledger.
+"""Chat models per role, built lazily; calls with retries, budgets and a token/cost ledger.
 
 Every OpenAI-compatible endpoint (OpenAI, vLLM, SGLang, Ollama) goes through langchain-openai's
 ChatOpenAI with the Chat Completions API. The `tuner` provider names the local no-LLM policy
-(tools/tuner.py), which is not a chat model.
+(tools/tuner.py), which is not a chat model; `given` labels a chat model given in code.
+
+A failed call is one of three kinds. Transient (429, 5xx, timeouts, a malformed 200 body) is
+retried, honouring Retry-After up to a cap, within the spec's attempts and total wait. Fatal
+(401, 403, 404, a 400 about the context or the parameters, connection refused after the
+retries) is a `FatalLLMError` with one line naming the role, endpoint, model and the fix: no
+later call can succeed, so the run stops (the run's ledger, tools/budget.py, fails every later
+call at once). Anything else is an `LLMCallError`: this one call failed.
 """
 
 from __future__ import annotations
 
+import email.utils
+import logging
 import os
+import random
+import re
 import threading
+import time
+from http import HTTPStatus
 from typing import Any
+from urllib.parse import urlparse
 
 import httpx
 import openai
@@ -17,8 +31,11 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from pydantic import BaseModel
 
-from accelopt.tools.pricing import price_per_mtok
+from accelopt.tools.budget import estimate_tokens, ledger
+from accelopt.tools.pricing import known_price
 from accelopt.tools.runcache import RunCache, digest
+
+log = logging.getLogger("accelopt")
 
 ROLES = ("planner", "executor", "fixer", "summarizer")
 
@@ -28,11 +45,27 @@ _LOCAL_SERVERS = {
     "sglang": "http://localhost:30000/v1",
     "ollama": "http://localhost:11434/v1",
 }
+OPENAI_URL = "https://api.openai.com/v1"
 PROVIDERS = ("openai", *_LOCAL_SERVERS, "tuner")
+GIVEN = "given"  # the provider of a chat model given in code (RunContext.chat_models)
+_LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0"}
 
 
 class ConfigError(ValueError):
     """Configuration that cannot work; the message says what to change."""
+
+
+class LLMCallError(RuntimeError):
+    """The model call failed for good (after retries, or a non-transient error)."""
+
+
+class FatalLLMError(LLMCallError):
+    """No call to this endpoint can succeed until the configuration changes: the run must stop.
+    The message is one line: role, model, endpoint, what the server said, and the fix."""
+
+
+class BudgetExceeded(LLMCallError):
+    """The call was not made: its projected spend does not fit the run's token or $ budget."""
 
 
 class ModelSpec(BaseModel):
@@ -45,22 +78,56 @@ class ModelSpec(BaseModel):
     temperature: float | None = None
     max_tokens: int | None = None
     reasoning_effort: str | None = None  # gpt-oss and other reasoning models: low / medium / high
-    timeout_s: float = 600.0
-    max_attempts: int = 5
-    input_price: float | None = None   # $ per 1M tokens; None: the built-in table, else free
+    timeout_s: float = 300.0             # per attempt: reasoning models think for minutes
+    max_attempts: int = 4                # per call, the first included
+    retry_max_wait_s: float = 120.0      # cap on one wait, Retry-After included
+    retry_total_wait_s: float = 300.0    # cap on all waits of one call
+    input_price: float | None = None   # $ per 1M tokens; None: the built-in table, else unpriced
     output_price: float | None = None
 
     @classmethod
     def parse(cls, text: str, **overrides: Any) -> "ModelSpec":
-        provider, sep, name = text.partition(":")
-        if text == "tuner":
-            provider, name = "tuner", "tuner"
-        elif not sep or "/" in provider or provider.startswith("http"):
-            provider, name = "openai", text
+        provider, name = split_model(text)
         return cls(model=name, provider=provider, **{k: v for k, v in overrides.items() if v is not None})
 
     def label(self) -> str:
-        return f"{self.provider}:{self.model}"
+        return self.model if self.provider == GIVEN else f"{self.provider}:{self.model}"
+
+    def prices(self) -> tuple[float, float]:
+        return known_price(self.model, self.provider, self.input_price, self.output_price) or (0.0, 0.0)
+
+    def priced(self) -> bool:
+        return known_price(self.model, self.provider, self.input_price, self.output_price) is not None
+
+
+def split_model(text: str) -> tuple[str, str]:
+    """(provider, model name) of 'PROVIDER:NAME'; a bare name, an org/name or a URL is openai's."""
+    provider, sep, name = text.partition(":")
+    if text == "tuner":
+        return "tuner", "tuner"
+    if not sep or "/" in provider or provider.startswith("http"):
+        return "openai", text
+    return provider, name
+
+
+def given_spec(model: Any, like: ModelSpec) -> ModelSpec:
+    """The spec of a chat model given in code: its own name, endpoint and no price (a configured
+    one is added by the context); retries and timeouts as the role's settings say."""
+    name = getattr(model, "model_name", None) or getattr(model, "model", None)
+    return like.model_copy(update={
+        "provider": GIVEN, "model": name if isinstance(name, str) and name else type(model).__name__,
+        "base_url": getattr(model, "openai_api_base", None), "api_key_env": None,
+        "input_price": None, "output_price": None})
+
+
+def endpoint(spec: ModelSpec) -> str:
+    """The base URL calls go to."""
+    return (spec.base_url or _LOCAL_SERVERS.get(spec.provider) or os.environ.get("OPENAI_BASE_URL")
+            or OPENAI_URL).rstrip("/")
+
+
+def is_local(url: str) -> bool:
+    return (urlparse(url).hostname or "") in _LOCAL_HOSTS
 
 
 def validate_spec(spec: ModelSpec) -> None:
@@ -74,18 +141,36 @@ def validate_spec(spec: ModelSpec) -> None:
     _api_key(spec)
 
 
+def _key_names(spec: ModelSpec) -> list[str]:
+    return [spec.api_key_env] if spec.api_key_env else ["ACCELOPT_API_KEY", "OPENAI_API_KEY"]
+
+
+def _key_source(spec: ModelSpec) -> str | None:
+    """The environment variable the key comes from, or None when none is set."""
+    return next((name for name in _key_names(spec) if os.environ.get(name)), None)
+
+
+_placeholder_logged: set[str] = set()
+
+
 def _api_key(spec: ModelSpec) -> str:
-    names = [spec.api_key_env] if spec.api_key_env else ["ACCELOPT_API_KEY", "OPENAI_API_KEY"]
-    for name in names:
-        if os.environ.get(name):
-            return os.environ[name]
-    if spec.provider in _LOCAL_SERVERS or spec.base_url:
-        return "EMPTY"  # self-hosted servers accept any key unless started with one
-    raise ConfigError(f"missing API key for {spec.label()}: set {' or '.join(names)}")
+    source = _key_source(spec)
+    if source:
+        return os.environ[source]
+    url = endpoint(spec)
+    names = " or ".join(_key_names(spec))
+    if spec.provider == "openai" and not is_local(url):  # a hosted API: a placeholder would only earn a 401
+        hint = (" (a self-hosted server: use the vllm:, sglang: or ollama: provider, which needs no key)"
+                if spec.base_url else "")
+        raise ConfigError(f"missing API key for {spec.label()} at {url}: set {names}{hint}")
+    if url not in _placeholder_logged:
+        _placeholder_logged.add(url)
+        log.info("no API key set (%s) for %s: sending a placeholder, which self-hosted servers accept unless "
+                 "started with --api-key", names, url)
+    return "EMPTY"
 
 
-_TRANSIENT = (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError,
-              openai.APIConnectionError, httpx.TimeoutException, httpx.TransportError)
+# ---------------------------------------------------------------- building clients
 
 _cache: dict[str, BaseChatModel] = {}
 _cache_lock = threading.Lock()
@@ -101,61 +186,208 @@ def build_chat_model(spec: ModelSpec) -> BaseChatModel:
         return _cache[key]
 
 
+def completion_limit_field(spec: ModelSpec) -> str:
+    """OpenAI's own API reads max_completion_tokens (and refuses max_tokens for reasoning models);
+    Ollama reads only max_tokens, and vLLM, SGLang and proxies read max_tokens everywhere."""
+    host = urlparse(endpoint(spec)).hostname or ""
+    return "max_completion_tokens" if spec.provider == "openai" and host == "api.openai.com" else "max_tokens"
+
+
 def _make(spec: ModelSpec) -> BaseChatModel:
     if spec.provider == "tuner":
         raise ConfigError("the tuner is a policy, not a chat model (nodes/policies.policy_for)")
     from langchain_openai import ChatOpenAI
 
-    base_url = spec.base_url or _LOCAL_SERVERS.get(spec.provider) or os.environ.get("OPENAI_BASE_URL")
     kwargs: dict[str, Any] = {
-        "model": spec.model, "api_key": _api_key(spec), "base_url": base_url,
+        "model": spec.model, "api_key": _api_key(spec), "base_url": endpoint(spec),
         "use_responses_api": False, "timeout": spec.timeout_s,
-        # Retries happen in with_retry below, once, with backoff; not again inside the client.
+        # Retries happen in call_model, once, honouring Retry-After; not again inside the client.
         "max_retries": 0, "stream_usage": True,
     }
     if spec.temperature is not None:
         kwargs["temperature"] = spec.temperature
     if spec.max_tokens is not None:
-        kwargs["max_completion_tokens"] = spec.max_tokens
+        if completion_limit_field(spec) == "max_completion_tokens":
+            kwargs["max_completion_tokens"] = spec.max_tokens
+        else:  # ChatOpenAI renames its own max_tokens field; a body field goes out as written
+            kwargs["extra_body"] = {"max_tokens": spec.max_tokens}
     if spec.reasoning_effort:
         kwargs["reasoning_effort"] = spec.reasoning_effort
     return ChatOpenAI(**kwargs)
 
 
-class LLMCallError(RuntimeError):
-    """The model call failed for good (after retries, or a non-transient error)."""
+# ---------------------------------------------------------------- faults
 
+_MALFORMED = (ValueError, TypeError, LookupError, openai.APIResponseValidationError)  # a 200 body we cannot read
+_TIMEOUTS = (openai.APITimeoutError, httpx.TimeoutException)
+_CONNECT = (openai.APIConnectionError, httpx.TransportError)  # after the timeouts: a timeout is one too
+_TRANSIENT_STATUS = {408, 409, 425, 429}
+# A 400 about what this request asked for (a response schema, tools) is this call's problem: the
+# policy asks again in text. Any other 400 is about the model, the context or the settings.
+_REQUEST_SPECIFIC = re.compile(r"response_format|json_schema|structured|guided|tool", re.IGNORECASE)
+_CONTEXT = re.compile(r"context|too long|too many tokens|maximum.{0,40}tokens|max_(completion_)?tokens",
+                      re.IGNORECASE)
+_CONNECT_FIX = "is the server running there, and is the base URL right?"
+
+
+def _server_message(exc: Any) -> str:
+    body = getattr(exc, "body", None)
+    text = body.get("message") if isinstance(body, dict) else body
+    return " ".join(str(text or "").split())[:200]
+
+
+def fatal_fix(status: int, message: str, spec: ModelSpec, code: str | None = None,
+              schema: bool = False) -> str | None:
+    """The fix for a status no retry can change, or None when retrying (or, for a request with a
+    response schema, asking in text) may help."""
+    source = _key_source(spec)
+    key = f"${source}" if source else f"${' or $'.join(_key_names(spec))} (none is set)"
+    if status == 401:
+        return f"check the API key in {key}"
+    if status == 403:
+        return f"the API key in {key} may not use this model: check its project, organization and permissions"
+    if status == 404:
+        tail = "" if endpoint(spec).endswith("/v1") else " (an OpenAI-compatible base URL usually ends in /v1)"
+        return f"check the model name '{spec.model}' and the base URL{tail}"
+    if status == 429 and code == "insufficient_quota":
+        return f"the account's quota is used up: check the plan and billing of the key in {key}"
+    if status in _TRANSIENT_STATUS or status >= 500:
+        return None
+    if status in (400, 413, 422) and (schema or _REQUEST_SPECIFIC.search(message)):
+        return None
+    if _CONTEXT.search(message) or status == 413:
+        return "the prompt and max_tokens do not fit the model's context: lower max_tokens or use a longer-context model"
+    if status in (400, 422):
+        return "the server refused the request's settings: check max_tokens, temperature and reasoning_effort for this model"
+    return "the server refuses these requests: check the model and endpoint settings"
+
+
+def fatal_line(spec: ModelSpec, role: str, what: str, fix: str) -> str:
+    return f"{role} model {spec.label()} at {endpoint(spec)}: {what} — {fix}"
+
+
+def _status_text(status: int, message: str) -> str:
+    try:
+        phrase = HTTPStatus(status).phrase
+    except ValueError:
+        phrase = "error"
+    return f"{status} {phrase}" + (f" ({message})" if message else "")
+
+
+def _classify(exc: BaseException, spec: ModelSpec, role: str, schema: bool) -> tuple[str, str]:
+    """(kind, text): kind 'fatal' (text: the fatal line), 'retry', 'connect' (retry, fatal when
+    the retries run out) or 'fail' (this call only); text says what happened."""
+    if isinstance(exc, openai.APIStatusError):
+        message = _server_message(exc)
+        fix = fatal_fix(exc.status_code, message, spec, exc.code, schema)
+        what = _status_text(exc.status_code, message)
+        if fix is not None:
+            return "fatal", fatal_line(spec, role, what, fix)
+        return ("retry" if exc.status_code in _TRANSIENT_STATUS or exc.status_code >= 500 else "fail"), what
+    if isinstance(exc, _TIMEOUTS):
+        return "retry", f"no reply within {spec.timeout_s:.0f} s ({type(exc).__name__})"
+    if isinstance(exc, _CONNECT):
+        return "connect", f"cannot connect ({type(exc).__name__}: {' '.join(str(exc).split())[:120]})"
+    if isinstance(exc, _MALFORMED):
+        return "retry", f"malformed reply ({type(exc).__name__}: {' '.join(str(exc).split())[:120]})"
+    return "fail", f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+
+
+def retry_after_s(exc: BaseException) -> float | None:
+    """The server's Retry-After (retry-after-ms, seconds, or an HTTP date), if it sent one."""
+    headers = getattr(getattr(exc, "response", None), "headers", None)
+    if not headers:
+        return None
+    try:
+        if headers.get("retry-after-ms"):
+            return max(0.0, float(headers["retry-after-ms"]) / 1000)
+        value = headers.get("retry-after")
+        if not value:
+            return None
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _wait_s(exc: BaseException, attempt: int, initial_s: float, cap_s: float) -> float:
+    told = retry_after_s(exc)
+    if told is not None:
+        return min(told, cap_s)
+    return min(initial_s * 2 ** (attempt - 1) + random.uniform(0, initial_s), cap_s)
+
+
+# ---------------------------------------------------------------- calls
 
 def call_model(model: BaseChatModel, spec: ModelSpec, messages: list[BaseMessage], *, role: str,
                candidate_id: str | None = None, iteration: int | None = None,
                retry_wait_s: float = 1.0, run_dir: str | None = None) -> tuple[str, dict]:
-    """Invoke with retries on transient errors (429, 5xx, timeouts); return (text, usage record).
-    With a run directory, a reply already received for this exact call (before a crash) is
-    replayed with its original usage record: same kernel again, tokens counted once."""
+    """Invoke with retries on transient errors; return (text, usage record). With a run
+    directory, a reply already received for this exact call (before a crash) is replayed with
+    its original usage record: same kernel again, tokens counted once. Before a real call, the
+    run's budget must hold its projected spend (else BudgetExceeded), and a fatal error earlier
+    in the run fails it at once."""
     cache = RunCache(run_dir)
     key = digest({"model": spec.label(), "base_url": spec.base_url, "role": role, "candidate": candidate_id,
                   "iteration": iteration, "messages": [(m.type, str(m.content)) for m in messages]})
     replayed = cache.get("llm", key)
     if replayed is not None:
         return replayed["text"], replayed["usage"]
-    text, usage = _invoke(model, spec, messages, role, candidate_id, iteration, retry_wait_s)
-    cache.put("llm", key, {"text": text, "usage": usage})
-    return text, usage
+    run = ledger(run_dir)
+    if run.fatal:
+        raise FatalLLMError(run.fatal)
+    reservation, refusal = run.admit(role, estimate_tokens(_prompt_text(messages)), spec.prices())
+    if refusal is not None:
+        raise BudgetExceeded(f"{role} model {spec.label()} not called: {refusal}")
+    record: dict | None = None
+    try:
+        text, record = _invoke(model, spec, messages, role, candidate_id, iteration, retry_wait_s)
+    except FatalLLMError as exc:
+        run.fail(str(exc))
+        raise
+    finally:
+        run.settle(reservation, record)
+    cache.put("llm", key, {"text": text, "usage": record})
+    return text, record
+
+
+def _prompt_text(messages: list[BaseMessage]) -> str:
+    return "\n".join(str(m.content) for m in messages)
 
 
 def _invoke(model: BaseChatModel, spec: ModelSpec, messages: list[BaseMessage], role: str,
             candidate_id: str | None, iteration: int | None, retry_wait_s: float) -> tuple[str, dict]:
-    runnable = model.with_retry(
-        retry_if_exception_type=_TRANSIENT, stop_after_attempt=spec.max_attempts,
-        wait_exponential_jitter=True,
-        exponential_jitter_params={"initial": retry_wait_s, "max": 60.0},
-    )
-    try:
-        reply = runnable.invoke(messages, config={"run_name": f"{role}-llm", "metadata": {
-            "role": role, "candidate_id": candidate_id, "iteration": iteration}})
-    except Exception as exc:  # noqa: BLE001 - the caller turns this into a failed candidate
-        raise LLMCallError(f"{role} model {spec.label()} failed: {type(exc).__name__}: {exc}"[:800]) from exc
-    return _text(reply), usage_record(reply, spec, role, candidate_id, iteration)
+    config: Any = {"run_name": f"{role}-llm",
+                   "metadata": {"role": role, "candidate_id": candidate_id, "iteration": iteration}}
+    waited, what = 0.0, ""
+    kinds: set[str] = set()
+    # a 400 to a request with a response schema may be the schema's: the policy asks again in text
+    schema = getattr(model, "response_format", None) is not None
+    for attempt in range(1, max(1, spec.max_attempts) + 1):
+        try:
+            reply = model.invoke(messages, config=config)
+        except Exception as exc:  # noqa: BLE001 - classified: fatal, retried, or this call's failure
+            kind, what = _classify(exc, spec, role, schema)
+            if kind == "fatal":
+                raise FatalLLMError(what) from exc
+            if kind == "fail":
+                raise LLMCallError(f"{role} model {spec.label()} at {endpoint(spec)} failed: {what}"[:800]) from exc
+            kinds.add(kind)
+            wait = _wait_s(exc, attempt, retry_wait_s, spec.retry_max_wait_s)
+            if attempt == spec.max_attempts or waited + wait > spec.retry_total_wait_s:
+                break
+            log.warning("%s model %s: %s; retrying in %.1f s (attempt %d of %d)", role, spec.label(), what, wait,
+                        attempt + 1, spec.max_attempts)
+            time.sleep(wait)
+            waited += wait
+            continue
+        return _text(reply), usage_record(reply, spec, role, candidate_id, iteration, messages)
+    if kinds == {"connect"}:  # never reached the server: nothing later will either
+        raise FatalLLMError(fatal_line(spec, role, what, _CONNECT_FIX))
+    raise LLMCallError(f"{role} model {spec.label()} at {endpoint(spec)} failed after {attempt} attempts "
+                       f"({waited:.0f} s of waiting): {what}"[:800])
 
 
 def _text(reply: AIMessage) -> str:
@@ -165,26 +397,42 @@ def _text(reply: AIMessage) -> str:
     return content or ""
 
 
+_no_usage_logged: set[str] = set()
+
+
 def usage_record(reply: AIMessage, spec: ModelSpec, role: str, candidate_id: str | None,
-                 iteration: int | None) -> dict:
+                 iteration: int | None, messages: list[BaseMessage] | None = None) -> dict:
+    """The ledger record of one reply: the server's token counts, or an estimate (marked) when
+    it sent none; cost at the spec's price (unpriced: $0, marked)."""
     usage = getattr(reply, "usage_metadata", None) or {}
-    tokens_in = int(usage.get("input_tokens", 0))
-    tokens_out = int(usage.get("output_tokens", 0))
-    reasoning = int((usage.get("output_token_details") or {}).get("reasoning", 0))
-    price_in, price_out = price_per_mtok(spec.model, spec.provider, spec.input_price, spec.output_price)
+    estimated = not usage
+    if estimated:
+        tokens_in, tokens_out, reasoning = estimate_tokens(_prompt_text(messages or [])), estimate_tokens(_text(reply)), 0
+        if spec.label() not in _no_usage_logged:
+            _no_usage_logged.add(spec.label())
+            log.warning("%s sends no token usage: its calls are counted from an estimate (marked estimated)",
+                        spec.label())
+    else:
+        tokens_in = int(usage.get("input_tokens", 0))
+        tokens_out = int(usage.get("output_tokens", 0))
+        reasoning = int((usage.get("output_token_details") or {}).get("reasoning", 0))
+    price_in, price_out = spec.prices()
     return {
         "role": role, "model": spec.label(), "candidate_id": candidate_id, "iteration": iteration,
         "input_tokens": tokens_in, "output_tokens": tokens_out, "reasoning_tokens": reasoning,
         "cost_usd": (tokens_in * price_in + tokens_out * price_out) / 1e6,
+        "estimated": estimated, "priced": spec.priced(),
     }
 
 
 def totals(usage: list[dict]) -> dict:
-    """Sum a ledger: overall, and per role, per iteration and per candidate."""
+    """Sum a ledger: overall, and per role, per iteration and per candidate; overall, how many
+    calls were counted from an estimate and how many had no price."""
     def bucket() -> dict:
         return {"input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0, "calls": 0}
 
-    out: dict[str, Any] = {**bucket(), "by_role": {}, "by_iteration": {}, "by_candidate": {}}
+    out: dict[str, Any] = {**bucket(), "estimated_calls": 0, "unpriced_calls": 0,
+                           "by_role": {}, "by_iteration": {}, "by_candidate": {}}
     for rec in usage:
         targets = [out, out["by_role"].setdefault(rec["role"], bucket()),
                    out["by_iteration"].setdefault(str(rec.get("iteration")), bucket())]
@@ -195,4 +443,81 @@ def totals(usage: list[dict]) -> dict:
             target["output_tokens"] += rec["output_tokens"]
             target["cost_usd"] += rec["cost_usd"]
             target["calls"] += 1
+        out["estimated_calls"] += bool(rec.get("estimated"))
+        out["unpriced_calls"] += rec.get("priced") is False
     return out
+
+
+# ---------------------------------------------------------------- preflight
+
+def preflight(spec: ModelSpec, role: str = "model", timeout_s: float = 20.0) -> None:
+    """Before a run: can this endpoint answer this model? GET {base}/models where served (the
+    model must be listed when the server lists models), else one 1-token call. Raises
+    FatalLLMError when no call could succeed; an inconclusive answer passes (the run's own
+    retries deal with a busy server)."""
+    if spec.provider in ("tuner", GIVEN):
+        return
+    url = endpoint(spec)
+    headers = {"Authorization": f"Bearer {_api_key(spec)}"}
+    try:
+        resp = httpx.get(f"{url}/models", headers=headers, timeout=timeout_s)
+    except httpx.TimeoutException:
+        log.warning("%s model %s: %s/models did not answer within %.0f s; not checked", role, spec.label(), url,
+                    timeout_s)
+        return
+    except httpx.TransportError as exc:
+        raise FatalLLMError(fatal_line(spec, role, f"cannot connect ({type(exc).__name__})", _CONNECT_FIX)) from None
+    if resp.status_code in (401, 403):
+        _raise_for_status(spec, role, resp)
+    served = _listed_models(resp)
+    if served:
+        if not _serves(served, spec.model):
+            shown = ", ".join(sorted(served)[:8]) + (", ..." if len(served) > 8 else "")
+            raise FatalLLMError(fatal_line(spec, role, f"the server does not list '{spec.model}' (it serves: {shown})",
+                                           "check the model name"))
+        return
+    if resp.status_code < 400 and isinstance(_json(resp), dict):
+        return  # a model list, empty: nothing to check against, and no call is spent
+    _probe(spec, role, url, headers, timeout_s)
+
+
+def _probe(spec: ModelSpec, role: str, url: str, headers: dict, timeout_s: float) -> None:
+    """One 1-token call, for servers that do not list their models."""
+    body = {"model": spec.model, "messages": [{"role": "user", "content": "Reply with OK."}],
+            completion_limit_field(spec): 1}
+    try:
+        resp = httpx.post(f"{url}/chat/completions", json=body, headers=headers, timeout=timeout_s)
+    except httpx.TimeoutException:
+        return
+    except httpx.TransportError as exc:
+        raise FatalLLMError(fatal_line(spec, role, f"cannot connect ({type(exc).__name__})", _CONNECT_FIX)) from None
+    if resp.status_code in (401, 403, 404):  # a 400 may be the 1-token limit itself: inconclusive
+        _raise_for_status(spec, role, resp)
+
+
+def _json(resp: httpx.Response) -> Any:
+    try:
+        return resp.json()
+    except ValueError:
+        return None
+
+
+def _raise_for_status(spec: ModelSpec, role: str, resp: httpx.Response) -> None:
+    data = _json(resp)
+    error = data.get("error") if isinstance(data, dict) else None
+    message = " ".join(str((error.get("message") if isinstance(error, dict) else error) or "").split())[:200]
+    code = error.get("code") if isinstance(error, dict) else None
+    fix = fatal_fix(resp.status_code, message, spec, code)
+    if fix is not None:
+        raise FatalLLMError(fatal_line(spec, role, _status_text(resp.status_code, message), fix))
+
+
+def _listed_models(resp: httpx.Response) -> list[str]:
+    data = _json(resp) if resp.status_code == 200 else None
+    items = data.get("data") if isinstance(data, dict) else None
+    return [str(m["id"]) for m in items if isinstance(m, dict) and m.get("id")] if isinstance(items, list) else []
+
+
+def _serves(served: list[str], model: str) -> bool:
+    """Listed as is, or as Ollama lists an untagged name (llama3 is llama3:latest)."""
+    return model in served or (":" not in model and f"{model}:latest" in served)

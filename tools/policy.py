@@ -77,7 +77,8 @@ class FixRequest:
     plan: PlanDraft
     parent_source: str | None     # the kernel the plan modifies
     source: str | None            # the attempt that failed; None when no kernel was produced
-    status: str
+    status: str                   # its status: no_code and truncated (cut off at the token limit)
+                                  # come from the reply, the others from the harness
     error: str
     findings: str                 # static advice, as text
 
@@ -110,6 +111,8 @@ class Kernel:
     source: str | None            # the complete module, or None
     note: str = ""                # why there is none, in the policy's own words
     usage: Usage | None = None
+    status: str = "no_code"       # the attempt's status when there is none: no_code, or truncated
+                                  # (the reply was cut off at the model's token limit)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,7 @@
 """$ per 1M tokens. Hosted list prices as published by their vendors (check them: they change);
-self-hosted models (vLLM, SGLang, Ollama) and the tuner are free unless a price is configured."""
+self-hosted models (vLLM, SGLang, Ollama), chat models given in code and the tuner are unpriced
+unless a price is configured. An unpriced model's calls count as $0, so a $ budget cannot stop
+them: `known_price` says which models those are."""
 
 from __future__ import annotations
 
@@ -15,11 +17,17 @@ HOSTED_PRICES: dict[str, tuple[float, float]] = {
 }
 
 
-def price_per_mtok(model: str, provider: str, input_price: float | None = None,
-                   output_price: float | None = None) -> tuple[float, float]:
+def known_price(model: str, provider: str, input_price: float | None = None,
+                output_price: float | None = None) -> tuple[float, float] | None:
+    """The model's price, or None when nothing prices it (configured, or the hosted table for openai)."""
     if input_price is not None or output_price is not None:
         return input_price or 0.0, output_price or 0.0
     if provider != "openai":
-        return 0.0, 0.0
+        return None
     matches = [k for k in HOSTED_PRICES if model.startswith(k)]
-    return HOSTED_PRICES[max(matches, key=len)] if matches else (0.0, 0.0)
+    return HOSTED_PRICES[max(matches, key=len)] if matches else None
+
+
+def price_per_mtok(model: str, provider: str, input_price: float | None = None,
+                   output_price: float | None = None) -> tuple[float, float]:
+    return known_price(model, provider, input_price, output_price) or (0.0, 0.0)

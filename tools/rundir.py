@@ -6,14 +6,21 @@ leaves every evaluated candidate on disk.
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
 import math
 import os
+import time
 from pathlib import Path
 
 from accelopt.tools.llm import totals
 
 RUN_FORMAT = 1  # run.json "format": bump when a run directory can no longer be resumed by older code
+TASK_FILES = ("task.json", "reference.py", "baseline.py")  # what a run's measurements depend on
+LOCK_FILE = ".lock"
+
+_held: dict[str, int] = {}  # resolved run dir -> descriptor of its lock, held until this process exits
 
 
 class RunDirError(ValueError):
@@ -21,8 +28,14 @@ class RunDirError(ValueError):
 
 
 def write_run_meta(run_dir: Path, task_dir: str, context: dict) -> None:
-    _atomic_write(Path(run_dir) / "run.json", json.dumps(
-        {"format": RUN_FORMAT, "task_dir": str(task_dir), "context": context}, indent=2))
+    """run.json of a new run: its task (folder and content fingerprint), its context, and the
+    checkpoint thread, named once here so that a copied or moved run directory still finds it."""
+    save_run_meta(run_dir, {"format": RUN_FORMAT, "task_dir": str(task_dir), "task": task_fingerprint(task_dir),
+                            "thread_id": Path(run_dir).resolve().name, "context": context})
+
+
+def save_run_meta(run_dir: Path, meta: dict) -> None:
+    _atomic_write(Path(run_dir) / "run.json", json.dumps(meta, indent=2))
 
 
 def read_run_meta(run_dir: Path) -> dict:
@@ -39,6 +52,94 @@ def read_run_meta(run_dir: Path) -> dict:
                           f"version reads {RUN_FORMAT}): its candidates/ and best_kernel.py can still be read; start a "
                           "new run with `accelopt optimize TASK`")
     return meta
+
+
+def task_fingerprint(task_dir: str | Path) -> dict:
+    """The task's name and the sha256 of each task file (None: absent)."""
+    root = Path(task_dir)
+    files = {n: hashlib.sha256((root / n).read_bytes()).hexdigest() if (root / n).is_file() else None
+             for n in TASK_FILES}
+    return {"name": _task_name(root), "files": files}
+
+
+def _task_name(root: Path) -> str:
+    try:
+        return str(json.loads((root / "task.json").read_text()).get("name") or root.name)
+    except (OSError, ValueError, AttributeError):
+        return root.name
+
+
+def changed_task_files(recorded: dict, task_dir: str | Path) -> list[str]:
+    """The task files whose content differs from the fingerprint recorded in run.json."""
+    now = task_fingerprint(task_dir)["files"]
+    return [n for n in TASK_FILES if recorded.get("files", {}).get(n) != now[n]]
+
+
+def claim_new_run_dir(run_dir: Path, task_dir: str | Path) -> None:
+    """Create and lock the directory of a new run. `optimize` starts only in a new or empty one:
+    reusing a run's would mix two searches in one checkpoint thread and overwrite the first's files."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "run.json").is_file() and run_dir.is_dir() and any(
+            p.name != LOCK_FILE for p in run_dir.iterdir()):
+        raise RunDirError(f"{run_dir} is not empty and holds no accelopt run: pick a new or empty --run-dir")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lock_run_dir(run_dir)  # a live run in it says so before anything else
+    if not (run_dir / "run.json").is_file():
+        return
+    try:
+        meta = json.loads((run_dir / "run.json").read_text())
+    except (OSError, ValueError):
+        meta = {}
+    recorded = meta.get("task") or {}
+    theirs = recorded.get("name") or Path(meta.get("task_dir") or "?").name
+    if recorded and recorded.get("name") != task_fingerprint(task_dir)["name"]:
+        raise RunDirError(f"{run_dir} holds a run of another task ({theirs}, from {meta.get('task_dir')}): "
+                          "pick another --run-dir")
+    changed = changed_task_files(recorded, task_dir) if recorded else []
+    if changed:
+        raise RunDirError(f"{run_dir} holds a run of {theirs} made with other task files ({', '.join(changed)} "
+                          "differ): pick another --run-dir")
+    raise RunDirError(f"{run_dir} already holds a run of {theirs}: continue it with `accelopt resume {run_dir}` "
+                      "(-T N for more iterations), or pick another --run-dir")
+
+
+def resume_task_dir(run_dir: Path, meta: dict, moved_to: Path | None = None) -> str:
+    """The task folder a resumed run reads: run.json's, or `--task`'s where it moved. Either must
+    hold the files the run started with: a changed task would make its measurements incomparable."""
+    task_dir = str(moved_to.resolve()) if moved_to else str(meta.get("task_dir"))
+    if not Path(task_dir).is_dir():
+        if moved_to:
+            raise RunDirError(f"--task {moved_to} is not a directory")
+        raise RunDirError(f"the task directory {task_dir} recorded in {Path(run_dir) / 'run.json'} is gone; "
+                          "pass --task NEW_DIR (where the task is now)")
+    changed = changed_task_files(meta["task"], task_dir) if meta.get("task") else []
+    if changed and moved_to:
+        raise RunDirError(f"{moved_to} is not the task this run optimized ({meta['task'].get('name')}): its "
+                          f"{', '.join(changed)} differ from the run's")
+    if changed:
+        raise RunDirError(f"the task at {task_dir} changed since this run started ({', '.join(changed)} differ): the "
+                          "run's measurements would not compare with new ones; restore the files, or start a new run "
+                          f"with `accelopt optimize {task_dir}`")
+    return task_dir
+
+
+def lock_run_dir(run_dir: Path) -> None:
+    """One live process per run directory: an exclusive flock on D/.lock, held until this process
+    exits. The OS drops it however the process ends, so a killed run leaves no stale lock; the file
+    names the holder for the message."""
+    key = str(Path(run_dir).resolve())
+    if key in _held:
+        return
+    fd = os.open(Path(run_dir) / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by judges
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another accelopt process"
+        os.close(fd)
+        raise RunDirError(f"{run_dir} is in use by {holder}; wait for it or stop it") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"accelopt pid {os.getpid()} (started {time.strftime('%Y-%m-%d %H:%M:%S')})\n".encode(), 0)
+    _held[key] = fd
 
 
 def check_checkpoint(run_dir: Path) -> None:

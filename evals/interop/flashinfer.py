@@ -186,6 +186,8 @@ def _write_task(out: Path, definition: Definition, judging: Judging, paging: Pag
     }
     if judging.required_matched_ratio is not None:
         spec["required_matched_ratio"] = judging.required_matched_ratio
+    if plan.gpu_only:  # the task format's own field: the harness refuses the interpreter for it
+        spec["gpu_only"] = plan.gpu_only
     (out / "task.json").write_text(json.dumps(spec, indent=2) + "\n")
 
 

@@ -61,13 +61,14 @@ class LevelImport:
 
 
 def import_level(repo: str | Path, level: int, out_dir: str | Path, *, dtype: str = "float32",
-                 limit: int | None = None, progress=None) -> LevelImport:
-    """Every problem of a level into one suite folder (a task folder each); a problem that cannot
-    be imported is recorded with its reason, the others go on."""
+                 limit: int | None = None, problem_ids: set[int] | None = None, progress=None) -> LevelImport:
+    """Every problem of a level (or those of `problem_ids`) into one suite folder (a task folder
+    each); a problem that cannot be imported is recorded with its reason, the others go on."""
     from accelopt.evals.interop.kernelbench import import_problem
 
     result = LevelImport(suite=Path(out_dir))
-    for problem in level_problems(repo, level)[:limit]:
+    problems = [p for p in level_problems(repo, level) if problem_ids is None or _number(p) in problem_ids]
+    for problem in problems[:limit]:
         name = task_name(problem, level)
         try:
             result.imported.append(import_problem(problem, result.suite / name, dtype=dtype, name=name))

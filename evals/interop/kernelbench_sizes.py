@@ -131,6 +131,10 @@ def dependencies(tree: ast.Module) -> dict[str, set[str]]:
 
 
 def free_knobs(tree: ast.Module) -> dict[str, Number]:
-    """The knobs that name no other size, with their values in the file: a workload's params."""
+    """The knobs that name no other size, with their values in the file: a workload's params.
+    An integer at or below zero (`padding = 0`, `dim = -1`, NetVLAD's `ghost_clusters = 0`) is no
+    size to shrink, and a task's sizes must be positive: it stays as the file has it (an
+    --interpreter-param override can still set it)."""
     deps = dependencies(tree)
-    return {k: v for k, v in flatten(evaluate(tree)).items() if not deps.get(k)}
+    return {k: v for k, v in flatten(evaluate(tree)).items()
+            if not deps.get(k) and not (isinstance(v, int) and v <= 0)}

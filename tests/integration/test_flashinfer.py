@@ -284,8 +284,6 @@ def test_fp8_and_fp4_inputs_are_made_as_flashinfer_bench_makes_them(tmp_path):
 @pytest.mark.parametrize("name, op_type, evaluator", [
     ("top_k_sampling_from_probs_v129280", "sampling", "SamplingEvaluator"),
     ("dsa_topk_indexer_fp8_h64_d128_topk2048_ps64", "dsa_paged", "DsaTopkIndexerEvaluator"),
-    ("moe_fp8_block_scale_ds_routing_topk8_ng8_kg4_e32_h7168_i2048", "moe", "LowBitEvaluator"),
-    ("moe_bf16_topk8_e32_h4096_i1024", "moe", "DefaultEvaluator (op_type moe)"),
 ])
 def test_definitions_flashinfer_bench_judges_otherwise_are_refused(tmp_path, name, op_type, evaluator):
     spec = {**json.loads((FIB / "rmsnorm_h128.json").read_text()), "name": name, "op_type": op_type}
@@ -296,6 +294,47 @@ def test_definitions_flashinfer_bench_judges_otherwise_are_refused(tmp_path, nam
     assert len(result.output.strip().splitlines()) <= 3 and not (tmp_path / "t" / "task.json").exists()
 
 
+@pytest.mark.parametrize("name, evaluator", [
+    ("moe_fp8_block_scale_ds_routing_topk8_ng8_kg4_e32_h7168_i2048", "LowBitEvaluator"),
+    ("moe_bf16_topk8_e32_h4096_i1024", "DefaultEvaluator (op_type moe)"),
+])
+def test_moe_definitions_import_with_flashinfer_benchs_matched_ratio(tmp_path, name, evaluator):
+    definition, workloads = _as_moe(tmp_path, name)
+    result = runner.invoke(app, ["import", "flashinfer", str(definition), "--workloads", str(workloads),
+                                 "--out", str(tmp_path / "t")])
+    assert result.exit_code == 0, result.output
+    task = load_task(tmp_path / "t")
+    assert task.spec.required_matched_ratio == 0.95 and task.spec.origin["evaluator"] == evaluator
+
+
+def _as_moe(tmp_path, name):
+    """The rmsnorm fixture renamed as a MoE Definition (op_type moe), with its workloads."""
+    spec = {**json.loads((FIB / "rmsnorm_h128.json").read_text()), "name": name, "op_type": "moe"}
+    (tmp_path / "d.json").write_text(json.dumps(spec))
+    rows = [{**json.loads(line), "definition": name}
+            for line in (FIB / "rmsnorm_h128.workloads.jsonl").read_text().splitlines()]
+    (tmp_path / "w.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return tmp_path / "d.json", tmp_path / "w.jsonl"
+
+
+def _off_by(columns: int) -> str:
+    """The fixture's rmsnorm kernel, 0.5 off in the first `columns` of 128 columns of every row."""
+    source = (FIB / "rmsnorm_h128.kernel.py").read_text()
+    return source.replace("(x * rstd * w).to(", f"(x * rstd * w + tl.where(cols < {columns}, 0.5, 0.0)).to(")
+
+
+@pytest.mark.slow
+def test_moe_is_judged_by_its_matched_ratio(tmp_path):
+    """FlashInfer-Bench passes a MoE output when 95% of its elements are within atol/rtol: 4 of 128
+    elements off (96.9% matched) passes, 8 of 128 (93.75%) does not."""
+    from accelopt.evals.interop.flashinfer import import_definition
+
+    task = load_task(import_definition(*_as_moe(tmp_path, "moe_bf16_h128"), tmp_path / "t"))
+    assert evaluate(task, _off_by(4), device="cpu", rounds=1).status == "verified"
+    result = evaluate(task, _off_by(8), device="cpu", rounds=1)
+    assert result.status == "wrong_output" and "93.75% matched where 95.00% is required" in result.error
+
+
 def test_a_real_definition_too_big_for_the_interpreter_is_marked_gpu_only(tmp_path):
     # gemm_n4096_k4096 and its workloads, verbatim from flashinfer-bench's examples/ffi dataset
     result = runner.invoke(app, ["import", "flashinfer", str(FIB / "gemm_n4096_k4096.json"), "--workloads",
@@ -304,7 +343,10 @@ def test_a_real_definition_too_big_for_the_interpreter_is_marked_gpu_only(tmp_pa
     task = load_task(tmp_path / "gemm")
     assert len(task.spec.workloads) == 43 and task.spec.dtype == "float16" and task.spec.flops_kind == "tensor"
     reason = task.spec.origin["gpu_only"]
-    assert "16,7" in reason and "GPU only" in result.output
+    assert "16,7" in reason and "GPU only" in result.output and task.spec.gpu_only == reason
+    with pytest.raises(TaskError) as info:
+        task.spec.workloads_for("cpu")
+    assert str(info.value) == f"gemm_n4096_k4096 runs on a GPU only: {reason}"
     ref = _module(tmp_path / "gemm" / "reference.py", "gemm_reference")
     with pytest.raises(RuntimeError, match="runs on a GPU only"):
         ref.make_inputs(task.spec.interpreter_workloads[0].params, 0, "cpu", "float32")

@@ -28,7 +28,7 @@ def test_one_planner_branch_per_beam_member_with_its_own_recall():
     state = {"task_dir": "t", "run_dir": None, "iteration": 2, "beam": ["a", "b"],
              "candidates": {"a": cand("a"), "b": cand("b"), "baseline": cand("baseline")},
              "recalled": {"b": [{"title": "lesson"}]}}
-    sends = to_planners(state)
+    sends = to_planners(state, runtime())
     assert [s.node for s in sends] == ["planner", "planner"]
     assert [s.arg["member"]["id"] for s in sends] == ["a", "b"]
     assert [s.arg["member_index"] for s in sends] == [0, 1]
@@ -61,3 +61,34 @@ def test_k_samples_per_plan_and_the_selector_when_no_plan_came():
 def test_the_fix_loop(status, fixes, F, autotune, expected):
     state = {"current": {"status": status}, "fixes": fixes}
     assert after_profiler(state, runtime(fixes=F, autotune=autotune)) == expected
+
+
+def test_the_samples_sent_are_those_the_budget_pays_for():
+    from accelopt.tools.budget import ledger
+
+    usage = [{"role": "planner", "input_tokens": 300, "output_tokens": 100, "cost_usd": 0.0, "iteration": 1},
+             {"role": "executor", "input_tokens": 400, "output_tokens": 100, "cost_usd": 0.0, "iteration": 1}]
+    state = {"task_dir": "t", "run_dir": "budget-run", "iteration": 2, "baseline_id": "baseline",
+             "candidates": {"baseline": cand("baseline")}, "usage": usage,
+             "plans": [{"id": f"i2.m0.p{j}", "parent_id": "baseline", "text": "x"} for j in range(3)]}
+    # 900 spent of 2400: three executor calls of 500 fit, of the six asked for; one sample of every plan first
+    sends = to_samples(state, runtime(samples=2, max_tokens=2400))
+    assert [(s.arg["plan"]["id"], s.arg["sample"]) for s in sends] == [("i2.m0.p0", 0), ("i2.m0.p1", 0),
+                                                                        ("i2.m0.p2", 0)]
+    assert len(to_samples(state, runtime(samples=2))) == 6
+    assert to_samples(state, runtime(samples=2, max_tokens=1300)) == "selector"
+    ledger("budget-run").fail("executor model x at y: 401 Unauthorized — check the API key")
+    assert to_samples(state, runtime(samples=2)) == "selector"  # a fatal error: straight to the selector
+
+
+def test_each_iteration_syncs_the_run_ledger_from_the_state():
+    from accelopt.tools.budget import ledger
+
+    run = ledger("sync-run")
+    run.fail("a fatal error of an earlier run in this process")
+    state = {"task_dir": "t", "run_dir": "sync-run", "iteration": 1, "beam": ["baseline"],
+             "candidates": {"baseline": cand("baseline")}, "recalled": {},
+             "usage": [{"role": "planner", "input_tokens": 30, "output_tokens": 12, "cost_usd": 0.5}]}
+    to_planners(state, runtime(max_tokens=100, max_cost_usd=2.0))
+    assert run.fatal is None and (run.spent.tokens, run.spent.cost_usd) == (42, 0.5)
+    assert (run.limits.max_tokens, run.limits.max_cost_usd) == (100, 2.0)

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 Status = Literal[
     "verified",        # correct on every workload and seed, and timed
     "no_code",         # the model's reply held no usable kernel
+    "truncated",       # the model's reply was cut off at its token limit before the kernel was complete
     "llm_error",       # the model call failed after its retries
     "compile_error",   # syntax error, missing @triton.jit / entry point, Triton compilation failure
     "runtime_error",   # raised while running
@@ -23,8 +24,9 @@ Status = Literal[
     "dtype_mismatch",
     "input_mutated",   # the kernel wrote to its inputs
     "cheat_suspected",  # torch fallback, side streams/threads, timer patching, cached results, above roofline
+    "reference_error",  # the task, not the kernel: its reference or flops() failed, or it cannot run here
 ]
-FIXABLE = {"no_code", "compile_error", "runtime_error", "crashed", "timeout", "wrong_output", "nan",
+FIXABLE = {"no_code", "truncated", "compile_error", "runtime_error", "crashed", "timeout", "wrong_output", "nan",
            "shape_mismatch", "dtype_mismatch", "input_mutated", "cheat_suspected"}
 
 # Timings on the interpreter are labelled so and must never be compared with GPU timings.

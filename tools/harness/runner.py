@@ -20,7 +20,7 @@ from accelopt.tools.harness.pool import get_pool
 from accelopt.tools.harness.result import EvalResult, WorkloadTiming, compare_rounds
 from accelopt.tools.harness.static_checks import findings, syntax_error
 from accelopt.tools.roofline import lookup_peak, percent_of_peak
-from accelopt.tools.task import Task, load_task
+from accelopt.tools.task import Task, TaskError, load_task
 
 SUSPICIOUS_SPEEDUP = 10.0
 FRESH_SEED_OFFSET = 1000
@@ -61,6 +61,10 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
     task = load_task(task) if isinstance(task, str) else task
     device = device or detect_device()
     started = time.monotonic()
+    try:
+        task.spec.workloads_for(device)
+    except TaskError as e:  # a GPU-only task on the interpreter: nothing a kernel could change
+        return EvalResult(status="reference_error", error=str(e), device=device)
     broken = syntax_error(source)
     if broken:
         return EvalResult(status="compile_error", error=broken, device=device)
@@ -103,6 +107,7 @@ def build_request(task: Task, device: str, source_path: str, compare_paths: dict
         "seeds": seeds or task.spec.seeds, "seed_offset": 0,
         "rounds": rounds or (5 if device == "cuda" else 2), "rep_ms": rep_ms,
         "interpreter_reps": interpreter_reps, "trusted": trusted,
+        "required_matched_ratio": task.spec.required_matched_ratio,
     }
 
 
@@ -131,6 +136,9 @@ def _reverify_if_too_good(task: Task, result: EvalResult, pool, request: dict, t
     if not (above or too_fast or contradicted):
         return
     recheck = pool.run({**request, "check_only": True, "seed_offset": FRESH_SEED_OFFSET, "compare": {}}, timeout_s)
+    if recheck["status"] == "reference_error":  # the reference broke on the fresh inputs: not the kernel's doing
+        result.status, result.error = "reference_error", recheck.get("error")
+        return
     if recheck["status"] != "verified":
         result.status = "cheat_suspected"
         result.error = (f"passed the first check but failed on fresh inputs ({recheck['status']}): "

@@ -121,7 +121,9 @@ class Poison:
         self.saved = {n: getattr(torch, n) for n in self.NAMES}
 
     def _fill(self, t):
-        if t.is_floating_point():
+        if str(t.dtype).startswith("torch.float4_"):  # packed fp4 has no NaN (nor fill_): bytes of (-6, -6)
+            t.view(self.torch.uint8).fill_(0xFF)
+        elif t.is_floating_point():
             t.fill_(float("nan"))
         elif t.dtype != self.torch.bool and not t.is_complex():
             t.fill_(self.torch.iinfo(t.dtype).max if t.dtype.is_signed else 123)

@@ -1,0 +1,251 @@
+"""Endpoint faults through the real ChatOpenAI client against the scripted server: what is fatal
+(one line naming role, model, endpoint and fix), what is retried (honouring Retry-After), what
+one call's failure is, the usage a reply carries or an estimate of it, and the preflight."""
+
+import json
+import time
+from types import SimpleNamespace
+
+import pytest
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import HumanMessage, SystemMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+
+from accelopt.graph.builder import build_graph
+from accelopt.graph.outcome import run_failure
+from accelopt.nodes.context import RunContext
+from accelopt.tools.llm import (FatalLLMError, LLMCallError, ModelSpec, build_chat_model, call_model, preflight,
+                                retry_after_s)
+from tests.openai_server import OK, Answer, ScriptedOpenAIServer, dead_url
+from tests.scripted import reply_for
+
+MESSAGES = [SystemMessage("You are the accelopt planner."), HumanMessage("Plan something.")]
+
+
+def reply(messages):
+    return "### Plan 1: something\nDo it."
+
+
+def spec_for(url: str, **kw) -> ModelSpec:
+    return ModelSpec.parse("openai:gpt-test", base_url=url, **kw)
+
+
+def call(spec: ModelSpec, run_dir, **kw):
+    return call_model(build_chat_model(spec), spec, MESSAGES, role="planner", retry_wait_s=0.01,
+                      run_dir=str(run_dir), **kw)
+
+
+@pytest.fixture(autouse=True)
+def key(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+
+
+# (answers, then, fatal line needles or None for success, chat requests made)
+SCENARIOS = {
+    "401 wrong key": ([], Answer(401, "Incorrect API key provided", "invalid_api_key"),
+                      ["planner model openai:gpt-test at http://127.0.0.1:", "/v1: 401 Unauthorized",
+                       "check the API key in $OPENAI_API_KEY"], 1),
+    "403 no access": ([], Answer(403, "You do not have access to this model"), ["403 Forbidden", "permissions"], 1),
+    "404 unknown model": ([], Answer(404, "The model `gpt-test` does not exist", "model_not_found"),
+                          ["404 Not Found (The model `gpt-test` does not exist)", "check the model name 'gpt-test'"],
+                          1),
+    "400 context overflow": ([], Answer(400, "This model's maximum context length is 8192 tokens. However, you "
+                                             "requested 9000 tokens"),
+                             ["400 Bad Request", "do not fit the model's context"], 1),
+    "429 quota used up": ([], Answer(429, "You exceeded your current quota", "insufficient_quota"),
+                          ["429 Too Many Requests", "quota is used up"], 1),
+    "5xx then success": ([Answer(503, "overloaded"), Answer(500, "boom")], OK, None, 3),
+    "malformed 200 then success": ([Answer(raw=b"<html>gateway</html>"), Answer(raw=b'{"choices": []}'),
+                                    Answer(raw=b'{"id": "x"}')], OK, None, 4),
+    "429 then success": ([Answer(429, "slow down", headers={"Retry-After": "0"})] * 2, OK, None, 3),
+}
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_fault_scenarios(name, tmp_path):
+    answers, then, needles, requests = SCENARIOS[name]
+    with ScriptedOpenAIServer(reply, answers=answers, then=then) as server:
+        spec = spec_for(server.url)
+        if needles is None:
+            text, usage = call(spec, tmp_path)
+            assert text == reply([]) and usage["estimated"] is False
+            assert usage["input_tokens"] == server.usage_sent["prompt_tokens"]
+            assert usage["output_tokens"] == server.usage_sent["completion_tokens"]
+        else:
+            with pytest.raises(FatalLLMError) as caught:
+                call(spec, tmp_path)
+            line = str(caught.value)
+            assert "\n" not in line and all(n in line for n in needles), line
+            assert server.url in line
+            # the run is dead: the next call fails at once, with no request
+            with pytest.raises(FatalLLMError, match="at http"):
+                call(spec, tmp_path)
+    assert len(server.requests) == requests
+
+
+def test_transient_errors_that_outlast_the_retries_fail_this_call_only(tmp_path):
+    with ScriptedOpenAIServer(reply, answers=[Answer(502, "bad gateway")] * 3) as server:
+        with pytest.raises(LLMCallError) as caught:
+            call(spec_for(server.url, max_attempts=3), tmp_path)
+        assert not isinstance(caught.value, FatalLLMError)
+        assert "after 3 attempts" in str(caught.value) and "502 Bad Gateway" in str(caught.value)
+        assert call(spec_for(server.url, max_attempts=3), tmp_path)[0] == reply([])  # the run goes on
+    assert len(server.requests) == 4
+
+
+def test_a_schema_the_server_refuses_is_not_fatal(tmp_path):
+    """A 400 about the request's response_format fails this call: the policy asks again in text."""
+    with ScriptedOpenAIServer(reply, answers=[Answer(400, "response_format json_schema is not supported")]) as server:
+        with pytest.raises(LLMCallError) as caught:
+            call(spec_for(server.url), tmp_path)
+        assert not isinstance(caught.value, FatalLLMError)
+        assert call(spec_for(server.url), tmp_path)[0] == reply([])
+    assert len(server.requests) == 2
+
+
+class WithSchema(BaseChatModel):
+    """A model asked with a response schema, as the LLM policy's structured calls are."""
+
+    inner: BaseChatModel
+    response_format: dict = {"type": "json_schema"}
+
+    @property
+    def _llm_type(self) -> str:
+        return "with-schema"
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs) -> ChatResult:
+        return ChatResult(generations=[ChatGeneration(message=self.inner.invoke(messages))])
+
+
+def test_a_400_to_a_request_with_a_schema_is_not_fatal(tmp_path):
+    """It may be the schema the server refuses: the policy asks again in text, and that 400 is fatal."""
+    context = Answer(400, "This model's maximum context length is 8192 tokens")
+    with ScriptedOpenAIServer(reply, then=context) as server:
+        spec = spec_for(server.url)
+        with pytest.raises(LLMCallError) as caught:
+            call_model(WithSchema(inner=build_chat_model(spec)), spec, MESSAGES, role="planner", run_dir=str(tmp_path))
+        assert not isinstance(caught.value, FatalLLMError)
+        with pytest.raises(FatalLLMError, match="do not fit the model's context"):
+            call(spec, tmp_path)
+    assert len(server.requests) == 2
+
+
+def test_retry_after_is_honoured_up_to_its_cap(tmp_path):
+    with ScriptedOpenAIServer(reply, answers=[Answer(429, "slow down", headers={"Retry-After": "1"})]) as server:
+        call(spec_for(server.url), tmp_path)
+    first, second = server.requests
+    assert second["t"] - first["t"] >= 1.0
+    # a Retry-After beyond the cap waits the cap
+    with ScriptedOpenAIServer(reply, answers=[Answer(429, "slow down", headers={"Retry-After": "3600"})]) as server:
+        started = time.monotonic()
+        call(spec_for(server.url, retry_max_wait_s=0.3), tmp_path / "capped")
+        assert 0.3 <= time.monotonic() - started < 5
+    assert len(server.requests) == 2
+
+
+def test_retry_after_forms():
+    def exc(**headers):
+        return SimpleNamespace(response=SimpleNamespace(headers=headers))
+
+    assert retry_after_s(exc(**{"retry-after": "7"})) == 7
+    assert retry_after_s(exc(**{"retry-after-ms": "1500"})) == 1.5
+    date = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time() + 30))
+    assert 25 <= retry_after_s(exc(**{"retry-after": date})) <= 31
+    assert retry_after_s(exc(**{"retry-after": "soon"})) is None
+    assert retry_after_s(exc()) is None and retry_after_s(ValueError()) is None
+
+
+def test_a_dead_server_is_fatal_after_the_retries(tmp_path):
+    url = dead_url()
+    with pytest.raises(FatalLLMError) as caught:
+        call(spec_for(url, max_attempts=3), tmp_path)
+    line = str(caught.value)
+    assert line.startswith(f"planner model openai:gpt-test at {url}: cannot connect") and "server running" in line
+
+
+def test_a_reply_without_usage_is_estimated_and_marked(tmp_path):
+    with ScriptedOpenAIServer(reply, then=Answer(usage=False)) as server:
+        text, usage = call(spec_for(server.url), tmp_path)
+    assert usage["estimated"] is True and usage["output_tokens"] > 0 and usage["input_tokens"] > 0
+    assert usage["input_tokens"] < 100  # the two short messages, not a made-up count
+
+
+def test_max_tokens_goes_out_as_the_server_reads_it(tmp_path):
+    """A local or self-hosted server (Ollama reads only max_tokens) gets max_tokens."""
+    with ScriptedOpenAIServer(reply) as server:
+        call(spec_for(server.url, max_tokens=123), tmp_path)
+    body = server.requests[0]["body"]
+    assert body["max_tokens"] == 123 and "max_completion_tokens" not in body
+
+
+# ---------------------------------------------------------------- preflight
+
+def test_preflight_passes_when_the_model_is_listed_and_spends_no_call():
+    with ScriptedOpenAIServer(reply, models=["gpt-test", "other"]) as server:
+        preflight(spec_for(server.url), "planner")
+    assert server.gets == ["/v1/models"] and server.requests == []
+
+
+def test_preflight_names_a_model_the_server_does_not_list():
+    with ScriptedOpenAIServer(reply, models=["llama3:latest", "qwen"]) as server:
+        with pytest.raises(FatalLLMError, match=r"does not list 'gpt-test' \(it serves: llama3:latest, qwen\)"):
+            preflight(spec_for(server.url), "planner")
+        preflight(ModelSpec.parse("ollama:llama3", base_url=server.url))  # Ollama's untagged name
+
+
+def test_preflight_refuses_a_wrong_key():
+    with ScriptedOpenAIServer(reply, models=["gpt-test"], api_key="sk-right") as server:
+        with pytest.raises(FatalLLMError, match=r"executor model openai:gpt-test at .*: 401 Unauthorized .* "
+                                                r"check the API key in \$OPENAI_API_KEY"):
+            preflight(spec_for(server.url), "executor")
+
+
+def test_preflight_without_a_model_list_makes_one_short_call():
+    with ScriptedOpenAIServer(reply, serve_models=False) as server:
+        preflight(spec_for(server.url))
+        assert len(server.requests) == 1 and server.requests[0]["body"]["max_tokens"] == 1
+        # a base URL without /v1: neither the list nor the call is found there
+        with pytest.raises(FatalLLMError, match=r"404 Not Found .* base URL usually ends in /v1"):
+            preflight(spec_for(server.url.removesuffix("/v1")))
+
+
+def test_preflight_on_a_dead_server():
+    with pytest.raises(FatalLLMError, match="cannot connect .* is the server running"):
+        preflight(spec_for(dead_url()), "planner")
+
+
+# ---------------------------------------------------------------- the run stops
+
+@pytest.mark.slow
+def test_a_fatal_error_stops_the_run_with_its_line_and_summary(tmp_path, softmax_task, monkeypatch):
+    """The planner is answered; then the key is revoked: the executor's 401 ends the run in its
+    first iteration of three, the candidate says why, and the summary is written."""
+    with ScriptedOpenAIServer(reply_for, answers=[OK], then=Answer(401, "Incorrect API key provided")) as server:
+        ctx = RunContext(beams=1, plans=1, samples=2, fixes=1, iterations=3, device="cpu", use_memory=False,
+                         model="openai:gpt-test", base_url=server.url, llm_retry_wait_s=0.01)
+        run_dir = tmp_path / "run"
+        out = build_graph().compile().invoke({"task_dir": str(softmax_task), "run_dir": str(run_dir)}, context=ctx)
+    line = out["fatal"]
+    assert line.startswith(f"executor model openai:gpt-test at {server.url}: 401 Unauthorized")
+    assert out["stop_reason"] == f"model endpoint failed: {line}" and out["iteration"] == 1
+    assert run_failure(out) == line
+    failed = [c for c in out["candidates"].values() if c.get("iteration") == 1]
+    assert failed and all(c["status"] == "llm_error" for c in failed) and line in failed[0]["error"]
+    assert len(server.requests) <= 3  # planner, then at most one 401 per sample: no retries, no fixer
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stop_reason"] == out["stop_reason"]
+
+
+def test_preflight_checks_each_endpoint_once_and_can_be_skipped():
+    from accelopt.graph.config import preflight_context
+
+    with ScriptedOpenAIServer(reply, models=["gpt-test", "coder"]) as server:
+        ctx = RunContext(model="openai:gpt-test", base_url=server.url, role_models={"executor": {"model": "coder"}})
+        preflight_context(ctx)
+        assert server.gets == ["/v1/models"] * 2  # planner, fixer, summarizer share one check; the executor its own
+        bad = RunContext(model="openai:gpt-test", base_url=server.url, role_models={"fixer": {"model": "gone"}})
+        with pytest.raises(FatalLLMError, match=r"^fixer model openai:gone at .*does not list 'gone'"):
+            preflight_context(bad)
+        preflight_context(RunContext(model="openai:gone", base_url=server.url, preflight=False))
+        preflight_context(RunContext(model="tuner"))
+        assert len(server.gets) == 4 and server.requests == []

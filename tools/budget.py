@@ -1,0 +1,194 @@
+"""Token and $ budgets that hold, and the running spend they are held against.
+
+The state's usage ledger is the record, but parallel branches (the samples of one iteration)
+cannot see each other's usage in it. So each run has a `RunLedger` in this process, keyed by
+its run directory: what was spent, what the calls in flight are expected to spend, the limits,
+and a fatal endpoint error that ends the run. `tools/llm.call_model` admits every model call
+against it (spend + reservations + this call's projection must fit the budget); the graph syncs
+it from the state at each iteration start, where no call is in flight and the state is exact.
+
+Projections come from the calls so far: the mean call of the same role (`Means`)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+
+
+# ---------------------------------------------------------------- token estimates
+
+@lru_cache(maxsize=1)
+def _encoder() -> Any:
+    """tiktoken's o200k_base when its file is already cached (tiktoken downloads it otherwise,
+    and a run must not wait on the network for an estimate); else None."""
+    try:
+        import tiktoken
+    except ImportError:
+        return None
+    url = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"
+    cache = os.environ.get("TIKTOKEN_CACHE_DIR") or os.environ.get("DATA_GYM_CACHE_DIR") or os.path.join(
+        tempfile.gettempdir(), "data-gym-cache")
+    if not os.path.isfile(os.path.join(cache, hashlib.sha1(url.encode()).hexdigest())):
+        return None
+    try:
+        return tiktoken.get_encoding("o200k_base")
+    except Exception:  # noqa: BLE001 - a corrupt cache: fall back to the character estimate
+        return None
+
+
+def estimate_tokens(text: str) -> int:
+    """Tokens in text: tiktoken where available offline, else ~4 characters per token."""
+    encoder = _encoder()
+    if encoder is not None:
+        return len(encoder.encode(text, disallowed_special=()))
+    return (len(text) + 3) // 4
+
+
+# ---------------------------------------------------------------- spend
+
+@dataclass
+class Spend:
+    tokens: int = 0
+    cost_usd: float = 0.0
+
+    def add(self, tokens: int, cost_usd: float, sign: int = 1) -> None:
+        self.tokens += sign * tokens
+        self.cost_usd += sign * cost_usd
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_tokens: int | None = None
+    max_cost_usd: float | None = None
+
+    def refusal(self, spent: Spend, more: Spend) -> str | None:
+        """Why `more` on top of `spent` does not fit, or None when it does."""
+        if self.max_tokens is not None and spent.tokens + more.tokens > self.max_tokens:
+            return (f"token budget of {self.max_tokens:,} would be exceeded ({spent.tokens:,} spent or in flight, "
+                    f"about {more.tokens:,} more needed)")
+        if self.max_cost_usd is not None and spent.cost_usd + more.cost_usd > self.max_cost_usd:
+            return (f"cost budget of ${self.max_cost_usd:.4g} would be exceeded (${spent.cost_usd:.4g} spent or in "
+                    f"flight, about ${more.cost_usd:.4g} more needed)")
+        return None
+
+
+def call_tokens(record: dict) -> int:
+    return int(record.get("input_tokens") or 0) + int(record.get("output_tokens") or 0)
+
+
+@dataclass
+class Means:
+    """Mean tokens per call by role (input, output, calls): the projection of a role's next call.
+    Its input is the role's mean where known (a server's count, not our estimate of it), else the
+    prompt's estimate; its output the role's mean, else the mean of every call so far."""
+
+    by_role: dict[str, list[int]] = field(default_factory=dict)
+
+    def add(self, record: dict) -> None:
+        for key in (record.get("role") or "?", "*"):
+            entry = self.by_role.setdefault(key, [0, 0, 0])
+            entry[0] += int(record.get("input_tokens") or 0)
+            entry[1] += int(record.get("output_tokens") or 0)
+            entry[2] += 1
+
+    def call(self, role: str, prompt_estimate: int) -> tuple[int, int]:
+        own = self.by_role.get(role)
+        seen = own or self.by_role.get("*")
+        output = seen[1] // seen[2] if seen else 0
+        return (own[0] // own[2] if own else prompt_estimate), output
+
+
+class RunLedger:
+    """One run's running spend, shared by its branches; every method is thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.limits = Limits()
+        self.spent = Spend()
+        self.reserved = Spend()
+        self.means = Means()
+        self.fatal: str | None = None
+
+    def sync(self, usage: list[dict], limits: Limits, fresh: bool = False) -> None:
+        """At an iteration boundary: the state's ledger is exact and nothing is in flight. A fatal
+        error stays for the run's later iterations (one met after the selector stops the next);
+        `fresh` (a run's first iteration) forgets one of an earlier run in this process."""
+        with self._lock:
+            self.limits, self.spent, self.reserved, self.means = limits, Spend(), Spend(), Means()
+            if fresh:
+                self.fatal = None
+            for record in usage:
+                self.spent.add(call_tokens(record), float(record.get("cost_usd") or 0.0))
+                self.means.add(record)
+
+    def admit(self, role: str, prompt_estimate: int, prices: tuple[float, float]) -> tuple[Spend | None, str | None]:
+        """Reserve this call's projected spend: (the reservation, None), or (None, why not)."""
+        with self._lock:
+            tokens_in, tokens_out = self.means.call(role, prompt_estimate)
+            more = Spend(tokens_in + tokens_out, (tokens_in * prices[0] + tokens_out * prices[1]) / 1e6)
+            in_flight = Spend(self.spent.tokens + self.reserved.tokens, self.spent.cost_usd + self.reserved.cost_usd)
+            refusal = self.limits.refusal(in_flight, more)
+            if refusal is not None:
+                return None, refusal
+            self.reserved.add(more.tokens, more.cost_usd)
+            return more, None
+
+    def settle(self, reservation: Spend | None, record: dict | None) -> None:
+        """A call ended: its reservation goes, its real spend (if it got a reply) comes in."""
+        with self._lock:
+            if reservation is not None:
+                self.reserved.add(reservation.tokens, reservation.cost_usd, sign=-1)
+            if record is not None:
+                self.spent.add(call_tokens(record), float(record.get("cost_usd") or 0.0))
+                self.means.add(record)
+
+    def fail(self, message: str) -> None:
+        """A fatal endpoint error: every later call of this run fails at once with it."""
+        with self._lock:
+            self.fatal = self.fatal or message
+
+
+_ledgers: dict[str | None, RunLedger] = {}
+_ledgers_lock = threading.Lock()
+
+
+def ledger(run_dir: str | None) -> RunLedger:
+    """The run's ledger in this process (runs without a directory share one, synced per iteration)."""
+    with _ledgers_lock:
+        return _ledgers.setdefault(run_dir, RunLedger())
+
+
+# ---------------------------------------------------------------- projections from the state's ledger
+
+def mean_call(spent: dict, role: str) -> Spend:
+    """The mean call of a role in a `tools/llm.totals` summary (of every call before the role made one)."""
+    bucket = spent.get("by_role", {}).get(role) or spent
+    calls = bucket.get("calls") or 0
+    if not calls:
+        return Spend()
+    return Spend((bucket["input_tokens"] + bucket["output_tokens"]) // calls, bucket["cost_usd"] / calls)
+
+
+def next_step(spent: dict, planners: int, executors: int) -> Spend:
+    """What the next iteration spends before anything can be measured: its planner calls and executor calls."""
+    planner, executor = mean_call(spent, "planner"), mean_call(spent, "executor")
+    return Spend(planner.tokens * planners + executor.tokens * executors,
+                 planner.cost_usd * planners + executor.cost_usd * executors)
+
+
+def affordable(spent: dict, limits: Limits, role: str, wanted: int) -> int:
+    """How many of `wanted` calls of a role fit what is left of the budget, at the role's mean call."""
+    each = mean_call(spent, role)
+    used = Spend(spent.get("input_tokens", 0) + spent.get("output_tokens", 0), spent.get("cost_usd", 0.0))
+    fits = wanted
+    if limits.max_tokens is not None and each.tokens > 0:
+        fits = min(fits, max(0, (limits.max_tokens - used.tokens) // each.tokens))
+    if limits.max_cost_usd is not None and each.cost_usd > 0:
+        fits = min(fits, max(0, int((limits.max_cost_usd - used.cost_usd) / each.cost_usd)))
+    return fits
