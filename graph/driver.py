@@ -110,9 +110,10 @@ def _moved(value: Any, moves: dict[str, str]) -> Any:
 
 
 def _reopen_if_extended(graph, config: dict, ctx: RunContext) -> None:
-    """A finished run resumed with a larger T (or budget) goes on: if the selector's stopping rule,
-    under the new context, would not have stopped it, the stop is undone as though `record` had
-    routed back to `recall`, and the search continues from its last beam."""
+    """A finished run resumed with a larger T goes on (so does one a fatal model error stopped,
+    once resumed): if the selector's stopping rule, under the new context, would not have stopped
+    it, the stop is undone as though `record` had routed back to `recall`, and the search
+    continues from its last beam."""
     from accelopt.nodes.selector import stop_reason
 
     snapshot = graph.get_state(config)
@@ -121,7 +122,7 @@ def _reopen_if_extended(graph, config: dict, ctx: RunContext) -> None:
         return  # still under way, or stopped before any search (setup refused the task)
     best = state["candidates"][state["beam"][0]]
     if stop_reason(state, ctx, best, totals(state.get("usage", []))) is None:
-        graph.update_state(config, {"stop_reason": None}, as_node="record")
+        graph.update_state(config, {"stop_reason": None, "fatal": None}, as_node="record")
 
 
 def _task_metadata(meta: dict) -> dict:

@@ -12,5 +12,6 @@ def run_failure(state: dict) -> str | None:
     failed = [h for h in state.get("history") or [] if h.get("event") == "planner_failed"]
     searched = any(c.get("iteration") for c in (state.get("candidates") or {}).values())
     if failed and not searched:
-        return f"every planner call failed ({len(failed)} calls), so nothing was evaluated; the last: {failed[-1].get('error')}"
+        return (f"every planner call failed ({len(failed)} calls), so nothing was evaluated; "
+                f"the last: {failed[-1].get('error')}")
     return None

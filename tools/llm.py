@@ -122,6 +122,8 @@ def given_spec(model: Any, like: ModelSpec) -> ModelSpec:
 
 def endpoint(spec: ModelSpec) -> str:
     """The base URL calls go to."""
+    if spec.provider == GIVEN:
+        return spec.base_url or "(a chat model given in code)"
     return (spec.base_url or _LOCAL_SERVERS.get(spec.provider) or os.environ.get("OPENAI_BASE_URL")
             or OPENAI_URL).rstrip("/")
 
@@ -242,6 +244,8 @@ def fatal_fix(status: int, message: str, spec: ModelSpec, code: str | None = Non
     response schema, asking in text) may help."""
     source = _key_source(spec)
     key = f"${source}" if source else f"${' or $'.join(_key_names(spec))} (none is set)"
+    if spec.provider == GIVEN:
+        key = "the chat model given in code"
     if status == 401:
         return f"check the API key in {key}"
     if status == 403:
@@ -256,9 +260,11 @@ def fatal_fix(status: int, message: str, spec: ModelSpec, code: str | None = Non
     if status in (400, 413, 422) and (schema or _REQUEST_SPECIFIC.search(message)):
         return None
     if _CONTEXT.search(message) or status == 413:
-        return "the prompt and max_tokens do not fit the model's context: lower max_tokens or use a longer-context model"
+        return ("the prompt and max_tokens do not fit the model's context: lower max_tokens or use a "
+                "longer-context model")
     if status in (400, 422):
-        return "the server refused the request's settings: check max_tokens, temperature and reasoning_effort for this model"
+        return ("the server refused the request's settings: check max_tokens, temperature and reasoning_effort "
+                "for this model")
     return "the server refuses these requests: check the model and endpoint settings"
 
 
@@ -407,7 +413,8 @@ def usage_record(reply: AIMessage, spec: ModelSpec, role: str, candidate_id: str
     usage = getattr(reply, "usage_metadata", None) or {}
     estimated = not usage
     if estimated:
-        tokens_in, tokens_out, reasoning = estimate_tokens(_prompt_text(messages or [])), estimate_tokens(_text(reply)), 0
+        tokens_in, reasoning = estimate_tokens(_prompt_text(messages or [])), 0
+        tokens_out = estimate_tokens(_text(reply))
         if spec.label() not in _no_usage_logged:
             _no_usage_logged.add(spec.label())
             log.warning("%s sends no token usage: its calls are counted from an estimate (marked estimated)",

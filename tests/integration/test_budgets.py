@@ -35,24 +35,28 @@ def test_price_table_from_the_config_file(tmp_path, monkeypatch):
 def test_a_cost_budget_warns_about_models_without_a_price():
     ctx = RunContext(model="vllm:big", max_cost_usd=1.0)
     [warning] = budget_warnings(ctx)
-    assert "vllm:big (planner, executor, fixer, summarizer) has no price" in warning and '[prices] "vllm:big"' in warning
+    assert "vllm:big (planner, executor, fixer, summarizer) has no price" in warning
+    assert '[prices] "vllm:big"' in warning
     assert budget_warnings(RunContext(model="vllm:big", max_cost_usd=1.0, prices={"vllm:big": [1, 2]})) == []
     assert budget_warnings(RunContext(model="vllm:big", max_tokens=1000)) == []  # tokens need no price
     given = RunContext(model="openai:gpt-4o-mini", max_cost_usd=1.0, chat_models={"executor": ScriptedChatModel(
         script=reply_for)})
-    assert [w.split(",")[0] for w in budget_warnings(given)] == ["--max-cost $1: ScriptedChatModel (executor) has no price"]
+    assert [w.split(",")[0] for w in budget_warnings(given)] == [
+        "--max-cost $1: ScriptedChatModel (executor) has no price"]
 
 
 def test_the_ledger_admits_what_fits_counting_calls_in_flight():
     run = RunLedger()
-    run.sync([{"role": "executor", "input_tokens": 300, "output_tokens": 100, "cost_usd": 0.0}], Limits(max_tokens=1500))
+    run.sync([{"role": "executor", "input_tokens": 300, "output_tokens": 100, "cost_usd": 0.0}],
+             Limits(max_tokens=1500))
     first, refusal = run.admit("executor", 50, (0.0, 0.0))  # the role's mean call: 400 tokens, not the estimate
     assert refusal is None and first.tokens == 400
     second, _ = run.admit("executor", 50, (0.0, 0.0))
     third, refusal = run.admit("executor", 50, (0.0, 0.0))  # 400 spent + 800 in flight + 400 > 1500
     assert third is None and "token budget of 1,500 would be exceeded" in refusal
     run.settle(first, {"role": "executor", "input_tokens": 300, "output_tokens": 10, "cost_usd": 0.0})
-    assert run.admit("executor", 50, (0.0, 0.0))[1] is None  # 710 spent + 400 in flight + 355: the real reply was shorter
+    # 710 spent + 400 in flight + 355: the real reply was shorter, so there is room again
+    assert run.admit("executor", 50, (0.0, 0.0))[1] is None
     spent = totals([{"role": "planner", "input_tokens": 90, "output_tokens": 10, "cost_usd": 0.5},
                     {"role": "executor", "input_tokens": 150, "output_tokens": 50, "cost_usd": 1.0}])
     assert affordable(spent, Limits(max_tokens=1000), "executor", 8) == 3

@@ -21,7 +21,8 @@ def test_cli_run_through_openai_compatible_server(tmp_path, softmax_task):
         proc = subprocess.run(
             [sys.executable, "-m", "accelopt", "optimize", str(softmax_task), "--model", "openai:gpt-4o-mini",
              "--base-url", server.url, "-B", "1", "-N", "1", "-K", "1", "-F", "1", "-T", "1",
-             "--device", "cpu", "--memory", str(tmp_path / "mem"), "--create-memory", "--run-dir", str(tmp_path / "run")],
+             "--device", "cpu", "--memory", str(tmp_path / "mem"), "--create-memory",
+             "--run-dir", str(tmp_path / "run")],
             capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "tuner" not in proc.stdout
