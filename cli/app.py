@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.logging import RichHandler
 from rich.table import Table
 
-from accelopt.graph.config import context_to_json, load_context
+from accelopt.graph.config import context_to_json, load_context, preflight_context
+from accelopt.graph.outcome import run_failure
 from accelopt.graph.driver import drive
 from accelopt.nodes.context import RunContext
 from accelopt.cli.check import check
@@ -21,7 +24,7 @@ from accelopt.cli.memory import fail
 from accelopt.memory.embedder import MemoryStoreError
 from accelopt.memory.store import require_store_dir
 from accelopt.tools.backends import BACKENDS, backend_for, run_refusal
-from accelopt.tools.llm import ConfigError, totals
+from accelopt.tools.llm import ConfigError, FatalLLMError, totals
 from accelopt.tools.rundir import (
     RunDirError,
     check_checkpoint,
@@ -63,6 +66,12 @@ def optimize(
     executor_model: Opt[Optional[str], typer.Option(help="Model for the executor only")] = None,
     fixer_model: Opt[Optional[str], typer.Option(help="Model for the fixer only")] = None,
     summarizer_model: Opt[Optional[str], typer.Option(help="Model for the summarizer only")] = None,
+    planner_base_url: Opt[Optional[str], typer.Option(help="Endpoint for the planner only")] = None,
+    executor_base_url: Opt[Optional[str], typer.Option(help="Endpoint for the executor only")] = None,
+    fixer_base_url: Opt[Optional[str], typer.Option(help="Endpoint for the fixer only")] = None,
+    summarizer_base_url: Opt[Optional[str], typer.Option(help="Endpoint for the summarizer only")] = None,
+    no_preflight: Opt[bool, typer.Option("--no-preflight", help="Skip checking that each endpoint serves its "
+                                         "model before any work")] = False,
     config: Opt[Optional[Path], typer.Option(help="TOML config file (default: ./accelopt.toml)")] = None,
     run_dir: Opt[Optional[Path], typer.Option(help="Where to write the run (default: runs/TASK-TIME)")] = None,
     device: Opt[Optional[str], typer.Option(help="auto, cuda, or cpu (Triton interpreter)")] = None,
@@ -84,6 +93,8 @@ def optimize(
             config, beams=beams, plans=plans, samples=samples, fixes=fixes, iterations=iterations, autotune=autotune, model=model,
             base_url=base_url, planner_model=planner_model, executor_model=executor_model,
             fixer_model=fixer_model, summarizer_model=summarizer_model, device=device,
+            planner_base_url=planner_base_url, executor_base_url=executor_base_url, fixer_base_url=fixer_base_url,
+            summarizer_base_url=summarizer_base_url, preflight=False if no_preflight else None,
             memory_dir=str(memory) if memory else None, use_memory=False if no_memory else None,
             memory_url=memory_url, embedder=embedder,
             max_tokens=max_tokens, max_cost_usd=max_cost, max_wall_s=max_wall, eval_timeout_s=eval_timeout)
@@ -100,6 +111,7 @@ def optimize(
     else:
         _check_memory(ctx, create_memory, "pass an existing store, add --create-memory to start one there, or run "
                                           "with --no-memory")
+    _preflight(ctx)
     run_dir = run_dir or Path("runs") / f"{task.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
         claim_new_run_dir(run_dir, task.root)
@@ -107,6 +119,14 @@ def optimize(
         fail(str(e))
     write_run_meta(run_dir, task.root, context_to_json(ctx))
     _report(drive(ctx, run_dir, {"task_dir": task.root, "run_dir": str(run_dir.resolve())}, console), run_dir)
+
+
+def _preflight(ctx: RunContext) -> None:
+    """A dead endpoint, a wrong key or an unknown model: one line before any work is done."""
+    try:
+        preflight_context(ctx)
+    except (FatalLLMError, ConfigError) as e:
+        fail(str(e))
 
 
 def _check_memory(ctx: RunContext, create: bool, missing_advice: str) -> None:
@@ -150,6 +170,7 @@ def resume(run_dir: Opt[Path, typer.Argument(help="A run directory written by `a
     if ctx.use_memory:
         _check_memory(ctx, create_memory, "the memory directory recorded in run.json is gone; restore it, or "
                                           "resume with --create-memory to go on with an empty store there")
+    _preflight(ctx)
     if restart:  # every check passed: only now is the old checkpoint set aside
         checkpoint = run_dir / "checkpoints.sqlite"
         if checkpoint.exists():
@@ -214,7 +235,15 @@ def _report(state: dict, run_dir: Path) -> None:
     table.add_row("tokens / cost", f"{spent['input_tokens']:,} in, {spent['output_tokens']:,} out, ${spent['cost_usd']:.4f}")
     table.add_row("insights stored", str(len(state.get("insights", []))))
     console.print(table)
+    failure = run_failure(state)  # summary.json is written: the run's record stays, the exit says it failed
+    if failure:
+        fail(failure, code=1)
 
 
 def main() -> None:
+    # accelopt's own log lines (retries, a placeholder key, unpriced or usage-less models) beside the progress bar
+    log = logging.getLogger("accelopt")
+    log.setLevel(logging.INFO)
+    log.addHandler(RichHandler(console=console, show_time=False, show_path=False))
+    log.propagate = False
     app()

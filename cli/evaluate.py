@@ -9,9 +9,9 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from accelopt.graph.config import load_context
+from accelopt.graph.config import load_context, preflight_context
 from accelopt.cli.memory import fail
-from accelopt.tools.llm import ConfigError
+from accelopt.tools.llm import ConfigError, FatalLLMError
 from accelopt.tools.task import TaskError
 
 console = Console()
@@ -54,6 +54,10 @@ def eval_suite(
         fail(str(e))
     if not configured:
         console.print("No LLM endpoint configured: using the local tuner policy (no LLM).")
+    try:  # a dead endpoint stops the suite before its first task, not one failed task at a time
+        preflight_context(ctx)
+    except (FatalLLMError, ConfigError) as e:
+        fail(str(e))
     out = out or Path("runs") / f"eval-{suite_dir.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_suite(suite_dir, out, ctx, chosen, console, torch_compile=torch_compile)
     page = build_report(out)

@@ -249,3 +249,30 @@ def test_preflight_checks_each_endpoint_once_and_can_be_skipped():
         preflight_context(RunContext(model="openai:gone", base_url=server.url, preflight=False))
         preflight_context(RunContext(model="tuner"))
         assert len(server.gets) == 4 and server.requests == []
+
+
+@pytest.mark.parametrize("case", ["401 wrong key", "dead server"])
+def test_the_cli_stops_before_any_work_on_an_endpoint_that_cannot_answer(case, tmp_path):
+    """`accelopt optimize` against a refusing or dead endpoint: one line, non-zero, no run dir."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, TASKS
+
+    def optimize(url: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "accelopt", "optimize", str(TASKS / "rmsnorm"), "--model",
+                               "openai:gpt-test", "--base-url", url, "--device", "cpu", "--no-memory", "-T", "1",
+                               "--run-dir", str(tmp_path / "run")], cwd=ROOT, capture_output=True, text=True,
+                              timeout=300, env={**__import__("os").environ, "OPENAI_API_KEY": "sk-test"})
+
+    if case == "dead server":
+        done = optimize(dead_url())
+    else:
+        with ScriptedOpenAIServer(reply, then=Answer(401, "Incorrect API key provided", "invalid_api_key"),
+                                  serve_models=False) as server:
+            done = optimize(server.url)
+    out = done.stdout + done.stderr
+    assert done.returncode == 2 and "Traceback" not in out, out[-2000:]
+    assert "model openai:gpt-test at http://127.0.0.1:" in out
+    assert ("401 Unauthorized" in out) if case == "401 wrong key" else ("refused" in out.lower() or "connect" in out.lower())
+    assert not (tmp_path / "run").exists()  # stopped before the run directory was claimed
