@@ -1,4 +1,9 @@
-"""The accelopt command line: `accelopt optimize TASK_DIR`, `accelopt resume RUN_DIR`."""
+"""The accelopt command line: `accelopt optimize TASK_DIR`, `accelopt resume RUN_DIR`.
+
+This module and the command modules it registers import typer, rich and light constants only:
+`accelopt --help` must answer at once. LangGraph, LangChain, openai, torch and Chroma are
+imported inside the commands, after their arguments are checked (tests/unit/test_cli_startup.py).
+"""
 
 from __future__ import annotations
 
@@ -6,39 +11,26 @@ import dataclasses
 import logging
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.table import Table
 
-from accelopt.graph.config import context_to_json, load_context, preflight_context
-from accelopt.graph.outcome import run_failure
-from accelopt.graph.driver import drive
-from accelopt.nodes.context import RunContext
+from accelopt.cli import options as o
 from accelopt.cli.check import check
 from accelopt.cli.evaluate import eval_suite, export_app, import_app, report
+from accelopt.cli.interrupt import continue_hint_on_interrupt, resume_command
 from accelopt.cli.memory import app as memory_app
 from accelopt.cli.memory import fail
+from accelopt.cli.seed import seed
 from accelopt.memory.embedder import MemoryStoreError
-from accelopt.memory.store import require_store_dir
-from accelopt.tools.backends import BACKENDS, backend_for, run_refusal
-from accelopt.tools.llm import ConfigError, FatalLLMError, totals
-from accelopt.tools.rundir import (
-    RunDirError,
-    check_checkpoint,
-    claim_new_run_dir,
-    lock_run_dir,
-    read_run_meta,
-    resume_task_dir,
-    run_summary,
-    save_run_meta,
-    write_run_meta,
-)
-from accelopt.tools.task import TaskError, load_task
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+if TYPE_CHECKING:
+    from accelopt.nodes.context import RunContext
+
+app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False,
                   help="accelopt: a self-improving, LLM-driven kernel optimizer.")
 app.add_typer(memory_app, name="memory")
 app.add_typer(import_app, name="import")
@@ -46,60 +38,97 @@ app.add_typer(export_app, name="export")
 app.command("eval")(eval_suite)
 app.command("report")(report)
 app.command("check")(check)
+app.command("seed")(seed)
 console = Console()
 
 Opt = Annotated
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"accelopt {version('accelopt')}")
+        except PackageNotFoundError:
+            typer.echo("accelopt (not installed: a plain checkout)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: Opt[bool, typer.Option("--version", is_eager=True, callback=_version,
+                                          help="Print accelopt's version and exit")] = False) -> None:
+    """accelopt: a self-improving, LLM-driven kernel optimizer."""
+
+
 @app.command()
 def optimize(
     task_dir: Opt[Path, typer.Argument(help="Task directory (task.json, reference.py, baseline.py)")],
-    beams: Opt[Optional[int], typer.Option("--beams", "-B", min=1, help="Beam width")] = None,
-    plans: Opt[Optional[int], typer.Option("--plans", "-N", min=1, help="Plans per beam member")] = None,
-    samples: Opt[Optional[int], typer.Option("--samples", "-K", min=1, help="Kernels per plan")] = None,
-    fixes: Opt[Optional[int], typer.Option("--fixes", "-F", min=0, help="Fix attempts per kernel")] = None,
-    iterations: Opt[Optional[int], typer.Option("--iterations", "-T", min=1, help="Iterations")] = None,
-    autotune: Opt[Optional[int], typer.Option(min=0, help="Search up to N launch configurations of each verified kernel")] = None,
-    model: Opt[Optional[str], typer.Option(help="PROVIDER:NAME for every role (openai, vllm, sglang, ollama, tuner)")] = None,
-    base_url: Opt[Optional[str], typer.Option(help="OpenAI-compatible endpoint, e.g. http://host:8000/v1")] = None,
-    planner_model: Opt[Optional[str], typer.Option(help="Model for the planner only")] = None,
-    executor_model: Opt[Optional[str], typer.Option(help="Model for the executor only")] = None,
-    fixer_model: Opt[Optional[str], typer.Option(help="Model for the fixer only")] = None,
-    summarizer_model: Opt[Optional[str], typer.Option(help="Model for the summarizer only")] = None,
-    planner_base_url: Opt[Optional[str], typer.Option(help="Endpoint for the planner only")] = None,
-    executor_base_url: Opt[Optional[str], typer.Option(help="Endpoint for the executor only")] = None,
-    fixer_base_url: Opt[Optional[str], typer.Option(help="Endpoint for the fixer only")] = None,
-    summarizer_base_url: Opt[Optional[str], typer.Option(help="Endpoint for the summarizer only")] = None,
-    no_preflight: Opt[bool, typer.Option("--no-preflight", help="Skip checking that each endpoint serves its "
-                                         "model before any work")] = False,
-    config: Opt[Optional[Path], typer.Option(help="TOML config file (default: ./accelopt.toml)")] = None,
+    beams: o.Beams = None,
+    plans: o.Plans = None,
+    samples: o.Samples = None,
+    fixes: o.Fixes = None,
+    iterations: o.Iterations = None,
+    autotune: o.Autotune = None,
+    model: o.Model = None,
+    base_url: o.BaseUrl = None,
+    planner_model: o.PlannerModel = None,
+    executor_model: o.ExecutorModel = None,
+    fixer_model: o.FixerModel = None,
+    summarizer_model: o.SummarizerModel = None,
+    planner_base_url: o.PlannerBaseUrl = None,
+    executor_base_url: o.ExecutorBaseUrl = None,
+    fixer_base_url: o.FixerBaseUrl = None,
+    summarizer_base_url: o.SummarizerBaseUrl = None,
+    no_preflight: o.NoPreflight = False,
+    config: o.Config = None,
     run_dir: Opt[Optional[Path], typer.Option(help="Where to write the run (default: runs/TASK-TIME)")] = None,
-    device: Opt[Optional[str], typer.Option(help="auto, cuda, or cpu (Triton interpreter)")] = None,
-    memory: Opt[Optional[Path], typer.Option(help="Insight store directory")] = None,
-    memory_url: Opt[Optional[str], typer.Option(help="Chroma server shared by runs, e.g. http://host:8000")] = None,
-    embedder: Opt[Optional[str], typer.Option(help="Sentence-transformers model for insights (offline)")] = None,
-    no_memory: Opt[bool, typer.Option("--no-memory", help="Neither recall nor store insights")] = False,
-    create_memory: Opt[bool, typer.Option("--create-memory", help="Start a new insight store at --memory if there "
-                                          "is none (else a missing directory is an error: a typo)")] = False,
-    max_tokens: Opt[Optional[int], typer.Option(help="Token budget")] = None,
-    max_cost: Opt[Optional[float], typer.Option(help="$ budget")] = None,
-    max_wall: Opt[Optional[float], typer.Option(help="Wall-clock budget in seconds")] = None,
-    eval_timeout: Opt[Optional[float], typer.Option(help="Per-candidate evaluation limit in seconds")] = None,
+    device: o.Device = None,
+    memory: o.Memory = None,
+    memory_url: o.MemoryUrl = None,
+    embedder: o.Embedder = None,
+    no_memory: o.NoMemory = False,
+    learn_from_interpreter: o.LearnFromInterpreter = False,
+    create_memory: o.CreateMemory = False,
+    max_tokens: o.MaxTokens = None,
+    max_cost: o.MaxCost = None,
+    max_wall: o.MaxWall = None,
+    eval_timeout: o.EvalTimeout = None,
+    cluster: o.Cluster = None,
+    ray_address: o.RayAddress = None,
+    seed: o.Seed = None,
+    seed_mode: o.SeedMode = None,
+    seed_capture: o.SeedCapture = None,
+    review_plans: Opt[bool, typer.Option("--review-plans", help="Pause after each iteration's planners and "
+                                                               "choose which plans run")] = False,
 ) -> None:
     """Optimize the kernel of TASK_DIR and write a run directory."""
+    from accelopt.graph.config import context_to_json, load_context
+    from accelopt.tools.backends import run_refusal
+    from accelopt.tools.llm_spec import ConfigError
+    from accelopt.tools.rundir import RunDirError, claim_new_run_dir, default_run_dir, write_run_meta
+    from accelopt.tools.task import TaskError, load_task
+
     try:
         task = load_task(task_dir)
-        ctx, configured = load_context(
-            config, beams=beams, plans=plans, samples=samples, fixes=fixes, iterations=iterations, autotune=autotune, model=model,
-            base_url=base_url, planner_model=planner_model, executor_model=executor_model,
-            fixer_model=fixer_model, summarizer_model=summarizer_model, device=device,
-            planner_base_url=planner_base_url, executor_base_url=executor_base_url, fixer_base_url=fixer_base_url,
-            summarizer_base_url=summarizer_base_url, preflight=False if no_preflight else None,
-            memory_dir=str(memory) if memory else None, use_memory=False if no_memory else None,
-            memory_url=memory_url, embedder=embedder,
-            max_tokens=max_tokens, max_cost_usd=max_cost, max_wall_s=max_wall, eval_timeout_s=eval_timeout)
+        ctx, configured = load_context(config, **o.context_flags(
+            beams=beams, plans=plans, samples=samples, fixes=fixes, iterations=iterations, autotune=autotune,
+            model=model, base_url=base_url, planner_model=planner_model, executor_model=executor_model,
+            fixer_model=fixer_model, summarizer_model=summarizer_model, planner_base_url=planner_base_url,
+            executor_base_url=executor_base_url, fixer_base_url=fixer_base_url,
+            summarizer_base_url=summarizer_base_url, no_preflight=no_preflight, device=device, memory=memory,
+            memory_url=memory_url, embedder=embedder, no_memory=no_memory,
+            learn_from_interpreter=learn_from_interpreter, max_tokens=max_tokens, max_cost=max_cost,
+            max_wall=max_wall, eval_timeout=eval_timeout, cluster=cluster, ray_address=ray_address, seed=seed,
+            seed_mode=seed_mode, seed_capture=str(seed_capture.resolve()) if seed_capture else None,
+            review_plans=True if review_plans else None))
     except (TaskError, ConfigError) as e:
         fail(str(e))
+    if seed_capture is not None and not seed_capture.is_file():
+        fail(f"--seed-capture {seed_capture}: no such file")
+    refusal = o.cluster_refusal(ctx.ray_address) if ctx.ray_address else o.device_refusal(ctx.device)
+    if refusal:
+        fail(refusal)
     refusal = run_refusal(task, ctx.device)
     if refusal:
         fail(f"task {task.name} needs the {task.spec.backend} backend. {refusal}")
@@ -112,17 +141,49 @@ def optimize(
         _check_memory(ctx, create_memory, "pass an existing store, add --create-memory to start one there, or run "
                                           "with --no-memory")
     _preflight(ctx)
-    run_dir = run_dir or Path("runs") / f"{task.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_dir = run_dir or default_run_dir(task.name)
     try:
         claim_new_run_dir(run_dir, task.root)
     except RunDirError as e:
         fail(str(e))
     write_run_meta(run_dir, task.root, context_to_json(ctx))
-    _report(drive(ctx, run_dir, {"task_dir": task.root, "run_dir": str(run_dir.resolve())}, console), run_dir)
+    _drive(ctx, run_dir, {"task_dir": task.root, "run_dir": str(run_dir.resolve())})
+
+
+def _drive(ctx: RunContext, run_dir: Path, inputs: dict | None) -> None:
+    """Run or resume the graph, then show what it did; Ctrl-C says how to continue."""
+    from accelopt.graph.driver import drive
+
+    with continue_hint_on_interrupt(resume_command(run_dir), console):
+        state = drive(ctx, run_dir, inputs, console, on_plans=_ask_plans if ctx.review_plans else None)
+    _report(state, run_dir, ctx.use_memory)
+
+
+def _ask_plans(plans: list[dict]) -> list[dict]:
+    """--review-plans: show the iteration's plans; Enter runs them all, ids drop some, 'skip' none."""
+    table = Table(title="plans proposed for this iteration")
+    for column in ("id", "from", "plan"):
+        table.add_column(column)
+    for plan in plans:
+        table.add_row(plan["id"], plan.get("parent_id", ""), plan.get("title") or plan.get("text", "")[:100])
+    console.print(table)
+    answer = typer.prompt("Enter to run all, plan ids to drop (comma-separated), or 'skip'", default="",
+                          show_default=False).strip()
+    if answer.lower() == "skip":
+        return []
+    drop = {a.strip() for a in answer.split(",") if a.strip()}
+    unknown = drop - {p["id"] for p in plans}
+    if unknown:
+        console.print(f"no plan named {', '.join(sorted(unknown))}; running them all")
+        return plans
+    return [p for p in plans if p["id"] not in drop]
 
 
 def _preflight(ctx: RunContext) -> None:
     """A dead endpoint, a wrong key or an unknown model: one line before any work is done."""
+    from accelopt.graph.config import preflight_context
+    from accelopt.tools.llm_spec import ConfigError, FatalLLMError
+
     try:
         preflight_context(ctx)
     except (FatalLLMError, ConfigError) as e:
@@ -134,6 +195,8 @@ def _check_memory(ctx: RunContext, create: bool, missing_advice: str) -> None:
     does not exist (unless `create`), or a store that cannot be opened or lost its database."""
     try:
         if ctx.memory_dir and not ctx.memory_url and not create:
+            from accelopt.memory.store import require_store_dir
+
             require_store_dir(ctx.memory_dir, missing_advice)
         from accelopt.nodes.services import open_store
 
@@ -154,6 +217,10 @@ def resume(run_dir: Opt[Path, typer.Argument(help="A run directory written by `a
                                                 "checkpoint); cached evaluations and replies are replayed")] = False,
            ) -> None:
     """Continue a run from its last checkpoint; evaluated candidates are kept."""
+    from accelopt.nodes.context import RunContext
+    from accelopt.tools.rundir import (RunDirError, check_checkpoint, lock_run_dir, read_run_meta, resume_task_dir,
+                                       save_run_meta)
+
     try:
         meta = read_run_meta(run_dir)
         lock_run_dir(run_dir)
@@ -167,6 +234,9 @@ def resume(run_dir: Opt[Path, typer.Argument(help="A run directory written by `a
         fail(str(e))
     except (TypeError, ValueError, KeyError) as e:
         fail(f"{run_dir / 'run.json'} does not fit this version of accelopt ({str(e)[:200]}); start a new run")
+    refusal = o.cluster_refusal(ctx.ray_address) if ctx.ray_address else o.device_refusal(ctx.device)
+    if refusal:
+        fail(f"cannot resume {run_dir} here: {refusal}")
     if ctx.use_memory:
         _check_memory(ctx, create_memory, "the memory directory recorded in run.json is gone; restore it, or "
                                           "resume with --create-memory to go on with an empty store there")
@@ -178,21 +248,31 @@ def resume(run_dir: Opt[Path, typer.Argument(help="A run directory written by `a
     # the drive reads the task and T from here; a later plain `resume` keeps them
     save_run_meta(run_dir, {**meta, "task_dir": task_dir, "context": {**meta["context"], "iterations": ctx.iterations}})
     inputs = {"task_dir": task_dir, "run_dir": str(run_dir.resolve())} if restart else None
-    _report(drive(ctx, run_dir, inputs, console), run_dir)
+    _drive(ctx, run_dir, inputs)
 
 
 @app.command()
 def doctor() -> None:
-    """Which kernel backends, profilers, memory and model settings are usable here, and why not."""
+    """Which kernel backends, profilers, memory and model settings are usable here, and why not.
+
+    Exit 1 when something a run needs is missing or broken: no kernel backend usable, the
+    memory's embedder, or the model settings (the profilers and NKI alone are optional)."""
     import shutil
+
+    from accelopt.graph.config import load_context
+    from accelopt.tools.backends import BACKENDS, backend_for
+    from accelopt.tools.llm_spec import ConfigError
 
     table = Table(title="accelopt doctor")
     for column in ("component", "usable", "detail"):
         table.add_column(column)
-    for name in BACKENDS:
-        found = backend_for(name).availability()
+    broken: list[str] = []
+    backends = {name: backend_for(name).availability() for name in BACKENDS}
+    for name, found in backends.items():
         table.add_row(f"backend {name}", "yes" if found.usable else "no",
                       found.detail if found.can_time else f"{found.detail} (cannot time kernels here)")
+    if not any(found.usable for found in backends.values()):
+        broken.append("no kernel backend is usable")
     for tool, use in (("ncu", "GPU kernel profiles for the planner"), ("neuron-profile", "Trainium profiles")):
         path = shutil.which(tool)
         table.add_row(tool, "yes" if path else "no", f"{path}: {use}" if path else f"not on PATH ({use})")
@@ -202,16 +282,38 @@ def doctor() -> None:
         table.add_row("memory embedder", "yes", _model_path("all-MiniLM-L6-v2"))
     except MemoryStoreError as e:
         table.add_row("memory embedder", "no", str(e))
+        broken.append("the memory embedder (or run with --no-memory)")
     try:
         ctx, configured = load_context(None)
         table.add_row("models", "yes", ctx.model_spec("planner").label() if configured
                       else "no LLM endpoint configured: the tuner policy (no LLM)")
     except ConfigError as e:
         table.add_row("models", "no", str(e))
+        broken.append("the model settings")
+    else:
+        if ctx.ray_address:  # [cluster] / ACCELOPT_RAY_ADDRESS: nodes, GPUs by kind, evaluation actors alive
+            refusal = o.cluster_refusal(ctx.ray_address)
+            if refusal:
+                table.add_row("ray cluster", "no", refusal)
+                broken.append("the Ray cluster")
+            else:
+                from accelopt.tools.harness.ray_pool import cluster_summary
+
+                c = cluster_summary(ctx.ray_address)
+                gpus = ", ".join(f"{n}x {k}" for k, n in c["gpus"].items()) or "no GPU (interpreter checks only)"
+                table.add_row("ray cluster", "yes", f"{ctx.ray_address}: {len(c['nodes'])} node(s) "
+                              f"({', '.join(c['nodes'])}), {c['cpus']} CPUs, {gpus}; evaluation actors alive: "
+                              f"{c['actors_alive'] if c['actors_alive'] >= 0 else 'unknown (no dashboard)'}")
     console.print(table)
+    if broken:
+        fail(f"not ready: {'; '.join(broken)} (see the table)", code=1)
 
 
-def _report(state: dict, run_dir: Path) -> None:
+def _report(state: dict, run_dir: Path, use_memory: bool = True) -> None:
+    from accelopt.graph.outcome import run_failure
+    from accelopt.tools.llm_spec import totals
+    from accelopt.tools.rundir import run_summary
+
     candidates = state.get("candidates") or {}
     if not state.get("beam"):  # setup stopped the run: no task baseline, or a broken one
         fail(state.get("stop_reason") or "the run produced no candidates", code=1)
@@ -226,6 +328,16 @@ def _report(state: dict, run_dir: Path) -> None:
     table.add_row(f"speedup vs {versus}", f"{best.get('speedup') or 1.0:.3f}x{label}")
     if best.get("pct_peak") is not None:
         table.add_row("% of peak", f"{best['pct_peak']:.1f}% datasheet, {best.get('pct_achievable') or 0:.1f}% achievable")
+    if best.get("timer") == "cuda_event" and state.get("task_dir"):
+        table.add_row("vs torch.compile", _versus_torch_compile(Path(state["task_dir"]), best["source"], run_dir))
+    for note in state.get("notes") or []:
+        table.add_row("note", note)
+    if best.get("evidence"):
+        table.add_row("checked", "; ".join(best["evidence"][:3]))
+    if label:  # an offline first run: say what the numbers are not, and the next step
+        task_dir = state.get("task_dir", "TASK_DIR")
+        table.add_row("next", f"on a GPU: accelopt optimize {task_dir} --device cuda\n"
+                              f"with an LLM: accelopt optimize {task_dir} --model vllm:MODEL --base-url URL")
     summary = run_summary(state)
     table.add_row("candidates", ", ".join(f"{k} {v}" for k, v in sorted(summary["statuses"].items())))
     if summary["autotune"]:
@@ -233,11 +345,31 @@ def _report(state: dict, run_dir: Path) -> None:
         table.add_row("autotune", f"{tuned['variants']} configurations over {tuned['rewrites_tuned']} kernels; best = "
                       f"{tuned['best_rewrite_speedup'] or 1.0:.3f}x rewrite x {tuned['best_autotune_gain']:.3f}x autotune")
     table.add_row("tokens / cost", f"{spent['input_tokens']:,} in, {spent['output_tokens']:,} out, ${spent['cost_usd']:.4f}")
-    table.add_row("insights stored", str(len(state.get("insights", []))))
+    lessons = len(state.get("insights", []))
+    if use_memory and not lessons and best.get("timer") == "interpreter_wall":
+        table.add_row("insights stored", "0: interpreter timings are noise, not lessons (--learn-from-interpreter "
+                                         "stores them anyway, to check the pipeline)")
+    elif use_memory:
+        table.add_row("insights stored", str(lessons))
+    else:  # distilled all the same (the run dir keeps them), but no store was written
+        table.add_row("insights", f"{lessons} distilled into {run_dir / 'insights.jsonl'}; none stored (--no-memory)")
     console.print(table)
     failure = run_failure(state)  # summary.json is written: the run's record stays, the exit says it failed
     if failure:
         fail(failure, code=1)
+
+
+def _versus_torch_compile(task_dir: Path, source: str, run_dir: Path) -> str:
+    """The best kernel timed interleaved with torch.compile(reference) (torch_compile.json)."""
+    from accelopt.evals.suite import compare_with_torch
+
+    with console.status("timing the best kernel against torch.compile"):
+        record = compare_with_torch(task_dir, source, run_dir)
+    cmp = (record.get("versus") or {}).get("torch_compile")
+    if not cmp:
+        return f"not measured: {(record.get('error') or record.get('status') or '').splitlines()[0][:120]}"
+    verdict = "faster" if cmp["faster"] else "slower" if cmp["slower"] else "within noise"
+    return f"{cmp['speedup']:.3f}x [{cmp['ci_low']:.3f}, {cmp['ci_high']:.3f}] over {cmp['rounds']} rounds: {verdict}"
 
 
 def main() -> None:

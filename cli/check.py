@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from accelopt.cli.memory import fail
-from accelopt.tools.backends import backend_for, run_refusal
-from accelopt.tools.harness.result import EvalResult
-from accelopt.tools.task import TaskError, load_task
+from accelopt.cli.options import DeviceName, device_refusal
+
+if TYPE_CHECKING:
+    from accelopt.tools.harness.result import EvalResult
 
 Opt = Annotated
 
@@ -23,12 +24,16 @@ def check(
     task_dir: Opt[Path, typer.Argument(help="Task directory (task.json, reference.py, baseline.py)")],
     kernel: Opt[Path, typer.Argument(help="The kernel module to judge (its entry point is the task's)")],
     against: Opt[Optional[Path], typer.Option(help="Time against this kernel instead of the task's baseline")] = None,
-    device: Opt[str, typer.Option(help="auto, cuda, or cpu (Triton interpreter: correctness, no GPU times)")] = "auto",
+    device: Opt[DeviceName, typer.Option(help="auto, cuda (refused where no GPU is visible), or cpu (Triton "
+                                               "interpreter: correctness, no GPU times)")] = "auto",
     timeout: Opt[float, typer.Option(help="Evaluation limit in seconds")] = 300.0,
     as_json: Opt[bool, typer.Option("--json", help="Print the whole result as one JSON object")] = False,
 ) -> None:
     """Judge one kernel: verdict and reasons, static findings, per-workload times with spread,
     speedup against the baseline (or --against), % of peak."""
+    from accelopt.tools.backends import backend_for, run_refusal
+    from accelopt.tools.task import TaskError, load_task
+
     try:
         task = load_task(task_dir)
     except TaskError as e:
@@ -36,7 +41,7 @@ def check(
     for path in (kernel, against):
         if path is not None and not path.is_file():
             fail(f"{path}: no such file")
-    refusal = run_refusal(task, device)
+    refusal = device_refusal(device) or run_refusal(task, device)
     if refusal:
         fail(refusal)
     compare = {}

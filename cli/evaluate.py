@@ -8,11 +8,11 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.table import Table
 
-from accelopt.graph.config import load_context, preflight_context
+from accelopt.cli import options as o
+from accelopt.cli.interrupt import continue_hint_on_interrupt, rerun_command
 from accelopt.cli.memory import fail
-from accelopt.tools.llm import ConfigError, FatalLLMError
-from accelopt.tools.task import TaskError
 
 console = Console()
 Opt = Annotated
@@ -23,35 +23,69 @@ export_app = typer.Typer(no_args_is_help=True, help="Export a run's best kernel 
 def eval_suite(
     suite: Opt[str, typer.Argument(help="A directory of task directories, or: triton, nkibench")],
     tasks: Opt[Optional[str], typer.Option(help="Comma-separated task names (default: all)")] = None,
-    out: Opt[Optional[Path], typer.Option(help="Eval directory; rerun with the same one to resume")] = None,
-    beams: Opt[Optional[int], typer.Option("--beams", "-B", min=1)] = None,
-    plans: Opt[Optional[int], typer.Option("--plans", "-N", min=1)] = None,
-    samples: Opt[Optional[int], typer.Option("--samples", "-K", min=1)] = None,
-    fixes: Opt[Optional[int], typer.Option("--fixes", "-F", min=0)] = None,
-    iterations: Opt[Optional[int], typer.Option("--iterations", "-T", min=1)] = None,
-    autotune: Opt[Optional[int], typer.Option(min=0, help="Launch configurations searched per verified kernel")] = None,
-    model: Opt[Optional[str], typer.Option(help="PROVIDER:NAME for every role")] = None,
-    base_url: Opt[Optional[str], typer.Option(help="OpenAI-compatible endpoint")] = None,
-    config: Opt[Optional[Path], typer.Option(help="TOML config file")] = None,
-    device: Opt[Optional[str], typer.Option(help="auto, cuda, or cpu (Triton interpreter)")] = None,
-    memory: Opt[Optional[Path], typer.Option(help="Insight store directory")] = None,
-    no_memory: Opt[bool, typer.Option("--no-memory")] = False,
-    max_cost: Opt[Optional[float], typer.Option(help="$ budget per task")] = None,
+    out: Opt[Optional[Path], typer.Option(help="Eval directory (default: runs/eval-SUITE-TIME); rerun with the same "
+                                               "one to resume, or with a larger -T to extend finished tasks")] = None,
+    beams: o.Beams = None,
+    plans: o.Plans = None,
+    samples: o.Samples = None,
+    fixes: o.Fixes = None,
+    iterations: o.Iterations = None,
+    autotune: o.Autotune = None,
+    model: o.Model = None,
+    base_url: o.BaseUrl = None,
+    planner_model: o.PlannerModel = None,
+    executor_model: o.ExecutorModel = None,
+    fixer_model: o.FixerModel = None,
+    summarizer_model: o.SummarizerModel = None,
+    planner_base_url: o.PlannerBaseUrl = None,
+    executor_base_url: o.ExecutorBaseUrl = None,
+    fixer_base_url: o.FixerBaseUrl = None,
+    summarizer_base_url: o.SummarizerBaseUrl = None,
+    no_preflight: o.NoPreflight = False,
+    config: o.Config = None,
+    device: o.Device = None,
+    memory: o.Memory = None,
+    memory_url: o.MemoryUrl = None,
+    embedder: o.Embedder = None,
+    no_memory: o.NoMemory = False,
+    learn_from_interpreter: o.LearnFromInterpreter = False,
+    max_tokens: o.MaxTokens = None,
+    max_cost: o.MaxCost = None,
+    max_wall: o.MaxWall = None,
+    eval_timeout: o.EvalTimeout = None,
+    cluster: o.Cluster = None,
+    ray_address: o.RayAddress = None,
+    seed: o.Seed = None,
+    seed_mode: o.SeedMode = None,
     torch_compile: Opt[bool, typer.Option(help="On a GPU, time the best kernels against torch.compile")] = True,
 ) -> None:
-    """Optimize every task of SUITE, each in its own run directory, then write the report."""
-    from accelopt.evals.report import build_report
+    """Optimize every task of SUITE, each in its own run directory, then write the report.
+
+    Exit 0 when every task ran (a task skipped with its reason included), 1 when any failed."""
+    from accelopt.evals.report import build_report, load_rows
     from accelopt.evals.suite import resolve_suite, run_suite, suite_tasks
+    from accelopt.graph.config import load_context, preflight_context
+    from accelopt.tools.llm_spec import ConfigError, FatalLLMError
+    from accelopt.tools.task import TaskError
 
     try:
         suite_dir = resolve_suite(suite)
         chosen = suite_tasks(suite_dir, [t.strip() for t in tasks.split(",") if t.strip()] if tasks else None)
-        ctx, configured = load_context(
-            config, beams=beams, plans=plans, samples=samples, fixes=fixes, iterations=iterations, autotune=autotune, model=model,
-            base_url=base_url, device=device, memory_dir=str(memory) if memory else None,
-            use_memory=False if no_memory else None, max_cost_usd=max_cost)
+        ctx, configured = load_context(config, **o.context_flags(
+            beams=beams, plans=plans, samples=samples, fixes=fixes, iterations=iterations, autotune=autotune,
+            model=model, base_url=base_url, planner_model=planner_model, executor_model=executor_model,
+            fixer_model=fixer_model, summarizer_model=summarizer_model, planner_base_url=planner_base_url,
+            executor_base_url=executor_base_url, fixer_base_url=fixer_base_url,
+            summarizer_base_url=summarizer_base_url, no_preflight=no_preflight, device=device, memory=memory,
+            memory_url=memory_url, embedder=embedder, no_memory=no_memory,
+            learn_from_interpreter=learn_from_interpreter, max_tokens=max_tokens, max_cost=max_cost,
+            max_wall=max_wall, eval_timeout=eval_timeout, cluster=cluster, ray_address=ray_address, seed=seed,
+            seed_mode=seed_mode))
     except (TaskError, ConfigError) as e:
         fail(str(e))
+    refusal = o.cluster_refusal(ctx.ray_address) if ctx.ray_address else o.device_refusal(ctx.device)
+    if refusal:
+        fail(refusal)
     if not configured:
         console.print("No LLM endpoint configured: using the local tuner policy (no LLM).")
     try:  # a dead endpoint stops the suite before its first task, not one failed task at a time
@@ -59,9 +93,47 @@ def eval_suite(
     except (FatalLLMError, ConfigError) as e:
         fail(str(e))
     out = out or Path("runs") / f"eval-{suite_dir.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    run_suite(suite_dir, out, ctx, chosen, console, torch_compile=torch_compile)
+    with continue_hint_on_interrupt(rerun_command(out), console):
+        run_suite(suite_dir, out, ctx, chosen, console, torch_compile=torch_compile)
     page = build_report(out)
+    ran = {(out / t.name).resolve() for t in chosen}
+    rows = [r for r in load_rows(out) if Path(r.run_dir).resolve() in ran]
+    console.print(_suite_table(rows))
     console.print(f"report: {page}")
+    failed = [r for r in rows if r.outcome == "failed"]
+    if failed:
+        causes = "; ".join(f"{r.task} ({r.note})" for r in failed)
+        fail(f"{len(failed)} of {len(chosen)} tasks failed: {causes[:1000]}", code=1)
+
+
+def _suite_table(rows: list) -> Table:
+    """The suite's headline numbers, a row per task, and the geomean of the best speedups."""
+    import math
+
+    table = Table(title="suite")
+    table.add_column("task", no_wrap=True)
+    table.add_column("outcome", no_wrap=True)
+    table.add_column("speedup [95% CI]", no_wrap=True)
+    table.add_column("vs compile", no_wrap=True)
+    peak = any(r.pct_achievable is not None for r in rows)
+    if peak:
+        table.add_column("% achievable", no_wrap=True)
+    table.add_column("note", overflow="fold", ratio=1)
+    for r in rows:
+        speedup = "-"
+        if r.speedup:
+            interval = f" [{r.ci_low:.2f}, {r.ci_high:.2f}]" if r.ci_low is not None and r.ci_high is not None else ""
+            speedup = f"{r.speedup:.3f}x{interval}" + (" cpu" if r.timer == "interpreter_wall" else "")
+        cells = [r.task, r.outcome, speedup, f"{r.vs_torch_compile:.3f}x" if r.vs_torch_compile else "-"]
+        if peak:
+            cells.append(f"{r.pct_achievable:.0f}%" if r.pct_achievable is not None else "-")
+        table.add_row(*cells, r.note or "")
+    speedups = [r.speedup for r in rows if r.speedup]
+    if speedups:
+        cpu = " (CPU interpreter times: not GPU performance)" if any(r.timer == "interpreter_wall" for r in rows) else ""
+        table.caption = (f"geomean best speedup over {len(speedups)} tasks: "
+                         f"{math.exp(sum(map(math.log, speedups)) / len(speedups)):.3f}x{cpu}")
+    return table
 
 
 def report(path: Opt[Path, typer.Argument(help="A run directory or an eval directory")],
@@ -101,6 +173,7 @@ def import_flashinfer(
     import json
 
     from accelopt.evals.interop.flashinfer import adapt_baseline, import_definition
+    from accelopt.tools.task import TaskError
 
     try:
         task_dir = import_definition(definition, workloads, out, dataset=dataset, atol=atol, rtol=rtol)
@@ -134,6 +207,7 @@ def import_kernelbench(
     """A KernelBench problem as an accelopt task (run(*inputs, *state)), or a whole level as a suite."""
     from accelopt.evals.interop.kernelbench import import_problem
     from accelopt.evals.interop.kernelbench_repo import import_level, problem_file, task_name
+    from accelopt.tools.task import TaskError
 
     params: dict[str, int | float] = {}
     for item in interpreter_param or []:
@@ -186,6 +260,7 @@ def export_flashinfer(run_dir: Opt[Path, typer.Argument(help="A run directory of
     """The best kernel as a FlashInfer-Bench Solution, with a Trace per Definition workload measured,
     written into a dataset (definitions/, workloads/, solutions/, traces/)."""
     from accelopt.evals.interop.flashinfer import export_run
+    from accelopt.tools.task import TaskError
 
     try:
         export = export_run(run_dir, out, author=author)
@@ -207,6 +282,7 @@ def export_kernelbench(run_dir: Opt[Path, typer.Argument(help="A run directory o
                        = 0) -> None:
     """The best kernel as a KernelBench solution file defining ModelNew, named as KernelBench names them."""
     from accelopt.evals.interop.kernelbench_export import export_run, static_notes
+    from accelopt.tools.task import TaskError
 
     try:
         export = export_run(run_dir, out, sample_id=sample_id)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.console import Console
@@ -12,7 +12,9 @@ from rich.table import Table
 from rich.text import Text
 
 from accelopt.memory.embedder import DEFAULT_EMBEDDER, MemoryStoreError
-from accelopt.memory.store import InsightStore, require_store_dir
+
+if TYPE_CHECKING:  # the store (numpy, Chroma) is imported by the commands, not by `--help`
+    from accelopt.memory.store import InsightStore
 
 app = typer.Typer(no_args_is_help=True, help="List, search, share and prune the optimization memory.")
 console = Console()
@@ -28,12 +30,16 @@ MemoryUrl = Annotated[Optional[str], typer.Option("--memory-url", help="Chroma s
 EmbedderOpt = Annotated[str, typer.Option("--embedder", help="Sentence-transformers model (offline)")]
 
 
-def _open(memory: Path | None, memory_url: str | None, embedder: str, create: bool = False) -> InsightStore:
-    """The store at --memory (which must exist unless `create`), --memory-url, or the default location."""
+def _open(memory: Path | None, memory_url: str | None, embedder: str, create: bool = False,
+          embed: bool = True) -> InsightStore:
+    """The store at --memory (which must exist unless `create`), --memory-url, or the default location.
+    `embed=False`: commands that only read do not load the embedding model (seconds)."""
+    from accelopt.memory.store import InsightStore, require_store_dir
+
     try:
         if memory and not memory_url and not create:
             require_store_dir(memory, "check the path; `accelopt memory import FILE --memory DIR` creates a store")
-        return InsightStore(memory, url=memory_url, embedder=embedder)
+        return InsightStore(memory, url=memory_url, embedder=embedder, load_embedder=embed)
     except MemoryStoreError as e:
         fail(str(e))
 
@@ -50,17 +56,29 @@ def _table(rows) -> Table:
 def list_(memory: MemoryDir = None, memory_url: MemoryUrl = None, embedder: EmbedderOpt = DEFAULT_EMBEDDER,
           limit: int = 50) -> None:
     """Insights, strongest evidence first."""
-    rows = sorted(_open(memory, memory_url, embedder).all(), key=lambda r: -r[1]["strength"])
+    rows = sorted(_open(memory, memory_url, embedder, embed=False).all(), key=lambda r: -r[1]["strength"])
     console.print(_table(rows[:limit]))
 
 
 @app.command()
 def search(query: str, memory: MemoryDir = None, memory_url: MemoryUrl = None,
-           embedder: EmbedderOpt = DEFAULT_EMBEDDER, backend: str = "triton", k: int = 5,
-           timer: str = typer.Option("cuda_event", help="cuda_event (GPU lessons) or interpreter_wall")) -> None:
-    """Recall as the planner would: by meaning, re-ranked by evidence, diverse."""
+           embedder: EmbedderOpt = DEFAULT_EMBEDDER,
+           backend: str = typer.Option("triton", help="triton or nki"),
+           k: int = typer.Option(5, "--k", "-k", help="How many insights to return"),
+           timer: str = typer.Option("auto", help="auto (this machine's: cuda_event with a GPU, else "
+                                                  "interpreter_wall), cuda_event or interpreter_wall")) -> None:
+    """Recall as the planner would on this machine: by meaning, re-ranked by evidence, diverse."""
+    if timer == "auto":
+        from accelopt.tools.harness.runner import gpu_count
+
+        timer = "cuda_event" if gpu_count() else "interpreter_wall"
     store = _open(memory, memory_url, embedder)
     hits = store.recall(query, backend=backend, timer=timer, k=k)
+    if not hits:
+        other = "interpreter_wall" if timer == "cuda_event" else "cuda_event"
+        console.print(f"no {backend} lessons timed with {timer} match (of {store.count()} in {store.location}); "
+                      f"--timer {other} searches the others")
+        return
     console.print(_table([(h, {"recalls": "-"}) for h in hits]))
 
 
@@ -68,7 +86,7 @@ def search(query: str, memory: MemoryDir = None, memory_url: MemoryUrl = None,
 def show(insight_id: str, memory: MemoryDir = None, memory_url: MemoryUrl = None,
          embedder: EmbedderOpt = DEFAULT_EMBEDDER) -> None:
     """One insight, whole, as JSON."""
-    insight = _open(memory, memory_url, embedder).get(insight_id)
+    insight = _open(memory, memory_url, embedder, embed=False).get(insight_id)
     if insight is None:
         fail(f"no insight {insight_id}", code=1)
     console.print_json(insight.model_dump_json())
@@ -109,8 +127,9 @@ def prune(memory: MemoryDir = None, memory_url: MemoryUrl = None, embedder: Embe
 @app.command()
 def stats(memory: MemoryDir = None, memory_url: MemoryUrl = None, embedder: EmbedderOpt = DEFAULT_EMBEDDER) -> None:
     """Counts by backend, kind, task and hardware."""
-    rows = _open(memory, memory_url, embedder).all()
-    out: dict = {"insights": len(rows), "location": str(memory or memory_url or "default")}
+    store = _open(memory, memory_url, embedder, embed=False)
+    rows = store.all()
+    out: dict = {"insights": len(rows), "location": store.location}
     for key in ("backend", "kind", "task", "hardware", "timer"):
         counts: dict[str, int] = {}
         for _, meta in rows:

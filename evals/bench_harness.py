@@ -5,12 +5,16 @@
     python evals/bench_harness.py fidelity     # 10 repeats of one kernel; span, kernel-only, events vs ncu
     python evals/bench_harness.py robustness   # 20 candidates, 5 of them hang, crash or fault the GPU
     python evals/bench_harness.py all --out harness.json
+    python evals/bench_harness.py scaling --cluster ray [--ray-address auto]
+                                               # evaluations per minute: the local pool on 1 GPU, and Ray's
+                                               # evaluation actors on 1, 2, 4 and all GPUs of the cluster
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -48,13 +52,19 @@ def bad_variants() -> dict[str, str]:
     }
 
 
+def _evaluate(pool, src: str):
+    """One softmax candidate against the baseline, on the local pool or on a Ray pool's actors."""
+    if hasattr(pool, "slots"):  # tools/harness/ray_pool.RayPool
+        return pool.evaluate(SOFTMAX, src, compare={"baseline": BASE}, profile=False, audit_winners=False)
+    return evaluate(SOFTMAX, src, device="cuda", compare={"baseline": BASE}, pool=pool, audit_winners=False)
+
+
 def _rate(pool, sources: list[str], submitters: int) -> dict:
     from concurrent.futures import ThreadPoolExecutor
 
     start = time.monotonic()
     with ThreadPoolExecutor(submitters) as ex:
-        results = list(ex.map(lambda src: evaluate(SOFTMAX, src, device="cuda", compare={"baseline": BASE},
-                                                   pool=pool, audit_winners=False), sources))
+        results = list(ex.map(lambda src: _evaluate(pool, src), sources))
     elapsed = time.monotonic() - start
     steps = {k for r in results for k in r.phases_s}
     return {"candidates": len(sources), "submitters": submitters, "seconds": elapsed,
@@ -93,6 +103,35 @@ def scaling(per_gpu: int = 8) -> dict:
         pool.close()
     for k in sorted({min(2, gpus), gpus} - {1}):
         out[f"speedup_{k}_gpu"] = out[f"{k}_gpu"]["per_minute"] / out["1_gpu"]["per_minute"]
+    return out
+
+
+def ray_scaling(address: str, per_gpu: int = 8) -> dict:
+    """Evaluations per minute through Ray's evaluation actors (one per GPU, 2 submitters per GPU)
+    on 1, 2, 4 and all GPUs of the cluster, and the local pool on this host's first GPU."""
+    import ray
+
+    from accelopt.tools.harness.ray_pool import RayPool, connect
+
+    connect(address)
+    gpus = int(ray.cluster_resources().get("GPU", 0))
+    out: dict = {"cluster": address, "gpus": gpus, "nodes": len([n for n in ray.nodes() if n.get("Alive")])}
+    if gpu_count():
+        local = make_pool("cuda", 1, gpus=["0"])
+        _rate(local, [BASE], 1)
+        out["local_1_gpu"] = _rate(local, good_variants()[:per_gpu], 2)
+        local.close()
+    for k in sorted({1, 2, 4, gpus} & set(range(1, gpus + 1))):
+        pool = RayPool(address, "cuda", max_actors=k)
+        _rate(pool, [BASE] * len(pool.slots), len(pool.slots))  # every actor's judge started first
+        out[f"ray_{k}_gpu"] = {**_rate(pool, (good_variants() * 4)[: per_gpu * k], 2 * k),
+                               "nodes_used": sorted({s.node for s in pool.slots if s.done})}
+        pool.close()
+        print(f"ray_{k}_gpu", json.dumps(out[f"ray_{k}_gpu"]), flush=True)
+    for k in sorted({2, 4, gpus} & set(range(2, gpus + 1))):
+        out[f"speedup_{k}_gpu"] = out[f"ray_{k}_gpu"]["per_minute"] / out["ray_1_gpu"]["per_minute"]
+    if "local_1_gpu" in out and "ray_1_gpu" in out:
+        out["ray_vs_local_1_gpu"] = out["ray_1_gpu"]["per_minute"] / out["local_1_gpu"]["per_minute"]
     return out
 
 
@@ -147,10 +186,14 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("which", choices=["throughput", "scaling", "fidelity", "robustness", "all"])
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--cluster", choices=["local", "ray"], default="local",
+                        help="scaling: the local pool's judges, or Ray's evaluation actors (pip install accelopt[ray])")
+    parser.add_argument("--ray-address", default=None, help="with --cluster ray (default: $ACCELOPT_RAY_ADDRESS or auto)")
     args = parser.parse_args()
+    address = args.ray_address or os.environ.get("ACCELOPT_RAY_ADDRESS") or "auto"
     report = {}
     for name, fn in (("robustness", robustness), ("fidelity", fidelity), ("throughput", throughput),
-                     ("scaling", scaling)):
+                     ("scaling", (lambda: ray_scaling(address)) if args.cluster == "ray" else scaling)):
         if args.which in (name, "all"):
             report[name] = fn()
             print(name, json.dumps({k: v for k, v in report[name].items() if k != "results"}, indent=1, default=str))

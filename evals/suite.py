@@ -17,7 +17,7 @@ from accelopt.graph.driver import drive
 from accelopt.tools.harness.reference_kernel import torch_comparators
 from accelopt.tools.harness.runner import detect_device, evaluate
 from accelopt.tools.backends import run_refusal
-from accelopt.tools.rundir import write_run_meta
+from accelopt.tools.rundir import read_run_meta, save_run_meta, write_run_meta
 from accelopt.tools.task import Task, TaskError, load_task
 
 EVALS = Path(__file__).resolve().parent
@@ -63,6 +63,17 @@ def is_finished(run_dir: Path) -> bool:
     return summary.is_file() and json.loads(summary.read_text()).get("stop_reason") is not None
 
 
+def extends(run_dir: Path, ctx: RunContext) -> bool:
+    """A task that finished by reaching its T, rerun with a larger T: it goes on from its last beam
+    (graph/driver reopens it) instead of being skipped as finished."""
+    summary = run_dir / "summary.json"
+    if any((run_dir / m).is_file() for m in DONE_MARKERS) or not summary.is_file() \
+            or not (run_dir / "checkpoints.sqlite").is_file():
+        return False
+    data = json.loads(summary.read_text())
+    return str(data.get("stop_reason") or "").startswith("reached T=") and (data.get("iteration") or 0) < ctx.iterations
+
+
 def run_suite(suite: Path, out: Path, ctx: RunContext, tasks: list[Path], console: Console,
               torch_compile: bool = True) -> None:
     out.mkdir(parents=True, exist_ok=True)
@@ -75,7 +86,8 @@ def run_suite(suite: Path, out: Path, ctx: RunContext, tasks: list[Path], consol
         except TaskError as e:  # a malformed task fails alone, with its one line; the suite goes on
             task, problem = None, str(e)
         head = f"[{number}/{len(tasks)}] {task.name if task else task_dir.name}"
-        if is_finished(run_dir):
+        extend = extends(run_dir, ctx)
+        if is_finished(run_dir) and not extend:
             console.print(f"{head}: finished earlier, skipped")
             continue
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -89,9 +101,13 @@ def run_suite(suite: Path, out: Path, ctx: RunContext, tasks: list[Path], consol
             console.print(f"{head}: skipped ({refusal})")
             continue
         resuming = (run_dir / "checkpoints.sqlite").is_file() and (run_dir / "run.json").is_file()
-        console.print(f"{head}: {'resuming' if resuming else 'optimizing'}")
+        doing = f"extending to T={ctx.iterations}" if extend else "resuming" if resuming else "optimizing"
+        console.print(f"{head}: {doing}")
         if not resuming:
             write_run_meta(run_dir, task.root, context_to_json(ctx))
+        elif extend:  # run.json's T, as `accelopt resume -T` keeps it
+            meta = read_run_meta(run_dir)
+            save_run_meta(run_dir, {**meta, "context": {**meta["context"], "iterations": ctx.iterations}})
         try:
             state = drive(ctx, run_dir, None if resuming else {"task_dir": task.root,
                                                                "run_dir": str(run_dir.resolve())}, console)

@@ -1,7 +1,7 @@
 """Builds the optimization graph. `graph` is the bare compiled graph for `langgraph dev`,
 Studio and `graph.invoke`; the CLI compiles the same builder with a SQLite checkpointer.
 
-    setup -> recall -> planner (Send per beam member) -> dispatch
+    setup -> recall -> planner (Send per beam member) -> dispatch (plan review, when asked)
           -> candidate (Send per plan x K: executor -> profiler <-> fixer; profiler -> autotune)
           -> selector -> summarizer -> record -> recall | END
 """
@@ -21,11 +21,11 @@ try:  # `langgraph dev` and Studio import this file: a broken environment must s
         to_planners,
         to_samples,
     )
-    from accelopt.nodes.state import CandidateOutput, CandidateState, InputState, RunState
+    from accelopt.nodes.state import CandidateOutput, CandidateState, InputState, OutputState, RunState
     from accelopt.nodes.autotune import autotune
     from accelopt.nodes.executor import executor
     from accelopt.nodes.fixer import fixer
-    from accelopt.nodes.planner import planner
+    from accelopt.nodes.planner import planner, review
     from accelopt.nodes.profiler import profiler
     from accelopt.nodes.recall import recall
     from accelopt.nodes.record import record
@@ -54,11 +54,13 @@ def build_candidate_graph() -> CompiledStateGraph:
 
 
 def build_graph() -> StateGraph:
-    builder = StateGraph(RunState, context_schema=RunContext, input_schema=InputState)
+    # Studio's forms: the input a user provides, the output a user reads, the context (RunContext)
+    builder = StateGraph(RunState, context_schema=RunContext, input_schema=InputState, output_schema=OutputState)
     builder.add_node("setup", setup)
     builder.add_node("recall", recall)
     builder.add_node("planner", planner)
-    builder.add_node("dispatch", lambda state: {})  # barrier: all plans are in before the samples fan out
+    # barrier: all plans are in before the samples fan out; with review_plans, an interrupt to edit them
+    builder.add_node("dispatch", review)
     builder.add_node("candidate", build_candidate_graph())
     builder.add_node("selector", selector)
     builder.add_node("summarizer", summarizer)

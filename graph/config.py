@@ -20,7 +20,8 @@ accelopt.toml:
     "vllm:openai/gpt-oss-120b" = [0.1, 0.5]
 
 Environment: ACCELOPT_MODEL, ACCELOPT_BASE_URL, ACCELOPT_<ROLE>_MODEL, ACCELOPT_<ROLE>_BASE_URL,
-ACCELOPT_CONFIG. Flags: model, base_url, <role>_model, <role>_base_url and RunContext's fields.
+ACCELOPT_CONFIG, ACCELOPT_RAY_ADDRESS ([cluster] ray_address = "auto"; `--cluster ray`: evaluation
+on a Ray cluster, tools/harness/ray_pool.py). Flags: model, base_url, <role>_model, <role>_base_url and RunContext's fields.
 
 A role's settings inherit [models.default] field by field (nodes/context.inherit).
 """
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from accelopt.nodes.context import RunContext
-from accelopt.tools.llm import GIVEN, ROLES, ConfigError, ModelSpec, endpoint, preflight, validate_spec
+from accelopt.tools.llm_spec import GIVEN, ROLES, ConfigError, ModelSpec, endpoint, validate_spec
 
 _RUN_KEYS = {f.name for f in dataclasses.fields(RunContext)} - {"role_models", "chat_models", "model", "base_url",
                                                                  "prices"}
@@ -58,6 +59,14 @@ def load_context(config_file: Path | None = None, **flags: Any) -> tuple[RunCont
             if role not in (*ROLES, "default"):
                 raise ConfigError(f"{path}: unknown model role [models.{role}]: use default, {', '.join(ROLES)}")
             role_models[role] = dict(settings)
+        cluster = data.get("cluster") or {}
+        if set(cluster) - {"ray_address"}:
+            raise ConfigError(f"{path}: unknown [cluster] setting(s): {', '.join(sorted(set(cluster) - {'ray_address'}))}"
+                              " (use ray_address = \"auto\" or \"ray://host:10001\")")
+        if cluster.get("ray_address"):
+            values["ray_address"] = cluster["ray_address"]
+    if os.environ.get("ACCELOPT_RAY_ADDRESS"):
+        values["ray_address"] = os.environ["ACCELOPT_RAY_ADDRESS"]
 
     prices = _prices(data.get("prices") or {}, path) if path is not None else {}
 
@@ -80,6 +89,12 @@ def load_context(config_file: Path | None = None, **flags: Any) -> tuple[RunCont
             if flags.get(f"{role}_{key}"):
                 role_models.setdefault(role, {})[key] = flags[f"{role}_{key}"]
     values.update({k: v for k, v in flags.items() if k in _RUN_KEYS and v is not None})
+    if flags.get("cluster") not in (None, "local", "ray"):
+        raise ConfigError(f"unknown --cluster {flags['cluster']!r}: use local or ray")
+    if flags.get("cluster") == "local":
+        values["ray_address"] = None
+    elif flags.get("cluster") == "ray" and not values.get("ray_address"):
+        values["ray_address"] = "auto"
 
     configured = bool(default.get("model")) or any("model" in s for r, s in role_models.items() if r != "default")
     ctx = RunContext(model=default.pop("model", "tuner"), base_url=default.pop("base_url", None),
@@ -93,6 +108,9 @@ def load_context(config_file: Path | None = None, **flags: Any) -> tuple[RunCont
             raise ConfigError(f"{role} model: {e}") from None
         except ValueError as e:  # pydantic: a bad field in [models.*]
             raise ConfigError(f"{role} model settings are invalid: {e}".splitlines()[0]) from None
+    if "samples" not in values and ctx.model_spec("executor").provider == "tuner":
+        # the tuner writes one kernel per plan, the same every time: a second sample is a copy
+        ctx = dataclasses.replace(ctx, samples=1)
     return ctx, configured
 
 
@@ -123,6 +141,10 @@ def preflight_context(ctx: RunContext) -> None:
             continue
         key = (endpoint(spec), spec.model, spec.api_key_env)
         checks.setdefault(key, (spec, []))[1].append(role)
+    if not checks:
+        return
+    from accelopt.tools.llm import preflight  # httpx and openai: only when there is an endpoint to check
+
     for spec, roles in checks.values():
         preflight(spec, ", ".join(roles))
 

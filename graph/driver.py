@@ -7,10 +7,10 @@ import json
 import sqlite3
 from contextlib import closing
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from langgraph.checkpoint.sqlite import SqliteSaver
-from langgraph.types import Overwrite, Send
+from langgraph.types import Command, Overwrite, Send
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -26,9 +26,18 @@ from accelopt.tools.rundir import lock_run_dir
 from accelopt.tools.tracing import flush_traces
 
 
-def drive(ctx: RunContext, run_dir: Path, inputs: dict | None, console: Console) -> dict:
+PlanReviewer = Callable[[list[dict]], list[dict]]  # the iteration's plans -> the plans to run
+
+
+def drive(ctx: RunContext, run_dir: Path, inputs: dict | None, console: Console,
+          on_plans: PlanReviewer | None = None) -> dict:
     """Run (inputs given) or resume (inputs None) the graph with its checkpoint in run_dir, showing
-    progress; return the final state. Holds run_dir's lock until the process exits."""
+    progress; return the final state. Holds run_dir's lock until the process exits.
+
+    With `ctx.review_plans`, each iteration pauses after its planners: `on_plans(plans)` returns
+    the plans to run (edited, fewer, [] to skip the iteration's kernels), checked here before the
+    run resumes with them (a malformed answer raises PlanReviewError and the run stays paused,
+    resumable); without on_plans the proposed plans run as they are."""
     from accelopt.graph.builder import build_graph  # heavy imports after argument checks
 
     lock_run_dir(run_dir)
@@ -42,10 +51,39 @@ def drive(ctx: RunContext, run_dir: Path, inputs: dict | None, console: Console)
             _relocate(saver, graph, config, run_dir, meta)
             _reopen_if_extended(graph, config, ctx)
         try:
-            _stream_with_progress(graph, inputs, config, ctx, console)
+            payload: dict | Command | None = inputs
+            while True:
+                _stream_with_progress(graph, payload, config, ctx, console)
+                review = pending_plan_review(graph, config)
+                if review is None:
+                    break
+                payload = Command(resume=answer_plan_review(review, on_plans))
         finally:
             flush_traces()
         return graph.get_state(config).values
+
+
+def pending_plan_review(graph, config: dict) -> dict | None:
+    """The plan-review interrupt the run is paused at, if any: its payload (plans, beam, iteration)."""
+    from accelopt.nodes.planner import REVIEW
+
+    for pending in graph.get_state(config).interrupts:
+        if isinstance(pending.value, dict) and pending.value.get("review") == REVIEW:
+            return pending.value
+    return None
+
+
+def answer_plan_review(review: dict, on_plans: PlanReviewer | None) -> list[dict]:
+    """The resume value for a plan-review interrupt: on_plans' answer, checked (PlanReviewError,
+    with what is wrong, before the graph sees it); the proposed plans when nobody reviews. (A
+    payload with `error` was answered badly elsewhere, e.g. in Studio: it is simply asked again.)"""
+    from accelopt.nodes.planner import reviewed_plans
+
+    if on_plans is None:
+        return review["plans"]
+    answer = on_plans([dict(p) for p in review["plans"]])
+    reviewed_plans(answer, review["plans"], review["beam"], review["iteration"])  # raises with the reason
+    return answer
 
 
 def _run_meta(run_dir: Path) -> dict:
@@ -135,18 +173,20 @@ def _task_metadata(meta: dict) -> dict:
 
 
 def _stream_with_progress(graph, inputs, config, ctx: RunContext, console: Console) -> None:
-    done = {} if inputs is not None else graph.get_state(config).values  # a resumed run counts on from here
+    fresh = isinstance(inputs, dict)
+    done = {} if fresh else graph.get_state(config).values  # a resumed run counts on from here
     seen: dict[str, dict] = dict(done.get("candidates") or {})
     usage: list[dict] = list(done.get("usage") or [])
     iteration, best = done.get("iteration", 0), seen.get((done.get("beam") or [""])[0], {}).get("speedup") or 1.0
     columns = (SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
                TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:
-        bar = progress.add_task("measuring baseline" if inputs is not None else "resuming", total=ctx.iterations,
+        bar = progress.add_task("measuring baseline" if fresh else "resuming", total=ctx.iterations,
                                 completed=len(done.get("history") or []), info="")
         for namespace, update in graph.stream(inputs, config, context=ctx, stream_mode="updates", subgraphs=True):
             for node, values in (update or {}).items():
-                values = values or {}
+                if not isinstance(values, dict):  # __interrupt__ (a plan review), or a node that wrote nothing
+                    continue
                 for cand in (values.get("candidates") or {}).values():
                     seen[cand["id"]] = cand
                 if not namespace:  # top level only: the subgraph's usage reaches it through `candidate`

@@ -67,6 +67,8 @@ def after_profiler(state: CandidateState, runtime: Runtime[RunContext]) -> str:
     status = state["current"]["status"]
     if status == "verified":
         return "autotune" if runtime.context.autotune > 0 else END
+    if status == "no_code" and runtime.context.model_spec("fixer").provider == "tuner":
+        return END  # the tuner fixes by undoing launch moves: with no kernel there is nothing to undo
     return "fixer" if status in FIXABLE and state["fixes"] < runtime.context.fixes else END
 
 

@@ -99,7 +99,7 @@ def embedding_text(insight: Insight) -> str:
 
 class InsightStore:
     def __init__(self, directory: str | Path | None = None, *, url: str | None = None,
-                 embedder: str = DEFAULT_EMBEDDER, capacity: int = 2000):
+                 embedder: str = DEFAULT_EMBEDDER, capacity: int = 2000, load_embedder: bool = True):
         import chromadb
         from chromadb.config import Settings
 
@@ -127,7 +127,9 @@ class InsightStore:
             raise
         except Exception as exc:  # noqa: BLE001 - every failure to open gets advice
             raise MemoryStoreError(self._open_advice(url, exc)) from None
-        self.embedder = get_embedder(embedder)  # after the store opened: fail fast on a bad location
+        # After the store opened (a bad location fails first); loaded now so a run fails fast on a
+        # missing model, or on first use for commands that only read (memory list, stats, show).
+        self._embedder = get_embedder(embedder) if load_embedder else None
         atexit.register(self._flush_at_exit)
 
     def _open_advice(self, url: str | None, exc: Exception) -> str:
@@ -243,6 +245,12 @@ class InsightStore:
                 if rows["ids"]:
                     collection.update(ids=rows["ids"], metadatas=[{"recalls": m["recalls"] + counts[rid]}
                                                                   for rid, m in zip(rows["ids"], rows["metadatas"])])
+
+    @property
+    def embedder(self):
+        if self._embedder is None:
+            self._embedder = get_embedder(self.embedder_name)
+        return self._embedder
 
     def _flush_at_exit(self) -> None:
         try:

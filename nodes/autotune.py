@@ -5,7 +5,11 @@ A greedy local search: the single-knob neighbours of the best configuration so f
 interleaved with that best (and the baseline); a variant that beats it beyond noise becomes the
 new centre. Every variant is a candidate of its own (id `<rewrite>.a<j>`, kind "autotuned",
 parent = the kernel it was derived from), so the selector and the summarizer see them like any
-other kernel. The rewrite records what autotuning added on top of it (`autotune`)."""
+other kernel. The rewrite records what autotuning added on top of it (`autotune`).
+
+A rewrite under @triton.autotune whose list still picks at run time is searched from its list:
+each configuration pinned in turn (the autotuner's own candidates, measured one by one), then,
+when none beat it beyond noise, the neighbours of the fastest pinned one."""
 
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ from accelopt.nodes.state import CandidateState
 from accelopt.nodes.common import task_of
 from accelopt.nodes.services import measure
 from accelopt.tools.rundir import write_candidate
-from accelopt.tools.tunables import apply_config, config_of, describe_moves, format_config, neighbours
+from accelopt.tools.tunables import apply_config, config_of, describe_moves, format_config, neighbours, pins, unpinned
 
 
 def autotune(state: CandidateState, runtime: Runtime[RunContext]) -> dict:
@@ -25,10 +29,21 @@ def autotune(state: CandidateState, runtime: Runtime[RunContext]) -> dict:
     task = task_of(state["task_dir"])
     rewrite = dict(state["current"])
     best = rewrite
-    seen = {frozenset(config_of(rewrite["source"]).items()), frozenset(config_of(state["parent"]["source"]).items())}
+    # a kernel whose autotuner picks at run time was not measured as any one configuration
+    seen = {frozenset(config_of(s).items()) for s in (rewrite["source"], state["parent"]["source"]) if not unpinned(s)}
     variants: dict[str, dict] = {}
-    queue = neighbours(config_of(best["source"]))
-    while queue and len(variants) < ctx.autotune:
+    queue = pins(best["source"]) or neighbours(config_of(best["source"]))
+    walked: list[dict] = []  # pinned configurations the search went on from, while the list still picks
+    while len(variants) < ctx.autotune:
+        if not queue and unpinned(best["source"]):
+            # every pin measured and none beyond noise: go on from the fastest pinned one
+            verified = [v for v in variants.values() if v["status"] == "verified"]
+            fastest = config_of(max(verified, key=lambda v: v.get("speedup") or 0.0)["source"]) if verified else None
+            if fastest is not None and fastest not in walked:
+                walked.append(fastest)
+                queue = [{**fastest, **m} for m in neighbours(fastest)]
+        if not queue:
+            break
         centre = config_of(best["source"])
         changes = queue.pop(0)
         config = {**centre, **changes}

@@ -6,15 +6,19 @@ plain data; clients are built from it lazily inside nodes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
 
-from accelopt.tools.llm import ROLES, ModelSpec, given_spec, split_model
+from pydantic.json_schema import SkipJsonSchema
+
+from accelopt.tools.llm_spec import ROLES, ModelSpec, given_spec, split_model
 
 # Settings that belong to one model or one endpoint: a role that names another model does not
 # inherit the default's price, nor, with another provider, its endpoint and key.
 _MODEL_BOUND = {"input_price", "output_price"}
 _PROVIDER_BOUND = {"base_url", "api_key_env"}
+
+Device = Literal["auto", "cuda", "cpu"]  # NKI runs on the NeuronCores under auto; cpu is refused for it
 
 
 @dataclass(kw_only=True)
@@ -33,8 +37,9 @@ class RunContext:
     role_models: dict[str, dict] = field(default_factory=dict, metadata={
         "description": "Per-role model settings: {role: ModelSpec fields}, roles: default, " + ", ".join(ROLES)
                        + "; a role inherits every field of default it does not set"})
-    # Programmatic use only: ready LangChain chat models per role (or 'default'); not serializable.
-    chat_models: dict[str, Any] | None = None
+    # Programmatic use only: ready LangChain chat models per role (or 'default'); not serializable,
+    # so left out of the JSON schema (Studio's form) and of run.json.
+    chat_models: SkipJsonSchema[dict[str, Any] | None] = None
 
     max_tokens: int | None = field(default=None, metadata={"description": "Token budget for the run"})
     max_cost_usd: float | None = field(default=None, metadata={"description": "$ budget for the run"})
@@ -42,19 +47,25 @@ class RunContext:
     roofline_stop_pct: float = field(default=95.0, metadata={
         "description": "Stop when the best kernel reaches this % of achievable peak (GPU timings only)"})
 
-    device: str = field(default="auto", metadata={"description": "auto, cuda, or cpu (Triton interpreter)"})
+    device: Device = field(default="auto", metadata={
+        "description": "auto (a GPU if there is one, else the Triton interpreter; NKI: the NeuronCores), cuda, or cpu "
+                       "(Triton interpreter: correctness, no GPU times)"})
     profile: bool = field(default=True, metadata={
         "description": "Profile verified kernels on a GPU (ncu if present, else torch.profiler) for the planner"})
     eval_timeout_s: float = field(default=300.0, metadata={"description": "Per-candidate evaluation limit (s)"})
-    use_memory: bool = True
+    ray_address: str | None = field(default=None, metadata={
+        "description": "Evaluate on this Ray cluster (auto, ray://host:10001, host:6379); None: the local pool"})
+    use_memory: bool = field(default=True, metadata={
+        "description": "Recall insights from the memory before planning and store what this run learns"})
     memory_dir: str | None = field(default=None, metadata={
         "description": "Insight store directory (default: the user data dir)"})
     memory_url: str | None = field(default=None, metadata={
         "description": "A Chroma server (`chroma run`) shared by several runs, e.g. http://host:8000"})
     embedder: str = field(default="all-MiniLM-L6-v2", metadata={
         "description": "Sentence-transformers model for insights (offline: the bundled default, or a local dir)"})
-    memory_capacity: int = 2000
-    recall_k: int = 5
+    memory_capacity: int = field(default=2000, metadata={
+        "description": "Most insights the store keeps (the least supported are evicted first)"})
+    recall_k: int = field(default=5, metadata={"description": "Insights recalled per beam member for the planner"})
     learn_from_interpreter: bool = field(default=False, metadata={
         "description": "Distill insights from CPU-interpreter timings too (pipeline checks only: they are noise)"})
     llm_retry_wait_s: float = field(default=1.0, metadata={
@@ -65,6 +76,22 @@ class RunContext:
     prices: dict[str, list[float]] = field(default_factory=dict, metadata={
         "description": "$ per 1M tokens, [input, output], by model label or name prefix; overrides the built-in "
                        "table (self-hosted models are free unless priced here)"})
+    review_plans: bool = field(default=False, metadata={
+        "description": "Pause after the planners (interrupt) with the iteration's plans; resume with the list to run "
+                       "(edited, fewer, or [] to skip the iteration)"})
+    seed: Literal["none", "inductor"] = field(default="none", metadata={
+        "description": "inductor: also start from torch.compile's own Triton kernels for the reference (needs a "
+                       "CUDA GPU, or seed_capture), judged like any candidate and kept in the beam when they verify"})
+    seed_mode: Literal["default", "max-autotune-no-cudagraphs", "max-autotune-triton"] = field(
+        default="default", metadata={"description": "torch.compile mode of the Inductor seed; max-autotune-triton "
+                                                    "keeps matmuls in Triton templates instead of cuBLAS"})
+    seed_capture: str | None = field(default=None, metadata={
+        "description": "An Inductor capture made earlier on a GPU (accelopt seed --capture-out), used instead of "
+                       "compiling here"})
+
+    def to_json(self) -> dict:
+        """The context as plain data (run.json): every field but the code-only chat models."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "chat_models"}
 
     def model_spec(self, role: str) -> ModelSpec:
         """The role's model: its [models.ROLE] settings over [models.default], field by field; for

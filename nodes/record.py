@@ -9,5 +9,6 @@ from accelopt.tools.rundir import run_summary, write_summary
 
 
 def record(state: RunState) -> dict:
-    write_summary(state.get("run_dir"), run_summary(state), state["candidates"][state["beam"][0]].get("source"))
-    return {}
+    summary = run_summary(state)
+    write_summary(state.get("run_dir"), summary, state["candidates"][state["beam"][0]].get("source"))
+    return {"best_id": state["beam"][0], "summary": summary}  # the output schema's (Studio's output view)

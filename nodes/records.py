@@ -11,7 +11,7 @@ from typing_extensions import TypedDict  # pydantic accepts it on every Python
 
 from accelopt.tools.policy import PlanDraft
 
-CandidateKind = Literal["kernel", "reference", "autotuned"]
+CandidateKind = Literal["kernel", "reference", "autotuned", "inductor_seed"]
 
 
 class AutotuneSummary(TypedDict):
@@ -78,6 +78,7 @@ class Candidate(TypedDict, total=False):
     max_abs_err: float | None
     max_rel_err: float | None
     profile: str | None     # ncu / torch.profiler / neuron-profile summary for the planner
+    node: str               # on a Ray cluster: the node that evaluated it (IP/node id)
     # --- after autotuning (the rewrite only)
     autotune: AutotuneSummary
 
@@ -86,6 +87,13 @@ def baseline_candidate(source: str, from_scratch: bool) -> Candidate:
     """The task's baseline kernel, or its PyTorch reference when the task starts from scratch."""
     return Candidate(id="baseline", iteration=0, parent_id=None, plan_id=None, fix_of=None, fix_attempt=0,
                      kind="reference" if from_scratch else "kernel", source=source)
+
+
+def seed_candidate(source: str, origin: str) -> Candidate:
+    """A kernel made without a model (nodes/seeding.py): a beam member beside the baseline."""
+    return Candidate(id="inductor", iteration=0, parent_id="baseline", plan_id=None, fix_of=None, fix_attempt=0,
+                     kind="inductor_seed", plan_title=f"Inductor seed: {origin}", tokens=0, cost_usd=0.0,
+                     source=source)
 
 
 def attempt(attempt_id: str, iteration: int, parent_id: str, plan_id: str, plan_title: str,

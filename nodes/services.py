@@ -65,20 +65,22 @@ def measure(task: Task, source: str, ctx: RunContext, *, baseline: dict | None, 
     cache = RunCache(run_dir)
     key = digest({"source": source, "task": task.spec.model_dump(), "reference": task.reference_source,
                   "compare": compare, "trusted": trusted, "profile": ctx.profile,
-                  "device": device_fingerprint(ctx.device)})
+                  "device": device_fingerprint(ctx.device),
+                  **({"ray_address": ctx.ray_address} if ctx.ray_address else {})})
     cached = cache.get("evals", key)
     if cached is not None:
         return cached
     fields = _measure(task, source, ctx, device, compare, baseline, parent, trusted)
     cache.put("evals", key, fields)
-    cache.log_evaluation(key, {"status": fields["status"], "device": fields["device"]})
+    cache.log_evaluation(key, {"status": fields["status"], "device": fields["device"],
+                               **({"node": fields["node"]} if fields.get("node") else {})})
     return fields
 
 
 def _measure(task: Task, source: str, ctx: RunContext, device: str | None, compare: dict, baseline: dict | None,
              parent: dict | None, trusted: bool) -> dict:
-    result = backend_for(task).evaluate(task, source, device=device, timeout_s=ctx.eval_timeout_s, compare=compare,
-                                        trusted=trusted)
+    result = backend_for(task, cluster=ctx.ray_address, profile=ctx.profile).evaluate(
+        task, source, device=device, timeout_s=ctx.eval_timeout_s, compare=compare, trusted=trusted)
     workloads = {k: v.model_dump() for k, v in result.workloads.items()}
     fields = {"status": result.status, "error": result.error, "device": result.device,
               "device_name": result.device_name, "timer": result.timer, "workloads": workloads,
@@ -87,7 +89,9 @@ def _measure(task: Task, source: str, ctx: RunContext, device: str | None, compa
               "kernels_seen": result.kernels_seen, "audit": result.audit.model_dump() if result.audit else None,
               "speedup_vs_parent": None, "beats_parent": False, "loses_to_parent": False,
               "pct_peak": mean_pct(workloads, "pct_peak"), "pct_achievable": mean_pct(workloads, "pct_achievable")}
-    if result.ok and result.device == "cuda" and ctx.profile and not trusted:
+    if result.node is not None:  # evaluated on a Ray cluster's node, which took the profile there too
+        fields["node"] = result.node
+    if result.ok and result.device == "cuda" and ctx.profile and not trusted and result.node is None:
         profile = profile_kernel(task, source)
         fields["profile"] = profile["summary"] if profile else None
     elif result.profile:

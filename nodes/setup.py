@@ -2,11 +2,19 @@
 
 A task without baseline.py starts from scratch: its PyTorch reference is measured as the
 baseline (kind "reference"), the first plans ask for a Triton kernel written from it, and
-speedups are against the reference."""
+speedups are against the reference.
+
+A run started without run_dir (Studio, `graph.invoke`) gets the CLI's default, runs/TASK-TIME
+(tools/rundir.default_run_dir), chosen here and kept in the state; setup writes run.json into a
+run directory that has none, so `accelopt resume DIR` can pick the run up (Studio's checkpoints
+live in the server: `--restart` replays every cached evaluation and reply)."""
 
 from __future__ import annotations
 
+import logging
 import time
+from pathlib import Path
+from typing import Any
 
 from langgraph.runtime import Runtime
 
@@ -14,10 +22,13 @@ from accelopt.nodes.context import RunContext
 from accelopt.nodes.records import baseline_candidate, with_measurement
 from accelopt.nodes.state import RunState
 from accelopt.nodes.common import task_of
+from accelopt.nodes.seeding import inductor_seed
 from accelopt.nodes.services import measure
 from accelopt.tools.backends import run_refusal
 from accelopt.tools.harness.reference_kernel import reference_source
-from accelopt.tools.rundir import write_candidate
+from accelopt.tools.rundir import new_default_run_dir, write_candidate, write_run_meta
+
+log = logging.getLogger("accelopt")
 
 
 def setup(state: RunState, runtime: Runtime[RunContext]) -> dict:
@@ -28,17 +39,34 @@ def setup(state: RunState, runtime: Runtime[RunContext]) -> dict:
     if refusal:  # before any model call: no tokens are spent on a task this machine cannot run
         return {"stop_reason": refusal}
     from_scratch = task.baseline_source is None
-    if from_scratch and runtime.context.model_spec("executor").provider == "tuner":
+    seeding = runtime.context.seed == "inductor"
+    if from_scratch and not seeding and runtime.context.model_spec("executor").provider == "tuner":
         return {"stop_reason": f"task {task.name} has no baseline.py, so the first kernel must be written from the "
                                "reference, and the tuner policy only retunes existing kernels: configure an LLM "
-                               "(--model) or add a baseline.py"}
+                               "(--model), add a baseline.py, or start from torch.compile's kernels (--seed inductor)"}
+    run_dir = state.get("run_dir") or str(new_default_run_dir(task.name))
+    if not (Path(run_dir) / "run.json").is_file():  # the CLI wrote its own; a graph run's is written here
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        write_run_meta(Path(run_dir), str(Path(state["task_dir"]).resolve()), runtime.context.to_json())
     baseline = baseline_candidate(reference_source(task) if from_scratch else task.baseline_source, from_scratch)
     baseline = with_measurement(baseline, measure(task, baseline["source"], runtime.context, baseline=None,
-                                                  parent=None, trusted=from_scratch, run_dir=state.get("run_dir")))
-    write_candidate(state.get("run_dir"), baseline)
-    update = {"iteration": 0, "started_at": time.time(), "baseline_id": "baseline",
+                                                  parent=None, trusted=from_scratch, run_dir=run_dir))
+    write_candidate(run_dir, baseline)
+    update: dict[str, Any] = {"run_dir": run_dir, "iteration": 0, "started_at": time.time(), "baseline_id": "baseline",
               "candidates": {"baseline": baseline}, "plans": [], "history": []}
+    if baseline["status"] == "reference_error":  # the task is broken, not the baseline: say only that
+        return {**update, "stop_reason": baseline["error"]}
     if baseline["status"] != "verified":  # no beam: there is nothing correct to optimize from
         return {**update, "stop_reason": f"the baseline kernel fails its own check ({baseline['status']}): "
                                          f"{baseline['error']}"}
-    return {**update, "beam": ["baseline"]}
+    if not seeding:
+        return {**update, "beam": ["baseline"]}
+    seed, note = inductor_seed(task, runtime.context, baseline, run_dir)
+    log.info(note)
+    update["notes"] = [note]
+    if seed is not None:
+        update["candidates"]["inductor"] = seed
+    beam = (["inductor"] if seed is not None and seed["status"] == "verified" else []) + ["baseline"]
+    if beam == ["baseline"] and from_scratch and runtime.context.model_spec("executor").provider == "tuner":
+        return {**update, "stop_reason": f"{note}; the tuner policy cannot start from the reference alone"}
+    return {**update, "beam": beam}

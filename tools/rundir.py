@@ -14,7 +14,7 @@ import os
 import time
 from pathlib import Path
 
-from accelopt.tools.llm import totals
+from accelopt.tools.llm_spec import totals
 
 RUN_FORMAT = 1  # run.json "format": bump when a run directory can no longer be resumed by older code
 TASK_FILES = ("task.json", "reference.py", "baseline.py")  # what a run's measurements depend on
@@ -73,6 +73,31 @@ def changed_task_files(recorded: dict, task_dir: str | Path) -> list[str]:
     """The task files whose content differs from the fingerprint recorded in run.json."""
     now = task_fingerprint(task_dir)["files"]
     return [n for n in TASK_FILES if recorded.get("files", {}).get(n) != now[n]]
+
+
+RUNS_DIR_ENV = "ACCELOPT_RUNS_DIR"  # where runs given no run directory go (default: ./runs)
+
+
+def default_run_dir(task_name: str) -> Path:
+    """runs/TASK-YYYYmmdd-HHMMSS: the run directory of a run that names none (`accelopt optimize`
+    without --run-dir; a graph run from Studio or `graph.invoke` without run_dir), under
+    $ACCELOPT_RUNS_DIR if set, else ./runs."""
+    return Path(os.environ.get(RUNS_DIR_ENV) or "runs") / f"{task_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def new_default_run_dir(task_name: str) -> Path:
+    """A default run directory created for this run alone (absolute): a second run of the task
+    within the same second gets TASK-TIME-2, and so on."""
+    base = default_run_dir(task_name).resolve()
+    base.parent.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 1000):
+        path = base if n == 1 else base.with_name(f"{base.name}-{n}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise RunDirError(f"cannot create a run directory beside {base}: 999 of its name exist")
 
 
 def claim_new_run_dir(run_dir: Path, task_dir: str | Path) -> None:

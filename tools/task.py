@@ -192,12 +192,12 @@ def load_task(task_dir: str | Path) -> Task:
     ref_path = root / "reference.py"
     if not ref_path.is_file():
         raise TaskError(f"{root}: missing reference.py")
-    reference_source = _read_text(ref_path)
+    reference_source = read_utf8(ref_path)
     _require_functions(ref_path, reference_source,
                        NKI_REFERENCE_FUNCTIONS if spec.backend == "nki" else REFERENCE_FUNCTIONS)
 
     baseline_path = root / "baseline.py"
-    baseline_source = _read_text(baseline_path) if baseline_path.is_file() else None
+    baseline_source = read_utf8(baseline_path) if baseline_path.is_file() else None
     if baseline_source is not None:
         _require_functions(baseline_path, baseline_source, (spec.entry_point,))
     return Task(root=str(root.resolve()), spec=spec, reference_source=reference_source,
@@ -206,7 +206,7 @@ def load_task(task_dir: str | Path) -> Task:
 
 def _read_spec(path: Path) -> TaskSpec:
     try:
-        data = json.loads(_read_text(path))
+        data = json.loads(read_utf8(path))
     except json.JSONDecodeError as e:
         raise TaskError(f"{path}: invalid JSON at line {e.lineno}: {e.msg}") from None
     if not isinstance(data, dict):
@@ -227,7 +227,7 @@ def _first_error(error: ValidationError) -> str:
     return f"{where}: {message}".replace("\n", " ")
 
 
-def _read_text(path: Path) -> str:
+def read_utf8(path: Path) -> str:
     """The file as UTF-8 text; anything else is one line naming the file and the byte."""
     try:
         return path.read_bytes().decode("utf-8")

@@ -8,9 +8,14 @@ tunables (tools/tunables.py): num_warps, num_stages, tl.constexpr tile sizes.
   back towards where it jumped from if it won (the distance may be wrong either way); then
   single-knob steps, those recalled lessons measured as helping from the same starting
   configuration first and those they warned against last. Never a configuration measured already.
+  A kernel whose @triton.autotune list still picks at run time: first each configuration of the
+  list pinned (in list order, one plan each), then the same moves from the fastest pinned one.
 - write: applies the plan's moves to the source (AST edits).
 - fix: a failed multi-knob move drops its largest step (on a resource error, the largest growth);
-  a failed big single step is halved (geometrically); a failed single step has nothing smaller.
+  a failed big single step is halved (geometrically); a failed single step has nothing smaller,
+  except after a resource error (shared memory, registers), where the failed configuration itself
+  shrinks (its largest tile halved, else a stage fewer): how a pinned autotune config that does
+  not fit as written is repaired.
 - summarize: a lesson's text (which knobs moved, from what to what, the measured effect); the
   summarizer node attaches the recipe itself, from the measured sources.
 
@@ -26,8 +31,8 @@ from accelopt.memory.features import kernel_class
 from accelopt.memory.schema import Insight, Recipe
 from accelopt.tools.policy import (FixRequest, Kernel, LessonDraft, PlanDraft, PlanRequest, Plans, SummarizeRequest,
                                    WriteRequest)
-from accelopt.tools.tunables import (IMPLICIT_DEFAULTS, apply_config, config_of, describe_moves, format_config, limits,
-                                     neighbours, steps)
+from accelopt.tools.tunables import (IMPLICIT_DEFAULTS, additive, apply_config, config_of, describe_moves, format_config,
+                                     limits, neighbours, pins, steps, why_untunable)
 
 # the harness's error text for a launch that asks for more than the GPU has
 _RESOURCE_ERROR = re.compile(r"(?i)out of resource|shared memory|registers|too many resources")
@@ -87,7 +92,7 @@ def directions(lessons: list[Insight], config: Config, klass: str) -> tuple[set,
 
 def _between(name: str, a: int, b: int) -> int:
     """Halfway from a to b: geometrically for sizes and warps, arithmetically for stages."""
-    if name == "num_stages":
+    if additive(name):
         return (a + b + 1) // 2
     return 2 ** round((math.log2(a) + math.log2(b)) / 2) if a > 0 and b > 0 else b
 
@@ -123,7 +128,28 @@ def around_recipes(request: PlanRequest, config: Config, klass: str) -> list[tup
 
 
 def _moves_text(moves: dict[str, tuple[int, int]]) -> str:
-    return ", ".join(f"{k} {a} -> {b}" for k, (a, b) in moves.items())
+    return ", ".join(f"{k} {a} -> {b}" for k, (a, b) in moves.items() if a != b)
+
+
+def _best_measured(request: PlanRequest, config: Config) -> Config:
+    """Where a search over an autotuned kernel's list goes on from: the fastest verified kernel
+    measured in this run with the same knobs (a pinned configuration), else the list's first."""
+    same = [k for k in request.tried if k["id"] != request.member_id and k["status"] == "verified"
+            and k["config"] and set(k["config"]) == set(config) and k["speedup"] is not None]
+    return dict(max(same, key=lambda k: k["speedup"] or 0.0)["config"]) if same else config
+
+
+def _shrink(config: Config, start: Config) -> Config:
+    """After a resource error with nothing of the plan left to undo (a pinned autotune
+    configuration fails on its own): the largest tile halved, else one pipeline stage fewer,
+    never back to where the plan started."""
+    tiles = sorted((n for n in config if limits(n)[0] > 1), key=lambda n: -config[n])
+    stages = [n for n in config if additive(n)]
+    for name in tiles + stages:
+        value = config[name] - 1 if additive(name) else config[name] // 2
+        if limits(name)[0] <= value and {**config, name: value} != start:
+            return {name: value}
+    return {}
 
 
 class TunerPolicy:
@@ -135,30 +161,43 @@ class TunerPolicy:
         source = request.source
         config = config_of(source) if source else {}
         if not config:
-            return Plans([], note="(tuner) This kernel exposes no launch tunables to move.")
+            return Plans([], note=f"(tuner) This kernel has no launch tunables to move: {why_untunable(source or '')}.")
         klass = kernel_class(source or "")
-        tried = {frozenset(k["config"].items()) for k in request.tried if k["config"]}
-        tried.add(frozenset(config.items()))
-        liked, avoided = directions(request.lessons, config, klass)
+        # A kernel whose @triton.autotune list still picks at run time was measured as the
+        # autotuner's choice, not as its first configuration: its own record proves nothing
+        # about any one configuration. Its plans pin the list's configurations, in order, then
+        # step from the fastest one measured.
+        listed = pins(source or "")
+        tried = {frozenset(k["config"].items()) for k in request.tried
+                 if k["config"] and not (listed and k["id"] == request.member_id)}
+        base = _best_measured(request, config) if listed else config
+        if not listed:
+            tried.add(frozenset(config.items()))
+        liked, avoided = directions(request.lessons, base, klass)
 
         def rank(move: Config) -> int:
             (name, value), = move.items()
-            key = (name, config[name], value)
+            key = (name, base[name], value)
             return 0 if key in liked else 2 if key in avoided else 1
 
-        options = [(c, f"following recalled lesson {i}") for c, i in recipes(request.lessons, config, klass)]
-        options += around_recipes(request, config, klass)
-        options += [(m, "one step") for m in sorted(neighbours(config), key=rank)]
+        options = [(c, f"pinning the autotuner's config {i + 1} of {len(listed)}") for i, c in enumerate(listed)]
+        options += [(c, f"following recalled lesson {i}") for c, i in recipes(request.lessons, base, klass)]
+        options += around_recipes(request, base, klass)
+        options += [(m, "one step" + (" from the fastest pinned config" if base != config else ""))
+                    for m in sorted(neighbours(base), key=rank)]
         plans: list[PlanDraft] = []
         for changes, why in options:
-            result = {**config, **changes}
+            result = {**base, **changes}
             if frozenset(result.items()) in tried:
                 continue
             tried.add(frozenset(result.items()))
-            moves = {k: (config[k], v) for k, v in changes.items()}
+            # a pin names every knob: the write pins the whole configuration, even where it agrees
+            moves = {k: (config[k], v) for k, v in result.items() if listed or v != config[k]}
+            where = "as the @triton.autotune list's only config (pinned)" if listed else "in the kernel launch"
             plans.append(PlanDraft(
-                text=f"### Plan {len(plans) + 1}: {_moves_text(moves)}\n(tuner move, {why}) Set "
-                     f"{describe_moves(moves)} in the kernel launch. Resulting launch config: {format_config(result)}.",
+                text=f"### Plan {len(plans) + 1}: {'pin ' if listed else ''}{_moves_text(moves) or 'as listed'}\n"
+                     f"(tuner move, {why}) Set {describe_moves(moves)} {where}. Resulting launch config: "
+                     f"{format_config(result)}.",
                 moves=moves))
             if len(plans) == request.n:
                 break
@@ -173,20 +212,26 @@ class TunerPolicy:
         source = request.source
         current = config_of(source) if source else {}
         moves = {n: (a, current[n]) for n, (a, _) in request.plan.moves.items() if n in current and current[n] != a}
+        resource = bool(_RESOURCE_ERROR.search(f"{request.status}\n{request.error}"))
+        start = {**current, **{n: a for n, (a, _) in request.plan.moves.items() if n in current}}
+        shrunk = _shrink(current, start) if source and resource else {}
         if not source or not moves:
+            if shrunk:  # a pinned autotune config that fails as written: shrink it
+                return Kernel(apply_config(source or "", shrunk))
             return Kernel(None, "(tuner) Nothing to revert: the failed kernel has none of the plan's moves left.")
         span = {n: abs(math.log2(b / a)) if a > 0 and b > 0 else 1.0 for n, (a, b) in moves.items()}
         if len(moves) > 1:
             # Drop the biggest step; on a resource error, the biggest growth of a tile or stage count.
-            resource = bool(_RESOURCE_ERROR.search(f"{request.status}\n{request.error}"))
             grown = [n for n, (a, b) in moves.items() if b > a and n != "num_warps"]
             culprit = max(grown if resource and grown else moves, key=lambda n: span[n])
             return Kernel(apply_config(source, {culprit: moves[culprit][0]}))
         (name, (old, new)), = moves.items()
-        if span[name] <= 1.0 or name == "num_stages" and abs(new - old) <= 1:
+        if span[name] <= 1.0 or additive(name) and abs(new - old) <= 1:
+            if shrunk:
+                return Kernel(apply_config(source, shrunk))
             return Kernel(None, f"(tuner) `{name}` {old} -> {new} is a single step with nothing smaller to try; "
                                 "the parent configuration is already measured.")
-        middle = 2 ** math.ceil((math.log2(old) + math.log2(new)) / 2) if name != "num_stages" \
+        middle = 2 ** math.ceil((math.log2(old) + math.log2(new)) / 2) if not additive(name) \
             else (old + new + 1) // 2
         if middle in (old, new):
             middle = next(v for v in steps(name, new) if (v - new) * (old - new) > 0)

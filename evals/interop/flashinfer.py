@@ -25,7 +25,7 @@ from accelopt.evals.interop.flashinfer_schema import (FLOAT_DTYPES, Definition, 
                                                       find_paging, read_definition, read_workloads, slug,
                                                       workload_entry)
 from accelopt.evals.interop.flashinfer_shrink import Plan, plan_interpreter, save_blob
-from accelopt.tools.task import TaskError, load_task
+from accelopt.tools.task import TaskError, load_task, read_utf8
 
 __all__ = ["import_definition", "export_run", "adapt_baseline", "workload_entry"]
 
@@ -52,7 +52,7 @@ def import_definition(definition_path: str | Path, workloads_path: str | Path | 
     for relative, source in blobs.items():
         store.place(source, relative)
     paging = find_paging(definition)
-    (out / "definition.json").write_text(definition_path.read_text())
+    (out / "definition.json").write_text(read_utf8(definition_path))
     _write_jsonl(out / "workloads.jsonl", rows)
     (out / "interpreter.jsonl").unlink(missing_ok=True)
     plan = plan_interpreter(definition, rows, lambda spec: _load(out / "data", spec), paging)

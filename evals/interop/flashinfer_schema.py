@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from accelopt.tools.task import TaskError
+from accelopt.tools.task import TaskError, read_utf8
 
 # FlashInfer-Bench's defaults (bench/config.py ResolvedEvalConfig; `flashinfer-bench run --atol/--rtol`).
 FIB_ATOL = 1e-2
@@ -70,15 +70,20 @@ class Workload(BaseModel):
 
 def read_definition(path: Path) -> Definition:
     try:
-        return Definition.model_validate(json.loads(path.read_text()))
-    except FileNotFoundError:
-        raise TaskError(f"definition not found: {path}") from None
+        if not path.is_file():
+            raise TaskError(f"definition not found: {path}")
+        definition = Definition.model_validate(json.loads(read_utf8(path)))
     except json.JSONDecodeError as e:
         raise TaskError(f"{path}: invalid JSON at line {e.lineno}: {e.msg}") from None
     except ValidationError as e:
         first = e.errors()[0]
         raise TaskError(f"{path}: not a FlashInfer-Bench Definition: {'.'.join(map(str, first['loc']))}: "
                         f"{first['msg']}") from None
+    try:  # a reference that cannot even compile is the Definition's fault, found before anything is written
+        compile(definition.reference, f"{path.name}:reference", "exec")
+    except SyntaxError as e:
+        raise TaskError(f"{path}: the Definition's reference has a syntax error at line {e.lineno}: {e.msg}") from None
+    return definition
 
 
 def read_workloads(path: Path, definition: Definition) -> list[dict]:
@@ -86,7 +91,7 @@ def read_workloads(path: Path, definition: Definition) -> list[dict]:
     checked as FlashInfer-Bench's `validate` checks them: every variable axis given, the inputs
     exactly the Definition's, scalars where the Definition has scalars."""
     rows = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+    for number, line in enumerate(read_utf8(path).splitlines(), 1):
         if not line.strip():
             continue
         try:

@@ -24,7 +24,7 @@ from accelopt.evals.interop import kernelbench_reference as kbref
 from accelopt.evals.interop import kernelbench_sizes as kbsizes
 from accelopt.evals.interop.kernelbench_export import export_run, solution_source  # noqa: F401 - re-exported
 from accelopt.evals.interop.kernelbench_shrink import TARGET_ELEMENTS, shrink
-from accelopt.tools.task import TaskError, load_task
+from accelopt.tools.task import TaskError, load_task, read_utf8
 
 HERE = Path(__file__).resolve().parent
 TASK_FILES = {"reference.py": HERE / "kernelbench_reference.py", "kernelbench_sizes.py": HERE / "kernelbench_sizes.py"}
@@ -44,7 +44,7 @@ def parse_problem(path: Path) -> ast.Module:
     """The problem's syntax tree, after checking that it is a KernelBench problem whose imports
     are installed here."""
     try:
-        tree = ast.parse(path.read_text(), filename=str(path))
+        tree = ast.parse(read_utf8(path), filename=str(path))
     except SyntaxError as e:
         raise TaskError(f"{path}: syntax error at line {e.lineno}: {e.msg}") from None
     defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}

@@ -2,16 +2,20 @@
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import ROOT
 
 
-def run_cli(*args, env=None, cwd=None):
-    return subprocess.run([sys.executable, "-m", "accelopt", *args], capture_output=True, text=True, timeout=120,
+def run_cli(*args, env=None, cwd=None, timeout=120):
+    return subprocess.run([sys.executable, "-m", "accelopt", *args], capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})}, cwd=cwd)
 
 
@@ -89,6 +93,9 @@ def test_corrupt_checkpoint_says_what_to_do_and_restart_replays_every_evaluation
     first = run_cli("optimize", "evals/tasks/rmsnorm", "-B", "1", "-N", "2", "-K", "1", "-F", "0", "-T", "1",
                     "--device", "cpu", "--no-memory", "--run-dir", str(run_dir), cwd=ROOT)
     assert first.returncode == 0, first.stderr
+    out = " ".join(first.stdout.replace("│", " ").split())  # the table wraps: words, not lines or cells
+    assert "none stored (--no-memory)" in out and "insights stored" not in out
+    assert "on a GPU: accelopt optimize" in out and "correct on 6 fresh input sets" in out
     (run_dir / "checkpoints.sqlite").write_bytes(b"this is not a database" * 100)
     assert_clean_error(run_cli("resume", str(run_dir)), "is corrupt", "--restart", "replayed")
     again = run_cli("resume", str(run_dir), "--restart")
@@ -119,3 +126,116 @@ def test_a_graph_that_cannot_import_says_how_to_install(tmp_path):
     assert proc.returncode != 0
     assert "accelopt's graph cannot be imported (openai is broken here)" in proc.stderr and "pip install -e ." \
         in proc.stderr
+
+
+NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}  # no GPU for torch, also on a machine that has one
+
+
+def test_device_cuda_without_a_gpu_is_refused_before_any_work(softmax_task, tmp_path):
+    """Not a 20 s run that ends in a worker traceback blaming the baseline: one line, exit 2."""
+    run_dir = tmp_path / "run"
+    proc = run_cli("optimize", str(softmax_task), "--device", "cuda", "--no-memory", "--run-dir", str(run_dir),
+                   env=NO_GPU)
+    assert_clean_error(proc, "--device cuda: no CUDA GPU is visible here", "--device cpu")
+    assert len(proc.stderr.strip().splitlines()) == 1 and not run_dir.exists()
+    proc = run_cli("check", str(softmax_task), str(softmax_task / "baseline.py"), "--device", "cuda", env=NO_GPU)
+    assert_clean_error(proc, "--device cuda: no CUDA GPU is visible here")
+    out = tmp_path / "eval"
+    proc = run_cli("eval", str(softmax_task.parent), "--device", "cuda", "--out", str(out), env=NO_GPU)
+    assert_clean_error(proc, "--device cuda: no CUDA GPU is visible here")
+    assert not out.exists()
+    proc = run_cli("optimize", str(softmax_task), "--device", "gpu")  # not a device: typer's usage error
+    assert proc.returncode == 2 and "'gpu' is not one of 'auto'" in proc.stderr
+
+
+def test_a_model_without_a_provider_is_refused_with_how_to_name_it(softmax_task, tmp_path):
+    proc = run_cli("optimize", str(softmax_task), "--model", "llama3")
+    assert_clean_error(proc, "model 'llama3' names no provider", "vllm:llama3", "ollama:llama3")
+    proc = run_cli("eval", str(softmax_task.parent), "--model", "llama3", "--out", str(tmp_path / "eval"))
+    assert_clean_error(proc, "model 'llama3' names no provider")
+    proc = run_cli("optimize", str(softmax_task), "--model", "gpt-4.1-mini", env={"OPENAI_API_KEY": ""})
+    assert_clean_error(proc, "missing API key for openai:gpt-4.1-mini")  # an OpenAI family: taken as openai's
+
+
+def test_doctor_exits_1_when_something_a_run_needs_is_broken():
+    proc = run_cli("doctor", env={"ACCELOPT_MODEL": "llama3", **NO_GPU})
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "not ready: the model settings" in proc.stderr
+    assert "names no provider" in " ".join(proc.stdout.split())
+
+
+def test_eval_exits_1_when_a_task_failed_and_0_when_tasks_were_skipped(softmax_task, tmp_path):
+    (softmax_task / "task.json").write_text("{ not json")
+    out = tmp_path / "eval"
+    proc = run_cli("eval", str(softmax_task.parent), "--device", "cpu", "--no-memory", "--out", str(out))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+    assert "error: 1 of 1 tasks failed: softmax (" in proc.stderr and "invalid JSON" in proc.stderr
+    assert (out / "report.html").is_file()  # the report is written all the same
+    # NKI tasks on a machine without the Neuron SDK: skipped, each with its reason; not a failure
+    proc = run_cli("eval", "nkibench", "--tasks", "adamw", "--device", "auto", "--no-memory", "--out",
+                   str(tmp_path / "nki"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "skipped" in proc.stdout
+
+
+def _session_processes(sid: int) -> list[str]:
+    """Command lines of the live (not zombie) processes of a session."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":  # fields after the name: state, ppid, pgrp, session
+            found.append(cmdline)
+    return found
+
+
+@pytest.mark.slow
+def test_ctrl_c_says_how_to_resume_exits_130_and_leaves_no_process(tmp_path):
+    """Ctrl-C in a terminal reaches the whole process group: the run, its judges, their sandboxes."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "accelopt", "optimize", str(ROOT / "evals" / "tasks" / "rmsnorm"),
+                             "-T", "3", "--device", "cpu", "--no-memory", "--run-dir", str(run_dir)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not any("judge.py" in c for c in _session_processes(proc.pid)):  # evaluating: judges started
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
+        time.sleep(1.0)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, out + err
+    assert "Traceback" not in err and f"interrupted: continue with `accelopt resume {run_dir}`" in err, err
+    deadline = time.monotonic() + 10
+    while _session_processes(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _session_processes(proc.pid) == []
+    # nothing the interrupt cut off was recorded as a kernel's failure
+    for line in (run_dir / "evaluations.jsonl").read_text().splitlines() if (run_dir / "evaluations.jsonl").exists() \
+            else []:
+        assert json.loads(line)["status"] != "runtime_error", line
+
+
+@pytest.mark.slow
+def test_eval_with_a_larger_t_extends_finished_tasks(tmp_path):
+    suite = tmp_path / "suite"
+    shutil.copytree(ROOT / "evals" / "tasks" / "rmsnorm", suite / "rmsnorm")
+    out = tmp_path / "eval"
+    args = ("eval", str(suite), "-B", "1", "-N", "1", "-F", "0", "--device", "cpu", "--no-memory", "--out", str(out))
+    first = run_cli(*args, "-T", "1", timeout=600)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert json.loads((out / "rmsnorm" / "summary.json").read_text())["iteration"] == 1
+    again = run_cli(*args, "-T", "1")
+    assert "finished earlier, skipped" in again.stdout
+    longer = run_cli(*args, "-T", "2", timeout=600)
+    assert longer.returncode == 0, longer.stdout + longer.stderr
+    assert "extending to T=2" in longer.stdout and "finished earlier" not in longer.stdout
+    summary = json.loads((out / "rmsnorm" / "summary.json").read_text())
+    assert (summary["iteration"], summary["stop_reason"]) == (2, "reached T=2 iterations")
+    assert json.loads((out / "rmsnorm" / "run.json").read_text())["context"]["iterations"] == 2

@@ -28,13 +28,20 @@ def test_memory_commands_round_trip(tmp_path):
     assert imported.returncode == 0 and "imported 2 insights" in imported.stdout
     listing = cli("memory", "list", *mem)
     assert "More warps for long rows" in listing.stdout and "Larger tiles for GEMM" in listing.stdout
-    found = cli("memory", "search", "bf16 matmul on tensor cores", *mem)
+    found = cli("memory", "search", "bf16 matmul on tensor cores", "--timer", "cuda_event", *mem)
     assert "Larger tiles for GEMM" in found.stdout and "More warps" not in found.stdout
+    import torch
+
+    if not torch.cuda.is_available():  # the default searches this machine's lessons: the interpreter's
+        here = cli("memory", "search", "bf16 matmul on tensor cores", *mem)
+        assert "no triton lessons timed with interpreter_wall match (of 2 in" in " ".join(here.stdout.split())
+        assert "--timer cuda_event" in here.stdout
     ident = next(i.id for i, _ in source.all() if i.evidence.task == "rmsnorm")
     shown = json.loads(cli("memory", "show", ident, *mem).stdout)
     assert shown["evidence"]["speedup"] == 1.3
     stats = json.loads(cli("memory", "stats", *mem).stdout)
     assert stats["insights"] == 2 and stats["task"] == {"rmsnorm": 1, "gemm_bf16": 1}
+    assert stats["location"] == str(tmp_path / "b")  # the store's path, not "default"
     pruned = cli("memory", "prune", "--keep", "1", *mem)
     assert "1 remain" in pruned.stdout
     exported = cli("memory", "export", str(tmp_path / "out.jsonl"), *mem)

@@ -27,7 +27,8 @@ def free_port() -> int:
 def dev_server(tmp_path):
     port = free_port()
     env = {**{k: v for k, v in os.environ.items() if not k.startswith(("LANGSMITH", "LANGCHAIN"))},
-           "LANGGRAPH_CLI_NO_ANALYTICS": "1"}  # offline: no analytics ping
+           "LANGGRAPH_CLI_NO_ANALYTICS": "1",  # offline: no analytics ping
+           "ACCELOPT_RUNS_DIR": str(tmp_path / "runs")}  # where a run given no run_dir goes (default ./runs)
     log = (tmp_path / "dev.log").open("w")
     proc = subprocess.Popen([str(LANGGRAPH), "dev", "--no-browser", "--no-reload", "--host", "127.0.0.1",
                              "--port", str(port)], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -67,11 +68,19 @@ def test_a_run_through_the_sdk_streams_node_updates_in_order(dev_server):
     schemas = client.assistants.get_schemas(assistants[0]["assistant_id"])
     schema = schemas["context_schema"]
     # and the input schema, so Studio shows an input form: the task folder and the run folder only
-    assert schemas["input_schema"]["required"] == ["task_dir"]
+    assert schemas["input_schema"] is not None and schemas["input_schema"]["required"] == ["task_dir"]
     assert set(schemas["input_schema"]["properties"]) == {"task_dir", "run_dir"}
-    assert {"beams", "plans", "samples", "fixes", "iterations", "model", "max_cost_usd", "autotune"} <= \
-        set(schema["properties"])
+    # the output a user reads, without the planner's own keys
+    output = schemas["output_schema"]
+    assert output is not None and {"best_id", "summary", "stop_reason", "run_dir"} <= set(output["properties"])
+    assert not {"plans", "recalled", "started_at"} & set(output["properties"])
+    assert {"beams", "plans", "samples", "fixes", "iterations", "model", "max_cost_usd", "autotune",
+            "review_plans"} <= set(schema["properties"])
     assert "beam width" in schema["properties"]["beams"]["description"]
+    # choices, not free text; code-only fields hidden; every field explained
+    assert schema["properties"]["device"]["enum"] == ["auto", "cuda", "cpu"]
+    assert "chat_models" not in schema["properties"]
+    assert [k for k, v in schema["properties"].items() if not v.get("description")] == []
 
     thread = client.threads.create()
     # With the memory on: Chroma and the embedding model load inside the server, as in Studio.
@@ -88,6 +97,11 @@ def test_a_run_through_the_sdk_streams_node_updates_in_order(dev_server):
     state = client.threads.get_state(thread["thread_id"])["values"]
     assert state["stop_reason"] == "reached T=1 iterations"
     assert state["candidates"]["i1.m0.p0.k0"]["status"] == "verified"
+    # No run_dir was given: the run has one of its own, with what the CLI's runs have.
+    run_dir = Path(state["run_dir"])
+    assert run_dir.parent == (log.parent / "runs").resolve() and run_dir.name.startswith("rmsnorm-")
+    assert all((run_dir / name).is_file() for name in ("run.json", "summary.json", "best_kernel.py"))
     assert (log.parent / "memory" / "chroma.sqlite3").is_file()  # the store was opened by the run
     # Compiles, model loading and the harness never tripped the dev server's blocking-call guard.
     assert "BlockingError" not in log.read_text()
+    assert "Failed to get" not in log.read_text()  # every schema (input, output, state, context) was built

@@ -2,6 +2,9 @@
 kernel fails to compile and is repaired by the fixer, and a plan whose kernel is wrong."""
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
@@ -13,6 +16,13 @@ from tests.conftest import ROOT
 from tests.scripted import GOOD, ScriptedChatModel, reply_for
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def runs_dir(tmp_path, monkeypatch):
+    """A run given no run_dir gets a default one (runs/TASK-TIME): here under tmp_path."""
+    monkeypatch.setenv("ACCELOPT_RUNS_DIR", str(tmp_path / "runs"))
+    return tmp_path / "runs"
 
 
 def test_graph_end_to_end(tmp_path, softmax_task):
@@ -89,7 +99,10 @@ def test_graph_end_to_end(tmp_path, softmax_task):
     # its plans record which insights they were shown.
     later = RunContext(beams=1, plans=1, samples=1, fixes=0, iterations=1, device="cpu", model="tuner",
                        memory_dir=str(tmp_path / "memory"), learn_from_interpreter=True)
-    second = build_graph().compile().invoke({"task_dir": str(ROOT / "evals" / "tasks" / "rmsnorm")}, context=later)
+    graph = build_graph().compile(checkpointer=InMemorySaver())  # the state's plans and recalled, not the output's
+    graph.invoke({"task_dir": str(ROOT / "evals" / "tasks" / "rmsnorm")}, {"configurable": {"thread_id": "later"}},
+                 context=later)
+    second = graph.get_state({"configurable": {"thread_id": "later"}}).values
     recalled = [i["id"] for i in second["recalled"]["baseline"]]
     # (Interpreter noise may add a positive pair whose scripted lesson reads the same; recall then
     # returns one of the two paraphrases, so any lesson of the first run counts.)
@@ -140,3 +153,33 @@ def test_from_scratch_with_the_tuner_stops_with_a_reason(softmax_task):
     ctx = RunContext(iterations=1, device="cpu", use_memory=False)
     out = build_graph().compile().invoke({"task_dir": str(softmax_task)}, context=ctx)
     assert "tuner policy only retunes existing kernels" in out["stop_reason"] and not out.get("beam")
+
+
+def test_a_run_without_run_dir_leaves_a_run_directory_the_cli_resumes(runs_dir):
+    """Studio and a programmatic invoke name no run_dir: setup picks the CLI's default
+    (runs/TASK-TIME), writes run.json there and keeps the path in the state, so the best kernel,
+    summary and caches are on disk and `accelopt resume DIR --restart` replays the run."""
+    task = ROOT / "evals" / "tasks" / "rmsnorm"
+    ctx = RunContext(beams=1, plans=1, samples=1, fixes=0, iterations=1, device="cpu", use_memory=False)
+    out = build_graph().compile().invoke({"task_dir": str(task)}, context=ctx)
+    run_dir = Path(out["run_dir"])
+    assert run_dir.parent == runs_dir.resolve() and run_dir.name.startswith("rmsnorm-")
+    # The output schema: what a user reads, no planner-internal keys.
+    assert out["best_id"] == out["beam"][0] == out["summary"]["best_id"] and out["stop_reason"]
+    assert not {"plans", "recalled", "started_at"} & set(out)
+    assert json.loads((run_dir / "summary.json").read_text())["best_id"] == out["best_id"]
+    assert (run_dir / "best_kernel.py").read_text() == out["candidates"][out["best_id"]]["source"]
+    assert (run_dir / "candidates" / "i1.m0.p0.k0" / "result.json").is_file()
+    assert any((run_dir / "cache").rglob("*.json"))
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert meta["task_dir"] == str(task.resolve()) and meta["context"]["iterations"] == 1
+    assert "chat_models" not in meta["context"]
+
+    # The CLI resumes it: from scratch in the same directory (Studio's checkpoints live in the
+    # server), every evaluation replayed from the run's cache, none measured again.
+    real = (run_dir / "evaluations.jsonl").read_text().count("\n")
+    proc = subprocess.run([sys.executable, "-m", "accelopt", "resume", str(run_dir), "--restart"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert (run_dir / "evaluations.jsonl").read_text().count("\n") == real
+    assert json.loads((run_dir / "summary.json").read_text())["best_id"] == out["best_id"]

@@ -82,6 +82,13 @@ def test_flashinfer_import_refuses_what_it_cannot_judge(tmp_path):
     (tmp_path / "bad.json").write_text('{"name": "x", ')
     with pytest.raises(TaskError, match="invalid JSON"):
         import_definition(tmp_path / "bad.json", None, tmp_path / "c")
+    (tmp_path / "latin1.json").write_bytes(json.dumps(definition).encode().replace(b"rmsnorm", b"caf\xe9"))
+    with pytest.raises(TaskError, match=r"latin1.json: not UTF-8 text \(byte 0xe9"):
+        import_definition(tmp_path / "latin1.json", FIB / "rmsnorm_h128.workloads.jsonl", tmp_path / "d")
+    (tmp_path / "syntax.json").write_text(json.dumps({**definition, "reference": "def run(x:\n    return x\n"}))
+    with pytest.raises(TaskError, match="the Definition's reference has a syntax error at line 1"):
+        import_definition(tmp_path / "syntax.json", FIB / "rmsnorm_h128.workloads.jsonl", tmp_path / "e")
+    assert not any((tmp_path / d).exists() for d in "de")  # refused before anything is written
     result = runner.invoke(app, ["export", "flashinfer", str(tmp_path), "--out", str(tmp_path / "o")])
     assert result.exit_code == 2 and "no summary.json" in result.output
 
@@ -142,3 +149,7 @@ def test_kernelbench_import_errors_are_one_line(tmp_path):
     result = runner.invoke(app, ["import", "kernelbench", str(KB / "linear_relu.py"), "--out", str(tmp_path / "u"),
                                  "--interpreter-param", "nope=3"])
     assert result.exit_code == 2 and "no module-level constant named nope" in result.output
+    (tmp_path / "latin1.py").write_bytes(b"# caf\xe9\nimport torch\n")
+    result = runner.invoke(app, ["import", "kernelbench", str(tmp_path / "latin1.py"), "--out", str(tmp_path / "v")])
+    assert result.exit_code == 2 and "latin1.py: not UTF-8 text (byte 0xe9 at offset 5)" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)

@@ -240,10 +240,10 @@ def test_preflight_checks_each_endpoint_once_and_can_be_skipped():
     from accelopt.graph.config import preflight_context
 
     with ScriptedOpenAIServer(reply, models=["gpt-test", "coder"]) as server:
-        ctx = RunContext(model="openai:gpt-test", base_url=server.url, role_models={"executor": {"model": "coder"}})
+        ctx = RunContext(model="openai:gpt-test", base_url=server.url, role_models={"executor": {"model": "openai:coder"}})
         preflight_context(ctx)
         assert server.gets == ["/v1/models"] * 2  # planner, fixer, summarizer share one check; the executor its own
-        bad = RunContext(model="openai:gpt-test", base_url=server.url, role_models={"fixer": {"model": "gone"}})
+        bad = RunContext(model="openai:gpt-test", base_url=server.url, role_models={"fixer": {"model": "openai:gone"}})
         with pytest.raises(FatalLLMError, match=r"^fixer model openai:gone at .*does not list 'gone'"):
             preflight_context(bad)
         preflight_context(RunContext(model="openai:gone", base_url=server.url, preflight=False))

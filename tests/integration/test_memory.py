@@ -197,3 +197,9 @@ def test_a_new_best_reached_by_a_small_step_is_learned_from_the_baseline():
     # A best that did not change this iteration, or one step from the baseline, adds nothing.
     state["beam"] = ["i1"]
     assert [kind for _, _, kind, _ in measured_pairs(state, RunContext())] == ["negative"]
+
+
+def test_a_store_opened_to_read_loads_the_embedder_only_when_it_embeds(tmp_path):
+    store = InsightStore(tmp_path / "m", load_embedder=False)  # memory list / stats / show
+    assert store._embedder is None and store.all() == [] and store.count() == 0
+    assert store.embedder.embed(["more warps"]) and store._embedder is not None

@@ -30,6 +30,9 @@ def test_eval_writes_a_report_and_resumes_by_skipping_finished_tasks(tmp_path):
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "skipped (NKI unavailable: install" in result.output
+    assert "geomean best speedup over 2 tasks" in result.output  # the end-of-suite table
+    table = result.output.split("[3/3]")[-1]
+    assert all(name in table for name in ("rmsnorm", "softmax", "nki_silu", "optimized", "skipped"))
     page = (out / "report.html").read_text()
     assert "CPU Triton-interpreter timings" in page and page.count("data:image/png;base64,") == 4
     for plot in ("speedup_per_iteration", "per_task", "speedup_vs_cost", "fast_p"):

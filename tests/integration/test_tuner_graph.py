@@ -7,6 +7,7 @@ import json
 import shutil
 
 import pytest
+from langgraph.checkpoint.memory import InMemorySaver
 
 from accelopt.nodes.records import Candidate
 from accelopt.graph.builder import build_graph
@@ -23,7 +24,10 @@ pytestmark = pytest.mark.slow
 def run(task_dir, tmp_path, name, **settings):
     ctx = RunContext(**{"beams": 1, "plans": 2, "samples": 1, "fixes": 0, "iterations": 1, "device": "cpu",
                         "model": "tuner", "memory_dir": str(tmp_path / "memory"), **settings})
-    return build_graph().compile().invoke({"task_dir": str(task_dir), "run_dir": str(tmp_path / name)}, context=ctx)
+    # the whole final state (plans and recalled included), not only the graph's output schema
+    graph, config = build_graph().compile(checkpointer=InMemorySaver()), {"configurable": {"thread_id": name}}
+    graph.invoke({"task_dir": str(task_dir), "run_dir": str(tmp_path / name)}, config, context=ctx)
+    return graph.get_state(config).values
 
 
 def long_rows(tmp_path, name: str):

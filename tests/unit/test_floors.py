@@ -8,7 +8,7 @@ from tests.conftest import ROOT
 
 FLOORS = {"cli": 4, "evals": 3, "graph": 2, "nodes": 1, "tools": 0, "memory": 0}
 # modules of the node layer that are not nodes: types, helpers and services every node may use
-NODE_HELPERS = {"common", "context", "state", "records", "services", "measurements", "policies"}
+NODE_HELPERS = {"common", "context", "state", "records", "services", "measurements", "policies", "seeding"}
 
 
 def _modules():

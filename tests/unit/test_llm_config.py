@@ -136,3 +136,66 @@ def test_a_budget_too_small_for_one_call_stops_the_run():
     out = selector(state, SimpleNamespace(context=RunContext(max_tokens=10, iterations=5)))
     assert out["stop_reason"] == f"budget spent: {skipped['error']}" and out["fatal"] is None
     assert budget_reason(RunContext(max_tokens=0), totals([])).startswith("token budget of 0 spent")
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("openai:gpt-4.1-mini", ("openai", "gpt-4.1-mini")),
+    ("vllm:openai/gpt-oss-120b", ("vllm", "openai/gpt-oss-120b")),
+    ("ollama:qwen2.5-coder:32b", ("ollama", "qwen2.5-coder:32b")),  # the tag stays in the name
+    ("tuner", ("tuner", "tuner")),
+    ("acme:big", ("acme", "big")),  # a provider named, if unknown: validate_spec says which exist
+    # no provider: only OpenAI's own families are taken as openai's
+    ("gpt-4.1-mini", ("openai", "gpt-4.1-mini")),
+    ("gpt-4o", ("openai", "gpt-4o")),
+    ("o3-mini", ("openai", "o3-mini")),
+    ("o1", ("openai", "o1")),
+    ("o4-mini-2025-04-16", ("openai", "o4-mini-2025-04-16")),
+    ("chatgpt-4o-latest", ("openai", "chatgpt-4o-latest")),
+    ("ft:gpt-4o-mini:acme::abc123", ("openai", "ft:gpt-4o-mini:acme::abc123")),
+])
+def test_the_provider_of_a_model_name(text, expected):
+    from accelopt.tools.llm_spec import split_model
+
+    assert split_model(text) == expected
+
+
+@pytest.mark.parametrize("text", ["foo", "llama3", "Qwen/Qwen3-8B", "openai/gpt-oss-120b", "gpt-oss-120b",
+                                  "o5-preview", "olmo-2"])
+def test_a_model_name_without_a_provider_is_refused_with_the_fix(text, config):
+    from accelopt.tools.llm_spec import split_model
+
+    with pytest.raises(ConfigError, match=rf"model '{text}' names no provider: write PROVIDER:NAME, e\.g\. "
+                                          rf"openai:{text}, vllm:{text} or ollama:{text}"):
+        split_model(text)
+    with pytest.raises(ConfigError, match=rf"^planner model: model '{text}' names no provider"):
+        load_context(None, model=text)
+    with pytest.raises(ConfigError, match=rf"^executor model: model '{text}' names no provider"):
+        load_context(config(f'[models.executor]\nmodel = "{text}"\n'))
+
+
+def test_the_light_module_is_what_the_context_reads_and_llm_re_exports_it():
+    """nodes/context.py and graph/config.py read model settings without openai or LangChain; the
+    names stay importable from tools/llm as before."""
+    import subprocess
+    import sys
+
+    from accelopt.tools import llm, llm_spec
+
+    for name in ("ROLES", "PROVIDERS", "GIVEN", "ConfigError", "LLMCallError", "FatalLLMError", "BudgetExceeded",
+                 "ModelSpec", "split_model", "given_spec", "endpoint", "is_local", "validate_spec", "totals",
+                 "completion_limit_field"):
+        assert getattr(llm, name) is getattr(llm_spec, name), name
+    code = ("import sys, accelopt.graph.config, accelopt.nodes.context; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'openai', 'httpx', 'langchain_core'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_the_tuner_writes_one_sample_per_plan_unless_told_otherwise(config, monkeypatch):
+    ctx, configured = load_context(None)
+    assert not configured and ctx.samples == 1  # the tuner's kernel for a plan is the same every time
+    assert load_context(None, samples=3)[0].samples == 3  # an explicit -K wins
+    assert load_context(None, model="vllm:coder")[0].samples == 2  # an LLM: RunContext's default
+    ctx, _ = load_context(None, planner_model="vllm:coder")  # the planner an LLM, the executor the tuner
+    assert ctx.samples == 1
+    assert load_context(config("[run]\nsamples = 2\n"))[0].samples == 2  # the config file's K wins too

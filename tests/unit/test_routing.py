@@ -60,7 +60,17 @@ def test_k_samples_per_plan_and_the_selector_when_no_plan_came():
 ])
 def test_the_fix_loop(status, fixes, F, autotune, expected):
     state = {"current": {"status": status}, "fixes": fixes}
-    assert after_profiler(state, runtime(fixes=F, autotune=autotune)) == expected
+    assert after_profiler(state, runtime(fixes=F, autotune=autotune, model="vllm:coder")) == expected
+
+
+def test_the_tuner_does_not_fix_a_reply_with_no_code():
+    """The tuner fixes by undoing a plan's launch moves: an attempt without a kernel leaves it
+    nothing to undo, so the fixer would only write another no_code attempt."""
+    state = {"current": {"status": "no_code"}, "fixes": 0}
+    assert after_profiler(state, runtime(fixes=2)) == END
+    assert after_profiler(state, runtime(fixes=2, role_models={"fixer": {"model": "vllm:coder"}})) == "fixer"
+    failed = {"current": {"status": "compile_error"}, "fixes": 0}
+    assert after_profiler(failed, runtime(fixes=2)) == "fixer"  # a failed launch config: the tuner backs off
 
 
 def test_the_samples_sent_are_those_the_budget_pays_for():

@@ -84,7 +84,8 @@ def test_edits_keep_formatting_and_insert_implicit_defaults():
     assert "BLOCK = 256  # tile width" in edited and "GROUP: tl.constexpr = 8" in edited
     assert "D=128" in edited and "num_warps=8)" in edited
     assert config_of(edited) == {"BLOCK": 256, "GROUP": 8, "num_warps": 8}
-    # Kernels under @triton.autotune are the autotuner's; broken source has nothing to tune.
+    # An @triton.autotune list that cannot be read (empty here) leaves nothing to tune (readable ones:
+    # tests/unit/test_autotune_configs.py); broken source has nothing to tune.
     assert config_of("import triton\n@triton.autotune(configs=[], key=[])\n@triton.jit\ndef k(B: tl.constexpr):\n"
                      "    pass\ndef run(x):\n    k[(1,)](x, B=16)\n") == {}
     assert config_of("def run(:") == {}

@@ -65,10 +65,30 @@ class TritonBackend:
         return evaluate(task, source, device=device, timeout_s=timeout_s, compare=compare, trusted=trusted)
 
 
-def backend_for(name_or_task: str | Task) -> Backend:
+class RayTritonBackend(TritonBackend):
+    """The Triton harness on a Ray cluster's evaluation actors (tools/harness/ray_pool.py): the
+    same evaluation, run on a node of the cluster; its result records the node."""
+
+    def __init__(self, address: str, profile: bool = True):
+        self.address, self.profile = address, profile
+
+    def evaluate(self, task: Task, source: str, *, device: str | None, timeout_s: float,
+                 compare: dict[str, str], trusted: bool) -> EvalResult:
+        from accelopt.tools.harness.ray_pool import ClusterError, get_ray_pool
+
+        try:
+            pool = get_ray_pool(self.address, device)
+        except ClusterError as exc:
+            return EvalResult(status="infra_error", error=str(exc), device=device or "auto")
+        return pool.evaluate(task, source, timeout_s=timeout_s, compare=compare, trusted=trusted, profile=self.profile)
+
+
+def backend_for(name_or_task: str | Task, cluster: str | None = None, profile: bool = True) -> Backend:
+    """The task's backend; with `cluster` (a Ray address), Triton evaluations run on that Ray
+    cluster (`profile`: the planner's ncu profile is taken there too). NKI always runs here."""
     name = name_or_task if isinstance(name_or_task, str) else name_or_task.spec.backend
     if name == "triton":
-        return TritonBackend()
+        return RayTritonBackend(cluster, profile) if cluster else TritonBackend()
     if name == "nki":
         from accelopt.tools.backends.nki import NKIBackend
 

@@ -820,6 +820,12 @@ def serve() -> None:
         os._exit(1)
 
     threading.Thread(target=watch_parent, daemon=True).start()
+    # A Ctrl-C reaches the whole process group: the run decides (the CLI kills its judges and
+    # exits), so an evaluation it cuts off is never reported as the kernel's failure. Ignored
+    # here, it stays ignored in the sandboxes too (they inherit it), which die with the judge.
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     judge = Judge()
     for line in sys.stdin:
         if not line.strip():

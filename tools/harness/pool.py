@@ -137,6 +137,12 @@ class WorkerPool:
         for w in self.workers:
             self.free.put(w)
 
+    def warm(self) -> None:
+        """Start every judge now (each starts its spare sandboxes), not with the first request."""
+        for w in self.workers:
+            if w.proc is None or w.proc.poll() is not None:
+                w._start()
+
     def run(self, req: dict, timeout_s: float) -> dict:
         worker = self.free.get()
         try:
@@ -176,3 +182,16 @@ def get_pool(device: str, gpu_count: int) -> WorkerPool:
 def _close_pools() -> None:
     for pool in _pools.values():
         pool.close()
+
+
+def kill_judges_now() -> None:
+    """SIGKILL every judge of the process's pools (their sandboxes die with them), neither waiting
+    nor cleaning up, and without releasing the GIL: for an exit that follows at once (the CLI's
+    Ctrl-C), before any thread could record an evaluation cut off by the kill as the kernel's."""
+    for pool in list(_pools.values()):
+        for worker in pool.workers:
+            if worker.proc is not None:
+                try:
+                    os.kill(worker.proc.pid, signal.SIGKILL)
+                except OSError:  # gone already
+                    pass

@@ -25,6 +25,7 @@ Status = Literal[
     "input_mutated",   # the kernel wrote to its inputs
     "cheat_suspected",  # torch fallback, side streams/threads, timer patching, cached results, above roofline
     "reference_error",  # the task, not the kernel: its reference or flops() failed, or it cannot run here
+    "infra_error",     # the evaluation itself was lost (a Ray node or actor died twice under it): not the kernel's
 ]
 FIXABLE = {"no_code", "truncated", "compile_error", "runtime_error", "crashed", "timeout", "wrong_output", "nan",
            "shape_mismatch", "dtype_mismatch", "input_mutated", "cheat_suspected"}
@@ -108,6 +109,7 @@ class EvalResult(BaseModel):
     eval_s: float | None = None
     phases_s: dict[str, float] = {}  # the judge's seconds per step (load, checks, ghost, timing, ...)
     profile: str | None = None  # a backend's own profile summary for the planner (NKI: neuron-profile)
+    node: str | None = None     # on a Ray cluster, the node that evaluated it (IP/node id); None: this host
 
     @property
     def ok(self) -> bool:

@@ -121,6 +121,10 @@ class Poison:
         self.saved = {n: getattr(torch, n) for n in self.NAMES}
 
     def _fill(self, t):
+        with self.torch.no_grad():  # libraries allocate leaves that require grad (Inductor's pattern init)
+            return self._fill_values(t)
+
+    def _fill_values(self, t):
         if str(t.dtype).startswith("torch.float4_"):  # packed fp4 has no NaN (nor fill_): bytes of (-6, -6)
             t.view(self.torch.uint8).fill_(0xFF)
         elif t.is_floating_point():

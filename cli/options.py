@@ -1,0 +1,131 @@
+"""Options shared by `optimize` and `eval`, and the checks both make before any work.
+
+Light on purpose: typer and the standard library only, so that `accelopt --help` (and every
+command's help) answers without importing torch, LangGraph, LangChain or openai. The defaults
+shown in help are RunContext's (tests/unit/test_cli_startup.py keeps them equal).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional
+
+import typer
+
+Opt = Annotated
+DeviceName = Literal["auto", "cuda", "cpu"]
+
+# The search shape (B, N, K, F, T) and the launch-configuration search.
+Beams = Opt[Optional[int], typer.Option("--beams", "-B", min=1, show_default="2",
+                                        help="B: beam width (elitist: the best verified kernel is never dropped)")]
+Plans = Opt[Optional[int], typer.Option("--plans", "-N", min=1, show_default="2", help="N: plans per beam member")]
+Samples = Opt[Optional[int], typer.Option("--samples", "-K", min=1, show_default="2; 1 with the tuner",
+                                          help="K: kernels written per plan")]
+Fixes = Opt[Optional[int], typer.Option("--fixes", "-F", min=0, show_default="2",
+                                        help="F: fix attempts per failed kernel")]
+Iterations = Opt[Optional[int], typer.Option("--iterations", "-T", min=1, show_default="3",
+                                             help="T: iterations (a larger T than a finished run's extends it)")]
+Autotune = Opt[Optional[int], typer.Option(min=0, show_default="0: off",
+                                           help="Search up to N launch configurations of each verified kernel")]
+
+# Models: one for every role, or per role; each role's endpoint.
+Model = Opt[Optional[str], typer.Option(
+    help="PROVIDER:NAME for every role: openai:gpt-4.1-mini, vllm:ORG/NAME, sglang:..., ollama:..., or tuner (no LLM; "
+         "the default with none configured). Only OpenAI's gpt-*/o1/o3/o4 names may leave out the provider")]
+BaseUrl = Opt[Optional[str], typer.Option(help="OpenAI-compatible endpoint, e.g. http://host:8000/v1")]
+PlannerModel = Opt[Optional[str], typer.Option(help="Model for the planner only (PROVIDER:NAME)")]
+ExecutorModel = Opt[Optional[str], typer.Option(help="Model for the executor only (PROVIDER:NAME)")]
+FixerModel = Opt[Optional[str], typer.Option(help="Model for the fixer only (PROVIDER:NAME)")]
+SummarizerModel = Opt[Optional[str], typer.Option(help="Model for the summarizer only (PROVIDER:NAME)")]
+PlannerBaseUrl = Opt[Optional[str], typer.Option(help="Endpoint for the planner only")]
+ExecutorBaseUrl = Opt[Optional[str], typer.Option(help="Endpoint for the executor only")]
+FixerBaseUrl = Opt[Optional[str], typer.Option(help="Endpoint for the fixer only")]
+SummarizerBaseUrl = Opt[Optional[str], typer.Option(help="Endpoint for the summarizer only")]
+NoPreflight = Opt[bool, typer.Option("--no-preflight", help="Skip checking that each endpoint serves its model "
+                                                            "before any work")]
+Config = Opt[Optional[Path], typer.Option(help="TOML config file (default: ./accelopt.toml, or $ACCELOPT_CONFIG)")]
+
+# Where kernels run, and the memory.
+Device = Opt[Optional[DeviceName], typer.Option(
+    show_default="auto", help="auto (a GPU if there is one), cuda (refused where no GPU is visible), or cpu (Triton "
+                              "interpreter: correctness only, times are not GPU performance)")]
+Memory = Opt[Optional[Path], typer.Option(help="Insight store directory (default: the user data dir)")]
+MemoryUrl = Opt[Optional[str], typer.Option(help="Chroma server shared by runs, e.g. http://host:8000")]
+Embedder = Opt[Optional[str], typer.Option(show_default="all-MiniLM-L6-v2",
+                                           help="Sentence-transformers model for insights (offline)")]
+NoMemory = Opt[bool, typer.Option("--no-memory", help="Neither recall nor store insights")]
+LearnFromInterpreter = Opt[bool, typer.Option(
+    "--learn-from-interpreter", help="Store lessons from CPU-interpreter timings too (they are noise: for checking "
+                                     "the pipeline offline, not for real lessons)")]
+CreateMemory = Opt[bool, typer.Option("--create-memory", help="Start a new insight store at --memory if there is "
+                                                              "none (else a missing directory is an error: a typo)")]
+
+# Budgets: per run (under `eval`, per task).
+MaxTokens = Opt[Optional[int], typer.Option(help="Token budget per run (eval: per task)")]
+MaxCost = Opt[Optional[float], typer.Option(help="$ budget per run (eval: per task)")]
+MaxWall = Opt[Optional[float], typer.Option(help="Wall-clock budget per run in seconds (eval: per task)")]
+EvalTimeout = Opt[Optional[float], typer.Option(show_default="300", help="Per-candidate evaluation limit in seconds")]
+
+# Where evaluations run: the local pool, or a Ray cluster (pip install "accelopt[ray]").
+Cluster = Opt[Optional[Literal["local", "ray"]], typer.Option(
+    show_default="local", help="local (one judge per GPU of this host) or ray (evaluation actors on every GPU of a "
+                               "Ray cluster; --ray-address, $ACCELOPT_RAY_ADDRESS or [cluster] in accelopt.toml, "
+                               "else auto)")]
+RayAddress = Opt[Optional[str], typer.Option(help="Ray cluster to evaluate on: auto, ray://HOST:10001 or HOST:6379 "
+                                                  "(implies --cluster ray)")]
+
+# Seeds: candidates made without a model (nodes/seeding.py).
+SeedName = Literal["none", "inductor"]
+SeedModeName = Literal["default", "max-autotune-no-cudagraphs", "max-autotune-triton"]
+Seed = Opt[Optional[SeedName], typer.Option(
+    show_default="none", help="inductor: also start from torch.compile's own Triton kernels for the reference "
+                              "(compiled on this machine's GPU), judged like any candidate")]
+SeedMode = Opt[Optional[SeedModeName], typer.Option(
+    show_default="default", help="torch.compile mode of the Inductor seed; max-autotune-triton keeps matmuls in "
+                                 "Triton templates instead of cuBLAS")]
+SeedCapture = Opt[Optional[Path], typer.Option(
+    help="An Inductor capture made earlier on a GPU (`accelopt seed --capture-out`), used instead of compiling")]
+
+# The defaults shown above, as RunContext has them (a unit test compares the two).
+SHOWN_DEFAULTS = {"beams": 2, "plans": 2, "samples": 2, "fixes": 2, "iterations": 3, "autotune": 0,
+                  "device": "auto", "embedder": "all-MiniLM-L6-v2", "eval_timeout_s": 300.0}
+
+
+def context_flags(*, memory: Path | None, no_memory: bool, no_preflight: bool, max_cost: float | None,
+                  max_wall: float | None, eval_timeout: float | None, learn_from_interpreter: bool = False,
+                  **flags: Any) -> dict[str, Any]:
+    """The shared options as graph/config.load_context's keyword arguments (the CLI's short names
+    mapped to RunContext's fields; a flag not given is None: the config file or default decides)."""
+    return {**flags, "memory_dir": str(memory) if memory else None, "use_memory": False if no_memory else None,
+            "preflight": False if no_preflight else None, "max_cost_usd": max_cost, "max_wall_s": max_wall,
+            "learn_from_interpreter": True if learn_from_interpreter else None,
+            "eval_timeout_s": eval_timeout}
+
+
+def cluster_refusal(ray_address: str | None) -> str | None:
+    """Why the configured Ray cluster cannot be used (Ray missing, or the cluster unreachable), in one
+    line, or None; connects this process to it as the driver."""
+    if not ray_address:
+        return None
+    try:
+        from accelopt.tools.harness.ray_pool import ClusterError, connect
+    except ImportError:
+        return 'evaluation on a Ray cluster needs Ray: pip install "accelopt[ray]"'
+    try:
+        connect(ray_address)
+    except ClusterError as e:
+        return str(e)
+    return None
+
+
+def device_refusal(device: str | None) -> str | None:
+    """Why --device cannot be used on this machine, or None: `cuda` where torch sees no GPU would
+    only fail later, in a worker, blaming the baseline kernel."""
+    if device != "cuda":
+        return None
+    from accelopt.tools.harness.runner import gpu_count  # torch: only when a GPU is asked for
+
+    if gpu_count() > 0:
+        return None
+    return ("--device cuda: no CUDA GPU is visible here (torch.cuda.device_count() is 0); use --device auto or "
+            "--device cpu (Triton interpreter: correctness only, times are not GPU performance)")

@@ -1,0 +1,60 @@
+"""Seeds: candidates that start the beam beside the baseline, made without a model.
+
+`inductor`: torch.compile's own Triton kernels for the task's reference (tools/inductor_seed.py),
+captured on the GPU (or read from `seed_capture`, a capture made earlier), judged like any
+candidate, and kept in the beam when they verify, labelled with their origin. Where Inductor
+leaves a matmul to cuBLAS, the seed is captured again with its Triton templates. A seed that cannot
+be made or fails its check is reported and the run goes on from the baseline.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from accelopt.nodes.context import RunContext
+from accelopt.nodes.records import Candidate, seed_candidate, with_measurement
+from accelopt.nodes.services import measure
+from accelopt.tools.inductor_capture import CaptureError, capture_in_subprocess
+from accelopt.tools.inductor_seed import SeedRefused, seed_source
+from accelopt.tools.rundir import write_candidate
+from accelopt.tools.task import Task
+
+CAPTURE_FILE = "inductor_capture.json"  # in the run dir, per mode: a resumed run does not compile again
+TRITON_TEMPLATES = "max-autotune-triton"
+
+
+def inductor_seed(task: Task, ctx: RunContext, baseline: Candidate, run_dir: str) -> tuple[Candidate | None, str]:
+    """The measured seed candidate (None when it could not be made) and one line saying what happened."""
+    try:
+        capture = _capture(task, ctx, Path(run_dir), ctx.seed_mode)
+        try:
+            seed = seed_source(capture, task.spec.entry_point)
+        except SeedRefused as exc:
+            # a matmul Inductor leaves to cuBLAS: its Triton templates are the seed instead
+            if not (exc.library and ctx.seed_mode != TRITON_TEMPLATES and not ctx.seed_capture):
+                raise
+            seed = seed_source(_capture(task, ctx, Path(run_dir), TRITON_TEMPLATES), task.spec.entry_point)
+    except (CaptureError, SeedRefused, OSError, ValueError) as exc:
+        return None, f"no Inductor seed: {exc}"
+    candidate = seed_candidate(seed.source, seed.origin)
+    candidate = with_measurement(candidate, measure(task, seed.source, ctx, baseline=baseline, parent=baseline,
+                                                    run_dir=run_dir))
+    write_candidate(run_dir, candidate)
+    if candidate["status"] != "verified":
+        return candidate, f"the Inductor seed did not verify ({candidate['status']}): {candidate.get('error')}"
+    speedup = candidate.get("speedup")
+    return candidate, (f"Inductor seed verified ({seed.origin})"
+                       + (f", {speedup:.3f}x the baseline" if speedup else ""))
+
+
+def _capture(task: Task, ctx: RunContext, run_dir: Path, mode: str) -> dict:
+    kept = run_dir / CAPTURE_FILE.replace(".json", f".{mode}.json")
+    if ctx.seed_capture:
+        return json.loads(Path(ctx.seed_capture).read_text())
+    if kept.is_file():
+        return json.loads(kept.read_text())
+    capture = capture_in_subprocess(task.root, mode)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    kept.write_text(json.dumps(capture))
+    return capture

@@ -1,0 +1,198 @@
+"""Model settings without the clients: roles, providers, the error classes, ModelSpec, endpoints,
+API keys, and the usage ledger's totals.
+
+Everything here is light (pydantic and the standard library), so that the run context
+(nodes/context.py), the configuration (graph/config.py) and the CLI can read and check model
+settings without importing openai, httpx or LangChain. tools/llm.py builds the clients and makes
+the calls, and re-exports every name here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from typing import Any
+from urllib.parse import urlparse
+
+from pydantic import BaseModel
+
+from accelopt.tools.pricing import known_price
+
+log = logging.getLogger("accelopt")
+
+ROLES = ("planner", "executor", "fixer", "summarizer")
+
+# Self-hosted servers: default endpoints, and no real key needed.
+_LOCAL_SERVERS = {
+    "vllm": "http://localhost:8000/v1",
+    "sglang": "http://localhost:30000/v1",
+    "ollama": "http://localhost:11434/v1",
+}
+OPENAI_URL = "https://api.openai.com/v1"
+PROVIDERS = ("openai", *_LOCAL_SERVERS, "tuner")
+GIVEN = "given"  # the provider of a chat model given in code (RunContext.chat_models)
+_LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0"}
+
+
+class ConfigError(ValueError):
+    """Configuration that cannot work; the message says what to change."""
+
+
+class LLMCallError(RuntimeError):
+    """The model call failed for good (after retries, or a non-transient error)."""
+
+
+class FatalLLMError(LLMCallError):
+    """No call to this endpoint can succeed until the configuration changes: the run must stop.
+    The message is one line: role, model, endpoint, what the server said, and the fix."""
+
+
+class BudgetExceeded(LLMCallError):
+    """The call was not made: its projected spend does not fit the run's token or $ budget."""
+
+
+class ModelSpec(BaseModel):
+    """One role's model. `model` may carry the provider as a prefix: 'vllm:openai/gpt-oss-120b'."""
+
+    model: str
+    provider: str = "openai"
+    base_url: str | None = None
+    api_key_env: str | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    reasoning_effort: str | None = None  # gpt-oss and other reasoning models: low / medium / high
+    timeout_s: float = 300.0             # per attempt: reasoning models think for minutes
+    max_attempts: int = 4                # per call, the first included
+    retry_max_wait_s: float = 120.0      # cap on one wait, Retry-After included
+    retry_total_wait_s: float = 300.0    # cap on all waits of one call
+    input_price: float | None = None   # $ per 1M tokens; None: the built-in table, else unpriced
+    output_price: float | None = None
+
+    @classmethod
+    def parse(cls, text: str, **overrides: Any) -> "ModelSpec":
+        provider, name = split_model(text)
+        return cls(model=name, provider=provider, **{k: v for k, v in overrides.items() if v is not None})
+
+    def label(self) -> str:
+        return self.model if self.provider == GIVEN else f"{self.provider}:{self.model}"
+
+    def prices(self) -> tuple[float, float]:
+        return known_price(self.model, self.provider, self.input_price, self.output_price) or (0.0, 0.0)
+
+    def priced(self) -> bool:
+        return known_price(self.model, self.provider, self.input_price, self.output_price) is not None
+
+
+# Model names OpenAI's own API serves, taken as openai's without a prefix: gpt-4.1, gpt-4o-mini,
+# chatgpt-4o-latest, o1, o3-mini, o4-mini, and fine-tunes of them (ft:gpt-4o-mini:org::id).
+# gpt-oss is open weights, served by vLLM, SGLang or Ollama: it needs its provider named.
+_OPENAI_FAMILY = re.compile(r"(ft:)?(gpt-(?!oss)|chatgpt-|o[134]($|-))", re.IGNORECASE)
+
+
+def split_model(text: str) -> tuple[str, str]:
+    """(provider, model name) of 'PROVIDER:NAME'. A name without a provider is openai's only when
+    it is one of OpenAI's own model families (gpt-*, o1/o3/o4*); any other is a ConfigError that
+    says how to name the provider (a bare 'llama3' sent to api.openai.com could only fail)."""
+    if text == "tuner":
+        return "tuner", "tuner"
+    if _OPENAI_FAMILY.match(text):
+        return "openai", text
+    provider, sep, name = text.partition(":")
+    if sep and "/" not in provider and not provider.startswith("http"):
+        return provider, name
+    raise ConfigError(f"model '{text}' names no provider: write PROVIDER:NAME, e.g. openai:{text}, vllm:{text} or "
+                      f"ollama:{text} (providers: {', '.join(PROVIDERS)}); only OpenAI's own families (gpt-*, o1, "
+                      "o3, o4) are taken as openai's without one")
+
+
+def given_spec(model: Any, like: ModelSpec) -> ModelSpec:
+    """The spec of a chat model given in code: its own name, endpoint and no price (a configured
+    one is added by the context); retries and timeouts as the role's settings say."""
+    name = getattr(model, "model_name", None) or getattr(model, "model", None)
+    return like.model_copy(update={
+        "provider": GIVEN, "model": name if isinstance(name, str) and name else type(model).__name__,
+        "base_url": getattr(model, "openai_api_base", None), "api_key_env": None,
+        "input_price": None, "output_price": None})
+
+
+def endpoint(spec: ModelSpec) -> str:
+    """The base URL calls go to."""
+    if spec.provider == GIVEN:
+        return spec.base_url or "(a chat model given in code)"
+    return (spec.base_url or _LOCAL_SERVERS.get(spec.provider) or os.environ.get("OPENAI_BASE_URL")
+            or OPENAI_URL).rstrip("/")
+
+
+def is_local(url: str) -> bool:
+    return (urlparse(url).hostname or "") in _LOCAL_HOSTS
+
+
+def validate_spec(spec: ModelSpec) -> None:
+    """Fail before any work starts: unknown provider, missing key, missing model name."""
+    if spec.provider not in PROVIDERS:
+        raise ConfigError(f"unknown model provider '{spec.provider}': use one of {', '.join(PROVIDERS)}")
+    if spec.provider == "tuner":
+        return
+    if not spec.model:
+        raise ConfigError("no model name given: pass --model PROVIDER:NAME, e.g. openai:gpt-4.1-mini")
+    _api_key(spec)
+
+
+def _key_names(spec: ModelSpec) -> list[str]:
+    return [spec.api_key_env] if spec.api_key_env else ["ACCELOPT_API_KEY", "OPENAI_API_KEY"]
+
+
+def _key_source(spec: ModelSpec) -> str | None:
+    """The environment variable the key comes from, or None when none is set."""
+    return next((name for name in _key_names(spec) if os.environ.get(name)), None)
+
+
+_placeholder_logged: set[str] = set()
+
+
+def _api_key(spec: ModelSpec) -> str:
+    source = _key_source(spec)
+    if source:
+        return os.environ[source]
+    url = endpoint(spec)
+    names = " or ".join(_key_names(spec))
+    if spec.provider == "openai" and not is_local(url):  # a hosted API: a placeholder would only earn a 401
+        hint = (" (a self-hosted server: use the vllm:, sglang: or ollama: provider, which needs no key)"
+                if spec.base_url else "")
+        raise ConfigError(f"missing API key for {spec.label()} at {url}: set {names}{hint}")
+    if url not in _placeholder_logged:
+        _placeholder_logged.add(url)
+        log.info("no API key set (%s) for %s: sending a placeholder, which self-hosted servers accept unless "
+                 "started with --api-key", names, url)
+    return "EMPTY"
+
+
+def completion_limit_field(spec: ModelSpec) -> str:
+    """OpenAI's own API reads max_completion_tokens (and refuses max_tokens for reasoning models);
+    Ollama reads only max_tokens, and vLLM, SGLang and proxies read max_tokens everywhere."""
+    host = urlparse(endpoint(spec)).hostname or ""
+    return "max_completion_tokens" if spec.provider == "openai" and host == "api.openai.com" else "max_tokens"
+
+
+def totals(usage: list[dict]) -> dict:
+    """Sum a ledger: overall, and per role, per iteration and per candidate; overall, how many
+    calls were counted from an estimate and how many had no price."""
+    def bucket() -> dict:
+        return {"input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0, "calls": 0}
+
+    out: dict[str, Any] = {**bucket(), "estimated_calls": 0, "unpriced_calls": 0,
+                           "by_role": {}, "by_iteration": {}, "by_candidate": {}}
+    for rec in usage:
+        targets = [out, out["by_role"].setdefault(rec["role"], bucket()),
+                   out["by_iteration"].setdefault(str(rec.get("iteration")), bucket())]
+        if rec.get("candidate_id"):
+            targets.append(out["by_candidate"].setdefault(rec["candidate_id"], bucket()))
+        for target in targets:
+            target["input_tokens"] += rec["input_tokens"]
+            target["output_tokens"] += rec["output_tokens"]
+            target["cost_usd"] += rec["cost_usd"]
+            target["calls"] += 1
+        out["estimated_calls"] += bool(rec.get("estimated"))
+        out["unpriced_calls"] += rec.get("priced") is False
+    return out
