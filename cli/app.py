@@ -311,6 +311,7 @@ def doctor() -> None:
 
 def _report(state: dict, run_dir: Path, use_memory: bool = True) -> None:
     from accelopt.graph.outcome import run_failure
+    from accelopt.graph.progress import candidate_counts
     from accelopt.tools.llm_spec import totals
     from accelopt.tools.rundir import run_summary
 
@@ -339,7 +340,10 @@ def _report(state: dict, run_dir: Path, use_memory: bool = True) -> None:
         table.add_row("next", f"on a GPU: accelopt optimize {task_dir} --device cuda\n"
                               f"with an LLM: accelopt optimize {task_dir} --model vllm:MODEL --base-url URL")
     summary = run_summary(state)
-    table.add_row("candidates", ", ".join(f"{k} {v}" for k, v in sorted(summary["statuses"].items())))
+    # as the live bar counts them (graph/progress.candidate_counts): every candidate but the baseline
+    evaluated, statuses = candidate_counts(candidates, state.get("baseline_id") or "baseline")
+    table.add_row("candidates (baseline not counted)", f"{evaluated} evaluated" + (": " if statuses else "")
+                  + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())))
     if summary["autotune"]:
         tuned = summary["autotune"]
         table.add_row("autotune", f"{tuned['variants']} configurations over {tuned['rewrites_tuned']} kernels; best = "

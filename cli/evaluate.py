@@ -61,7 +61,8 @@ def eval_suite(
 ) -> None:
     """Optimize every task of SUITE, each in its own run directory, then write the report.
 
-    Exit 0 when every task ran (a task skipped with its reason included), 1 when any failed."""
+    Exit 0 when every task ran (a task skipped with its reason included), 1 when any failed or
+    stopped at setup (e.g. a baseline that fails its own check), after the table; 2 for bad usage."""
     from accelopt.evals.report import build_report, load_rows
     from accelopt.evals.suite import resolve_suite, run_suite, suite_tasks
     from accelopt.graph.config import load_context, preflight_context
@@ -100,10 +101,16 @@ def eval_suite(
     rows = [r for r in load_rows(out) if Path(r.run_dir).resolve() in ran]
     console.print(_suite_table(rows))
     console.print(f"report: {page}")
-    failed = [r for r in rows if r.outcome == "failed"]
+    failed = [r for r in rows if r.outcome not in RAN]
     if failed:
-        causes = "; ".join(f"{r.task} ({r.note})" for r in failed)
+        causes = "; ".join(f"{r.task} ({NOT_RAN.get(r.outcome, r.outcome + ': ')}{r.note})" for r in failed)
         fail(f"{len(failed)} of {len(chosen)} tasks failed: {causes[:1000]}", code=1)
+
+
+# A suite succeeds when every task ran: optimized, or skipped with its reason (it cannot run on this
+# machine). A task stopped at setup (no correct baseline to start from), failed, or left unfinished did not.
+RAN = ("optimized", "skipped")
+NOT_RAN = {"failed": "", "stopped": "stopped at setup: ", "running": "did not finish: "}
 
 
 def _suite_table(rows: list) -> Table:

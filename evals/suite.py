@@ -119,8 +119,11 @@ def run_suite(suite: Path, out: Path, ctx: RunContext, tasks: list[Path], consol
         if baseline.get("status") == "reference_error":  # the task is broken, not the search
             _failed(run_dir, head, baseline.get("error") or "the task's reference failed", console)
             continue
-        if not state.get("beam"):
-            _mark(run_dir, "stopped.json", state.get("stop_reason") or "no verified kernel")
+        if not state.get("beam"):  # setup stopped it (a broken baseline): the suite's exit says so
+            reason = state.get("stop_reason") or "no verified kernel"
+            _mark(run_dir, "stopped.json", reason)
+            console.print(f"{head}: stopped at setup ({' '.join(reason.split())})", markup=False, highlight=False,
+                          soft_wrap=True)
             continue
         best = state["candidates"][state["beam"][0]]
         if torch_compile and best.get("device") == "cuda":

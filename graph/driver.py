@@ -1,5 +1,5 @@
-"""Drive one run of the graph with a SQLite checkpoint in its run directory and a rich progress
-bar: used by `accelopt optimize`, `accelopt resume` and the suite runner (`accelopt eval`)."""
+"""Drive one run of the graph with a SQLite checkpoint in its run directory and a live display
+(graph/progress.py): used by `accelopt optimize`, `accelopt resume` and the suite runner (`accelopt eval`)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,8 @@ from typing import Any, Callable
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command, Overwrite, Send
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
 
+from accelopt.graph.progress import LiveDisplay
 from accelopt.nodes.context import RunContext
 from accelopt.tools.llm import totals
 from accelopt.tools.rundir import lock_run_dir
@@ -173,34 +167,11 @@ def _task_metadata(meta: dict) -> dict:
 
 
 def _stream_with_progress(graph, inputs, config, ctx: RunContext, console: Console) -> None:
-    fresh = isinstance(inputs, dict)
-    done = {} if fresh else graph.get_state(config).values  # a resumed run counts on from here
-    seen: dict[str, dict] = dict(done.get("candidates") or {})
-    usage: list[dict] = list(done.get("usage") or [])
-    iteration, best = done.get("iteration", 0), seen.get((done.get("beam") or [""])[0], {}).get("speedup") or 1.0
-    columns = (SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
-               TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=False) as progress:
-        bar = progress.add_task("measuring baseline" if fresh else "resuming", total=ctx.iterations,
-                                completed=len(done.get("history") or []), info="")
-        for namespace, update in graph.stream(inputs, config, context=ctx, stream_mode="updates", subgraphs=True):
-            for node, values in (update or {}).items():
-                if not isinstance(values, dict):  # __interrupt__ (a plan review), or a node that wrote nothing
-                    continue
-                for cand in (values.get("candidates") or {}).values():
-                    seen[cand["id"]] = cand
-                if not namespace:  # top level only: the subgraph's usage reaches it through `candidate`
-                    usage += values.get("usage") or []
-                if node == "recall":
-                    iteration = values.get("iteration", iteration)
-                if node == "selector":
-                    progress.advance(bar)
-                    # The beam's head, not the largest median: a child within noise is no win.
-                    best = seen.get(values["beam"][0], {}).get("speedup") or best
-            spent = totals(usage)
-            timer = "interpreter time" if any(c.get("timer") == "interpreter_wall" for c in seen.values()) else "GPU"
-            progress.update(bar, description=f"iteration {iteration}/{ctx.iterations}", info=(
-                f"{max(len(seen) - 1, 0)} evaluated · best {best:.2f}x ({timer}) · "
-                f"{spent['input_tokens'] + spent['output_tokens']:,} tok · ${spent['cost_usd']:.4f}"))
-
-
+    """Run the graph until it ends or pauses, showing what it does (graph/progress.py): the node
+    updates give the phase and each candidate's result, the nodes' custom events setup's steps and
+    the evaluations in flight."""
+    done = None if isinstance(inputs, dict) else graph.get_state(config).values  # a resumed run counts on
+    with LiveDisplay(console, ctx, done) as display:
+        for namespace, mode, chunk in graph.stream(inputs, config, context=ctx, stream_mode=["updates", "custom"],
+                                                   subgraphs=True):
+            display.feed(namespace, mode, chunk)

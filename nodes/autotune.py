@@ -54,7 +54,8 @@ def autotune(state: CandidateState, runtime: Runtime[RunContext]) -> dict:
         variant = autotuned_variant(rewrite, len(variants) + 1, state["iteration"], best["id"],
                                     apply_config(best["source"], changes), moves, format_config(config))
         variant = with_measurement(variant, measure(task, variant["source"], ctx, baseline=state["baseline"],
-                                                    parent=best, run_dir=state.get("run_dir")))
+                                                    parent=best, run_dir=state.get("run_dir"),
+                                                    candidate_id=variant["id"]))
         write_candidate(state.get("run_dir"), variant)
         variants[variant["id"]] = variant
         if variant["status"] == "verified" and variant["beats_parent"]:

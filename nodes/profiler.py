@@ -17,6 +17,6 @@ def profiler(state: CandidateState, runtime: Runtime[RunContext]) -> dict:
     if current.get("source"):
         current = with_measurement(current, measure(task_of(state["task_dir"]), current["source"], runtime.context,
                                                     baseline=state["baseline"], parent=state["parent"],
-                                                    run_dir=state.get("run_dir")))
+                                                    run_dir=state.get("run_dir"), candidate_id=current["id"]))
     write_candidate(state.get("run_dir"), current)
     return {"current": current, "candidates": {current["id"]: current}}

@@ -39,7 +39,7 @@ def inductor_seed(task: Task, ctx: RunContext, baseline: Candidate, run_dir: str
         return None, f"no Inductor seed: {exc}"
     candidate = seed_candidate(seed.source, seed.origin)
     candidate = with_measurement(candidate, measure(task, seed.source, ctx, baseline=baseline, parent=baseline,
-                                                    run_dir=run_dir))
+                                                    run_dir=run_dir, candidate_id=candidate["id"]))
     write_candidate(run_dir, candidate)
     if candidate["status"] != "verified":
         return candidate, f"the Inductor seed did not verify ({candidate['status']}): {candidate.get('error')}"

@@ -4,15 +4,17 @@ profiler, autotune), and the memory store (recall, summarizer)."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from functools import lru_cache
+from typing import Any
 
 from accelopt.memory.store import InsightStore
 from accelopt.nodes.context import RunContext
 from accelopt.nodes.measurements import mean_pct
 from accelopt.nodes.records import Candidate, attempt
 from accelopt.nodes.state import CandidateState
-from accelopt.tools.backends import backend_for
+from accelopt.tools.backends import RayTritonBackend, backend_for
 from accelopt.tools.codeparse import plan_title
 from accelopt.tools.harness.kernel_profile import profile_kernel
 from accelopt.tools.policy import Kernel, PolicyError
@@ -51,11 +53,13 @@ def fill_attempt(attempt: Candidate, ask: Callable[[], Kernel]) -> dict:
 
 @traced_evaluation
 def measure(task: Task, source: str, ctx: RunContext, *, baseline: dict | None, parent: dict | None,
-            trusted: bool = False, run_dir: str | None = None) -> dict:
+            trusted: bool = False, run_dir: str | None = None, candidate_id: str | None = None) -> dict:
     """Evaluate a source, timed interleaved with its parent and the baseline, and return the
     candidate fields the harness decides. Speedups are medians over rounds with a 95% interval;
     `beats_parent` / `loses_to_parent` hold only when the interval excludes 1. With a run
-    directory, a result measured before (e.g. before a crash) is reused, never measured again."""
+    directory, a result measured before (e.g. before a crash) is reused, never measured again.
+    A real evaluation (not a cached one) is announced on the run's custom stream (`emit`): its
+    start, the cluster node it went to, its end."""
     device = None if ctx.device == "auto" else ctx.device
     compare = {}
     if baseline is not None:
@@ -70,7 +74,19 @@ def measure(task: Task, source: str, ctx: RunContext, *, baseline: dict | None, 
     cached = cache.get("evals", key)
     if cached is not None:
         return cached
-    fields = _measure(task, source, ctx, device, compare, baseline, parent, trusted)
+    write, token = stream_writer(), f"e{next(_evaluations)}"
+    ended: dict[str, Any] = {"event": "eval_end", "eval": token, "candidate": candidate_id, "status": "error"}
+    write({"event": "eval_start", "eval": token, "candidate": candidate_id})
+
+    def on_node(node: str) -> None:  # the Ray pool sent it to a node (again, when a lost one is re-queued)
+        ended["node"] = node
+        write({"event": "eval_node", "eval": token, "candidate": candidate_id, "node": node})
+
+    try:
+        fields = _measure(task, source, ctx, device, compare, baseline, parent, trusted, on_node)
+        ended.update(status=fields["status"], node=fields.get("node") or ended.get("node"))
+    finally:  # an evaluation that raised is no longer in flight either
+        write(ended)
     cache.put("evals", key, fields)
     cache.log_evaluation(key, {"status": fields["status"], "device": fields["device"],
                                **({"node": fields["node"]} if fields.get("node") else {})})
@@ -78,9 +94,14 @@ def measure(task: Task, source: str, ctx: RunContext, *, baseline: dict | None, 
 
 
 def _measure(task: Task, source: str, ctx: RunContext, device: str | None, compare: dict, baseline: dict | None,
-             parent: dict | None, trusted: bool) -> dict:
-    result = backend_for(task, cluster=ctx.ray_address, profile=ctx.profile).evaluate(
-        task, source, device=device, timeout_s=ctx.eval_timeout_s, compare=compare, trusted=trusted)
+             parent: dict | None, trusted: bool, on_node: Callable[[str], None] | None = None) -> dict:
+    backend = backend_for(task, cluster=ctx.ray_address, profile=ctx.profile)
+    if isinstance(backend, RayTritonBackend):  # the node it runs on is known once the pool picks an actor
+        result = backend.evaluate(task, source, device=device, timeout_s=ctx.eval_timeout_s, compare=compare,
+                                  trusted=trusted, on_node=on_node)
+    else:
+        result = backend.evaluate(task, source, device=device, timeout_s=ctx.eval_timeout_s, compare=compare,
+                                  trusted=trusted)
     workloads = {k: v.model_dump() for k, v in result.workloads.items()}
     fields = {"status": result.status, "error": result.error, "device": result.device,
               "device_name": result.device_name, "timer": result.timer, "workloads": workloads,
@@ -107,6 +128,44 @@ def _measure(task: Task, source: str, ctx: RunContext, device: str | None, compa
             fields.update(speedup_vs_parent=vs_parent.speedup, beats_parent=vs_parent.faster,
                           loses_to_parent=vs_parent.slower)
     return fields
+
+
+# ---------------------------------------------------------------- progress events
+
+_evaluations = itertools.count(1)  # a token per evaluation of this process: its start and end pair up
+
+
+def stream_writer() -> Callable[[dict], None]:
+    """The run's custom-stream writer (LangGraph's `get_stream_writer`), taken in the node's own
+    context so that it may be called from another thread. Its events are what the CLI's live
+    display (graph/progress.py) shows: `{"event": "step", "text"}` for setup's steps, and
+    `eval_start` / `eval_node` / `eval_end` (with `eval`, a token, `candidate`, and `node`
+    and `status` where known) around every real evaluation. A no-op writer outside a graph,
+    in a run streamed without the custom mode (graph.invoke, Studio), and it never raises: a
+    progress event must not break a run."""
+    try:
+        from langgraph.config import get_stream_writer
+
+        inner = get_stream_writer()
+    except Exception:  # noqa: BLE001 - outside a runnable context: nobody is listening
+        return _ignore
+
+    def write(event: dict) -> None:
+        try:
+            inner(event)
+        except Exception:  # noqa: BLE001 - the display is not the run
+            pass
+
+    return write
+
+
+def emit(event: dict) -> None:
+    """One progress event on the run's custom stream (see `stream_writer`)."""
+    stream_writer()(event)
+
+
+def _ignore(event: dict) -> None:
+    return None
 
 
 # ---------------------------------------------------------------- memory

@@ -23,7 +23,7 @@ from accelopt.nodes.records import baseline_candidate, with_measurement
 from accelopt.nodes.state import RunState
 from accelopt.nodes.common import task_of
 from accelopt.nodes.seeding import inductor_seed
-from accelopt.nodes.services import measure
+from accelopt.nodes.services import emit, measure
 from accelopt.tools.backends import run_refusal
 from accelopt.tools.harness.reference_kernel import reference_source
 from accelopt.tools.rundir import new_default_run_dir, write_candidate, write_run_meta
@@ -32,6 +32,7 @@ log = logging.getLogger("accelopt")
 
 
 def setup(state: RunState, runtime: Runtime[RunContext]) -> dict:
+    emit({"event": "step", "text": "loading the task"})
     task = task_of(state["task_dir"])
     if state.get("baseline_id"):  # resumed after setup already ran
         return {}
@@ -49,8 +50,10 @@ def setup(state: RunState, runtime: Runtime[RunContext]) -> dict:
         Path(run_dir).mkdir(parents=True, exist_ok=True)
         write_run_meta(Path(run_dir), str(Path(state["task_dir"]).resolve()), runtime.context.to_json())
     baseline = baseline_candidate(reference_source(task) if from_scratch else task.baseline_source, from_scratch)
+    emit({"event": "step", "text": f"measuring the {'reference' if from_scratch else 'baseline'} of {task.name}"})
     baseline = with_measurement(baseline, measure(task, baseline["source"], runtime.context, baseline=None,
-                                                  parent=None, trusted=from_scratch, run_dir=run_dir))
+                                                  parent=None, trusted=from_scratch, run_dir=run_dir,
+                                                  candidate_id=baseline["id"]))
     write_candidate(run_dir, baseline)
     update: dict[str, Any] = {"run_dir": run_dir, "iteration": 0, "started_at": time.time(), "baseline_id": "baseline",
               "candidates": {"baseline": baseline}, "plans": [], "history": []}
@@ -61,6 +64,7 @@ def setup(state: RunState, runtime: Runtime[RunContext]) -> dict:
                                          f"{baseline['error']}"}
     if not seeding:
         return {**update, "beam": ["baseline"]}
+    emit({"event": "step", "text": "seeding from torch.compile's kernels"})
     seed, note = inductor_seed(task, runtime.context, baseline, run_dir)
     log.info(note)
     update["notes"] = [note]

@@ -27,7 +27,7 @@ SPEEDUP = {64: 0.9, 128: 1.05}  # BLOCK -> speedup the test assigns: the second 
 
 
 def test_pinned_configs_of_an_autotuned_kernel_verify_on_the_interpreter(monkeypatch, tmp_path):
-    def alone(task, source, ctx, *, baseline, parent, run_dir):
+    def alone(task, source, ctx, *, baseline, parent, run_dir, candidate_id=None):
         fields = services.measure(task, source, ctx, baseline=None, parent=None, run_dir=run_dir)
         speedup = SPEEDUP.get(config_of(source)["BLOCK"], 0.8) if fields["status"] == "verified" else None
         return {**fields, "speedup": speedup, "speedup_vs_parent": speedup, "beats_parent": False}

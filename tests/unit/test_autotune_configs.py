@@ -274,7 +274,7 @@ def test_autotune_node_measures_the_pins_then_the_neighbours_of_the_fastest(monk
     measured_sources: list[str] = []
     speed = {64: 0.95, 128: 1.02, 256: 0.8}  # BLOCK -> speedup: the second entry is the fastest
 
-    def fake_measure(task, source, ctx, *, baseline, parent, run_dir):
+    def fake_measure(task, source, ctx, *, baseline, parent, run_dir, candidate_id=None):
         measured_sources.append(source)
         s = speed.get(config_of(source)["BLOCK"], 0.9)
         return {"status": "verified", "speedup": s, "speedup_vs_parent": s, "beats_parent": False,

@@ -8,6 +8,7 @@ The graph calls `backend_for(task).evaluate(...)` and never needs to know which 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -73,14 +74,17 @@ class RayTritonBackend(TritonBackend):
         self.address, self.profile = address, profile
 
     def evaluate(self, task: Task, source: str, *, device: str | None, timeout_s: float,
-                 compare: dict[str, str], trusted: bool) -> EvalResult:
+                 compare: dict[str, str], trusted: bool,
+                 on_node: Callable[[str], None] | None = None) -> EvalResult:
+        """`on_node(node)`: called when the request is sent to a node's actor (again if it is re-queued)."""
         from accelopt.tools.harness.ray_pool import ClusterError, get_ray_pool
 
         try:
             pool = get_ray_pool(self.address, device)
         except ClusterError as exc:
             return EvalResult(status="infra_error", error=str(exc), device=device or "auto")
-        return pool.evaluate(task, source, timeout_s=timeout_s, compare=compare, trusted=trusted, profile=self.profile)
+        return pool.evaluate(task, source, timeout_s=timeout_s, compare=compare, trusted=trusted, profile=self.profile,
+                             on_node=on_node)
 
 
 def backend_for(name_or_task: str | Task, cluster: str | None = None, profile: bool = True) -> Backend:

@@ -35,6 +35,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -354,7 +355,10 @@ class RayPool:
             return self._shipped[digest]
 
     def evaluate(self, task: Task, source: str, *, timeout_s: float = 300.0, compare: dict[str, str] | None = None,
-                 trusted: bool = False, profile: bool = True, audit_winners: bool = True) -> EvalResult:
+                 trusted: bool = False, profile: bool = True, audit_winners: bool = True,
+                 on_node: Callable[[str], None] | None = None) -> EvalResult:
+        """`on_node(node)` is told where the request went (again when a lost one is re-queued): the
+        live display's per-node count; it is only told, and whatever it does cannot fail the evaluation."""
         shipped = self._ship(task)
         lost: list[str] = []
         while True:
@@ -363,6 +367,11 @@ class RayPool:
                 return EvalResult(status="infra_error", device=self.device, node=lost[-1] if lost else None,
                                   error=f"no evaluation actor of kind {self.kind or self.device} is left on the "
                                         f"Ray cluster at {self.address}" + (f" (lost: {'; '.join(lost)})" if lost else ""))
+            if on_node is not None:
+                try:
+                    on_node(slot.node)
+                except Exception:  # noqa: BLE001 - a progress display, not the evaluation
+                    pass
             ref = slot.handle.evaluate.remote(shipped.digest, shipped.box, source, compare or {}, self.device,
                                               timeout_s, trusted, profile, audit_winners)
             try:

@@ -1,0 +1,367 @@
+"""The live display of a run (`accelopt optimize`, `resume`, `eval`): what the graph is doing now.
+
+Fed by LangGraph's stream (`stream_mode=["updates", "custom"]`, `subgraphs=True`: parts are
+`(namespace, mode, chunk)`). The *updates* say which node finished, so the phase follows from
+node names: setup, then per iteration planning, writing kernels, measuring, fixing and
+autotuning (the candidate subgraph's executor, profiler, fixer and autotune, per branch),
+summarizing; each candidate is printed as one line above the bar when its result lands. The
+*custom* events come from the nodes (`nodes/services.emit`): setup's steps, and every real
+evaluation's start, the cluster node it went to (Ray) and its end, so the bar can say how many
+evaluations are in flight and, on a cluster, where.
+
+Counts mean what the final summary's do (`candidate_counts`): every candidate except the
+baseline (`summary.json` `candidates_evaluated`), by status. Speedups carry their timer's label:
+interpreter times are never called GPU times, and no best speedup is shown before the baseline
+is measured. `RunView` is the bookkeeping, with no terminal; `LiveDisplay` draws it with rich.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
+from rich.text import Text
+
+from accelopt.nodes.context import RunContext
+from accelopt.tools.harness.result import FIXABLE
+from accelopt.tools.llm import totals
+
+log = logging.getLogger("accelopt")
+
+TIMER_LABELS = {"interpreter_wall": "interpreter time", "cuda_event": "GPU", "nki_benchmark": "Trainium"}
+# the candidate subgraph's stages, in the order a branch meets them
+STAGES = ("writing kernels", "measuring", "fixing", "autotuning")
+_SAMPLE = re.compile(r"^(.*?\.k\d+)")  # i1.m0.p2.k0.f1.a3 -> i1.m0.p2.k0: the branch (plan x sample)
+
+
+def timer_label(timer: str | None) -> str | None:
+    """What a timing is: 'GPU', 'interpreter time' (the CPU interpreter: not GPU performance), ..."""
+    return TIMER_LABELS.get(timer, timer) if timer else None
+
+
+def candidate_counts(candidates: dict[str, dict], baseline_id: str = "baseline") -> tuple[int, dict[str, int]]:
+    """How many candidates were evaluated, and by status: every candidate except the baseline
+    (the summary's `candidates_evaluated`); what the bar and the final summary both show."""
+    statuses: dict[str, int] = {}
+    for cid, cand in candidates.items():
+        if cid != baseline_id and cand.get("status"):
+            statuses[cand["status"]] = statuses.get(cand["status"], 0) + 1
+    return sum(statuses.values()), statuses
+
+
+def short_reason(error: str | None, width: int = 110) -> str:
+    """One line of why a candidate failed: a traceback's exception line, else the first line."""
+    lines = [line.strip() for line in (error or "").splitlines() if line.strip()]
+    if not lines:
+        return ""
+    line = lines[0]
+    if any(line.startswith("Traceback") for line in lines):
+        raised = [line for line in lines if re.match(r"^[\w.]+(Error|Exception|Exit|Interrupt)\b", line)]
+        line = (raised or lines)[-1]
+    return line if len(line) <= width else line[:width - 1] + "…"
+
+
+def _latency_us(cand: dict) -> float | None:
+    medians = [w["median_us"] for w in (cand.get("workloads") or {}).values() if w.get("median_us")]
+    return math.exp(sum(map(math.log, medians)) / len(medians)) if medians else None
+
+
+def candidate_line(cand: dict) -> Text:
+    """One candidate's result: id, status, speedup and its timer when verified, else the reason."""
+    ok = cand.get("status") == "verified"
+    line = Text("  ")
+    line.append("✓ " if ok else "✗ ", style="green" if ok else "red")
+    line.append(f"{cand['id']:<16} ", style="bold")
+    line.append(f"{cand.get('status') or 'unknown':<14}", style="green" if ok else "red")
+    label = timer_label(cand.get("timer"))
+    if ok and cand["id"] == "baseline":
+        us = _latency_us(cand)
+        line.append(f" {us:,.1f} µs" if us else " measured")
+        what = "the PyTorch reference" if cand.get("kind") == "reference" else "the baseline"
+        line.append(f" ({label})" if label else "")
+        line.append(f" · {what}", style="dim")
+    elif ok:
+        line.append(f" {cand.get('speedup') or 1.0:.2f}x" + (f" ({label})" if label else ""))
+        if cand.get("beats_parent"):
+            line.append(" · beats its parent", style="green")
+        elif cand.get("loses_to_parent"):
+            line.append(" · slower than its parent", style="dim")
+    else:
+        reason = short_reason(cand.get("error"))
+        if reason:
+            line.append(f" {reason}", style="dim")
+    if cand.get("node"):
+        line.append(f" · on {cand['node']}", style="dim")
+    if ok and cand.get("plan_title"):
+        line.append(f" · {cand['plan_title'][:60]}", style="dim")
+    return line
+
+
+class RunView:
+    """What the live display knows about a run, from the parts of its stream; no terminal.
+
+    `feed(namespace, mode, chunk)` returns the lines to print above the bar (startup steps,
+    candidate results, iteration ends); `description()` and `info()` are the bar's two texts."""
+
+    def __init__(self, ctx: RunContext, state: dict | None = None):
+        state = state or {}
+        self.ctx = ctx
+        self.candidates: dict[str, dict] = dict(state.get("candidates") or {})
+        self.printed: set[str] = set(self.candidates)  # a resumed run's earlier candidates are not news
+        self.baseline_id: str = state.get("baseline_id") or "baseline"
+        self.usage: list[dict] = list(state.get("usage") or [])
+        self.iteration: int = state.get("iteration") or 0
+        self.completed = sum(1 for h in state.get("history") or [] if "event" not in h)
+        self.beam: list[str] = list(state.get("beam") or [])
+        self.phase = "resuming" if state else "starting"
+        self.step: str | None = None
+        self.plans = 0
+        self.branches: dict[str, str] = {}  # candidate branch (its namespace) -> its stage, this iteration
+        self.samples: dict[str, str] = {}  # sample id (i1.m0.p2.k0) -> its branch
+        self.stopping: str | None = None
+        self.in_flight: dict[str, str | None] = {}  # evaluation token -> node it runs on (None: not known)
+        self.phases: list[tuple[int, str]] = []  # (iteration, phase), in the order entered
+        self._phases_logged = 0
+
+    # -------------------------------------------------------- feeding
+
+    def feed(self, namespace: tuple, mode: str, chunk: Any) -> list[Text]:
+        if mode == "custom":
+            return self._custom(chunk) if isinstance(chunk, dict) else []
+        lines: list[Text] = []
+        if mode != "updates" or not isinstance(chunk, dict):
+            return lines
+        for node, values in chunk.items():
+            if node == "__interrupt__":
+                self.phase = "waiting for the plan review"
+                continue
+            if not isinstance(values, dict):  # a node that wrote nothing
+                values = {}
+            if not namespace:  # the subgraph's usage reaches the top level through `candidate`
+                self.usage += values.get("usage") or []
+            lines += self._landed(values.get("candidates") or {})
+            if namespace:
+                self.phase = "candidates"  # (a resumed run may re-enter its branches without a dispatch)
+                self._branch(str(namespace[0]), node, values)
+            else:
+                lines += self._top(node, values)
+        self._note_phases()
+        return lines
+
+    def _custom(self, event: dict) -> list[Text]:
+        kind = event.get("event")
+        if kind == "step":
+            self.step = str(event.get("text") or "")
+            return [Text(f"  · {self.step}", style="dim")]
+        token = str(event.get("eval"))
+        if kind == "eval_start":
+            self.in_flight[token] = None
+        elif kind == "eval_node" and token in self.in_flight:
+            self.in_flight[token] = event.get("node")
+        elif kind == "eval_end":
+            self.in_flight.pop(token, None)
+        return []
+
+    def _landed(self, candidates: dict) -> list[Text]:
+        lines = []
+        for cid, cand in candidates.items():
+            if not isinstance(cand, dict):
+                continue
+            self.candidates[cid] = cand
+            if cid not in self.printed and cand.get("status"):
+                self.printed.add(cid)
+                lines.append(candidate_line(cand))
+        return lines
+
+    def _top(self, node: str, values: dict) -> list[Text]:
+        if node == "setup":
+            self.beam = list(values.get("beam") or self.beam)
+            self.baseline_id = values.get("baseline_id") or self.baseline_id
+            self.step = None
+            self.phase = "stopped at setup" if values.get("stop_reason") else "starting the search"
+        elif node == "recall":
+            self.iteration = values.get("iteration", self.iteration)
+            self.plans, self.branches, self.samples = 0, {}, {}
+            self.phase = "planning"
+        elif node == "planner":
+            self.plans += len(_plain(values.get("plans")) or [])
+        elif node == "dispatch":
+            if "plans" in values:  # a reviewed list replaces the proposed one
+                self.plans = len(_plain(values["plans"]) or [])
+            self.phase = "candidates"
+        elif node == "candidate":  # a branch ended (it may have streamed no profiler: no kernel, no fix)
+            for cid in values.get("candidates") or {}:
+                sample = _SAMPLE.match(cid)
+                branch = self.samples.get(sample.group(1)) if sample else None
+                if branch:
+                    self.branches[branch] = "done"
+        elif node == "selector":
+            self.completed += 1
+            self.beam = list(values.get("beam") or self.beam)
+            self.stopping = values.get("stop_reason")
+            self.phase = "summarizing"
+            return [self._iteration_line()]
+        elif node == "summarizer":
+            self.phase = "recording"
+        elif node == "record":
+            self.phase = ("finished" if self.stopping or values.get("stop_reason")
+                          else "recalling lessons" if self.ctx.use_memory else "starting the next iteration")
+        return []
+
+    def _branch(self, branch: str, node: str, values: dict) -> None:
+        """A node of one candidate branch finished. The subgraph streams its output channels only
+        (candidates, usage): the branch is its namespace, its attempt the candidate the profiler wrote."""
+        if node in ("executor", "fixer"):
+            self.branches[branch] = "measuring"
+        elif node == "profiler":
+            for cid, cand in (values.get("candidates") or {}).items():
+                sample = _SAMPLE.match(cid)
+                if sample:
+                    self.samples[sample.group(1)] = branch
+                self.branches[branch] = self._after_profiler(cand)
+        elif node == "autotune":
+            self.branches[branch] = "done"
+
+    def _after_profiler(self, current: dict) -> str:
+        """graph/routing.after_profiler, as far as the streamed attempt tells it."""
+        status = current.get("status")
+        if status == "verified":
+            return "autotuning" if self.ctx.autotune > 0 else "done"
+        if status == "no_code" and self.ctx.model_spec("fixer").provider == "tuner":
+            return "done"
+        return "fixing" if status in FIXABLE and (current.get("fix_attempt") or 0) < self.ctx.fixes else "done"
+
+    def _note_phases(self) -> None:
+        if self.phase == "candidates":
+            names = [stage for stage, n in self.stage_counts().items() if n and stage != "done"]
+        else:
+            names = [self.phase]
+        for name in names:
+            if (self.iteration, name) not in self.phases:
+                self.phases.append((self.iteration, name))
+
+    def new_phases(self) -> list[str]:
+        """Phases entered since the last call, once each per iteration (for a log with no live bar)."""
+        fresh = self.phases[self._phases_logged:]
+        self._phases_logged = len(self.phases)
+        return [f"iteration {i}/{self.ctx.iterations}: {p}" if i else f"setup: {p}" for i, p in fresh]
+
+    # -------------------------------------------------------- what to show
+
+    def stage_counts(self) -> dict[str, int]:
+        """Branches of this iteration's candidate stage by stage ('writing kernels': sent, not yet heard of)."""
+        if self.phase != "candidates":
+            return {}
+        counts = {stage: 0 for stage in (*STAGES, "done")}
+        for stage in self.branches.values():
+            counts[stage] = counts.get(stage, 0) + 1
+        counts["writing kernels"] = max(self.plans * self.ctx.samples - len(self.branches), 0)
+        return counts
+
+    def description(self) -> str:
+        if self.phase == "candidates":
+            counts = self.stage_counts()
+            active = [f"{stage} {counts[stage]}" for stage in STAGES if counts[stage]]
+            phase = " · ".join(active) if active else "selecting the beam" if self.branches else "writing kernels"
+        elif self.phase == "starting" and self.step:
+            phase = self.step
+        else:
+            phase = self.phase
+        return f"iteration {self.iteration}/{self.ctx.iterations} · {phase}" if self.iteration else f"setup · {phase}"
+
+    def best(self) -> dict | None:
+        """The beam's head (not the largest median: a child within noise is no win); None before the
+        baseline is measured."""
+        head = self.candidates.get(self.beam[0]) if self.beam else None
+        return head if head and head.get("status") == "verified" else None
+
+    def in_flight_text(self) -> str | None:
+        if not self.in_flight:
+            return None
+        nodes: dict[str, int] = {}
+        for node in self.in_flight.values():
+            if node:
+                nodes[node] = nodes.get(node, 0) + 1
+        if not nodes:  # the local pool: one count
+            return f"in flight: {len(self.in_flight)}"
+        waiting = sum(1 for node in self.in_flight.values() if not node)
+        parts = [f"{node} {n}" for node, n in sorted(nodes.items())] + ([f"waiting {waiting}"] if waiting else [])
+        return "in flight: " + ", ".join(parts)
+
+    def info(self) -> str:
+        parts = []
+        evaluated, statuses = candidate_counts(self.candidates, self.baseline_id)
+        if self.iteration or evaluated:
+            parts.append(f"evaluated {evaluated} · verified {statuses.get('verified', 0)}")
+        best = self.best()
+        if best is not None:
+            label = timer_label(best.get("timer"))
+            parts.append(f"best {best.get('speedup') or 1.0:.2f}x" + (f" ({label})" if label else ""))
+        flight = self.in_flight_text()
+        if flight:
+            parts.append(flight)
+        if self.usage:
+            spent = totals(self.usage)
+            parts.append(f"{spent['input_tokens'] + spent['output_tokens']:,} tok · ${spent['cost_usd']:.4f}")
+        return " · ".join(parts)
+
+    def _iteration_line(self) -> Text:
+        best = self.best()
+        line = Text(f"iteration {self.iteration}/{self.ctx.iterations} done", style="bold")
+        if best is not None:
+            label = timer_label(best.get("timer"))
+            line.append(f": best {best['id']} {best.get('speedup') or 1.0:.2f}x" + (f" ({label})" if label else ""))
+        evaluated, statuses = candidate_counts(self.candidates, self.baseline_id)
+        line.append(f" · evaluated {evaluated} · verified {statuses.get('verified', 0)} (baseline not counted)")
+        return line
+
+
+def _plain(value: Any) -> Any:
+    """An Overwrite's value (plans replaced by a review or reset by recall), else the value."""
+    return getattr(value, "value", value)
+
+
+class LiveDisplay:
+    """A rich progress bar over a RunView, with each new line printed above it. Where the console
+    is no terminal (a pipe, a CI log) there is no live bar to read, so each phase is also printed
+    as a line when it is first entered in an iteration. Whatever goes wrong in the display, the
+    run goes on (one warning)."""
+
+    def __init__(self, console: Console, ctx: RunContext, state: dict | None = None):
+        self.view = RunView(ctx, state)
+        self.console = console
+        self.log_phases = not console.is_terminal
+        self.progress = Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(bar_width=20),
+                                 TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=console,
+                                 transient=False)
+        self.bar: TaskID | None = None
+        self._broken = False
+
+    def __enter__(self) -> LiveDisplay:
+        self.progress.__enter__()
+        self.bar = self.progress.add_task(self.view.description(), total=self.view.ctx.iterations,
+                                          completed=self.view.completed, info=self.view.info())
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.progress.__exit__(*exc)
+
+    def feed(self, namespace: tuple, mode: str, chunk: Any) -> None:
+        if self._broken:
+            return
+        try:
+            lines = self.view.feed(namespace, mode, chunk)
+            if self.log_phases:
+                lines += [Text(p, style="bold") for p in self.view.new_phases()]
+            for line in lines:
+                self.progress.console.print(line, soft_wrap=True)
+            if self.bar is not None:
+                self.progress.update(self.bar, completed=self.view.completed, description=self.view.description(),
+                                     info=self.view.info())
+        except Exception as exc:  # noqa: BLE001 - the display is not the run
+            self._broken = True
+            log.warning("the live display failed (%s: %s); the run goes on", type(exc).__name__, exc)
