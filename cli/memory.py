@@ -125,8 +125,9 @@ def prune(memory: MemoryDir = None, memory_url: MemoryUrl = None, embedder: Embe
 
 
 @app.command()
-def stats(memory: MemoryDir = None, memory_url: MemoryUrl = None, embedder: EmbedderOpt = DEFAULT_EMBEDDER) -> None:
-    """Counts by backend, kind, task and hardware."""
+def stats(memory: MemoryDir = None, memory_url: MemoryUrl = None, embedder: EmbedderOpt = DEFAULT_EMBEDDER,
+          as_json: Annotated[bool, typer.Option("--json", help="One JSON object instead of tables")] = False) -> None:
+    """Counts by backend, kind, task, hardware and timer, and where the store lives."""
     store = _open(memory, memory_url, embedder, embed=False)
     rows = store.all()
     out: dict = {"insights": len(rows), "location": store.location}
@@ -134,5 +135,14 @@ def stats(memory: MemoryDir = None, memory_url: MemoryUrl = None, embedder: Embe
         counts: dict[str, int] = {}
         for _, meta in rows:
             counts[meta[key]] = counts.get(meta[key], 0) + 1
-        out[key] = counts
-    console.print_json(json.dumps(out))
+        out[key] = dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    if as_json:
+        console.print_json(json.dumps(out))
+        return
+    console.print(Text.assemble((f"{out['insights']} insights", "bold"), f" in {out['location']}"), highlight=False)
+    for key in ("backend", "kind", "task", "hardware", "timer"):
+        if out[key]:
+            table = Table(key, "insights", title=f"by {key}", title_justify="left")
+            for value, count in out[key].items():
+                table.add_row(str(value), str(count))
+            console.print(table)

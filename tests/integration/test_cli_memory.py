@@ -39,9 +39,11 @@ def test_memory_commands_round_trip(tmp_path):
     ident = next(i.id for i, _ in source.all() if i.evidence.task == "rmsnorm")
     shown = json.loads(cli("memory", "show", ident, *mem).stdout)
     assert shown["evidence"]["speedup"] == 1.3
-    stats = json.loads(cli("memory", "stats", *mem).stdout)
+    stats = json.loads(cli("memory", "stats", "--json", *mem).stdout)
     assert stats["insights"] == 2 and stats["task"] == {"rmsnorm": 1, "gemm_bf16": 1}
     assert stats["location"] == str(tmp_path / "b")  # the store's path, not "default"
+    tables = " ".join(cli("memory", "stats", *mem).stdout.split())
+    assert f"2 insights in {tmp_path / 'b'}" in tables and "by task" in tables and "{" not in tables
     pruned = cli("memory", "prune", "--keep", "1", *mem)
     assert "1 remain" in pruned.stdout
     exported = cli("memory", "export", str(tmp_path / "out.jsonl"), *mem)
