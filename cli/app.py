@@ -25,6 +25,7 @@ from accelopt.cli.interrupt import continue_hint_on_interrupt, resume_command
 from accelopt.cli.memory import app as memory_app
 from accelopt.cli.memory import fail
 from accelopt.cli.seed import seed
+from accelopt.cli.show import runs, show
 from accelopt.memory.embedder import MemoryStoreError
 
 if TYPE_CHECKING:
@@ -39,6 +40,8 @@ app.command("eval")(eval_suite)
 app.command("report")(report)
 app.command("check")(check)
 app.command("seed")(seed)
+app.command("show")(show)
+app.command("runs")(runs)
 console = Console()
 
 Opt = Annotated

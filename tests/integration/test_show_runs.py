@@ -1,0 +1,250 @@
+"""`accelopt show RUN_DIR` and `accelopt runs DIR` on real run directories: one small scripted run
+on the CPU interpreter (built once, in a process of its own, as `optimize` would: run.json, the
+driver's checkpoint and lock), a run that setup stopped (through the CLI), the same run cut off
+after its first iteration (interrupted, then held by a live process), and paths that are no run."""
+
+import difflib
+import json
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from accelopt.cli.app import app
+from tests.conftest import ROOT, TASKS
+
+pytestmark = pytest.mark.slow
+WIDE = {"COLUMNS": "200", "TERMINAL_WIDTH": "200"}  # rich tables wrap at 80 columns otherwise
+
+# The scripted run: the baseline computes each row 8 times over, the first plan brings that down
+# to 2 (about 3x faster, far beyond the interpreter's noise), the second to 1. Replies are
+# chosen from the beam member's source, so a run whose first step did not take the beam would
+# plan the first step again and the lineage assertions below would fail.
+PLAN_A = "### Plan 1: fewer repeats\nCompute each row twice instead of 8 times (PLAN-A)."
+PLAN_B = "### Plan 1: once per row\nCompute each row once: drop the repeats (PLAN-B)."
+
+
+def _kernel(repeats: int) -> str:
+    from tests.scripted import BASELINE
+
+    body = BASELINE.split("    offs = tl.arange(0, BLOCK_SIZE)\n", 1)[1].split("\n\n", 1)[0]
+    if repeats == 1:
+        return BASELINE
+    loop = f"    for _ in range({repeats}):  # the same row, {repeats} times over\n"
+    return BASELINE.replace(body + "\n", loop + "".join(f"    {line}\n" for line in body.splitlines()))
+
+
+def _script(messages) -> str:
+    from tests.scripted import fenced
+
+    system, prompt = str(messages[0].content), str(messages[-1].content)
+    role = re.search(r"You are the accelopt (\w+)", system).group(1)
+    if role == "planner":
+        current = prompt.split("## Current kernel", 1)[1].split("## Measurements", 1)[0]
+        return PLAN_A if "range(8)" in current else PLAN_B
+    if role == "executor":
+        return fenced(_kernel(2 if "PLAN-A" in prompt.split("## Plan", 1)[1] else 1))
+    raise AssertionError(f"no reply scripted for the {role}")
+
+
+def make_scripted_run(task_dir: str, run_dir: str) -> None:
+    """Run in a process of its own (the driver holds the run's lock until its process exits)."""
+    import io
+
+    from rich.console import Console
+
+    from accelopt.graph.config import context_to_json
+    from accelopt.graph.driver import drive
+    from accelopt.nodes.context import RunContext
+    from accelopt.tools.rundir import write_run_meta
+    from tests.scripted import ScriptedChatModel
+
+    task, run = Path(task_dir).resolve(), Path(run_dir)
+    ctx = RunContext(beams=1, plans=1, samples=1, fixes=0, iterations=2, device="cpu", use_memory=False,
+                     model="openai:scripted", chat_models={"default": ScriptedChatModel(script=_script)})
+    run.mkdir(parents=True)
+    write_run_meta(run, str(task), context_to_json(ctx))
+    drive(ctx, run, {"task_dir": str(task), "run_dir": str(run.resolve())}, Console(file=io.StringIO()))
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Path:
+    base = tmp_path_factory.mktemp("runs")
+    tasks = tmp_path_factory.mktemp("tasks")
+    shutil.copytree(TASKS / "softmax", tasks / "softmax")
+    (tasks / "softmax" / "baseline.py").write_text(_kernel(8))
+    shutil.copytree(TASKS / "softmax", tasks / "scratch")
+    (tasks / "scratch" / "baseline.py").unlink()  # the tuner cannot start without one: setup stops
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    code = "import sys; from tests.integration.test_show_runs import make_scripted_run; make_scripted_run(*sys.argv[1:])"
+    made = subprocess.run([sys.executable, "-c", code, str(tasks / "softmax"), str(base / "scripted")], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert made.returncode == 0, made.stderr[-3000:]
+    stopped = subprocess.run([sys.executable, "-m", "accelopt", "optimize", str(tasks / "scratch"), "--run-dir",
+                              str(base / "stopped"), "--device", "cpu", "--no-memory"], cwd=tasks, env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert stopped.returncode == 1 and "no baseline.py" in stopped.stderr, stopped.stdout + stopped.stderr
+    return base
+
+
+def show(*args: str):
+    return CliRunner().invoke(app, ["show", *args], env=WIDE)
+
+
+def test_show_json_the_beam_the_lineage_and_the_real_diff(runs):
+    run = runs / "scripted"
+    result = show(str(run), "--json")
+    assert result.exit_code == 0, result.output
+    view = json.loads(result.stdout)  # one JSON object and nothing else
+    summary = json.loads((run / "summary.json").read_text())
+    assert view["state"] == "finished" and view["stop_reason"] == summary["stop_reason"] == "reached T=2 iterations"
+    assert view["task"] == "softmax" and view["model"] == "openai:scripted"
+    assert view["iterations_done"] == 2 and view["iterations_planned"] == 2 and view["candidates_evaluated"] == 2
+    # the timer is the CPU interpreter's, and said so
+    assert view["timer"] == "interpreter_wall" and view["timer_label"] == "CPU Triton-interpreter wall time"
+    assert "interpreter" in view["device_name"]
+    # the beam is summary.json's, best first
+    assert [m["id"] for m in view["beam"]] == summary["beam"] and view["best_id"] == summary["best_id"]
+    assert view["best"]["speedup"] == pytest.approx(summary["best_speedup"])
+    # the lineage runs from the baseline to the beam head, each step the previous one's child
+    lineage = view["lineage"]
+    ids = [s["id"] for s in lineage]
+    assert ids[0] == "baseline" and ids[-1] == summary["beam"][0] and "i1.m0.p0.k0" in ids
+    assert all(s["parent_id"] == prev["id"] for prev, s in zip(lineage, lineage[1:]))
+    assert lineage[0]["plan"] is None and lineage[0]["vs_baseline"]["speedup"] == 1.0
+    first = lineage[1]
+    assert first["id"] == "i1.m0.p0.k0" and first["iteration"] == 1 and first["plan"] == PLAN_A
+    result_1 = json.loads((run / "candidates" / "i1.m0.p0.k0" / "result.json").read_text())
+    assert first["vs_baseline"]["speedup"] == pytest.approx(result_1["speedup"]) and result_1["speedup"] > 1.5
+    assert first["vs_baseline"]["ci_low"] == pytest.approx(result_1["versus"]["baseline"]["ci_low"])
+    assert result_1["versus"]["baseline"]["ci_low"] > 1
+    assert first["vs_baseline"]["rounds"] == result_1["versus"]["baseline"]["rounds"]
+    if len(lineage) == 3:  # the second step beat its parent beyond noise: its plan is the second iteration's
+        assert lineage[2]["id"] == "i2.m0.p0.k0" and lineage[2]["plan"] == PLAN_B
+        assert lineage[2]["vs_parent"]["ci_low"] > 1
+    else:
+        assert len(lineage) == 2
+    # the diff is the real one: baseline's kernel.py against best_kernel.py
+    expected = difflib.unified_diff((run / "candidates" / "baseline" / "kernel.py").read_text().splitlines(),
+                                    (run / "best_kernel.py").read_text().splitlines(), lineterm="")
+    assert view["diff"].splitlines()[2:] == list(expected)[2:]
+    assert "-    for _ in range(8):  # the same row, 8 times over" in view["diff"].splitlines()
+
+
+def test_show_in_the_terminal(runs):
+    run = runs / "scripted"
+    summary = json.loads((run / "summary.json").read_text())
+    result = show(str(run))
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "CPU Triton-interpreter wall time: not GPU performance" in out and "GPU time" not in out
+    assert f"finished: {summary['stop_reason']}" in out
+    assert "how " + summary["best_id"] + " came from the baseline" in out
+    assert "Compute each row twice instead of 8 times (PLAN-A)." in out
+    assert re.search(r"-\s+for _ in range\(8\)", out) and f"+++ {summary['best_id']}/kernel.py" in out
+    assert re.search(r"range over 2 rounds", out)
+
+
+def test_a_run_that_setup_stopped(runs):
+    result = show(str(runs / "stopped"), "--json")
+    assert result.exit_code == 0, result.output
+    view = json.loads(result.stdout)
+    assert view["state"] == "stopped" and "no baseline.py" in view["stop_reason"]
+    assert view["beam"] == [] and view["lineage"] == [] and view["diff"] is None and view["iterations_done"] == 0
+    result = show(str(runs / "stopped"))
+    assert result.exit_code == 0 and "stopped before the search (setup): task softmax has no baseline.py" in \
+        " ".join(result.stdout.split())
+
+
+def test_runs_lists_every_run_and_an_eval_directory(runs, tmp_path):
+    listed = CliRunner().invoke(app, ["runs", str(runs), "--json"])
+    assert listed.exit_code == 0, listed.output
+    entries = {Path(e["run_dir"]).name: e for e in json.loads(listed.stdout)}
+    assert set(entries) == {"scripted", "stopped"}
+    summary = json.loads((runs / "scripted" / "summary.json").read_text())
+    scripted = entries["scripted"]
+    assert scripted["best_id"] == summary["best_id"] and scripted["best_speedup"] == pytest.approx(
+        summary["best_speedup"])
+    assert (scripted["iterations_done"], scripted["iterations_planned"], scripted["state"]) == (2, 2, "finished")
+    assert scripted["timer"] == "interpreter_wall" and scripted["model"] == "openai:scripted"
+    assert scripted["started"] and scripted["cost_usd"] == 0.0
+    assert entries["stopped"]["state"] == "stopped" and "no baseline.py" in entries["stopped"]["note"]
+
+    table = CliRunner().invoke(app, ["runs", str(runs)], env=WIDE)
+    assert table.exit_code == 0, table.output
+    row = next(line for line in table.stdout.splitlines() if "scripted" in line)
+    assert f"{summary['best_speedup']:.3f}x (CPU interpreter)" in row and "2 / 2" in row and "softmax" in row
+    assert "not GPU performance" in table.stdout
+
+    # an `accelopt eval` directory (suite.json, one run dir per task), alone and inside a runs folder
+    evals = tmp_path / "all" / "eval1"
+    shutil.copytree(runs / "stopped", evals / "scratch")
+    (evals / "suite.json").write_text("{}")
+    assert [Path(e["run_dir"]).name for e in json.loads(CliRunner().invoke(app, ["runs", str(evals), "--json"])
+                                                       .stdout)] == ["scratch"]
+    nested = CliRunner().invoke(app, ["runs", str(tmp_path / "all")], env=WIDE)
+    assert nested.exit_code == 0 and "eval1/scratch" in nested.stdout
+
+
+def test_paths_that_are_no_run(runs, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for path, says in ((empty, "is not an accelopt run directory (no run.json)"),
+                       (tmp_path / "missing", "no such file or directory"),
+                       (runs, "holds 2 run(s): list them with `accelopt runs")):
+        result = show(str(path))
+        assert result.exit_code == 2 and result.stdout == "", result.output
+        assert says in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    missing = CliRunner().invoke(app, ["runs", str(tmp_path / "missing")])
+    assert missing.exit_code == 2 and "no such directory" in missing.stderr
+    none = CliRunner().invoke(app, ["runs", str(empty), "--json"])
+    assert none.exit_code == 0 and json.loads(none.stdout) == []
+
+
+def test_an_interrupted_run_and_a_running_one(runs, tmp_path):
+    """The scripted run as if killed after its first iteration: its checkpoint cut back to the
+    end of iteration 1, summary.json as record wrote it then."""
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    run = tmp_path / "cut"
+    shutil.copytree(runs / "scripted", run)
+    with closing(sqlite3.connect(run / "checkpoints.sqlite")) as conn:
+        saver = SqliteSaver(conn)
+        config = {"configurable": {"thread_id": "scripted", "checkpoint_ns": ""}}
+        after_one = next(c for c in saver.list(config)  # newest first: the last one with iteration 1 recorded
+                         if len(c.checkpoint["channel_values"].get("history") or []) == 1)
+        cut = after_one.config["configurable"]["checkpoint_id"]
+        with conn:
+            for table in ("checkpoints", "writes"):
+                conn.execute(f"DELETE FROM {table} WHERE thread_id = 'scripted' AND checkpoint_id > ?", (cut,))
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({**summary, "stop_reason": None, "iteration": 1,
+                                                  "iterations": summary["iterations"][:1]}))
+
+    view = json.loads(show(str(run), "--json").stdout)
+    assert view["state"] == "interrupted" and view["held_by"] is None and view["iterations_done"] == 1
+    assert view["lineage"][0]["id"] == "baseline" and view["lineage"][-1]["id"] == view["beam"][0]["id"]
+    human = show(str(run)).stdout
+    assert f"continue it with `accelopt resume {run}`" in " ".join(human.split())
+
+    # a live process holding the run's lock (as the driver does): the run is still running
+    hold = ("import sys, time; from pathlib import Path; from accelopt.tools.rundir import lock_run_dir; "
+            "lock_run_dir(Path(sys.argv[1])); print('held', flush=True); time.sleep(120)")
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(run)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        view = json.loads(show(str(run), "--json").stdout)
+        assert view["state"] == "running" and f"accelopt pid {holder.pid}" in view["held_by"]
+        listed = json.loads(CliRunner().invoke(app, ["runs", str(tmp_path), "--json"]).stdout)
+        assert [(e["state"], e["iterations_done"]) for e in listed] == [("running", 1)]
+    finally:
+        holder.kill()
+        holder.wait()
+    assert json.loads(show(str(run), "--json").stdout)["state"] == "interrupted"
