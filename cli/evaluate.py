@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from accelopt.cli import options as o
 from accelopt.cli.interrupt import continue_hint_on_interrupt, rerun_command
@@ -145,8 +146,9 @@ def _suite_table(rows: list) -> Table:
 
 def report(path: Opt[Path, typer.Argument(help="A run directory or an eval directory")],
            out: Opt[Optional[Path], typer.Option(help="Where to write (default: PATH)")] = None) -> None:
-    """Rebuild report.html, report.json and plots/ from what is on disk."""
-    from accelopt.evals.report import build_report
+    """Rebuild report.html, report.json and plots/ from what is on disk, and print the headline
+    numbers: per task its outcome, speedup with its interval, against torch.compile, and timer."""
+    from accelopt.evals.report import build_report, headline, load_rows, suite_figures
 
     if not path.is_dir():
         fail(f"{path} is not a directory")
@@ -154,6 +156,16 @@ def report(path: Opt[Path, typer.Argument(help="A run directory or an eval direc
         page = build_report(path, out)
     except FileNotFoundError as e:
         fail(str(e))
+    rows = load_rows(path)
+    cells, geomeans = headline(rows, suite_figures(rows))
+    table = Table(title=f"accelopt report: {path.resolve().name}")
+    for name in ("task", "outcome", "speedup (interval)", "vs torch.compile", "timer"):
+        table.add_column(name, overflow="fold")
+    for row in cells:
+        table.add_row(*(Text(cell) for cell in row))  # plain text: "[...]" is no markup
+    console.print(table, highlight=False)
+    for line in geomeans:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     console.print(f"report: {page}")
 
 

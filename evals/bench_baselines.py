@@ -16,6 +16,7 @@ TASKS = Path(__file__).with_name("tasks")
 
 
 def main() -> None:
+    from accelopt.evals.report import interval_label
     from accelopt.tools.harness.reference_kernel import torch_comparators
     from accelopt.tools.harness.runner import evaluate
     from accelopt.tools.task import load_task
@@ -42,7 +43,7 @@ def main() -> None:
             rows.append(f"| {task.name} | {name} | {t.median_us:.1f} | {t.pct_peak:.1f}% | {t.pct_achievable or 0:.1f}% | "
                         f"{t.bound} | {tc.median_us:.1f} | {eager.median_us:.1f} | {tc.median_us / t.median_us:.2f}x |")
         vs = result.versus["torch_compile"]
-        rows.append(f"| {task.name} | all (geomean, 95% CI) | | | | | | | {vs.speedup:.2f}x "
+        rows.append(f"| {task.name} | all (geomean; {interval_label(vs.rounds)}) | | | | | | | {vs.speedup:.2f}x "
                     f"({vs.ci_low:.2f}-{vs.ci_high:.2f}) |")
     print(f"device: {device}")
     print("| task | workload | baseline µs | % datasheet | % achievable | bound | torch.compile µs | eager µs | "

@@ -1,30 +1,73 @@
-"""Reports: one table row per task, suite-level figures (geomean speedup, fast_p, cost per
-speedup), matplotlib plots, and a single self-contained HTML page with the best kernels shown as
-diffs against their baselines. Everything is rebuilt from run directories on disk.
+"""Reports: one row per task, suite-level figures (geomean speedup, fast_p, cost per speedup),
+matplotlib plots (`report_plots.py`) and a single self-contained HTML page (`report_html.py`).
+Everything is rebuilt from run directories on disk: run.json (context, provenance), summary.json,
+candidates/*/result.json, torch_compile.json.
 
 Interpreter timings (timer interpreter_wall) are CPU Triton-interpreter wall times: the page says
 so in its header and beside every such number, and never mixes them with GPU figures.
+
+The speedup interval a run records (`versus.baseline.ci_low/ci_high`) is the harness's bootstrap
+interval of the median over timing rounds; over 5 rounds or fewer (2 on the interpreter, 5 on a
+GPU) it is exactly the range, min to max, of the per-round speedups, and is labelled so
+(`interval_label`), never as a 95% interval.
 """
 
 from __future__ import annotations
 
-import base64
-import difflib
-import html
-import io
 import json
 import math
+import time
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import BaseModel, computed_field
 
 FAST_P = (0.0, 0.5, 0.8, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0)
+
+# A task's `outcome` says how its run ended: "optimized" (the search finished with a verified best
+# kernel), stopped, skipped, failed, running. For a finished search its `verdict` says what the
+# best kernel is worth, and only "faster" (beyond the noise of the interleaved rounds) is shown as
+# optimized: a run whose best is still its baseline found no faster kernel.
+VERDICTS = {
+    "faster": "optimized (faster beyond noise)",
+    "within noise": "faster, within noise",
+    "no faster kernel": "no faster kernel found",
+    "slower": "best kernel slower than baseline",
+}
+OUTCOMES = {"optimized": "search finished", "stopped": "stopped", "skipped": "skipped", "failed": "failed",
+            "running": "running"}
+INTERPRETER = "interpreter_wall"
+TIMERS = {"cuda_event": "GPU time (CUDA)", INTERPRETER: "CPU Triton-interpreter wall time",
+          "nki_benchmark": "Trainium (NKI benchmark)"}
+TIMERS_SHORT = {"cuda_event": "GPU", INTERPRETER: "CPU interpreter", "nki_benchmark": "Trainium"}
+RANGE_MAX_ROUNDS = 5  # up to this many rounds the harness's bootstrap interval is the min-max range
+
+
+class Timing(BaseModel):
+    """One kernel's time on one workload, as the report shows it."""
+
+    median_us: float
+    iqr_us: float | None = None
+    flops: float | None = None
+    bytes: float | None = None
+
+
+class CandidatePoint(BaseModel):
+    """One evaluated candidate: its own evaluation's latency (geomean over workloads of the
+    medians), or none when it failed."""
+
+    id: str
+    iteration: int
+    status: str
+    kind: str | None = None
+    latency_us: float | None = None
+    speedup: float | None = None
 
 
 class TaskRow(BaseModel):
     task: str
     run_dir: str
-    outcome: str                       # optimized, stopped, skipped, failed, running
+    outcome: str                       # a key of OUTCOMES: how the run ended
+    verdict: str | None = None         # a key of VERDICTS, for a finished search: what its best is worth
     note: str | None = None            # stop reason, skip reason, or error line
     timer: str | None = None
     device_name: str | None = None
@@ -34,17 +77,28 @@ class TaskRow(BaseModel):
     best_us: float | None = None
     best_spread_pct: float | None = None
     best_id: str | None = None
+    best_kind: str | None = None
     speedup: float | None = None
-    ci_low: float | None = None
+    ci_low: float | None = None        # the harness's interval; see interval_label
     ci_high: float | None = None
+    interval_rounds: int | None = None
     pct_peak: float | None = None
     pct_achievable: float | None = None
     vs_torch_compile: float | None = None  # best kernel / torch.compile(reference), >1: we are faster
+    vs_torch_compile_low: float | None = None
+    vs_torch_compile_high: float | None = None
+    vs_torch_compile_rounds: int | None = None
     torch_compile_over_baseline: float | None = None
+    torch_compile_note: str | None = None  # why there is no torch.compile figure (it failed)
     iterations: int = 0
     tokens: int = 0
     cost_usd: float = 0.0
     history: list[tuple[int, float]] = []
+    best_by_iteration: list[tuple[int, str]] = []  # the run's best after each iteration
+    candidates: list[CandidatePoint] = []
+    workloads: dict[str, dict[str, Timing]] = {}   # baseline, best, torch_compile, eager -> workload -> time
+    flops_kind: str | None = None                  # task.json's: which compute roof applies
+    provenance: dict[str, str | None] = {}
     baseline_source: str | None = None
     best_source: str | None = None
 
@@ -52,10 +106,36 @@ class TaskRow(BaseModel):
     def correct(self) -> bool:
         return self.outcome == "optimized" and self.speedup is not None
 
+    @property
+    def interpreter(self) -> bool:
+        return self.timer == INTERPRETER
 
-def geomean(values: list[float]) -> float | None:
-    values = [v for v in values if v and v > 0]
-    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def label(self) -> str:
+        """The outcome as the page and the terminal say it."""
+        if self.outcome == "optimized" and self.verdict:
+            return VERDICTS[self.verdict] + (" (the best is torch.compile's own kernel, the Inductor seed)"
+                                             if self.best_kind == "inductor_seed" else "")
+        return OUTCOMES.get(self.outcome, self.outcome)
+
+    @property
+    def torch_compile_line(self) -> str | None:
+        """One sentence on the best kernel against torch.compile(reference), or None without one."""
+        if self.vs_torch_compile is None:
+            return self.torch_compile_note
+        interval = f" [{interval_text(self.vs_torch_compile_low, self.vs_torch_compile_high, self.vs_torch_compile_rounds)}]" \
+            if self.vs_torch_compile_low is not None else ""
+        if self.vs_torch_compile < 1:
+            beyond = " beyond noise" if self.vs_torch_compile_high is not None and self.vs_torch_compile_high < 1 else ""
+            return (f"slower than torch.compile{beyond}: the best kernel runs at {self.vs_torch_compile:.3f}x of "
+                    f"torch.compile(reference){interval}")
+        return f"faster than torch.compile: {self.vs_torch_compile:.3f}x{interval}"
+
+
+def geomean(values: list[float | None] | list[float]) -> float | None:
+    positive = [v for v in values if v and v > 0]
+    return math.exp(sum(map(math.log, positive)) / len(positive)) if positive else None
 
 
 def latency(workloads: dict) -> tuple[float | None, float | None]:
@@ -67,8 +147,111 @@ def latency(workloads: dict) -> tuple[float | None, float | None]:
     return geomean(medians), spread
 
 
+def interval_label(rounds: int | None) -> str:
+    """What the recorded speedup interval is. The harness bootstraps the median over rounds; with
+    5 rounds or fewer every resampled median lies between the smallest and the largest round, and
+    the 2.5% and 97.5% quantiles are those two: the interval is the range of the rounds. The range
+    of n rounds covers the median of the rounds' distribution with probability 1 - 2 * 0.5^n."""
+    if not rounds:
+        return "interval (rounds not recorded)"
+    if rounds <= RANGE_MAX_ROUNDS:
+        return f"range over {rounds} rounds"
+    return f"bootstrap 95% interval over {rounds} rounds"
+
+
+def interval_coverage(rounds: int | None) -> float | None:
+    """The probability that the min-max range of `rounds` rounds covers their distribution's median."""
+    return 1 - 2 * 0.5 ** rounds if rounds and rounds <= RANGE_MAX_ROUNDS else None
+
+
+def interval_text(low: float | None, high: float | None, rounds: int | None) -> str:
+    if low is None or high is None:
+        return "–"
+    return f"{low:.3f}–{high:.3f}, {interval_label(rounds)}"
+
+
 def _read(path: Path) -> dict | None:
-    return json.loads(path.read_text()) if path.is_file() else None
+    try:
+        return json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
+def _text(path: Path) -> str | None:
+    return path.read_text() if path.is_file() else None
+
+
+def _verdict(best_id: str, speedup: float | None, vs: dict) -> str:
+    """What the best kernel is worth against the baseline: the baseline itself (or an exact tie) is
+    no faster kernel; a speedup whose interval reaches 1 is within noise."""
+    if best_id == "baseline" or speedup is None or speedup == 1.0:
+        return "no faster kernel"
+    if speedup < 1.0:
+        return "slower"
+    faster = vs.get("faster")
+    if faster is None and vs.get("ci_low") is not None:
+        faster = vs["ci_low"] > 1.0
+    return "faster" if faster or faster is None else "within noise"
+
+
+def _timings(workloads: dict | None) -> dict[str, Timing]:
+    return {name: Timing(median_us=t["median_us"], iqr_us=t.get("iqr_us"), flops=t.get("flops"),
+                         bytes=t.get("bytes")) for name, t in (workloads or {}).items() if t.get("median_us")}
+
+
+def _candidates(run_dir: Path) -> list[CandidatePoint]:
+    points = []
+    for path in sorted((run_dir / "candidates").glob("*/result.json")):
+        c = _read(path)
+        if not c:
+            continue
+        points.append(CandidatePoint(id=c.get("id") or path.parent.name, iteration=c.get("iteration") or 0,
+                                     status=c.get("status") or "unknown", kind=c.get("kind"),
+                                     latency_us=latency(c.get("workloads") or {})[0] if c.get("status") == "verified"
+                                     else None, speedup=c.get("speedup")))
+    return sorted(points, key=lambda p: (p.iteration, p.id))
+
+
+def _flops_kind(task_dir: str | None) -> str | None:
+    spec = _read(Path(task_dir) / "task.json") if task_dir else None
+    return (spec or {}).get("flops_kind", "vector") if spec is not None else None
+
+
+def provenance(run: dict, summary: dict | None, run_dir: Path, device_name: str | None,
+               timer: str | None) -> dict[str, str | None]:
+    """What a reader needs to trust or reproduce the numbers: when, with what software, on what,
+    how hard it searched and who wrote the kernels. None where the run did not record it (runs
+    from before run.json held `created` and `environment`)."""
+    ctx = run.get("context") or {}
+    env = run.get("environment") or {}
+    date = run.get("created")
+    if not date:  # older runs: the first evaluation's time, else run.json's own
+        first = (run_dir / "evaluations.jsonl").read_text().split("\n", 1)[0] \
+            if (run_dir / "evaluations.jsonl").is_file() else ""
+        stamp = json.loads(first).get("time") if first.strip() else None
+        if stamp is None and (run_dir / "run.json").is_file():
+            stamp = (run_dir / "run.json").stat().st_mtime
+        date = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(stamp)) if stamp else None
+    commit = env.get("git_commit")
+    if commit and env.get("git_dirty"):
+        commit += " (with uncommitted changes)"
+    search = None
+    if ctx:
+        search = " ".join(f"{k}={ctx.get(v, '?')}" for k, v in (("B", "beams"), ("N", "plans"), ("K", "samples"),
+                                                                 ("F", "fixes"), ("T", "iterations")))
+        if ctx.get("autotune"):
+            search += f" autotune={ctx['autotune']}"
+    models = None
+    if ctx:
+        roles = ctx.get("role_models") or {}
+        models = str(ctx.get("model") or "default") + "".join(
+            f"; {role}: {spec.get('model') if isinstance(spec, dict) else spec}" for role, spec in sorted(roles.items()))
+    return {
+        "date": date, "accelopt": env.get("accelopt"), "git commit": commit, "torch": env.get("torch"),
+        "Triton": env.get("triton"), "Python": env.get("python"), "device": device_name,
+        "timer": TIMERS.get(timer or "", timer) if timer else None, "search (B N K F T)": search, "model(s)": models,
+        "memory": None if not ctx else ("off" if not ctx.get("use_memory", True) else "on"),
+    }
 
 
 def load_row(run_dir: Path) -> TaskRow:
@@ -76,10 +259,13 @@ def load_row(run_dir: Path) -> TaskRow:
     name = Path(run.get("task_dir", run_dir.name)).name
     for marker, outcome in (("skipped.json", "skipped"), ("stopped.json", "stopped")):
         if (run_dir / marker).is_file():
-            return TaskRow(task=name, run_dir=str(run_dir), outcome=outcome, note=_read(run_dir / marker)["reason"])
+            return TaskRow(task=name, run_dir=str(run_dir), outcome=outcome,
+                           note=(_read(run_dir / marker) or {}).get("reason"),
+                           provenance=provenance(run, None, run_dir, None, None) if run else {})
     if (run_dir / "error.txt").is_file():
         last = (run_dir / "error.txt").read_text().strip().splitlines()[-1:]
-        return TaskRow(task=name, run_dir=str(run_dir), outcome="failed", note=" ".join(last))
+        return TaskRow(task=name, run_dir=str(run_dir), outcome="failed", note=" ".join(last),
+                       provenance=provenance(run, None, run_dir, None, None) if run else {})
     summary = _read(run_dir / "summary.json")
     if summary is None:
         return TaskRow(task=name, run_dir=str(run_dir), outcome="running", note="no finished iteration yet")
@@ -95,27 +281,53 @@ def load_row(run_dir: Path) -> TaskRow:
     else:
         base_us, base_spread = latency(baseline.get("workloads") or {})
     vs = (best.get("versus") or {}).get("baseline") or {}
+    speedup = summary.get("best_speedup") or 1.0
+    usage = summary.get("usage") or {}
+    timer = summary.get("timer")
     row = TaskRow(
         task=name, run_dir=str(run_dir), outcome="optimized" if summary.get("stop_reason") else "running",
-        note=summary.get("stop_reason"), timer=summary.get("timer"), device_name=summary.get("device_name"),
+        verdict=_verdict(summary["best_id"], speedup, vs),
+        note=summary.get("stop_reason"), timer=timer, device_name=summary.get("device_name"),
         baseline_kind=summary.get("baseline_kind", "kernel"), baseline_us=base_us, baseline_spread_pct=base_spread,
-        best_us=best_us, best_spread_pct=best_spread, best_id=summary["best_id"],
-        speedup=summary.get("best_speedup") or 1.0, ci_low=vs.get("ci_low"), ci_high=vs.get("ci_high"),
+        best_us=best_us, best_spread_pct=best_spread, best_id=summary["best_id"], best_kind=best.get("kind"),
+        speedup=speedup, ci_low=vs.get("ci_low"), ci_high=vs.get("ci_high"), interval_rounds=vs.get("rounds"),
         pct_peak=summary.get("best_pct_peak"), pct_achievable=summary.get("best_pct_achievable"),
-        iterations=summary.get("iteration") or 0, tokens=(summary.get("usage") or {}).get("input_tokens", 0)
-        + (summary.get("usage") or {}).get("output_tokens", 0), cost_usd=(summary.get("usage") or {}).get("cost_usd", 0.0),
+        iterations=summary.get("iteration") or 0,
+        tokens=usage.get("input_tokens", 0) + usage.get("output_tokens", 0), cost_usd=usage.get("cost_usd", 0.0),
         history=[(0, 1.0)] + [(h["iteration"], h.get("best_speedup") or 1.0) for h in summary.get("iterations", [])],
+        best_by_iteration=[(0, "baseline")] + [(h["iteration"], h["best_id"]) for h in summary.get("iterations", [])
+                                               if h.get("best_id")],
+        candidates=_candidates(run_dir),
+        workloads={k: v for k, v in (("baseline", _timings(baseline.get("workloads"))),
+                                     ("best", _timings(best.get("workloads")))) if v},
+        flops_kind=_flops_kind(summary.get("task_dir") or run.get("task_dir")),
+        provenance=provenance(run, summary, run_dir, summary.get("device_name"), timer),
         baseline_source=_text(run_dir / "candidates" / "baseline" / "kernel.py"),
         best_source=_text(run_dir / "best_kernel.py"))
-    torch_cmp = _read(run_dir / "torch_compile.json")
-    if torch_cmp and torch_cmp.get("versus"):
-        row.vs_torch_compile = torch_cmp["versus"]["torch_compile"]["speedup"]
-        row.torch_compile_over_baseline = row.speedup / row.vs_torch_compile
+    _with_torch_compile(row, _read(run_dir / "torch_compile.json"))
     return row
 
 
-def _text(path: Path) -> str | None:
-    return path.read_text() if path.is_file() else None
+def _with_torch_compile(row: TaskRow, record: dict | None) -> None:
+    """torch_compile.json: the best kernel timed interleaved with torch.compile(reference) and eager."""
+    if not record:
+        return
+    versus = (record.get("versus") or {}).get("torch_compile")
+    if not versus:
+        row.torch_compile_note = f"no torch.compile figure: the comparison ended {record.get('status')}" + \
+            (f" ({str(record.get('error'))[:200]})" if record.get("error") else "")
+        return
+    row.vs_torch_compile = versus["speedup"]
+    row.vs_torch_compile_low, row.vs_torch_compile_high = versus.get("ci_low"), versus.get("ci_high")
+    row.vs_torch_compile_rounds = versus.get("rounds")
+    if row.speedup:
+        row.torch_compile_over_baseline = row.speedup / row.vs_torch_compile
+    spread = record.get("workloads") or {}  # medians with IQR, in files written since the report shows them
+    for name in ("torch_compile", "eager"):
+        if spread.get(name):
+            row.workloads[name] = _timings(spread[name])
+        elif (record.get("median_us") or {}).get(name):
+            row.workloads[name] = {w: Timing(median_us=us) for w, us in record["median_us"][name].items()}
 
 
 def load_rows(path: Path) -> list[TaskRow]:
@@ -134,163 +346,88 @@ def fast_p(rows: list[TaskRow], ps=FAST_P) -> dict[float, float]:
     return {p: sum(1 for r in rows if r.correct and r.speedup > p) / len(rows) for p in ps}
 
 
+def timer_groups(rows: list[TaskRow]) -> dict[str | None, list[TaskRow]]:
+    """Rows by timer: figures of different timers (GPU, CPU interpreter) are never pooled. A task
+    with no timer (skipped, failed) belongs to every group: it counts among the tasks of fast_p."""
+    timers = sorted({r.timer for r in rows if r.timer})
+    if len(timers) <= 1:
+        return {timers[0] if timers else None: rows}
+    return {t: [r for r in rows if r.timer in (t, None)] for t in timers}
+
+
+def _group_figures(rows: list[TaskRow]) -> dict:
+    done = [r for r in rows if r.correct]
+    versus = [r for r in done if r.vs_torch_compile]
+    return {"tasks": len(done), "geomean_speedup": geomean([r.speedup for r in done]),
+            "geomean_vs_torch_compile": geomean([r.vs_torch_compile for r in versus]),
+            "tasks_vs_torch_compile": len(versus)}
+
+
 def suite_figures(rows: list[TaskRow]) -> dict:
     done = [r for r in rows if r.correct]
-    geo = geomean([r.speedup for r in done])
+    timed = {t: _group_figures(g) for t, g in timer_groups(done).items()}
+    single = len(timed) <= 1  # one timer: the suite's geomeans; several: per timer only
+    whole = _group_figures(done)
+    geo = whole["geomean_speedup"] if single else None
     cost = sum(r.cost_usd for r in rows)
     return {
-        "tasks": len(rows), "optimized": len(done), "geomean_speedup": geo, "fast_p": fast_p(rows),
+        "tasks": len(rows), "verified": len(done), "optimized": sum(r.verdict == "faster" for r in done),
+        "no_faster_kernel": sum(r.verdict == "no faster kernel" for r in done),
+        "geomean_speedup": geo, "fast_p": fast_p(rows),
         "total_cost_usd": cost, "total_tokens": sum(r.tokens for r in rows),
         # $ spent per +1% of geomean speedup (None when nothing got faster)
         "usd_per_pct_geomean": cost / ((geo - 1) * 100) if geo and geo > 1 and cost else None,
-        "geomean_vs_torch_compile": geomean([r.vs_torch_compile for r in done if r.vs_torch_compile]),
+        "geomean_vs_torch_compile": whole["geomean_vs_torch_compile"] if single else None,
+        "tasks_vs_torch_compile": whole["tasks_vs_torch_compile"],
+        "slower_than_torch_compile": [r.task for r in done if r.vs_torch_compile and r.vs_torch_compile < 1],
         "timers": sorted({r.timer for r in done if r.timer}),
+        "by_timer": {str(t): f for t, f in timed.items()},
     }
 
 
-# ---------------------------------------------------------------- plots
-
-def _png(fig) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    return buf.getvalue()
-
-
-def make_plots(rows: list[TaskRow], interpreter: bool) -> dict[str, bytes]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    tag = " (CPU interpreter times: not GPU performance)" if interpreter else ""
-    done = [r for r in rows if r.correct]
-    plots = {}
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for r in done:
-        xs, ys = zip(*r.history)
-        ax.plot(xs, ys, marker="o", label=r.task)
-    ax.axhline(1.0, color="grey", lw=0.8)
-    ax.set(xlabel="iteration", ylabel="best speedup vs baseline", title="Best speedup per iteration" + tag)
-    ax.xaxis.get_major_locator().set_params(integer=True)
-    if done:
-        ax.legend(fontsize=7, ncol=2)
-    plots["speedup_per_iteration"] = _png(fig)
-
-    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(done) + 2), 4))
-    names = [r.task for r in done]
-    x = range(len(done))
-    ax.bar([i - 0.27 for i in x], [1.0] * len(done), width=0.27, label="baseline", color="#bbbbbb")
-    ax.bar(list(x), [r.torch_compile_over_baseline or 0 for r in done], width=0.27, label="torch.compile(reference)",
-           color="#f0a040")
-    ax.bar([i + 0.27 for i in x], [r.speedup for r in done], width=0.27, label="accelopt best", color="#3070c0")
-    ax.set_xticks(list(x), names, rotation=30, ha="right", fontsize=8)
-    ax.set(ylabel="speedup vs baseline (higher is better)", title="Per task" + tag)
-    ax.legend(fontsize=8)
-    plots["per_task"] = _png(fig)
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for r in done:
-        ax.scatter(r.cost_usd, r.speedup)
-        ax.annotate(r.task, (r.cost_usd, r.speedup), fontsize=7, xytext=(3, 3), textcoords="offset points")
-    ax.axhline(1.0, color="grey", lw=0.8)
-    ax.set(xlabel="LLM cost ($)", ylabel="best speedup vs baseline", title="Speedup against cost" + tag)
-    plots["speedup_vs_cost"] = _png(fig)
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    curve = fast_p(rows, ps=[p / 20 for p in range(0, 81)])
-    ax.plot(list(curve), [100 * v for v in curve.values()])
-    ax.set(xlabel="p (speedup threshold)", ylabel="% of tasks correct and faster than p", title="fast_p" + tag,
-           ylim=(0, 105))
-    plots["fast_p"] = _png(fig)
-    return plots
-
-
-# ---------------------------------------------------------------- HTML
-
-CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
-table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}
-th{background:#f0f0f0}td:first-child,th:first-child{text-align:left}.warn{background:#fff3cd;padding:.6em;border:1px solid #e0c060}
-pre.diff{font-size:12px;background:#fafafa;border:1px solid #ddd;padding:.5em;overflow-x:auto}
-.add{background:#e6ffed;display:block}.del{background:#ffeef0;display:block}.hunk{color:#888;display:block}
-img{max-width:100%;border:1px solid #eee;margin:.5em 0}"""
-
-
-def _fmt(value, spec: str = ".2f", suffix: str = "") -> str:
-    return "–" if value is None else f"{value:{spec}}{suffix}"
-
-
-def _diff(before: str, after: str) -> str:
+def headline(rows: list[TaskRow], figures: dict) -> tuple[list[list[str]], list[str]]:
+    """The terminal's table: per task (task, outcome, speedup with its interval, vs torch.compile,
+    timer) and the suite geomean lines, one per timer."""
+    table = []
+    for r in rows:
+        speedup = "-"
+        if r.speedup is not None and r.correct:
+            interval = f" ({interval_text(r.ci_low, r.ci_high, r.interval_rounds)})" if r.ci_low is not None else ""
+            speedup = f"{r.speedup:.3f}x{interval}"
+        versus = "-"
+        if r.vs_torch_compile is not None:
+            versus = f"{r.vs_torch_compile:.3f}x" + (" (slower)" if r.vs_torch_compile < 1 else "")
+        elif r.interpreter and r.correct:
+            versus = "n/a (CPU)"
+        label = r.label + (f": {r.note}" if r.note and not r.correct else "")
+        table.append([r.task, label, speedup, versus, TIMERS_SHORT.get(r.timer or "", r.timer or "-")])
     lines = []
-    for line in difflib.unified_diff(before.splitlines(), after.splitlines(), "baseline", "best", lineterm="", n=3):
-        cls = ("add" if line.startswith("+") and not line.startswith("+++") else
-               "del" if line.startswith("-") and not line.startswith("---") else
-               "hunk" if line.startswith("@@") else "")
-        text = html.escape(line)
-        lines.append(f'<span class="{cls}">{text}</span>' if cls else text)
-    return "\n".join(lines) or "(identical)"
-
-
-def render_html(title: str, rows: list[TaskRow], figures: dict, plots: dict[str, bytes]) -> str:
-    interpreter = "interpreter_wall" in figures["timers"]
-    unit = "µs (interpreter)" if interpreter else "µs"
-    out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-           f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>"]
-    if interpreter:
-        out.append("<p class='warn'><b>CPU Triton-interpreter timings.</b> These runs checked correctness on the "
-                   "CPU; their times are interpreter wall times and say nothing about GPU performance.</p>")
-    devices = sorted({r.device_name for r in rows if r.device_name})
-    out.append(f"<p>Device: {html.escape(', '.join(devices) or 'n/a')}. Speedups are medians over interleaved rounds "
-               "with 95% bootstrap intervals; a from-scratch task's baseline is its PyTorch reference.</p>")
-    fp = " · ".join(f"fast<sub>{p:g}</sub> {100 * v:.0f}%" for p, v in figures["fast_p"].items())
-    out.append("<table><tr><th>suite figure</th><th>value</th></tr>"
-               f"<tr><td>tasks optimized / total</td><td>{figures['optimized']} / {figures['tasks']}</td></tr>"
-               f"<tr><td>geomean speedup</td><td>{_fmt(figures['geomean_speedup'], '.3f', 'x')}</td></tr>"
-               f"<tr><td>geomean vs torch.compile</td><td>{_fmt(figures['geomean_vs_torch_compile'], '.3f', 'x')}</td></tr>"
-               f"<tr><td>fast_p</td><td>{fp}</td></tr>"
-               f"<tr><td>tokens / cost</td><td>{figures['total_tokens']:,} / ${figures['total_cost_usd']:.4f}</td></tr>"
-               f"<tr><td>$ per +1% geomean</td><td>{_fmt(figures['usd_per_pct_geomean'], '.4f')}</td></tr></table>")
-    head = ["task", "outcome", f"baseline {unit}", "spread", f"best {unit}", "spread", "speedup", "95% CI",
-            "% peak", "% achievable", "vs torch.compile", "iterations", "tokens", "$"]
-    out.append("<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>")
-    for r in rows:
-        ci = f"{r.ci_low:.2f}–{r.ci_high:.2f}" if r.ci_low is not None else "–"
-        outcome = r.outcome + (f" ({html.escape(r.note)})" if r.note and r.outcome != "optimized" else "")
-        base_label = " (ref)" if r.baseline_kind == "reference" else ""
-        cells = [html.escape(r.task), outcome, _fmt(r.baseline_us, ".1f") + base_label,
-                 _fmt(r.baseline_spread_pct, ".1f", "%"), _fmt(r.best_us, ".1f"), _fmt(r.best_spread_pct, ".1f", "%"),
-                 _fmt(r.speedup, ".3f", "x"), ci, _fmt(r.pct_peak, ".1f", "%"), _fmt(r.pct_achievable, ".1f", "%"),
-                 _fmt(r.vs_torch_compile, ".2f", "x") if r.timer != "interpreter_wall" else "n/a (CPU)",
-                 str(r.iterations), f"{r.tokens:,}", f"{r.cost_usd:.4f}"]
-        out.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    out.append("</table>")
-    captions = {"speedup_per_iteration": "Best speedup per iteration", "per_task": "Per task, against the baseline "
-                "and torch.compile", "speedup_vs_cost": "Speedup against LLM cost", "fast_p": "fast_p curve"}
-    for key, png in plots.items():
-        out.append(f"<h3>{captions[key]}</h3><img alt='{key}' src='data:image/png;base64,"
-                   f"{base64.b64encode(png).decode()}'>")
-    out.append("<h2>Best kernels against their baselines</h2>")
-    for r in rows:
-        if r.best_source and r.baseline_source:
-            out.append(f"<details><summary><b>{html.escape(r.task)}</b>: {r.best_id}, {_fmt(r.speedup, '.3f', 'x')}"
-                       f"</summary><pre class='diff'>{_diff(r.baseline_source, r.best_source)}</pre></details>")
-    out.append("</body></html>")
-    return "\n".join(out)
+    for timer, group in figures["by_timer"].items():
+        if group["geomean_speedup"] is None:
+            continue
+        what = TIMERS.get(timer, timer)
+        line = f"geomean best speedup over {group['tasks']} tasks: {group['geomean_speedup']:.3f}x ({what})"
+        if group["geomean_vs_torch_compile"]:
+            g = group["geomean_vs_torch_compile"]
+            line += f"; vs torch.compile over {group['tasks_vs_torch_compile']}: {g:.3f}x" + \
+                (" (slower than torch.compile)" if g < 1 else "")
+        lines.append(line)
+    return table, lines
 
 
 def build_report(path: str | Path, out_dir: str | Path | None = None) -> Path:
     """Write report.html, report.json and plots/*.png for a run or eval directory; return the page."""
+    from accelopt.evals.report_html import render_html
+    from accelopt.evals.report_plots import make_plots
+
     path = Path(path)
     rows = load_rows(path)
     figures = suite_figures(rows)
-    plots = make_plots(rows, "interpreter_wall" in figures["timers"])
+    plots = make_plots(rows)
     out = Path(out_dir) if out_dir else path
     (out / "plots").mkdir(parents=True, exist_ok=True)
-    for key, png in plots.items():
-        (out / "plots" / f"{key}.png").write_bytes(png)
+    for key, plot in plots.items():
+        (out / "plots" / f"{key}.png").write_bytes(plot.png)
     data = {"figures": {**figures, "fast_p": {str(k): v for k, v in figures["fast_p"].items()}},
             "tasks": [r.model_dump(exclude={"baseline_source", "best_source"}) for r in rows]}
     (out / "report.json").write_text(json.dumps(data, indent=2))

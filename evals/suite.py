@@ -162,5 +162,11 @@ def compare_with_torch(task_dir: Path, source: str, run_dir: Path, timeout_s: fl
         record["versus"] = {k: v.model_dump() for k, v in result.versus.items()}
         record["median_us"] = {"best": {w: t.median_us for w, t in result.workloads.items()},
                                **{k: {w: t.median_us for w, t in v.items()} for k, v in result.compare.items()}}
+        # the same rounds with their spread, for the report's per-workload figure
+        fields = {"median_us", "iqr_us", "round_medians_us"}
+        record["workloads"] = {"best": {w: t.model_dump(include=fields) for w, t in result.workloads.items()},
+                               **{k: {w: t.model_dump(include=fields) for w, t in v.items()}
+                                  for k, v in result.compare.items()}}
+        record["timer"] = result.timer
     (run_dir / "torch_compile.json").write_text(json.dumps(record, indent=2))
     return record

@@ -28,10 +28,45 @@ class RunDirError(ValueError):
 
 
 def write_run_meta(run_dir: Path, task_dir: str, context: dict) -> None:
-    """run.json of a new run: its task (folder and content fingerprint), its context, and the
-    checkpoint thread, named once here so that a copied or moved run directory still finds it."""
+    """run.json of a new run: its task (folder and content fingerprint), its context, the
+    checkpoint thread, named once here so that a copied or moved run directory still finds it, and
+    its provenance (when it started, and the software it ran with: what the report shows)."""
     save_run_meta(run_dir, {"format": RUN_FORMAT, "task_dir": str(task_dir), "task": task_fingerprint(task_dir),
-                            "thread_id": Path(run_dir).resolve().name, "context": context})
+                            "thread_id": Path(run_dir).resolve().name, "context": context,
+                            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "environment": environment()})
+
+
+def environment() -> dict:
+    """accelopt, torch and Triton versions (package metadata: nothing is imported), Python, and the
+    git commit of the source checkout when accelopt runs from one (None where unknown)."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(name: str) -> str | None:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+
+    return {"accelopt": installed("accelopt"), "torch": installed("torch"), "triton": installed("triton"),
+            "python": platform.python_version(), **_git_commit(Path(__file__).resolve().parents[1])}
+
+
+def _git_commit(root: Path) -> dict:
+    """The checkout's HEAD and whether tracked files differ from it; {} outside a git checkout."""
+    import subprocess
+
+    if not (root / ".git").exists():
+        return {}
+    try:
+        def git(*args: str) -> str:
+            return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=5,
+                                  check=True).stdout.strip()
+
+        return {"git_commit": git("rev-parse", "HEAD"),
+                "git_dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+    except (OSError, subprocess.SubprocessError):
+        return {}
 
 
 def save_run_meta(run_dir: Path, meta: dict) -> None:

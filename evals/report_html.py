@@ -1,0 +1,237 @@
+"""The report as one self-contained HTML page: plain HTML and CSS, figures inlined as PNG data
+URIs, no script and nothing fetched. Provenance first, then the verdicts (interpreter timings,
+torch.compile), the suite's figures, one row per task, the overview figures, and a section per
+task with its roofline, its candidates, its workloads and the diff of its best kernel."""
+
+from __future__ import annotations
+
+import base64
+import difflib
+import html
+import time
+
+from accelopt.evals.report import (TIMERS, TaskRow, interval_coverage, interval_label, interval_text)
+from accelopt.evals.report_plots import Plot, plot_key, roofline_refusal
+
+CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1250px;color:#222}
+table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}
+th{background:#f0f0f0}td:first-child,th:first-child{text-align:left}table.prov td{text-align:left}
+.warn{background:#fff3cd;padding:.6em;border:1px solid #e0c060}.bad{background:#fde2e2;padding:.6em;border:1px solid #d08080}
+.note{color:#555;font-size:13px}tr.interp td{background:#f7f7fb}.tag{font-size:11px;color:#775;white-space:nowrap}
+.o-faster{color:#176b2c;font-weight:600}.o-slower,.o-failed{color:#a02020}.o-no-faster-kernel{color:#7a5a00}
+div.diff{font:12px/1.35 ui-monospace,monospace;white-space:pre;background:#fafafa;border:1px solid #ddd;
+padding:.5em;overflow-x:auto}div.diff div{min-height:1.35em}
+.add{background:#e6ffed;color:#0b5a1c}.del{background:#ffeef0;color:#8a1020}.hunk{color:#6060a0;background:#f0f0ff}
+.file{color:#888}img{max-width:100%;border:1px solid #eee;margin:.5em 0}figure{margin:0}
+.grid>div{overflow-x:auto}.grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(520px,1fr));gap:.5em 1.5em;align-items:start}h2{margin-top:1.6em;border-bottom:1px solid #ddd}"""
+
+
+def _fmt(value, spec: str = ".2f", suffix: str = "") -> str:
+    return "–" if value is None else f"{value:{spec}}{suffix}"
+
+
+def diff_html(before: str, after: str) -> str:
+    """A unified diff, one block element per line and no text between them: no blank lines in
+    between, whatever the browser; added and removed lines coloured."""
+    lines = []
+    for line in difflib.unified_diff(before.splitlines(), after.splitlines(), "baseline", "best", lineterm="", n=3):
+        cls = ("file" if line.startswith(("+++", "---")) else "add" if line.startswith("+") else
+               "del" if line.startswith("-") else "hunk" if line.startswith("@@") else "ctx")
+        lines.append(f'<div class="{cls}">{html.escape(line)}</div>')
+    return "<div class='diff'>" + ("".join(lines) or "<div>(identical)</div>") + "</div>"
+
+
+def _img(key: str, plot: Plot) -> str:
+    return (f"<figure><img alt='{html.escape(key)}' src='data:image/png;base64,{base64.b64encode(plot.png).decode()}'>"
+            f"<figcaption class='note'>{html.escape(plot.caption)}</figcaption></figure>")
+
+
+def _provenance(rows: list[TaskRow]) -> str:
+    """One row per field: its value when every task shares it, else each value with its tasks."""
+    fields: dict[str, dict[str, list[str]]] = {}
+    for r in rows:
+        for field, value in r.provenance.items():
+            fields.setdefault(field, {}).setdefault(value or "not recorded", []).append(r.task)
+    out = ["<h2>Provenance</h2><table class='prov'><tr><th>field</th><th>value</th></tr>",
+           f"<tr><td>report built</td><td>{time.strftime('%Y-%m-%d %H:%M:%S %z')}</td></tr>"]
+    for field, values in fields.items():
+        if len(values) == 1:
+            cell = html.escape(next(iter(values)))
+        else:
+            cell = "<br>".join(f"{html.escape(v)} <span class='tag'>({html.escape(', '.join(tasks))})</span>"
+                               for v, tasks in values.items())
+        out.append(f"<tr><td>{html.escape(field)}</td><td>{cell}</td></tr>")
+    out.append("</table>")
+    if not fields:
+        out.insert(1, "<p class='note'>The runs recorded no provenance (no run.json).</p>")
+    return "".join(out)
+
+
+def _verdicts(rows: list[TaskRow], figures: dict) -> list[str]:
+    out = []
+    if any(r.interpreter for r in rows):
+        out.append("<p class='warn'><b>CPU Triton-interpreter timings.</b> These runs checked correctness on the "
+                   "CPU; their times are interpreter wall times and say nothing about GPU performance. Every such "
+                   "figure below is marked <i>CPU interpreter</i>, and none is pooled with GPU figures.</p>")
+    for timer, group in figures["by_timer"].items():
+        g = group["geomean_vs_torch_compile"]
+        if g is not None and g < 1:
+            slower = [r.task for r in rows if r.timer == timer and r.vs_torch_compile and r.vs_torch_compile < 1]
+            out.append(f"<p class='bad'><b>The best kernels are slower than torch.compile</b>: geomean "
+                       f"{g:.3f}x of torch.compile(reference) over {group['tasks_vs_torch_compile']} tasks "
+                       f"({html.escape(TIMERS.get(timer, timer))}); slower on {len(slower)}: "
+                       f"{html.escape(', '.join(slower))}.</p>")
+        elif g is not None:
+            out.append(f"<p>Against torch.compile(reference): geomean {g:.3f}x over "
+                       f"{group['tasks_vs_torch_compile']} tasks ({html.escape(TIMERS.get(timer, timer))}).</p>")
+    return out
+
+
+def _interval_note(rows: list[TaskRow]) -> str:
+    rounds = sorted({n for r in rows for n in (r.interval_rounds, r.vs_torch_compile_rounds) if n})
+    parts = []
+    for n in rounds:
+        coverage = interval_coverage(n)
+        if coverage is not None:
+            parts.append(f"<b>{interval_label(n)}</b>: the smallest and the largest of the {n} per-round speedups "
+                         f"(each round: the geomean over workloads of baseline time / kernel time, interleaved); as an "
+                         f"interval for the median of the rounds' distribution it covers it with probability "
+                         f"1 − 2·0.5<sup>{n}</sup> = {100 * coverage:.1f}%")
+        else:
+            parts.append(f"<b>{interval_label(n)}</b>: a bootstrap interval of the median over the rounds")
+    text = "; ".join(parts) or "no interval was recorded"
+    return (f"<p class='note'>Speedups are the median over interleaved timing rounds of the best kernel against its "
+            f"baseline (a from-scratch task's baseline is its PyTorch reference). Intervals: {text}.</p>")
+
+
+def _suite_table(figures: dict) -> str:
+    fp = " · ".join(f"fast<sub>{p:g}</sub> {100 * v:.0f}%" for p, v in figures["fast_p"].items())
+    rows = [("tasks optimized (beyond noise) / verified / total",
+             f"{figures['optimized']} / {figures['verified']} / {figures['tasks']}"),
+            ("tasks where no faster kernel was found", str(figures["no_faster_kernel"]))]
+    for timer, group in figures["by_timer"].items():
+        what = html.escape(TIMERS.get(timer, timer))
+        rows.append((f"geomean speedup ({what})", _fmt(group["geomean_speedup"], ".3f", "x")))
+        if group["geomean_vs_torch_compile"] is not None:
+            rows.append((f"geomean vs torch.compile ({what})", _fmt(group["geomean_vs_torch_compile"], ".3f", "x")))
+    rows += [("fast_p", fp), ("tokens / cost", f"{figures['total_tokens']:,} / ${figures['total_cost_usd']:.4f}")]
+    if figures["usd_per_pct_geomean"] is not None:
+        rows.append(("$ per +1% geomean", _fmt(figures["usd_per_pct_geomean"], ".4f")))
+    return ("<table><tr><th>suite figure</th><th>value</th></tr>"
+            + "".join(f"<tr><td>{k}</td><td>{v}</td></tr>" for k, v in rows) + "</table>")
+
+
+def _label_class(r: TaskRow) -> str:
+    return "o-" + (r.verdict if r.correct and r.verdict else r.outcome).replace(" ", "-")
+
+
+def _task_table(rows: list[TaskRow]) -> str:
+    head = ["task", "outcome", "timer", "baseline µs", "spread", "best µs", "spread", "speedup", "interval",
+            "vs torch.compile", "% peak", "% achievable", "iterations", "tokens", "$"]
+    out = ["<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"]
+    for r in rows:
+        interp = " <span class='tag'>CPU interpreter</span>" if r.interpreter else ""
+        outcome = f"<span class='{_label_class(r)}'>{html.escape(r.label)}</span>"
+        if r.note and not r.correct:
+            outcome += f" ({html.escape(r.note)})"
+        versus = "–"
+        if r.vs_torch_compile is not None:
+            versus = _fmt(r.vs_torch_compile, ".3f", "x") + (" <b>slower</b>" if r.vs_torch_compile < 1 else "")
+        elif r.interpreter:
+            versus = "n/a (CPU)"
+        base_label = " (ref)" if r.baseline_kind == "reference" else ""
+        cells = [f"<a href='#{plot_key('task', r.task)}'>{html.escape(r.task)}</a>", outcome,
+                 html.escape(TIMERS.get(r.timer or "", r.timer or "–")),
+                 _fmt(r.baseline_us, ".1f") + base_label + interp if r.baseline_us else "–",
+                 _fmt(r.baseline_spread_pct, ".1f", "%"), _fmt(r.best_us, ".1f") + interp if r.best_us else "–",
+                 _fmt(r.best_spread_pct, ".1f", "%"),
+                 _fmt(r.speedup, ".3f", "x") + interp if r.correct else "–",
+                 interval_text(r.ci_low, r.ci_high, r.interval_rounds),
+                 versus, _fmt(r.pct_peak, ".1f", "%"), _fmt(r.pct_achievable, ".1f", "%"),
+                 str(r.iterations), f"{r.tokens:,}", f"{r.cost_usd:.4f}"]
+        out.append(f"<tr class='{'interp' if r.interpreter else ''}'>" + "".join(f"<td>{c}</td>" for c in cells)
+                   + "</tr>")
+    out.append("</table>")
+    return "".join(out)
+
+
+def _workload_table(r: TaskRow) -> str:
+    """Per workload: FLOPs, bytes, intensity and the medians with their IQR."""
+    names = list((r.workloads.get("best") or r.workloads.get("baseline") or {}).keys())
+    series = [k for k in ("baseline", "best", "torch_compile", "eager") if r.workloads.get(k)]
+    unit = "µs (CPU interpreter)" if r.interpreter else "µs"
+    head = ["workload", "FLOPs", "bytes", "FLOP/byte"] + [f"{k.replace('_', '.')} median ± IQR, {unit}"
+                                                         for k in series]
+    out = ["<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"]
+    for name in names:
+        ref = (r.workloads.get("best") or {}).get(name) or (r.workloads.get("baseline") or {}).get(name)
+        flops, nbytes = (ref.flops, ref.bytes) if ref else (None, None)
+        cells = [html.escape(name), _fmt(flops, ".3g"), _fmt(nbytes, ".3g"),
+                 _fmt(flops / nbytes if flops and nbytes else None, ".3g")]
+        for k in series:
+            t = r.workloads[k].get(name)
+            cells.append("–" if t is None else f"{t.median_us:.1f}" + (f" ± {t.iqr_us:.1f}" if t.iqr_us else ""))
+        out.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    out.append("</table>")
+    return "".join(out)
+
+
+def _task_section(r: TaskRow, plots: dict[str, Plot]) -> str:
+    out = [f"<h2 id='{plot_key('task', r.task)}'>Task: {html.escape(r.task)}</h2>"]
+    line = f"<b class='{_label_class(r)}'>{html.escape(r.label)}</b>"
+    if r.correct:
+        interval = f" [{interval_text(r.ci_low, r.ci_high, r.interval_rounds)}]" if r.ci_low is not None else ""
+        what = " (CPU interpreter wall time)" if r.interpreter else ""
+        line += f": best {html.escape(r.best_id or '')} at {r.speedup:.3f}x of the baseline{interval}{what}"
+    if r.note:
+        line += f". Stopped: {html.escape(r.note)}"
+    out.append(f"<p>{line}.</p>")
+    tc = r.torch_compile_line
+    if tc:
+        out.append(f"<p class='{'bad' if r.vs_torch_compile and r.vs_torch_compile < 1 else 'note'}'>"
+                   f"torch.compile: {html.escape(tc)}.</p>")
+    if not r.correct:
+        return "".join(out)
+    refusal = roofline_refusal(r)
+    key = plot_key("roofline", r.task)
+    out.append("<div class='grid'><div><h3>Roofline</h3>" + (_img(key, plots[key]) if key in plots else
+                                                             f"<p class='note'>{html.escape(refusal or '')}</p>")
+               + "</div>")
+    key = plot_key("latency", r.task)
+    if key in plots:
+        out.append("<div><h3>Latency per iteration</h3>" + _img(key, plots[key]) + "<p class='note'>Each point is "
+                   "one candidate's own evaluation; the run ranks kernels by interleaved rounds against the baseline, "
+                   "so its best is not always the lowest point.</p></div>")
+    out.append("</div>")
+    key = plot_key("workloads", r.task)
+    if key in plots:
+        out.append("<h3>Latency per workload</h3><div class='grid'>" + _img(key, plots[key]) + "<div>"
+                   + _workload_table(r) + "<p class='note'>Baseline and best: each kernel's own evaluation; "
+                   "torch.compile and eager: the best kernel's interleaved comparison with them. IQR: interquartile "
+                   "range of the timed calls.</p></div></div>")
+    if r.best_id == "baseline":
+        out.append("<h3>Best kernel against the baseline</h3><p class='note'>The best kernel is the baseline itself: "
+                   "no candidate beat it.</p>")
+    elif r.best_source and r.baseline_source:
+        out.append(f"<h3>Best kernel against the baseline</h3><details open><summary>{html.escape(r.best_id or '')}"
+                   f" vs baseline, {_fmt(r.speedup, '.3f', 'x')}</summary>{diff_html(r.baseline_source, r.best_source)}"
+                   "</details>")
+    return "".join(out)
+
+
+def render_html(title: str, rows: list[TaskRow], figures: dict, plots: dict[str, Plot]) -> str:
+    out = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+           f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>"]
+    out += _verdicts(rows, figures)
+    out.append(_provenance(rows))
+    out.append("<h2>Summary</h2>" + _suite_table(figures) + _task_table(rows) + _interval_note(rows))
+    overview = [(k, p) for k, p in plots.items() if p.task is None]
+    if overview:
+        out.append("<h2>Suite figures</h2><div class='grid'>" + "".join(_img(k, p) for k, p in overview) + "</div>")
+        if not any(k.startswith("speedup_vs_cost") for k, _ in overview):
+            out.append("<p class='note'>No cost figure: no model call of these runs cost anything (the tuner policy "
+                       "makes none).</p>")
+    for r in rows:
+        out.append(_task_section(r, plots))
+    out.append("</body></html>")
+    return "\n".join(out)
