@@ -313,7 +313,7 @@ def doctor() -> None:
 
 
 def _report(state: dict, run_dir: Path, use_memory: bool = True) -> None:
-    from accelopt.graph.outcome import run_failure
+    from accelopt.tools.rundir import run_failure
     from accelopt.graph.progress import candidate_counts
     from accelopt.tools.llm_spec import totals
     from accelopt.tools.rundir import run_summary

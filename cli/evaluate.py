@@ -100,7 +100,7 @@ def eval_suite(
     page = build_report(out)
     ran = {(out / t.name).resolve() for t in chosen}
     rows = [r for r in load_rows(out) if Path(r.run_dir).resolve() in ran]
-    console.print(_suite_table(rows))
+    print_headline(rows, f"suite: {suite_dir.name}")
     console.print(f"report: {page}")
     failed = [r for r in rows if r.outcome not in RAN]
     if failed:
@@ -114,51 +114,14 @@ RAN = ("optimized", "skipped")
 NOT_RAN = {"failed": "", "stopped": "stopped at setup: ", "running": "did not finish: "}
 
 
-def _suite_table(rows: list) -> Table:
-    """The suite's headline numbers, a row per task, and the geomean of the best speedups."""
-    import math
+def print_headline(rows: list, title: str) -> None:
+    """The headline numbers of runs, as `eval` ends and as `report` prints them: per task its outcome,
+    speedup with its interval (named for what it is), against torch.compile and timer, then the
+    geomean per timer (GPU and interpreter figures never pooled)."""
+    from accelopt.evals.report import headline, suite_figures
 
-    table = Table(title="suite")
-    table.add_column("task", no_wrap=True)
-    table.add_column("outcome", no_wrap=True)
-    table.add_column("speedup [95% CI]", no_wrap=True)
-    table.add_column("vs compile", no_wrap=True)
-    peak = any(r.pct_achievable is not None for r in rows)
-    if peak:
-        table.add_column("% achievable", no_wrap=True)
-    table.add_column("note", overflow="fold", ratio=1)
-    for r in rows:
-        speedup = "-"
-        if r.speedup:
-            interval = f" [{r.ci_low:.2f}, {r.ci_high:.2f}]" if r.ci_low is not None and r.ci_high is not None else ""
-            speedup = f"{r.speedup:.3f}x{interval}" + (" cpu" if r.timer == "interpreter_wall" else "")
-        cells = [r.task, r.outcome, speedup, f"{r.vs_torch_compile:.3f}x" if r.vs_torch_compile else "-"]
-        if peak:
-            cells.append(f"{r.pct_achievable:.0f}%" if r.pct_achievable is not None else "-")
-        table.add_row(*cells, r.note or "")
-    speedups = [r.speedup for r in rows if r.speedup]
-    if speedups:
-        cpu = " (CPU interpreter times: not GPU performance)" if any(r.timer == "interpreter_wall" for r in rows) else ""
-        table.caption = (f"geomean best speedup over {len(speedups)} tasks: "
-                         f"{math.exp(sum(map(math.log, speedups)) / len(speedups)):.3f}x{cpu}")
-    return table
-
-
-def report(path: Opt[Path, typer.Argument(help="A run directory or an eval directory")],
-           out: Opt[Optional[Path], typer.Option(help="Where to write (default: PATH)")] = None) -> None:
-    """Rebuild report.html, report.json and plots/ from what is on disk, and print the headline
-    numbers: per task its outcome, speedup with its interval, against torch.compile, and timer."""
-    from accelopt.evals.report import build_report, headline, load_rows, suite_figures
-
-    if not path.is_dir():
-        fail(f"{path} is not a directory")
-    try:
-        page = build_report(path, out)
-    except FileNotFoundError as e:
-        fail(str(e))
-    rows = load_rows(path)
     cells, geomeans = headline(rows, suite_figures(rows))
-    table = Table(title=f"accelopt report: {path.resolve().name}")
+    table = Table(title=title)
     for name in ("task", "outcome", "speedup (interval)", "vs torch.compile", "timer"):
         table.add_column(name, overflow="fold")
     for row in cells:
@@ -166,6 +129,21 @@ def report(path: Opt[Path, typer.Argument(help="A run directory or an eval direc
     console.print(table, highlight=False)
     for line in geomeans:
         console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def report(path: Opt[Path, typer.Argument(help="A run directory or an eval directory")],
+           out: Opt[Optional[Path], typer.Option(help="Where to write (default: PATH)")] = None) -> None:
+    """Rebuild report.html, report.json and plots/ from what is on disk, and print the headline
+    numbers: per task its outcome, speedup with its interval, against torch.compile, and timer."""
+    from accelopt.evals.report import build_report, load_rows
+
+    if not path.is_dir():
+        fail(f"{path} is not a directory")
+    try:
+        page = build_report(path, out)
+    except FileNotFoundError as e:
+        fail(str(e))
+    print_headline(load_rows(path), f"accelopt report: {path.resolve().name}")
     console.print(f"report: {page}")
 
 

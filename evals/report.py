@@ -285,9 +285,10 @@ def load_row(run_dir: Path) -> TaskRow:
     usage = summary.get("usage") or {}
     timer = summary.get("timer")
     row = TaskRow(
-        task=name, run_dir=str(run_dir), outcome="optimized" if summary.get("stop_reason") else "running",
+        task=name, run_dir=str(run_dir),
+        outcome="failed" if summary.get("failure") else "optimized" if summary.get("stop_reason") else "running",
         verdict=_verdict(summary["best_id"], speedup, vs),
-        note=summary.get("stop_reason"), timer=timer, device_name=summary.get("device_name"),
+        note=summary.get("failure") or summary.get("stop_reason"), timer=timer, device_name=summary.get("device_name"),
         baseline_kind=summary.get("baseline_kind", "kernel"), baseline_us=base_us, baseline_spread_pct=base_spread,
         best_us=best_us, best_spread_pct=best_spread, best_id=summary["best_id"], best_kind=best.get("kind"),
         speedup=speedup, ci_low=vs.get("ci_low"), ci_high=vs.get("ci_high"), interval_rounds=vs.get("rounds"),

@@ -16,7 +16,7 @@ from rich.console import Console
 from accelopt.graph.progress import LiveDisplay
 from accelopt.nodes.context import RunContext
 from accelopt.tools.llm import totals
-from accelopt.tools.rundir import lock_run_dir
+from accelopt.tools.rundir import lock_run_dir, run_summary, write_summary
 from accelopt.tools.tracing import flush_traces
 
 
@@ -54,7 +54,12 @@ def drive(ctx: RunContext, run_dir: Path, inputs: dict | None, console: Console,
                 payload = Command(resume=answer_plan_review(review, on_plans))
         finally:
             flush_traces()
-        return graph.get_state(config).values
+        state = graph.get_state(config).values
+        if inputs is None and state.get("stop_reason") and state.get("beam") and state.get("run_dir"):
+            # A resume that found the graph already finished ran no `record`: summary.json may
+            # still be the one written mid-run (stop_reason null), which eval reads as unfinished.
+            write_summary(state["run_dir"], run_summary(state), state["candidates"][state["beam"][0]].get("source"))
+        return state
 
 
 def pending_plan_review(graph, config: dict) -> dict | None:

@@ -259,6 +259,19 @@ def append_insights(run_dir: str | None, insights: list) -> None:
             f.write(insight.model_dump_json() + "\n")
 
 
+def run_failure(state: dict) -> str | None:
+    """One line when the run failed: a fatal model error stopped it, or every planner call failed
+    so that nothing was ever evaluated; None for a run that searched."""
+    if state.get("fatal"):
+        return str(state["fatal"])
+    failed = [h for h in state.get("history") or [] if h.get("event") == "planner_failed"]
+    searched = any(c.get("iteration") for c in (state.get("candidates") or {}).values())
+    if failed and not searched:
+        return (f"every planner call failed ({len(failed)} calls), so nothing was evaluated; "
+                f"the last: {failed[-1].get('error')}")
+    return None
+
+
 def run_summary(state: dict) -> dict:
     """summary.json: written by the record node at the end of every iteration."""
     candidates, beam = state["candidates"], state["beam"]
@@ -277,6 +290,8 @@ def run_summary(state: dict) -> dict:
         "timer": best.get("timer"),
         "device_name": best.get("device_name"), "best_pct_peak": best.get("pct_peak"),
         "best_pct_achievable": best.get("pct_achievable"), "beam": beam,
+        # why a finished run failed (a fatal model error, no planner call ever answered), else null
+        "failure": run_failure(state),
         "candidates_evaluated": len(candidates) - 1, "statuses": statuses, "usage": spent,
         "iterations": state.get("history", []), "insights": len(state.get("insights", [])),
         "autotune": autotune_summary(candidates, best),
