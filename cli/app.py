@@ -313,10 +313,9 @@ def doctor() -> None:
 
 
 def _report(state: dict, run_dir: Path, use_memory: bool = True) -> None:
-    from accelopt.tools.rundir import run_failure
     from accelopt.graph.progress import candidate_counts
     from accelopt.tools.llm_spec import totals
-    from accelopt.tools.rundir import run_summary
+    from accelopt.tools.rundir import run_failure, run_summary
 
     candidates = state.get("candidates") or {}
     if not state.get("beam"):  # setup stopped the run: no task baseline, or a broken one
@@ -357,13 +356,22 @@ def _report(state: dict, run_dir: Path, use_memory: bool = True) -> None:
         table.add_row("insights stored", "0: interpreter timings are noise, not lessons (--learn-from-interpreter "
                                          "stores them anyway, to check the pipeline)")
     elif use_memory:
-        table.add_row("insights stored", str(lessons))
+        table.add_row("insights stored", _stored_text(state.get("insights") or []))
     else:  # distilled all the same (the run dir keeps them), but no store was written
         table.add_row("insights", f"{lessons} distilled into {run_dir / 'insights.jsonl'}; none stored (--no-memory)")
     console.print(table)
     failure = run_failure(state)  # summary.json is written: the run's record stays, the exit says it failed
     if failure:
         fail(failure, code=1)
+
+
+def _stored_text(insights: list[dict]) -> str:
+    """What the store holds after the run: a lesson close to one already stored merges into it
+    (one entry, more support), so "3 distilled" can be "2 new, 1 merged"."""
+    merged = sum(1 for i in insights if i.get("stored_as") not in (None, i.get("id")))
+    if not merged:
+        return str(len(insights))
+    return f"{len(insights) - merged} new, {merged} merged into lessons already stored (more support)"
 
 
 def _versus_torch_compile(task_dir: Path, source: str, run_dir: Path) -> str:

@@ -146,7 +146,7 @@ def summarizer(state: RunState, runtime: Runtime[RunContext]) -> dict:
         insights.append(build_insight(parent, child, kind, plan_text, draft.fields, evidence, provenance,
                                       policy.label))
     store = open_store(ctx)
-    if store is not None:
-        store.add(insights)
+    held = store.add(insights) if store is not None else [None] * len(insights)
     append_insights(state.get("run_dir"), insights)
-    return {"insights": [i.model_dump() for i in insights], "usage": usage}
+    # stored_as: the store's id now holding the lesson (its own when new, an older one's when merged)
+    return {"insights": [{**i.model_dump(), "stored_as": h} for i, h in zip(insights, held)], "usage": usage}

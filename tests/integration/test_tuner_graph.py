@@ -74,6 +74,17 @@ def test_tuner_optimizes_autotunes_learns_and_a_later_run_recalls(tmp_path):
     kept = [i for i, _ in InsightStore(tmp_path / "memory").all()]
     stored = {i.id for i in kept}
     assert {i["id"] for i in written} <= stored | {m for i in kept for m in i.merged_ids}  # near-duplicates merge
+    # each lesson in the state names the store entry that holds it: its own, or the one it merged into
+    assert {i["stored_as"] for i in out["insights"]} == stored
+    assert all(i["stored_as"] == i["id"] or i["id"] in next(k.merged_ids for k in kept if k.id == i["stored_as"])
+               for i in out["insights"])
+    from accelopt.cli.app import _stored_text
+
+    assert _stored_text([{"id": "a", "stored_as": "a"}, {"id": "b", "stored_as": "a"}]).startswith("1 new, 1 merged")
+    merged = sum(i["stored_as"] != i["id"] for i in out["insights"])
+    assert _stored_text(out["insights"]) == (str(len(written)) if not merged else
+                                             f"{len(written) - merged} new, {merged} merged into lessons already "
+                                             "stored (more support)")
 
     # A later run on another row reduction recalls them and jumps to a recalled configuration first.
     later = run(TASKS / "layernorm", tmp_path, "second", plans=1, learn_from_interpreter=True)
