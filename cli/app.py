@@ -328,7 +328,7 @@ def _report(state: dict, run_dir: Path, use_memory: bool = True) -> None:
     label = " (CPU interpreter time: not GPU performance)" if best.get("timer") == "interpreter_wall" else ""
     versus = ("PyTorch reference (from scratch)" if candidates[state["baseline_id"]].get("kind") == "reference"
               else "baseline")
-    table.add_row(f"speedup vs {versus}", f"{best.get('speedup') or 1.0:.3f}x{label}")
+    table.add_row(f"speedup vs {versus}", f"{best.get('speedup') or 1.0:.3f}x{_interval(best)}{label}")
     if best.get("pct_peak") is not None:
         table.add_row("% of peak", f"{best['pct_peak']:.1f}% datasheet, {best.get('pct_achievable') or 0:.1f}% achievable")
     if best.get("timer") == "cuda_event" and state.get("task_dir"):
@@ -363,6 +363,18 @@ def _report(state: dict, run_dir: Path, use_memory: bool = True) -> None:
     failure = run_failure(state)  # summary.json is written: the run's record stays, the exit says it failed
     if failure:
         fail(failure, code=1)
+
+
+def _interval(best: dict) -> str:
+    """The best's interval against the baseline, named for what it is; its figure comes from its own
+    interleaved rounds with the baseline, so it can differ from a line printed while it was measured
+    against its parent."""
+    from accelopt.evals.report import interval_text
+
+    vs = (best.get("versus") or {}).get("baseline") or {}
+    if vs.get("ci_low") is None:
+        return ""
+    return f" ({interval_text(vs['ci_low'], vs.get('ci_high'), vs.get('rounds'))}, interleaved with the baseline)"
 
 
 def _stored_text(insights: list[dict]) -> str:

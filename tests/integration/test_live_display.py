@@ -3,6 +3,7 @@ with its timer's label, evaluations in flight per cluster node, counts that mean
 summary's do; and `accelopt eval`'s exit when a task stops at setup."""
 
 import io
+import json
 import re
 
 import pytest
@@ -155,7 +156,12 @@ def test_optimize_on_the_interpreter_shows_phases_and_each_candidate(tmp_path):
     assert "GPU" not in live
     # the bar's counts and the summary's agree: the baseline is not counted by either
     assert "evaluated 2 · verified 2 (baseline not counted)" in live
-    assert "2 evaluated: verified 2" in " ".join(summary.replace("│", " ").split())
+    flat = " ".join(summary.replace("│", " ").split())
+    assert "2 evaluated: verified 2" in flat
+    best = json.loads((run_dir / "summary.json").read_text())["best_id"]
+    if best != "baseline":  # the best's speedup carries its interval, named for what it is
+        assert re.search(r"speedup vs baseline \d+\.\d{3}x \(\d+\.\d{3}–\d+\.\d{3}, range over \d rounds, "
+                         r"interleaved with the baseline\)", flat), flat
 
 
 @pytest.mark.slow
@@ -171,3 +177,11 @@ def test_eval_exits_1_when_a_task_stops_at_setup(softmax_task, tmp_path):
     assert "error: 1 of 1 tasks failed: softmax (stopped at setup: the baseline kernel fails its own check" \
         in " ".join(proc.stderr.split())
     assert (out / "softmax" / "stopped.json").is_file() and (out / "report.html").is_file()
+
+
+def test_the_summary_names_the_best_speedups_interval_for_what_it_is():
+    from accelopt.cli.app import _interval
+
+    best = {"versus": {"baseline": {"ci_low": 1.1, "ci_high": 1.3, "rounds": 2}}}
+    assert _interval(best) == " (1.100–1.300, range over 2 rounds, interleaved with the baseline)"
+    assert _interval({"versus": {}}) == "" and _interval({}) == ""
