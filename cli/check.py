@@ -83,10 +83,12 @@ def show(result: EvalResult, kernel: Path) -> None:
         for name, t in result.workloads.items():
             if t.disagreement:
                 console.print(f"  {name}: the figures disagree: {t.disagreement}", markup=False)
+    from accelopt.tools.harness.result import interval_label
+
     for name, vs in result.versus.items():
         verdict = "faster" if vs.faster else "slower" if vs.slower else "within noise"
-        console.print(f"  vs {name}: {vs.speedup:.3f}x (95% CI {vs.ci_low:.3f}-{vs.ci_high:.3f}, "
-                      f"{vs.rounds} rounds): {verdict}")
+        console.print(f"  vs {name}: {vs.speedup:.3f}x ({interval_label(vs.rounds)}: {vs.ci_low:.3f}-{vs.ci_high:.3f})"
+                      f": {verdict}")
     if result.audit is not None:
         console.print(f"  audit ({result.audit.tool}): {result.audit.note}", markup=False)
     if result.flags:

@@ -21,6 +21,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, computed_field
 
+from accelopt.tools.harness.result import interval_coverage, interval_label  # noqa: F401 - the report's names
+
 FAST_P = (0.0, 0.5, 0.8, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0)
 
 # A task's `outcome` says how its run ended: "optimized" (the search finished with a verified best
@@ -39,7 +41,6 @@ INTERPRETER = "interpreter_wall"
 TIMERS = {"cuda_event": "GPU time (CUDA)", INTERPRETER: "CPU Triton-interpreter wall time",
           "nki_benchmark": "Trainium (NKI benchmark)"}
 TIMERS_SHORT = {"cuda_event": "GPU", INTERPRETER: "CPU interpreter", "nki_benchmark": "Trainium"}
-RANGE_MAX_ROUNDS = 5  # up to this many rounds the harness's bootstrap interval is the min-max range
 
 
 class Timing(BaseModel):
@@ -145,23 +146,6 @@ def latency(workloads: dict) -> tuple[float | None, float | None]:
     medians = [t["median_us"] for t in workloads.values()]
     spread = max((t["iqr_us"] / t["median_us"] * 100 for t in workloads.values() if t["median_us"]), default=None)
     return geomean(medians), spread
-
-
-def interval_label(rounds: int | None) -> str:
-    """What the recorded speedup interval is. The harness bootstraps the median over rounds; with
-    5 rounds or fewer every resampled median lies between the smallest and the largest round, and
-    the 2.5% and 97.5% quantiles are those two: the interval is the range of the rounds. The range
-    of n rounds covers the median of the rounds' distribution with probability 1 - 2 * 0.5^n."""
-    if not rounds:
-        return "interval (rounds not recorded)"
-    if rounds <= RANGE_MAX_ROUNDS:
-        return f"range over {rounds} rounds"
-    return f"bootstrap 95% interval over {rounds} rounds"
-
-
-def interval_coverage(rounds: int | None) -> float | None:
-    """The probability that the min-max range of `rounds` rounds covers their distribution's median."""
-    return 1 - 2 * 0.5 ** rounds if rounds and rounds <= RANGE_MAX_ROUNDS else None
 
 
 def interval_text(low: float | None, high: float | None, rounds: int | None) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from accelopt.tools.harness.result import interval_label
 from accelopt.tools.policy import MeasuredKernel
 from accelopt.tools.tunables import config_of, format_config
 
@@ -36,7 +37,7 @@ def describe(candidate: dict) -> str:
     vs = (candidate.get("versus") or {}).get("baseline")
     if vs:
         lines.append(f"Speedup over the original baseline: {vs['speedup']:.2f}x "
-                     f"(95% interval {vs['ci_low']:.2f}-{vs['ci_high']:.2f}, {vs['rounds']} interleaved rounds)")
+                     f"({interval_label(vs['rounds'])}: {vs['ci_low']:.2f}-{vs['ci_high']:.2f}, interleaved)")
     return "\n".join(lines)
 
 

@@ -27,4 +27,4 @@ def test_planner_branches_see_the_profile_and_speedup_interval():
               "profile": "Profile of one call on workload w:\n- k: 10.0 us, DRAM throughput % 68",
               "versus": {"baseline": {"speedup": 1.3, "ci_low": 1.25, "ci_high": 1.35, "rounds": 5}}}
     text = describe(compact(member))
-    assert "DRAM throughput % 68" in text and "95% interval 1.25-1.35" in text
+    assert "DRAM throughput % 68" in text and "range over 5 rounds: 1.25-1.35, interleaved" in text

@@ -83,7 +83,7 @@ class Comparison(BaseModel):
     """Candidate against one comparator timed interleaved in the same worker."""
 
     speedup: float     # comparator time / candidate time: geomean over workloads, median over rounds
-    ci_low: float      # 95% bootstrap interval over rounds
+    ci_low: float      # bootstrap interval of the median over rounds: see interval_label
     ci_high: float
     rounds: int
     faster: bool       # ci_low > 1: faster beyond noise
@@ -132,3 +132,23 @@ def compare_rounds(candidate: dict[str, WorkloadTiming], other: dict[str, Worklo
     low, high = medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]
     return Comparison(speedup=statistics.median(per_round), ci_low=low, ci_high=high, rounds=count,
                       faster=low > 1.0, slower=high < 1.0)
+
+
+RANGE_MAX_ROUNDS = 5  # up to this many rounds the bootstrap interval is the min-max range of the rounds
+
+
+def interval_label(rounds: int | None) -> str:
+    """What the recorded speedup interval is. The harness bootstraps the median over rounds; with
+    5 rounds or fewer every resampled median lies between the smallest and the largest round, and
+    the 2.5% and 97.5% quantiles are those two: the interval is the range of the rounds. The range
+    of n rounds covers the median of the rounds' distribution with probability 1 - 2 * 0.5^n."""
+    if not rounds:
+        return "interval (rounds not recorded)"
+    if rounds <= RANGE_MAX_ROUNDS:
+        return f"range over {rounds} rounds"
+    return f"bootstrap 95% interval over {rounds} rounds"
+
+
+def interval_coverage(rounds: int | None) -> float | None:
+    """The probability that the min-max range of `rounds` rounds covers their distribution's median."""
+    return 1 - 2 * 0.5 ** rounds if rounds and rounds <= RANGE_MAX_ROUNDS else None
