@@ -360,9 +360,24 @@ def _report(state: dict, run_dir: Path, use_memory: bool = True) -> None:
     else:  # distilled all the same (the run dir keeps them), but no store was written
         table.add_row("insights", f"{lessons} distilled into {run_dir / 'insights.jsonl'}; none stored (--no-memory)")
     console.print(table)
+    _html_report(run_dir)
     failure = run_failure(state)  # summary.json is written: the run's record stays, the exit says it failed
     if failure:
         fail(failure, code=1)
+
+
+def _html_report(run_dir: Path) -> None:
+    """The run's report.html (plots, the best kernel's diff, provenance); a report that cannot be
+    built is a warning, never a failed run."""
+    from accelopt.evals.report import build_report
+
+    try:
+        page = build_report(run_dir)
+    except Exception as exc:  # noqa: BLE001 - the run and its summary are already on disk
+        console.print(f"report: not written ({type(exc).__name__}: {exc}); try `accelopt report {run_dir}`",
+                      markup=False, highlight=False)
+        return
+    console.print(f"report: {page}", markup=False, highlight=False)
 
 
 def _interval(best: dict) -> str:

@@ -90,6 +90,9 @@ def candidate_line(cand: dict) -> Text:
             line.append(" · beats its parent", style="green")
         elif cand.get("loses_to_parent"):
             line.append(" · slower than its parent", style="dim")
+        elif cand.get("parent_id") and cand.get("speedup_vs_parent") is not None:
+            # not beyond noise against its parent: the selector ranks it below the parent
+            line.append(f" · within noise of its parent ({cand['speedup_vs_parent']:.2f}x)", style="dim")
     else:
         reason = short_reason(cand.get("error"))
         if reason:

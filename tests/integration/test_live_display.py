@@ -9,7 +9,7 @@ import re
 import pytest
 from rich.console import Console
 
-from accelopt.graph.progress import LiveDisplay, RunView, candidate_counts, short_reason
+from accelopt.graph.progress import LiveDisplay, RunView, candidate_counts, candidate_line, short_reason
 from accelopt.nodes.context import RunContext
 from accelopt.nodes.services import emit, stream_writer
 from tests.conftest import ROOT
@@ -80,6 +80,8 @@ def test_the_display_follows_a_run_from_synthetic_stream_events():
     fast = _cand("i1.m0.p1.k0", "verified", speedup=1.5, beats_parent=True, plan_title="BLOCK 256 -> 512")
     out = view.feed(b, "updates", {"profiler": {"candidates": {fast["id"]: fast}}})
     assert re.search(r"✓ i1\.m0\.p1\.k0\s+verified\s+1\.50x \(interpreter time\) · beats its parent", _text(out))
+    noisy = candidate_line(_cand("i1.m0.p3.k0", "verified", speedup=1.23, parent_id="baseline", speedup_vs_parent=1.04))
+    assert "1.23x (interpreter time) · within noise of its parent (1.04x)" in noisy.plain  # why it is not the best
     view.feed((), "updates", {"candidate": {"candidates": {fast["id"]: fast}, "usage": []}})
     assert view.description() == "iteration 1/2 · measuring 1 · fixing 1"
     view.feed(a, "updates", {"fixer": {"usage": []}})
@@ -157,6 +159,7 @@ def test_optimize_on_the_interpreter_shows_phases_and_each_candidate(tmp_path):
     # the bar's counts and the summary's agree: the baseline is not counted by either
     assert "evaluated 2 · verified 2 (baseline not counted)" in live
     flat = " ".join(summary.replace("│", " ").split())
+    assert f"report: {run_dir / 'report.html'}" in flat and (run_dir / "report.html").is_file()
     assert "2 evaluated: verified 2" in flat
     best = json.loads((run_dir / "summary.json").read_text())["best_id"]
     if best != "baseline":  # the best's speedup carries its interval, named for what it is
