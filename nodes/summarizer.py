@@ -10,6 +10,7 @@ import difflib
 from langgraph.runtime import Runtime
 from pydantic import ValidationError
 
+from accelopt.tools import pyparse
 from accelopt.nodes.context import RunContext
 from accelopt.nodes.state import RunState
 from accelopt.memory.features import kernel_class
@@ -72,7 +73,7 @@ def recipe_of(parent_source: str, child_source: str, speedup_vs_baseline: float 
     if not before or set(before) != set(after) or before == after:
         return None
     try:
-        same = ast.dump(ast.parse(apply_config(parent_source, after))) == ast.dump(ast.parse(child_source))
+        same = ast.dump(pyparse.parse(apply_config(parent_source, after))) == ast.dump(pyparse.parse(child_source))
     except SyntaxError:
         return None
     return Recipe(kernel_class=kernel_class(parent_source), start=before, result=after,

@@ -11,13 +11,14 @@ We parse text ourselves and treat "no usable code" as a normal outcome.
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import BaseMessage
+
+from accelopt.tools import pyparse
 
 # ---------------------------------------------------------------- the reply as the model sent it
 
@@ -196,7 +197,7 @@ def code_from_tool_calls(calls: tuple[dict, ...] | list[dict], entry_point: str 
 
 def is_complete_python(source: str) -> bool:
     try:
-        ast.parse(source)
+        pyparse.parse(source)
     except (SyntaxError, ValueError):
         return False
     return True

@@ -25,6 +25,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from accelopt.tools import pyparse
+
 # libdevice calls tl.math also has: the same instruction on the GPU, and the interpreter runs them
 # (it has no libdevice), so a seed can be checked on the CPU too.
 _LIBDEVICE_IN_TL_MATH = re.compile(r"\blibdevice\.(rsqrt|sqrt|exp|exp2|log|log2|sin|cos|floor|ceil|abs|fma)\(")
@@ -89,7 +91,7 @@ def seed_source(capture: dict[str, Any], entry_point: str = "run") -> Seed:
            f'specialization per workload, launched with the configurations Inductor\'s autotuner chose."""\n\n')
     source = (doc + _HEADER + "\n\n" + "\n\n".join(parts) + "\n\n_BY_INPUTS = {\n" + "\n".join(table) + "\n}\n\n\n"
               + _RUN.format(entry=entry_point))
-    ast.parse(source)  # a converter bug must not leave a module that cannot even be read
+    pyparse.parse(source)  # a converter bug must not leave a module that cannot even be read
     return Seed(source=source, origin=origin, workloads=len(records))
 
 
@@ -141,7 +143,7 @@ class _Kernel:
 
 
 def _workload_code(record: dict, index: int) -> tuple[str, str]:
-    tree = ast.parse(record["sources"][0])
+    tree = pyparse.parse(record["sources"][0])
     kernels = _kernels(tree, index)
     call = _call_function(tree)
     configs = record.get("configs", {})
@@ -170,7 +172,7 @@ def _kernels(tree: ast.Module, index: int) -> dict[str, _Kernel]:
 
 
 def _kernel(name: str, text: str, new_name: str) -> _Kernel:
-    module = ast.parse(text)
+    module = pyparse.parse(text)
     function = next((n for n in module.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
     if function is None:
         raise SeedRefused(f"Inductor kernel {name} has no @triton.jit function of that name")
@@ -237,7 +239,7 @@ class _HostCalls(ast.NodeTransformer):
         func = ast.unparse(node.func)
         if func in {"empty_strided_cuda", "empty_strided"}:  # (size, stride, dtype) on the inputs' device
             size, stride, dtype = node.args[:3]
-            return ast.Call(func=ast.parse("torch.empty_strided", mode="eval").body, args=[size, stride],
+            return ast.Call(func=pyparse.parse("torch.empty_strided", mode="eval").body, args=[size, stride],
                             keywords=[ast.keyword("dtype", dtype), ast.keyword("device", ast.Name("_device"))])
         if func == "reinterpret_tensor":
             return ast.Call(func=ast.Name("_reinterpret"), args=node.args, keywords=[])
@@ -267,7 +269,7 @@ def _launch(call: ast.Call, kernel: _Kernel, config: dict | None) -> ast.stmt:
     keywords = ", ".join([f"{k}={v!r}" for k, v in meta.items()]
                          + [f"num_warps={config['num_warps']}", f"num_stages={config['num_stages']}"])
     text = f"{kernel.name}[{grid_text}]({', '.join(ast.unparse(a) for a in args)}, {keywords})"
-    return ast.parse(text).body[0]
+    return pyparse.parse(text).body[0]
 
 
 def _grid(kernel: _Kernel, numel: dict[str, str]) -> str:

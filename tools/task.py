@@ -27,6 +27,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from accelopt.tools import pyparse
+
 REFERENCE_FUNCTIONS = ("make_inputs", "reference", "flops", "bytes_moved")
 # Trainium's roofline splits compute between the TensorEngine and the Vector/Scalar engines.
 NKI_REFERENCE_FUNCTIONS = (*REFERENCE_FUNCTIONS, "matmul_flops")
@@ -240,7 +242,7 @@ def read_utf8(path: Path) -> str:
 
 def _require_functions(path: Path, source: str, names: tuple[str, ...]) -> None:
     try:
-        tree = ast.parse(source, filename=str(path))
+        tree = pyparse.parse(source, filename=str(path))
     except SyntaxError as e:
         raise TaskError(f"{path}: syntax error at line {e.lineno}: {e.msg}") from None
     except ValueError as e:  # a NUL byte in the source

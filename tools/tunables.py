@@ -24,6 +24,8 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from accelopt.tools import pyparse
+
 TILE_NAME = re.compile(r"(?i)^(num_warps|num_stages)$|block|tile|chunk|split|group|_size$|^b[mnk]$")
 IMPLICIT_DEFAULTS = {"num_warps": 4, "num_stages": 3}
 LIMITS = {"num_warps": (1, 32), "num_stages": (1, 7)}
@@ -399,7 +401,7 @@ def autotune_space(source: str | ast.Module) -> AutotuneSpace | None:
     """The source's @triton.autotune config list as a search space (None: no autotuned kernel).
     Read without importing anything; what cannot be read safely comes back with a `reason`."""
     try:
-        tree = ast.parse(source) if isinstance(source, str) else source
+        tree = pyparse.parse(source) if isinstance(source, str) else source
     except SyntaxError:
         return None
     decorated = _autotune_decorators(tree)
@@ -577,7 +579,7 @@ def find_knobs(source: str) -> dict[str, Knob]:
     `autotune_space`), then any launch keyword the list does not set. Empty if the source does not
     parse, or if an autotuned kernel's config list cannot be read (`why_untunable` says why)."""
     try:
-        tree = ast.parse(source)
+        tree = pyparse.parse(source)
     except SyntaxError:
         return {}
     knobs: dict[str, Knob] = {}

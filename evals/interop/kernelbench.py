@@ -20,6 +20,7 @@ import re
 import shutil
 from pathlib import Path
 
+from accelopt.tools import pyparse
 from accelopt.evals.interop import kernelbench_reference as kbref
 from accelopt.evals.interop import kernelbench_sizes as kbsizes
 from accelopt.evals.interop.kernelbench_export import export_run, solution_source  # noqa: F401 - re-exported
@@ -44,7 +45,7 @@ def parse_problem(path: Path) -> ast.Module:
     """The problem's syntax tree, after checking that it is a KernelBench problem whose imports
     are installed here."""
     try:
-        tree = ast.parse(read_utf8(path), filename=str(path))
+        tree = pyparse.parse(read_utf8(path), filename=str(path))
     except SyntaxError as e:
         raise TaskError(f"{path}: syntax error at line {e.lineno}: {e.msg}") from None
     defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from accelopt.tools import pyparse
 from accelopt.evals.interop import read_summary
 from accelopt.tools.task import TaskError, load_task
 
@@ -41,7 +42,7 @@ class ModelNew(Model):
 
 
 def _without_docstrings(source: str) -> str:
-    tree = ast.parse(source)
+    tree = pyparse.parse(source)
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             body = node.body

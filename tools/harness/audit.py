@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import shutil
 
+from accelopt.tools import pyparse
 from accelopt.tools.harness.judge import foreign_work
 from accelopt.tools.harness.kernel_profile import profile_kernel
 from accelopt.tools.harness.result import Audit, EvalResult
@@ -35,7 +36,7 @@ def autotuned(source: str) -> bool:
     """An autotuner in a fresh process may pick another configuration than the harness's
     process did, so its time is not the same kernel's time."""
     try:
-        tree = ast.parse(source)
+        tree = pyparse.parse(source)
     except SyntaxError:
         return False
     return any("autotune" in ast.unparse(deco) for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)

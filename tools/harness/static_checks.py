@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 
+from accelopt.tools import pyparse
 from accelopt.tools.harness.result import Finding
 
 # Host code may allocate, inspect and reshape tensors, never compute with torch.
@@ -55,7 +56,7 @@ _TAMPER_TARGETS = ("torch.cuda", "time", "triton.testing", "torch.Tensor", "torc
 def syntax_error(source: str) -> str | None:
     """The one static verdict: a source Python cannot parse."""
     try:
-        ast.parse(source)
+        pyparse.parse(source)
     except SyntaxError as e:
         line = (e.text or "").strip()
         return f"SyntaxError: {e.msg} (line {e.lineno}: {line})"
@@ -65,7 +66,7 @@ def syntax_error(source: str) -> str | None:
 def findings(source: str, entry_point: str) -> list[Finding]:
     """Static advice on a source, worst first; empty when it does not parse (see syntax_error)."""
     try:
-        tree = ast.parse(source)
+        tree = pyparse.parse(source)
     except SyntaxError:
         return []
     out: list[Finding] = []
@@ -91,7 +92,7 @@ def triton_kernel_names(source: str) -> set[str]:
     """Names of the @triton.jit (autotune, heuristics) functions a source defines: what its GPU
     kernels are called."""
     try:
-        tree = ast.parse(source)
+        tree = pyparse.parse(source)
     except SyntaxError:
         return set()
     return {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)
