@@ -27,12 +27,11 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn
 from rich.text import Text
 
 from accelopt.nodes.context import RunContext
-from accelopt.tools.harness.result import FIXABLE
+from accelopt.tools.harness.result import FIXABLE, TIMER_LIVE
 from accelopt.tools.llm import totals
 
 log = logging.getLogger("accelopt")
 
-TIMER_LABELS = {"interpreter_wall": "interpreter time", "cuda_event": "GPU", "nki_benchmark": "Trainium"}
 # the candidate subgraph's stages, in the order a branch meets them
 STAGES = ("writing kernels", "measuring", "fixing", "autotuning")
 _SAMPLE = re.compile(r"^(.*?\.k\d+)")  # i1.m0.p2.k0.f1.a3 -> i1.m0.p2.k0: the branch (plan x sample)
@@ -40,7 +39,7 @@ _SAMPLE = re.compile(r"^(.*?\.k\d+)")  # i1.m0.p2.k0.f1.a3 -> i1.m0.p2.k0: the b
 
 def timer_label(timer: str | None) -> str | None:
     """What a timing is: 'GPU', 'interpreter time' (the CPU interpreter: not GPU performance), ..."""
-    return TIMER_LABELS.get(timer, timer) if timer else None
+    return TIMER_LIVE.get(timer, timer) if timer else None
 
 
 def candidate_counts(candidates: dict[str, dict], baseline_id: str = "baseline") -> tuple[int, dict[str, int]]:

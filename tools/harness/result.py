@@ -32,6 +32,12 @@ FIXABLE = {"no_code", "truncated", "compile_error", "runtime_error", "crashed", 
 
 # Timings on the interpreter are labelled so and must never be compared with GPU timings.
 Timer = Literal["cuda_event", "interpreter_wall", "nki_benchmark"]
+# What each timer is, in words: in full (report pages), short (tables), and as a live line's label.
+# Interpreter times are never called GPU times.
+TIMER_NAMES = {"cuda_event": "GPU time (CUDA)", "interpreter_wall": "CPU Triton-interpreter wall time",
+               "nki_benchmark": "Trainium (NKI benchmark)"}
+TIMER_SHORT = {"cuda_event": "GPU", "interpreter_wall": "CPU interpreter", "nki_benchmark": "Trainium"}
+TIMER_LIVE = {"cuda_event": "GPU", "interpreter_wall": "interpreter time", "nki_benchmark": "Trainium"}
 
 
 class WorkloadTiming(BaseModel):
