@@ -64,7 +64,13 @@ def cuda_fault(exc: BaseException) -> bool:
 class Launches:
     """Every Triton launch goes through JITFunction.run (InterpretedFunction.run on the
     interpreter); autotune and heuristics wrappers call it too. The hook records which kernels a
-    call launched, marks them in the profiler trace, and can stub them out ("ghost replay")."""
+    call launched, marks them in the profiler trace on the interpreter, and can stub them out
+    ("ghost replay").
+
+    On a GPU the launch is not annotated: the judge reads GPU activity only, and a
+    record_function per launch is host time that torch.compile's launcher (which does not go
+    through JITFunction.run) never pays, so it would slow every multi-kernel candidate against
+    its comparators in the timed calls."""
 
     def __init__(self, torch, interpreter: bool):
         if interpreter:
@@ -75,6 +81,7 @@ class Launches:
         self.names: list[str] = []      # launched by the current request
         self.ever: set[str] = set()      # launched by this module so far (a CUDA graph replays them)
         self.stub = False
+        self.annotate = interpreter  # the interpreter's trace tells our launches from host ops by it
         hook = self
 
         def run(self_fn, *args, **kwargs):
@@ -83,6 +90,8 @@ class Launches:
             hook.ever.add(name)
             if hook.stub:
                 return None
+            if not hook.annotate:
+                return hook.original(self_fn, *args, **kwargs)
             with torch.profiler.record_function("accelopt::triton_launch"):
                 return hook.original(self_fn, *args, **kwargs)
 
