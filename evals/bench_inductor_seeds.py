@@ -1,12 +1,15 @@
-"""GPU benchmark: Inductor seeds against torch.compile, on the bundled tasks (issue 17).
+"""GPU benchmark: Inductor seeds against torch.compile and eager PyTorch (issue 17).
 
-For each task, one evaluation of its Inductor seed (tools/inductor_seed.py; a matmul that
-Inductor leaves to cuBLAS is seeded from its Triton templates) through the harness, timed
-interleaved in the same rounds with: the task's baseline kernel, torch.compile of the reference
-(default mode), eager PyTorch, and, when `--tuned DIR` holds DIR/<task>.py, the best kernel of a
-seeded tuner run. Speedups are comparator time / seed time (>1: the seed is faster).
+For each task, one evaluation of its Inductor seed (tools/inductor_seed.py; a matmul or a
+convolution that Inductor leaves to a library is seeded from its Triton templates) through the
+harness, timed interleaved in the same rounds with: the task's baseline kernel (if it has one),
+torch.compile of the reference (default mode), eager PyTorch, and, when `--tuned DIR` holds
+DIR/<task>.py, the best kernel of a seeded tuner run. Speedups are comparator time / seed time
+(>1: the seed is faster). The captures (torch.compile in its own process, mostly CPU work) run
+`--jobs` at a time before any timing; the evaluations then run one after another.
 
     python evals/bench_inductor_seeds.py --out seeds.json [--tasks rmsnorm,softmax] [--tuned best/]
+    python evals/bench_inductor_seeds.py --out kb.json --suite kb/ --jobs 8    # e.g. imported KernelBench
 """
 
 from __future__ import annotations
@@ -14,11 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from accelopt.tools.harness.reference_kernel import torch_comparators
 from accelopt.tools.harness.runner import evaluate
-from accelopt.tools.inductor_capture import capture_in_subprocess
+from accelopt.tools.inductor_capture import CaptureError, capture_in_subprocess
 from accelopt.tools.inductor_seed import SeedRefused, seed_source
 from accelopt.tools.task import load_task
 
@@ -26,6 +30,7 @@ TASKS = Path(__file__).resolve().parent / "tasks"
 
 
 def seed_for(task_dir: Path) -> tuple[str | None, str]:
+    """(seed source, origin), or (None, why there is none)."""
     try:
         made = seed_source(capture_in_subprocess(task_dir, "default"))
     except SeedRefused as exc:
@@ -33,18 +38,21 @@ def seed_for(task_dir: Path) -> tuple[str | None, str]:
             return None, str(exc)
         try:
             made = seed_source(capture_in_subprocess(task_dir, "max-autotune-triton"))
-        except SeedRefused as again:
+        except (SeedRefused, CaptureError) as again:
             return None, str(again)
+    except CaptureError as exc:
+        return None, str(exc)
     return made.source, made.origin
 
 
-def bench_task(task_dir: Path, tuned_dir: Path | None, timeout_s: float) -> dict:
+def bench_task(task_dir: Path, seed: tuple[str | None, str], tuned_dir: Path | None, timeout_s: float) -> dict:
     task = load_task(task_dir)
-    source, origin = seed_for(task_dir)
+    source, origin = seed
     row: dict = {"task": task.name, "origin": origin}
     if source is None:
         row["refused"] = origin
         return row
+    row["source"] = source
     compare = torch_comparators(task)
     if task.baseline_source:
         compare["baseline"] = task.baseline_source
@@ -69,18 +77,26 @@ def geomean(values: list[float]) -> float | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
-    parser.add_argument("--tasks", default="")
+    parser.add_argument("--tasks", default="", help="bundled task names (default: all of them)")
+    parser.add_argument("--suite", type=Path, default=None, help="a folder of task folders, instead of --tasks")
     parser.add_argument("--tuned", type=Path, default=None, help="DIR/<task>.py: best kernels of seeded runs")
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--jobs", type=int, default=1, help="captures at a time (each compiles in its own process)")
     args = parser.parse_args()
-    names = [t for t in args.tasks.split(",") if t] or sorted(p.name for p in TASKS.iterdir() if p.is_dir())
+    root = args.suite or TASKS
+    names = [t for t in args.tasks.split(",") if t] or sorted(p.name for p in root.iterdir() if p.is_dir())
+    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        seeds = list(pool.map(lambda name: seed_for(root / name), names))
     rows = []
-    for name in names:
-        rows.append(bench_task(TASKS / name, args.tuned, args.timeout))
+    for name, seed in zip(names, seeds):
+        rows.append(bench_task(root / name, seed, args.tuned, args.timeout))
         Path(args.out).write_text(json.dumps(rows, indent=1))
         print(json.dumps({k: rows[-1].get(k) for k in ("task", "status", "versus", "refused", "error")}), flush=True)
-    over_tc = [r["versus"]["torch_compile"] for r in rows if "torch_compile" in r.get("versus", {})]
-    print(f"seed vs torch.compile, geomean over {len(over_tc)} tasks: {geomean(over_tc)}")
+    for comparator in ("torch_compile", "eager"):
+        over = [r["versus"][comparator] for r in rows if comparator in r.get("versus", {})]
+        fast_1 = sum(v > 1.0 for v in over) / len(rows) if rows else 0.0
+        print(f"seed vs {comparator}: geomean over {len(over)} verified seeds {geomean(over)}; "
+              f"fast_1 over all {len(rows)} tasks {fast_1:.2f}")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from accelopt.tools.inductor_seed import graph_argument_positions
 from accelopt.tools.task import Task, Workload, load_task
 
 MODES = ("default", "max-autotune-no-cudagraphs", "max-autotune-triton")
@@ -77,13 +78,15 @@ def capture_workload(reference: Any, workload: Workload, inputs: tuple, mode: st
         graphs.append([node.name for node in gm.graph.nodes if node.op == "placeholder"])
         return compile_fx(gm, example_inputs, config_patches=options)
 
-    compiled = torch.compile(reference.reference, backend=backend, dynamic=False)
+    function = traced_reference(reference, inputs)
+    compiled = torch.compile(function, backend=backend, dynamic=False)
     _, sources = run_and_get_code(compiled, *inputs)
     wrappers = [s for s in sources if "def call(" in s]
     record: dict[str, Any] = {
         "workload": workload.name, "params": workload.params, "graphs": len(graphs),
         "placeholders": graphs[0] if graphs else [],
-        "parameters": list(inspect.signature(reference.reference).parameters),
+        "parameters": [("*" if p.kind is p.VAR_POSITIONAL else "") + name
+                       for name, p in inspect.signature(function).parameters.items()],
         "inputs": [[list(x.shape), str(x.dtype).removeprefix("torch."), list(x.stride())]
                    if isinstance(x, torch.Tensor) else repr(x) for x in inputs],
         "sources": wrappers,
@@ -93,11 +96,19 @@ def capture_workload(reference: Any, workload: Workload, inputs: tuple, mode: st
     return record
 
 
+def traced_reference(reference: Any, inputs: tuple) -> Any:
+    """What torch.compile is given for these inputs: the reference module's `traceable_for(*inputs)`
+    where it has one (a KernelBench Model's forward with its state bound, one graph; the plain
+    `reference` there builds Models and would split into many), else `reference` itself."""
+    traceable = getattr(reference, "traceable_for", None)
+    function = traceable(*inputs) if traceable is not None else None
+    return function if function is not None else reference.reference
+
+
 def _graph_inputs(record: dict, inputs: tuple) -> list:
-    """The reference's arguments in the order the compiled graph takes them (Dynamo names a
-    graph input after the argument it came from: `L_x_` for `x`)."""
-    position = {name: i for i, name in enumerate(record["parameters"])}
-    return [inputs[position[name[2:-1]]] for name in record["placeholders"] if name[2:-1] in position]
+    """The reference's arguments in the order the compiled graph takes them."""
+    positions = graph_argument_positions(record["placeholders"], record["parameters"])
+    return [inputs[p] for p in positions if p is not None]
 
 
 def capture_task(task_dir: str | Path, mode: str = "default", seed: int = 0) -> dict[str, Any]:

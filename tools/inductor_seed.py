@@ -120,15 +120,27 @@ def _key_literal(record: dict) -> str:
 
 
 def _graph_order(record: dict) -> list[int]:
-    position = {name: i for i, name in enumerate(record["parameters"])}
-    order = []
-    for placeholder in record["placeholders"]:
-        argument = re.fullmatch(r"[lL]_(.+)_", placeholder)
-        if not argument or argument.group(1) not in position:
+    order = graph_argument_positions(record["placeholders"], record["parameters"])
+    for placeholder, position in zip(record["placeholders"], order):
+        if position is None:
             raise SeedRefused(f"the compiled graph takes an input {placeholder!r} that is not an argument of the "
                               f"reference ({', '.join(record['parameters'])}): module state or a constant")
-        order.append(position[argument.group(1)])
-    return order
+    return [p for p in order if p is not None]
+
+
+def graph_argument_positions(placeholders: list[str], parameters: list[str]) -> list[int | None]:
+    """For each input of a Dynamo graph, the position of the argument it came from, or None.
+    Dynamo names a graph input after its source: `L_x_` for parameter `x`, `L_args_2_` for the
+    third value of `*args` (parameters are the compiled function's, `*args` written with its star)."""
+    position = {name: i for i, name in enumerate(parameters) if not name.startswith("*")}
+    star = next(((name[1:], i) for i, name in enumerate(parameters) if name.startswith("*")), None)
+    out: list[int | None] = []
+    for placeholder in placeholders:
+        argument = re.fullmatch(r"[lL]_(.+)_", placeholder)
+        name = argument.group(1) if argument else ""
+        packed = re.fullmatch(rf"{re.escape(star[0])}_(\d+)", name) if star else None
+        out.append(position.get(name) if not packed else star[1] + int(packed.group(1)))
+    return out
 
 
 # ---------------------------------------------------------------- one workload's wrapper

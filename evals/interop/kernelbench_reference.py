@@ -16,7 +16,9 @@ from __future__ import annotations
 import ast
 import contextlib
 import importlib.util
+import inspect
 import json
+import sys
 from pathlib import Path
 
 import torch
@@ -29,6 +31,7 @@ REAL_RUN_ELEMENTS = 5_000_000  # where the meta device cannot run a Model, a rea
 def _load(path: Path, name: str):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # torch.compile looks a traced function's module up by name
     spec.loader.exec_module(module)
     return module
 
@@ -217,6 +220,45 @@ def reference_with_state(*args):
     """The outputs, and {argument index: its value after the call} for the state the Model
     updates (BatchNorm's running statistics in training mode), as the Model would leave it."""
     return _the_runner().run(args)
+
+
+_traceable: dict[tuple, object] = {}
+
+
+def traceable_for(*args):
+    """The Model's forward for these arguments' shapes as a function of the same arguments, that
+    torch.compile traces to one graph (the torch.compile comparator and Inductor seeds use it):
+    the Model is found outside the traced function and its parameters and buffers are bound
+    through functional_call, as compiling the Model itself would see them. None where that would
+    change what the Model computes: state in plain attributes, random numbers drawn in forward,
+    or a Model that updates its buffers (BatchNorm in training mode)."""
+    shapes = _shapes(args)
+    if shapes not in _traceable:
+        _traceable[shapes] = _make_traceable(args)
+    return _traceable[shapes]
+
+
+def _make_traceable(args):
+    runner = _the_runner()
+    model, slots = runner.model(runner.workload_for(args))
+    modules = list(model.modules())
+    if any(kind == "attribute" for kind, *_ in slots):
+        return None
+    if any(m.training for m in modules if isinstance(m, torch.nn.modules.batchnorm._NormBase)):
+        return None
+    if any(m.p > 0 for m in modules if isinstance(m, torch.nn.modules.dropout._DropoutNd)):
+        return None
+    forwards = "".join(inspect.getsource(type(m).forward) for m in modules if type(m).__module__ == type(model).__module__)
+    if "rand" in forwards:  # rand, randn, randint, rand_like... in forward: the seeded draw is not traced
+        return None
+    first = len(args) - len(slots)
+    names = [qualified for *_, qualified in slots]
+
+    def forward(*args):
+        with torch.no_grad():
+            return torch.func.functional_call(model, dict(zip(names, args[first:])), tuple(args[:first]))
+
+    return forward
 
 
 # ---------------------------------------------------------------- costs

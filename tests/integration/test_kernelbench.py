@@ -441,3 +441,41 @@ print("RESULTS " + json.dumps(out))
     for (relative, _, _), (compiled, correct, trials, issue) in zip(KERNELBENCH_CHECKED, results):
         assert compiled and correct and trials == "(3 / 3)", (relative, issue)
     assert results[-1][:2] == [True, False] and results[-1][3] == "Output mismatch"
+
+
+TRACEABLE_LEVELS = ("level1_", "level2_")
+
+
+def test_traceable_for_is_one_graph_over_the_arguments_with_the_reference_outputs(imported):
+    """What torch.compile is handed for a KernelBench task (its comparator and Inductor seeds): the
+    Model's forward with its state bound, traced to one graph whose inputs are all arguments;
+    None where binding would change what the Model computes (BatchNorm in training mode)."""
+    from accelopt.tools.inductor_capture import traced_reference
+    from accelopt.tools.inductor_seed import graph_argument_positions
+
+    traced, refused = [], []
+    for name, task_dir in sorted(imported.items()):
+        if not name.startswith(TRACEABLE_LEVELS) or isinstance(task_dir, str):
+            continue
+        ref = _reference_module(load_task(task_dir).root)
+        args = ref.make_inputs(load_task(task_dir).spec.interpreter_workloads[0].params, 0, "cpu", "float32")
+        function = traced_reference(ref, args)
+        if function is ref.reference:
+            refused.append(name)
+            continue
+        graphs = []
+
+        def backend(gm, example_inputs, graphs=graphs):
+            graphs.append([n.name for n in gm.graph.nodes if n.op == "placeholder"])
+            return gm.forward
+
+        torch._dynamo.reset()
+        out = torch.compile(function, backend=backend, dynamic=False)(*args)
+        torch.testing.assert_close(out, ref.reference(*args), rtol=1e-5, atol=1e-5, msg=name)
+        assert len(graphs) == 1, (name, len(graphs))
+        positions = graph_argument_positions(graphs[0], ["*args"])
+        assert None not in positions and len(set(positions)) == len(positions), (name, graphs[0])
+        traced.append(name)
+    assert "level1_33_BatchNorm" in refused and "level2_33_Gemm_Scale_BatchNorm" in refused
+    assert "level1_1_Square_matrix_multiplication_" in traced and "level2_1_Conv2D_ReLU_BiasAdd" in traced
+    assert len(traced) >= 20, (traced, refused)

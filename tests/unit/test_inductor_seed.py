@@ -62,3 +62,14 @@ def test_a_failed_or_empty_capture_refuses():
         seed_source(broken)
     with pytest.raises(SeedRefused, match="no workloads"):
         seed_source({"workloads": []})
+
+
+def test_graph_inputs_map_back_to_named_and_packed_arguments():
+    from accelopt.tools.inductor_seed import graph_argument_positions
+
+    assert graph_argument_positions(["L_x_", "L_w_"], ["w", "x"]) == [1, 0]
+    # Dynamo names the values of *args after their index (a KernelBench Model's forward)
+    assert graph_argument_positions(["l_args_1_", "l_args_0_"], ["*args"]) == [1, 0]
+    assert graph_argument_positions(["l_args_0_", "l_y_"], ["y", "*args"]) == [1, 0]
+    # module state or a constant: no argument, and the seed is refused with that reason
+    assert graph_argument_positions(["L_self_weight_", "l_args_x_"], ["*args"]) == [None, None]
