@@ -29,15 +29,15 @@ from accelopt.tools.task import load_task
 TASKS = Path(__file__).resolve().parent / "tasks"
 
 
-def seed_for(task_dir: Path) -> tuple[str | None, str]:
+def seed_for(task_dir: Path, timeout_s: float = 900.0) -> tuple[str | None, str]:
     """(seed source, origin), or (None, why there is none)."""
     try:
-        made = seed_source(capture_in_subprocess(task_dir, "default"))
+        made = seed_source(capture_in_subprocess(task_dir, "default", timeout_s))
     except SeedRefused as exc:
         if not exc.library:
             return None, str(exc)
         try:
-            made = seed_source(capture_in_subprocess(task_dir, "max-autotune-triton"))
+            made = seed_source(capture_in_subprocess(task_dir, "max-autotune-triton", timeout_s))
         except (SeedRefused, CaptureError) as again:
             return None, str(again)
     except CaptureError as exc:
@@ -82,11 +82,12 @@ def main() -> None:
     parser.add_argument("--tuned", type=Path, default=None, help="DIR/<task>.py: best kernels of seeded runs")
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--jobs", type=int, default=1, help="captures at a time (each compiles in its own process)")
+    parser.add_argument("--capture-timeout", type=float, default=900.0, help="seconds for one task's capture")
     args = parser.parse_args()
     root = args.suite or TASKS
     names = [t for t in args.tasks.split(",") if t] or sorted(p.name for p in root.iterdir() if p.is_dir())
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-        seeds = list(pool.map(lambda name: seed_for(root / name), names))
+        seeds = list(pool.map(lambda name: seed_for(root / name, args.capture_timeout), names))
     rows = []
     for name, seed in zip(names, seeds):
         rows.append(bench_task(root / name, seed, args.tuned, args.timeout))
