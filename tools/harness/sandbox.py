@@ -335,6 +335,7 @@ class Sandbox:
                     torch.cuda.synchronize()
                     if self.marker:
                         self.mark(MARKER_CYCLES)
+                    out = None  # one call's outputs alive at a time: a KernelBench output can be 6 GB
                     begin[i].record()
                     out = self.run(*inputs)
                     end[i].record()
@@ -344,6 +345,7 @@ class Sandbox:
                 torch.cuda.synchronize()
         except BaseException as exc:  # noqa: BLE001
             raise Failure(classify(exc), "while timing:\n" + traceback.format_exc(), cuda_fault(exc)) from None
+        torch.cuda.empty_cache()  # what the calls freed goes back to the GPU, for the judge and the other boxes
         calls, names = calls_between_marks(gpu_events(prof), self.marker, reps)
         events = [b.elapsed_time(e) * 1e3 for b, e in zip(begin, end)]
         span, busy = [], []
