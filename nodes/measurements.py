@@ -65,8 +65,21 @@ def measured_kernels(candidates: dict[str, dict]) -> list[MeasuredKernel]:
     return [MeasuredKernel(
         id=c["id"], title=c.get("plan_title") or ("the starting kernel" if c["id"] == "baseline" else ""),
         status=c.get("status") or "pending", parent_id=c.get("parent_id"),
-        speedup_vs_parent=c.get("speedup_vs_parent"), speedup=c.get("speedup"), config=config_of(c["source"]))
+        speedup_vs_parent=c.get("speedup_vs_parent"), speedup=c.get("speedup"), config=config_of(c["source"]),
+        workload_speedups=workload_speedups(c))
         for c in sorted((c for c in candidates.values() if c.get("source")), key=order)[-TRIED_LIMIT:]]
+
+
+def workload_speedups(candidate: dict) -> dict[str, float]:
+    """Per workload, the candidate's speedup over the baseline timed in the same rounds (the
+    baseline's own: 1.0); empty where it was not verified or not timed against the baseline."""
+    if candidate.get("status") != "verified":
+        return {}
+    mine = {w: t.get("median_us") for w, t in (candidate.get("workloads") or {}).items()}
+    if candidate["id"] == "baseline":
+        return {w: 1.0 for w, us in mine.items() if us}
+    base = (candidate.get("compared_us") or {}).get("baseline") or {}
+    return {w: base[w] / us for w, us in mine.items() if us and base.get(w)}
 
 
 def tried_text(kernels: list[MeasuredKernel]) -> str:

@@ -114,6 +114,12 @@ def reviewed_plans(answer: Any, proposed: list[dict], beam: list[str], iteration
                 and all(isinstance(x, int) and not isinstance(x, bool) for x in v) for k, v in moves.items()):
             raise PlanReviewError(f"{where}: `moves` must map a launch tunable to [from, to] integers, got {moves!r}")
         plan["moves"] = {k: list(v) for k, v in moves.items()}
+        configs = plan.get("configs") or []
+        if not isinstance(configs, list) or not all(
+                isinstance(c, dict) and c and all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+                                                  for k, v in c.items()) for c in configs):
+            raise PlanReviewError(f"{where}: `configs` must be a list of launch configurations (tunable -> integer), "
+                                  f"got {configs!r}")
         ids = plan.setdefault("insight_ids", [])
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
             raise PlanReviewError(f"{where}: `insight_ids` must be a list of strings")
@@ -149,5 +155,5 @@ def _unique_ids(drafts: list[dict], proposed: list[dict], beam: list[str], itera
                 warnings.append(f"plan {n + 1}: id {given!r} {why}; renamed {plan['id']}")
         used.add(plan["id"])
         plans.append(Plan(id=plan["id"], parent_id=plan["parent_id"], text=plan["text"], moves=plan["moves"],
-                          insight_ids=plan["insight_ids"]))
+                          insight_ids=plan["insight_ids"], **({"configs": plan["configs"]} if plan.get("configs") else {})))
     return plans, warnings

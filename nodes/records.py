@@ -26,17 +26,22 @@ class Plan(TypedDict, total=False):
     parent_id: str          # the beam member it modifies
     text: str
     moves: dict[str, list[int]]  # launch-tunable moves, knob -> [from, to] (the tuner's plans; else empty)
+    configs: list[dict[str, int]]  # a shorter @triton.autotune list to write (the tuner's plans; else absent)
     insight_ids: list[str]  # the recalled insights the planner saw
 
 
 def plan_record(plan_id: str, parent_id: str, draft: PlanDraft, insight_ids: list[str]) -> Plan:
-    return Plan(id=plan_id, parent_id=parent_id, text=draft.text, insight_ids=insight_ids,
+    plan = Plan(id=plan_id, parent_id=parent_id, text=draft.text, insight_ids=insight_ids,
                 moves={k: [a, b] for k, (a, b) in draft.moves.items()})
+    if draft.configs:
+        plan["configs"] = [dict(c) for c in draft.configs]
+    return plan
 
 
 def plan_draft(plan: Plan) -> PlanDraft:
     """The plan as the policy wrote it (for the executor and fixer requests)."""
-    return PlanDraft(plan["text"], {k: (a, b) for k, (a, b) in (plan.get("moves") or {}).items()})
+    return PlanDraft(plan["text"], {k: (a, b) for k, (a, b) in (plan.get("moves") or {}).items()},
+                     tuple(dict(c) for c in plan.get("configs") or ()))
 
 
 class Candidate(TypedDict, total=False):

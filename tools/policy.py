@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from typing_extensions import TypedDict
+from typing_extensions import NotRequired, TypedDict
 
 from accelopt.memory.schema import Insight
 from accelopt.tools.task import Task
@@ -37,6 +37,7 @@ class MeasuredKernel(TypedDict):
     speedup_vs_parent: float | None
     speedup: float | None    # over the task's baseline
     config: dict[str, int]   # its launch tunables (empty when it exposes none)
+    workload_speedups: NotRequired[dict[str, float]]  # per workload over the baseline, same rounds (verified)
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,8 @@ class PlanDraft:
 
     text: str
     moves: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # a shorter @triton.autotune list to write instead of moves (the tuner: per-workload winners)
+    configs: tuple[dict[str, int], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from accelopt.memory.schema import Insight, Recipe
 from accelopt.tools.policy import (FixRequest, Kernel, LessonDraft, PlanDraft, PlanRequest, Plans, SummarizeRequest,
                                    WriteRequest)
 from accelopt.tools.tunables import (IMPLICIT_DEFAULTS, additive, apply_config, config_of, describe_moves, format_config,
-                                     limits, neighbours, pins, steps, why_untunable)
+                                     limits, neighbours, pins, steps, why_untunable, write_configs)
 
 # the harness's error text for a launch that asks for more than the GPU has
 _RESOURCE_ERROR = re.compile(r"(?i)out of resource|shared memory|registers|too many resources")
@@ -152,6 +152,27 @@ def _shrink(config: Config, start: Config) -> Config:
     return {}
 
 
+WINNERS = "autotune over the per-workload winners"
+
+
+def per_workload_winners(request: PlanRequest, listed: list[Config]) -> list[Config]:
+    """The configurations of an @triton.autotune list that were fastest, pinned, on at least one
+    workload, in list order: once every configuration was measured pinned and the workloads
+    disagree (a GEMM whose best tile depends on M), a list of just these lets the autotuner keep
+    choosing per workload where no single pin can. Empty otherwise, or if that was tried."""
+    if not listed or any(k["title"].startswith(WINNERS) for k in request.tried):
+        return []
+    knobs = set(listed[0])
+    measured = {frozenset(k["config"].items()): k.get("workload_speedups") or {} for k in request.tried
+                if k["id"] != request.member_id and k["status"] == "verified" and set(k["config"]) == knobs}
+    per_pin = [measured.get(frozenset(c.items())) or {} for c in listed]
+    if not all(per_pin):
+        return []
+    workloads = sorted(set.intersection(*(set(m) for m in per_pin)))
+    won = {max(range(len(listed)), key=lambda i: per_pin[i][w]) for w in workloads}
+    return [listed[i] for i in sorted(won)] if 1 < len(won) < len(listed) else []
+
+
 class TunerPolicy:
     """Deterministic tuning policy; see the module docstring."""
 
@@ -186,7 +207,18 @@ class TunerPolicy:
         options += [(m, "one step" + (" from the fastest pinned config" if base != config else ""))
                     for m in sorted(neighbours(base), key=rank)]
         plans: list[PlanDraft] = []
+        winners = per_workload_winners(request, listed)
+        if winners:
+            plans.append(PlanDraft(
+                text=f"### Plan 1: {WINNERS} ({len(winners)} of {len(listed)} configs)\n"
+                     f"(tuner move) Every configuration of the @triton.autotune list was measured pinned, and "
+                     f"different workloads were fastest under different ones. Replace the list by those "
+                     f"configurations alone, keeping its key, so the autotuner still picks per workload: "
+                     + "; ".join(format_config(c) for c in winners) + ".",
+                configs=tuple(winners)))
         for changes, why in options:
+            if len(plans) >= request.n:
+                break
             result = {**base, **changes}
             if frozenset(result.items()) in tried:
                 continue
@@ -199,11 +231,11 @@ class TunerPolicy:
                      f"(tuner move, {why}) Set {describe_moves(moves)} {where}. Resulting launch config: "
                      f"{format_config(result)}.",
                 moves=moves))
-            if len(plans) == request.n:
-                break
         return Plans(plans, note="" if plans else "(tuner) Every neighbouring launch configuration was measured already.")
 
     def write(self, request: WriteRequest) -> Kernel:
+        if request.source and request.plan.configs:
+            return Kernel(write_configs(request.source, list(request.plan.configs)))
         if not request.source or not request.plan.moves:
             return Kernel(None, "(tuner) The plan names no launch parameter move, so there is no kernel to write.")
         return Kernel(apply_config(request.source, {n: b for n, (a, b) in request.plan.moves.items()}))

@@ -244,6 +244,38 @@ def test_tuner_pins_the_list_in_order_then_steps_from_the_fastest_pin():
     assert [p.moves for p in TUNER.plan(request(pinned, 1)).plans] == [{"BLOCK_M": (64, 128)}]
 
 
+def test_tuner_writes_back_the_per_workload_winners_once_every_pin_is_measured():
+    """Where no single pin wins every workload (the FlashInfer-Bench GEMM of BENCHMARKS.md: 0.11-0.90x
+    over its 9 pins), the tuner proposes the list of the pins that won somewhere, with the same key."""
+    listed, workloads = pins(GEMM), ["M1", "M128", "M4096"]
+
+    def pinned(i: int, speeds: list[float]) -> MeasuredKernel:
+        kernel = measured(f"i1.m0.p{i}.k0", listed[i], min(speeds))
+        kernel["workload_speedups"] = dict(zip(workloads, speeds))
+        return kernel
+
+    original = measured("baseline", config_of(GEMM), 1.0)
+    original["workload_speedups"] = dict.fromkeys(workloads, 1.0)
+    # the first config wins M1, the third wins M128 and M4096; every other one loses everywhere
+    speeds = {0: [1.0, 0.5, 0.4], 2: [0.6, 0.95, 0.9]}
+    tried = [original] + [pinned(i, speeds.get(i, [0.3, 0.3, 0.3])) for i in range(len(listed))]
+    plans = TUNER.plan(request(GEMM, 2, tried)).plans
+    assert len(plans) == 2 and plans[0].configs == (listed[0], listed[2]) and not plans[0].moves
+    assert plans[0].text.startswith(f"### Plan 1: autotune over the per-workload winners (2 of {len(listed)} configs)")
+    assert plans[1].text.startswith("### Plan 2: ") and plans[1].moves  # a step from the fastest pin follows
+    written = TUNER.write(WriteRequest(task=TASK, iteration=1, candidate_id="k", source=GEMM, plan=plans[0])).source
+    assert pins(written) == [listed[0], listed[2]] and autotune_space(written).key == ["M"] and unpinned(written)
+    assert outside_the_list(written) == outside_the_list(GEMM)
+
+    # not before every pin is measured, not once it was tried, and not where one pin wins everywhere
+    assert not TUNER.plan(request(GEMM, 1, tried[:-1])).plans[0].configs
+    done = measured("i2.m0.p0.k0", listed[0], 1.1)
+    done["title"] = plans[0].text.splitlines()[0].split(": ", 1)[1]
+    assert not TUNER.plan(request(GEMM, 1, [*tried, done])).plans[0].configs
+    one_wins = [original] + [pinned(i, [1.0, 1.0, 1.0] if i == 1 else [0.5, 0.5, 0.5]) for i in range(len(listed))]
+    assert not TUNER.plan(request(GEMM, 1, one_wins)).plans[0].configs
+
+
 def test_lessons_and_recipes_from_a_pin():
     child = apply_config(GEMM, pins(GEMM)[2])
     recipe = recipe_of(GEMM, child, 1.1)

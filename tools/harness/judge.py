@@ -711,6 +711,8 @@ class Judge:
                     except SandboxFailure as f:
                         whose = "" if name == "candidate" else f" (comparator {name!r}, not the kernel under test)"
                         raise Reject(f.status, f"while timing{whose}: {f.error}") from None
+                    if req["device"] == "cuda":  # the round's inputs and outputs, freed for the boxes
+                        self.torch.cuda.empty_cache()
                     for key in ("primary", "kernel", "event"):
                         pooled[name][key] += got.get(key) or []
                     pooled[name]["metric"] = got["metric"]

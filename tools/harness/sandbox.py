@@ -345,7 +345,6 @@ class Sandbox:
                 torch.cuda.synchronize()
         except BaseException as exc:  # noqa: BLE001
             raise Failure(classify(exc), "while timing:\n" + traceback.format_exc(), cuda_fault(exc)) from None
-        torch.cuda.empty_cache()  # what the calls freed goes back to the GPU, for the judge and the other boxes
         calls, names = calls_between_marks(gpu_events(prof), self.marker, reps)
         events = [b.elapsed_time(e) * 1e3 for b, e in zip(begin, end)]
         span, busy = [], []
@@ -408,6 +407,11 @@ class Sandbox:
                 self.conn.send(("fail", {"status": "runtime_error", "cuda_fault": False,
                                          "error": _tail("the kernel's outputs could not be handed back:\n"
                                                         + traceback.format_exc())}))
+            # Outputs handed to the judge stay alive in torch's IPC limbo until it lets go; what this
+            # process cached beyond them goes back to the GPU, which the judge and other boxes share.
+            reply, self._last = None, None
+            if self.device == "cuda":
+                self.torch.cuda.empty_cache()
 
 
 def _die_with_parent() -> None:
