@@ -16,6 +16,7 @@ import atexit
 import json
 import os
 import queue
+import re
 import secrets
 import select
 import shutil
@@ -29,6 +30,7 @@ from pathlib import Path
 from accelopt.tools.harness.judge import RESULT_MARK
 
 JUDGE = Path(__file__).with_name("judge.py")
+HOME_PREFIX = "accelopt-judge-"  # + device, slot, p<pid of the process that owns the pool>, random
 # What a judge may take beyond a candidate's own limit: its start and the reference's import.
 JUDGE_MARGIN_S = 120.0
 # Variables a kernel may see; everything else (API keys above all) is dropped.
@@ -56,7 +58,7 @@ class Worker:
 
     def __init__(self, device: str, slot: int, gpu: str | None):
         self.device, self.slot, self.gpu = device, slot, gpu
-        self.home = Path(tempfile.mkdtemp(prefix=f"accelopt-judge-{device}{slot}-"))
+        self.home = Path(tempfile.mkdtemp(prefix=f"{HOME_PREFIX}{device}{slot}-p{os.getpid()}-"))
         self.proc: subprocess.Popen | None = None
         self.stderr_path = self.home / "stderr.log"
         self.stderr_offset = 0
@@ -162,7 +164,28 @@ _pools: dict[str, WorkerPool] = {}
 _pools_lock = threading.Lock()
 
 
+def sweep_stale_homes(tmp: str | None = None) -> list[Path]:
+    """Remove the judge homes of pools whose process is gone: a driver killed with SIGKILL never
+    runs `close`. A home whose owner is alive (or is another user's) stays. Returns what went."""
+    removed = []
+    for home in Path(tmp or tempfile.gettempdir()).glob(f"{HOME_PREFIX}*"):
+        owner = re.fullmatch(rf"{HOME_PREFIX}[a-z]+\d+-p(\d+)-.+", home.name)
+        if not owner or not home.is_dir():
+            continue
+        try:
+            os.kill(int(owner.group(1)), 0)
+            continue  # alive
+        except ProcessLookupError:
+            pass
+        except PermissionError:  # alive, another user's
+            continue
+        shutil.rmtree(home, ignore_errors=True)
+        removed.append(home)
+    return removed
+
+
 def make_pool(device: str, gpu_count: int, fresh_process: bool = False, gpus: list[str] | None = None) -> WorkerPool:
+    sweep_stale_homes()
     if device == "cuda":
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         gpus = gpus or (visible.split(",") if visible else [str(i) for i in range(max(1, gpu_count))])

@@ -1,0 +1,32 @@
+"""Judge homes of a driver killed with SIGKILL (its pool never closed) are swept by the next pool,
+never those of a driver still running."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+from accelopt.tools.harness.pool import Worker, sweep_stale_homes
+
+
+def test_homes_of_dead_pools_are_swept_and_live_ones_kept(tmp_path):
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    dead = tmp_path / f"accelopt-judge-cpu0-p{gone.pid}-abc"
+    dead.mkdir()
+    (dead / "stderr.log").write_text("from a killed run")
+    live = tmp_path / f"accelopt-judge-cuda1-p{os.getpid()}-def"
+    live.mkdir()
+    unknown = tmp_path / "accelopt-judge-cpu0-xyz"  # no owner in its name (an older accelopt): left alone
+    unknown.mkdir()
+    assert sweep_stale_homes(str(tmp_path)) == [dead]
+    assert not dead.exists() and live.exists() and unknown.exists()
+
+
+def test_a_judge_home_names_the_process_that_owns_its_pool():
+    worker = Worker("cpu", 3, None)
+    try:
+        assert worker.home.name.startswith(f"accelopt-judge-cpu3-p{os.getpid()}-")
+        assert sweep_stale_homes(str(worker.home.parent)).count(worker.home) == 0 and worker.home.exists()
+    finally:
+        shutil.rmtree(worker.home, ignore_errors=True)
