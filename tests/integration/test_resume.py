@@ -7,8 +7,10 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import closing
+from pathlib import Path
 
 import pytest
 
@@ -57,8 +59,12 @@ def test_a_run_killed_mid_iteration_resumes_without_losing_or_repeating_an_evalu
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["iteration"] == 1 and summary["stop_reason"] is None  # killed inside iteration 2
 
+    killed_homes = list(Path(tempfile.gettempdir()).glob(f"accelopt-judge-*-p{proc.pid}-*"))
+    assert killed_homes, "the killed run's judges had no home of their own"
     subprocess.run([sys.executable, "-m", "accelopt", "resume", str(run_dir)], cwd=ROOT, check=True,
                    capture_output=True, timeout=600)
+    # The resumed run's pool swept the killed run's judge homes (its close never ran).
+    assert not any(home.exists() for home in killed_homes)
     state = final_state(run_dir)
     assert state["stop_reason"] == "reached T=3 iterations"
     cands = state["candidates"]
