@@ -121,24 +121,14 @@ def print_headline(rows: list, title: str) -> None:
     from accelopt.evals.report import headline, suite_figures
 
     cells, geomeans = headline(rows, suite_figures(rows))
-    console.print(headline_table(cells, title), highlight=False)
-    for line in geomeans:
-        console.print(line, markup=False, highlight=False, soft_wrap=True)
-
-
-HEADLINE_COLUMNS = ("task", "outcome", "speedup (interval)", "vs torch.compile", "timer")
-
-
-def headline_table(cells: list[list[str]], title: str) -> Table:
-    """The headline as a table whose task names and outcome words are never cut in two (a name cut
-    in two reads as another), however wide a long interval makes its column; the figures fold."""
     table = Table(title=title)
-    for i, name in enumerate(HEADLINE_COLUMNS):
-        whole = max((len(word) for row in cells for word in row[i].split()), default=0) if i < 2 else 0
-        table.add_column(name, overflow="fold", min_width=min(whole, 24) or None)  # a long name may fold
+    for name in ("task", "outcome", "speedup (interval)", "vs torch.compile", "timer"):
+        table.add_column(name, overflow="fold")
     for row in cells:
         table.add_row(*(Text(cell) for cell in row))  # plain text: "[...]" is no markup
-    return table
+    console.print(table, highlight=False)
+    for line in geomeans:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def report(path: Opt[Path, typer.Argument(help="A run directory or an eval directory")],

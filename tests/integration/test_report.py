@@ -283,12 +283,15 @@ def test_eval_writes_a_report_and_resumes_by_skipping_finished_tasks(tmp_path):
     assert "skipped (NKI unavailable: install" in result.output
     assert "geomean best speedup over 2 tasks" in result.output  # the end-of-suite table
     table = result.output.split("[3/3]")[-1]
-    assert all(name in table for name in ("rmsnorm", "softmax", "nki_silu", "optimized", "skipped"))
+    assert all(name in table for name in ("rmsnorm", "softmax", "nki_silu", "skipped"))
     page = (out / "report.html").read_text()
     assert "CPU Triton-interpreter timings" in page and "No roofline: a CPU Triton-interpreter run" in page
     assert "95%" not in page
     report = json.loads((out / "report.json").read_text())
     rows = {t["task"]: t for t in report["tasks"]}
+    # each task's outcome as the terminal says it ("optimized (faster ...)" or "no faster kernel found":
+    # whether a tuner move beat the baseline is the interpreter's noise)
+    assert all(t["label"].split()[0] in table for t in rows.values()), table
     if any(t["ci_low"] is not None for t in rows.values()):  # a kernel beat the baseline: its interval is shown
         assert "range over 2 rounds" in page
     for plot in ("speedup_per_iteration", "per_task", "fast_p", "latency_rmsnorm", "workloads_softmax"):
