@@ -438,13 +438,14 @@ def _errors(torch, o, r, atol: float, rtol: float, chunk: int = COMPARE_CHUNK) -
     for start in range(0, out.numel, chunk):
         of, rf = _widened(torch, flat_o[start:start + chunk]), _widened(torch, flat_r[start:start + chunk])
         out.bad += int((~torch.isfinite(of) & torch.isfinite(rf)).sum())
-        diff = (of - rf).abs()
+        delta = of - rf
+        diff = delta.abs()
         diff = torch.where(torch.isnan(of) & torch.isnan(rf), torch.zeros_like(diff), diff)
         out.failed += int(((diff > atol) & (diff > rtol * rf.abs())).sum())
         # NaN where the reference is NaN and the kernel is not: no error size to report (nan_to_num)
         out.max_abs = max(out.max_abs, float(diff.nan_to_num(nan=0.0, posinf=math.inf).max()))
         out.max_rel = max(out.max_rel, float((diff / rf.abs().clamp_min(1e-12)).nan_to_num(nan=0.0, posinf=math.inf).max()))
-        out.diff_sq += float((of - rf).square().sum())
+        out.diff_sq += float(delta.square().sum())
         out.ref_sq += float(rf.square().sum())
     return out
 
@@ -614,9 +615,14 @@ class Judge:
                                                         f"{r.error}") from None
                 checked += 1
                 del inputs, expected, outs
-                if req["device"] == "cuda":  # freed blocks back to the GPU: the boxes allocate in other processes
-                    self.torch.cuda.empty_cache()
+                self._give_back_gpu_memory(req)
         return checked
+
+    def _give_back_gpu_memory(self, req: dict) -> None:
+        """What this process's caching allocator freed goes back to the GPU: the sandboxes, in other
+        processes, allocate from the same device."""
+        if req["device"] == "cuda":
+            self.torch.cuda.empty_cache()
 
     def ghost(self, box, req, ref, deadline) -> str:
         """With every Triton launch stubbed out, a kernel whose outputs are still correct did its
@@ -711,8 +717,7 @@ class Judge:
                     except SandboxFailure as f:
                         whose = "" if name == "candidate" else f" (comparator {name!r}, not the kernel under test)"
                         raise Reject(f.status, f"while timing{whose}: {f.error}") from None
-                    if req["device"] == "cuda":  # the round's inputs and outputs, freed for the boxes
-                        self.torch.cuda.empty_cache()
+                    self._give_back_gpu_memory(req)  # the round's inputs and outputs
                     for key in ("primary", "kernel", "event"):
                         pooled[name][key] += got.get(key) or []
                     pooled[name]["metric"] = got["metric"]
