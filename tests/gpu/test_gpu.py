@@ -21,7 +21,7 @@ def test_baseline_verifies_and_is_timed_by_its_span_on_gpu(name):
     assert result.timer == "cuda_event"
     for timing in result.workloads.values():
         assert timing.metric == "gpu_span" and timing.samples >= 10 and timing.median_us > 0
-        # kernel-only time is part of the span; events add the launch; the judge's clock adds Python
+        # kernel-only time is part of the span; events start where the span does (the cover's end)
         assert timing.kernel_us <= timing.median_us * 1.02
         assert timing.event_us >= timing.median_us * 0.9 and timing.outside_us > 0
         assert 0 < timing.pct_peak <= 100  # above the roofline would be a bug or a cheat
@@ -66,6 +66,29 @@ def test_a_host_stall_inside_the_call_counts_in_the_span():
     for timing in result.workloads.values():
         assert timing.median_us > timing.kernel_us  # the span holds the gap the copy made
     assert result.versus["baseline"].slower
+
+
+def _host_work(us: float) -> str:
+    return f"    _t = time.perf_counter() + {us} * 1e-6\n    while time.perf_counter() < _t:\n        pass\n"
+
+
+def test_host_work_counts_wherever_the_launcher_puts_it_and_only_beyond_the_cover():
+    # 400 µs of host work (the cover hides 100) before the launch in one candidate, between two
+    # launches in the other: each is slower than the baseline by about 300 µs; 20 µs is hidden
+    launch = ("    softmax_kernel[(n_rows,)](out, x, x.stride(0), out.stride(0), n_cols, "
+              "BLOCK_SIZE=BLOCK_SIZE, num_warps=4)\n")
+    base = "import time\n" + BASELINE
+    front = base.replace(launch, _host_work(400) + launch)
+    between = base.replace(launch, launch + _host_work(400) + launch)
+    hidden = base.replace(launch, _host_work(20) + launch)
+    task = load_task(TASKS / "softmax")
+    extra = {}
+    for name, source in (("front", front), ("between", between), ("hidden", hidden)):
+        result = evaluate(task, source, device="cuda", compare={"baseline": task.baseline_source})
+        assert result.status == "verified", result.error
+        extra[name] = min(t.median_us - result.compare["baseline"][w].median_us for w, t in result.workloads.items())
+    assert 200 < extra["front"] < 450 and 200 < extra["between"] < 450, extra
+    assert extra["hidden"] < 15, extra
 
 
 def test_profile_summary_for_the_planner():

@@ -42,7 +42,8 @@ TIMER_LIVE = {"cuda_event": "GPU", "interpreter_wall": "interpreter time", "nki_
 
 class WorkloadTiming(BaseModel):
     """One workload's time. `median_us` is the primary metric named by `metric`: on a GPU the
-    call's real span (first to last GPU activity of a call, copies and host stalls included),
+    call's real span (from the moment the GPU could start the call, launched while the GPU spun
+    for sandbox.COVER_US, to its last GPU activity: copies and uncovered host work included),
     on the interpreter the judge's own wall clock around each call. The secondary figures are
     reported beside it and `disagreement` says when they differ by more than the noise."""
 
@@ -52,7 +53,7 @@ class WorkloadTiming(BaseModel):
     metric: str = "gpu_span"  # gpu_span, cuda_event (fallback without CUPTI), or interpreter_wall
     round_medians_us: list[float] = []
     kernel_us: float | None = None   # median over calls of the summed GPU activity (kernel-only)
-    event_us: float | None = None    # median over calls of CUDA events around the call (launches included)
+    event_us: float | None = None    # median over calls of CUDA events around the call (same start)
     outside_us: float | None = None  # the judge's wall clock around a batch of calls, per call
     disagreement: str | None = None
     flops: float | None = None

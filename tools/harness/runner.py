@@ -25,7 +25,7 @@ from accelopt.tools.task import Task, TaskError, load_task
 SUSPICIOUS_SPEEDUP = 10.0
 FRESH_SEED_OFFSET = 1000
 # The judge's clock around back-to-back calls (no L2 flush, so warm) bounds the reported span:
-# a span this far below it is host work before the first launch, or a false report.
+# a span this far below it is host work the cover hid (sandbox.COVER_US), or a false report.
 OUTSIDE_RATIO, OUTSIDE_SLACK_US = 3.0, 30.0
 
 
@@ -54,8 +54,8 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
     """Check and time `source`; `compare` maps names (parent, baseline) to verified sources that
     are timed interleaved with it, so speedups against them are decided on the same machine state.
 
-    On a GPU the primary time is the call's real span from the CUPTI trace (first to last GPU
-    activity of a call); kernel-only time, CUDA events and the judge's outside clock are
+    On a GPU the primary time is the call's real span from the CUPTI trace (from the moment the
+    GPU could start the call to its last GPU activity); kernel-only time, CUDA events and the judge's outside clock are
     reported beside it. `trusted` skips the static findings, ghost replay and trace checks:
     only for the task's own reference (reference_kernel.py), which is torch code by design."""
     task = load_task(task) if isinstance(task, str) else task
@@ -157,7 +157,7 @@ def _reverify_if_too_good(task: Task, result: EvalResult, pool, request: dict, t
     if contradicted:
         result.flags.append("timing_contradicted")
         result.evidence.append("the judge's clock around back-to-back calls saw far more time per call than the "
-                               f"reported span on {', '.join(contradicted)} (host work before the first launch, "
+                               f"reported span on {', '.join(contradicted)} (host work the timing's cover hid, "
                                "or a false report): the audit decides")
 
 

@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 import traceback
+from typing import NamedTuple
 
 # Run as a script, this file's folder heads sys.path; drop it so that nothing of ours can be
 # imported by name from inside the sandbox.
@@ -153,11 +154,17 @@ class Poison:
 
 
 MARKER_CYCLES = 1000  # torch's spin kernel, ~1 µs: the delimiter of each timed call on the GPU timeline
+CALIBRATION_CYCLES = 200_000
+# Host work the GPU does not wait for: each timed call is launched while the GPU spins this long
+# (the opening marker), as in a pipeline where the GPU is busy with the previous layer, and as
+# in triton.testing.do_bench, whose L2 flush covers ~100 µs of host work on an H100. Host work
+# longer than the cover counts, wherever it sits: before the first kernel or between kernels.
+COVER_US = 100.0
 
 
 def marker_kernel_name(torch) -> str:
     """The GPU name of torch's spin kernel (`torch._C._cuda_sleep`), read once from a trace
-    before any candidate is loaded; it brackets every timed call."""
+    before any candidate is loaded; it opens and closes every timed call."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
@@ -170,6 +177,18 @@ def marker_kernel_name(torch) -> str:
     return names.pop()
 
 
+def cover_cycles(torch) -> int:
+    """The spin kernel's cycle count for COVER_US on this GPU (its clock read by CUDA events)."""
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch._C._cuda_sleep(MARKER_CYCLES)  # loaded before it is timed
+    torch.cuda.synchronize()
+    begin.record()
+    torch._C._cuda_sleep(CALIBRATION_CYCLES)
+    end.record()
+    torch.cuda.synchronize()
+    return int(COVER_US * CALIBRATION_CYCLES / max(begin.elapsed_time(end) * 1e3, 1.0))
+
+
 def gpu_events(prof) -> list[tuple[float, float, str]]:
     """GPU activity (start µs, end µs, name) from the raw Kineto events, in start order (building
     torch's event tree costs more than the calls)."""
@@ -180,21 +199,35 @@ def gpu_events(prof) -> list[tuple[float, float, str]]:
                   if e.device_type() == DeviceType.CUDA and not e.name().startswith("accelopt::"))
 
 
+class TimedCall(NamedTuple):
+    opened: float                        # end of the opening marker: the GPU is free for the call
+    inside: list[tuple[float, float]]    # the call's GPU activity
+
+    def span(self) -> float:  # methods, not properties: the tamper check watches functions
+        """From the moment the GPU could start the call to its last activity: host work beyond
+        the cover counts, before the first kernel as between kernels; work a side stream began
+        during the cover counts from its start."""
+        return max(b for _, b in self.inside) - min(self.opened, min(a for a, _ in self.inside))
+
+    def busy(self) -> float:
+        return sum(b - a for a, b in self.inside)
+
+
 def calls_between_marks(gpu: list[tuple[float, float, str]], marker: str | None,
-                        reps: int) -> tuple[list[list[tuple[float, float]]], list[str]]:
-    """Per timed call, its GPU activity intervals, and the names seen. Each call is bracketed by
-    two runs of the marker kernel, each after a device-wide synchronization, so nothing else
-    (the L2 flush, the copy of fresh values, a big fill of the kernel's own) can be taken for
-    part of a call or for a boundary. A marker count other than 2 per call (a kernel that runs
-    torch's spin kernel itself, or a lossy trace) yields no calls: the judge then falls back to
-    CUDA events, which only overstate a call."""
+                        reps: int) -> tuple[list[TimedCall], list[str]]:
+    """Per timed call, its GPU activity, and the names seen. Each call is bracketed by two runs
+    of the marker kernel, each after a device-wide synchronization, so nothing else (the L2
+    flush, the copy of fresh values, a big fill of the kernel's own) can be taken for part of a
+    call or for a boundary. A marker count other than 2 per call (a kernel that runs torch's
+    spin kernel itself, or a lossy trace) yields no calls: the judge then falls back to CUDA
+    events (from the same start, but blind to other streams)."""
     marks = [k for k, (_, _, name) in enumerate(gpu) if name == marker] if marker else []
     if len(marks) != 2 * reps:
         return [], []
     calls, names = [], set()
     for i in range(reps):
         inside = gpu[marks[2 * i] + 1: marks[2 * i + 1]]
-        calls.append([(a, b) for a, b, _ in inside])
+        calls.append(TimedCall(gpu[marks[2 * i]][1], [(a, b) for a, b, _ in inside]))
         names.update(name for _, _, name in inside)
     return calls, sorted(names)
 
@@ -214,6 +247,7 @@ class Sandbox:
             torch.cuda.init()
             # read before any candidate exists (which also starts CUPTI while this process is a spare)
             self.mark = getattr(torch._C, "_cuda_sleep", None)  # a builtin: a kernel cannot rewrite its code
+            self.cover = cover_cycles(torch) if self.mark else 0
             try:
                 self.marker = marker_kernel_name(torch) if self.mark else None
             except Exception:  # noqa: BLE001 - no CUPTI trace here: calls are timed by CUDA events alone
@@ -305,9 +339,10 @@ class Sandbox:
         return names
 
     def time_calls(self, inputs, reps: int, fresh=None) -> dict:
-        """Per call, on a cold L2: the real span on the GPU (first to last GPU activity of the
-        call: copies and host stalls between kernels included), the summed GPU activity
-        (kernel-only), and CUDA events around the call (launch latency included).
+        """Per call, on a cold L2, launched while the GPU spins for COVER_US: the real span on the
+        GPU (from the end of that cover to the call's last GPU activity: copies, and host work
+        the cover did not hide, included), the summed GPU activity (kernel-only), and CUDA events
+        around the call (the same start, the default stream only).
 
         With `fresh`, the last call runs on those values, copied into the same input buffers
         (untimed): a result kept from an earlier call, keyed by pointer, id or a sample of the
@@ -333,8 +368,8 @@ class Sandbox:
                                 buf.copy_(new)
                     self.flush.zero_()
                     torch.cuda.synchronize()
-                    if self.marker:
-                        self.mark(MARKER_CYCLES)
+                    if self.mark:  # the host launches the call while the GPU spins (the cover)
+                        self.mark(self.cover)
                     out = None  # one call's outputs alive at a time: a KernelBench output can be 6 GB
                     begin[i].record()
                     out = self.run(*inputs)
@@ -347,11 +382,8 @@ class Sandbox:
             raise Failure(classify(exc), "while timing:\n" + traceback.format_exc(), cuda_fault(exc)) from None
         calls, names = calls_between_marks(gpu_events(prof), self.marker, reps)
         events = [b.elapsed_time(e) * 1e3 for b, e in zip(begin, end)]
-        span, busy = [], []
-        for inside in calls:
-            if inside:
-                span.append(max(t for _, t in inside) - min(s for s, _ in inside))
-                busy.append(sum(t - s for s, t in inside))
+        span = [c.span() for c in calls if c.inside]
+        busy = [c.busy() for c in calls if c.inside]
         self.integrity("timing")
         return {"span_us": span, "kernel_us": busy, "kernels": names, "launched": sorted(set(self.launches.names)),
                 "known": sorted(self.launches.ever), "event_us": events,
