@@ -60,7 +60,7 @@ def bench_task(task_dir: Path, seed: tuple[str | None, str], tuned_dir: Path | N
     if tuned is not None and tuned.is_file():
         compare["tuned"] = tuned.read_text()
     result = evaluate(task, source, device="cuda", timeout_s=timeout_s, compare=compare)
-    row.update(status=result.status, error=result.error, device_name=result.device_name)
+    row.update(status=result.status, error=result.error, device_name=result.device_name, flags=result.flags)
     if result.ok:
         row["versus"] = {k: round(v.speedup, 4) for k, v in result.versus.items()}
         row["interval"] = {k: [round(v.ci_low, 4), round(v.ci_high, 4)] for k, v in result.versus.items()}

@@ -155,11 +155,13 @@ class Poison:
 
 MARKER_CYCLES = 1000  # torch's spin kernel, ~1 µs: the delimiter of each timed call on the GPU timeline
 CALIBRATION_CYCLES = 200_000
-# Host work the GPU does not wait for: each timed call is launched while the GPU spins this long
-# (the opening marker), as in a pipeline where the GPU is busy with the previous layer, and as
-# in triton.testing.do_bench, whose L2 flush covers ~100 µs of host work on an H100. Host work
-# longer than the cover counts, wherever it sits: before the first kernel or between kernels.
-COVER_US = 100.0
+# Each timed call is launched while the GPU spins this long (the opening marker): the host runs
+# ahead, as in a pipeline whose GPU is busy with the previous layer (or a CUDA graph), so launch
+# overhead is hidden wherever the launcher puts it, and host work after a synchronization is not
+# (the host waits for the cover first). 100 µs (what do_bench's L2 flush covers) was too short:
+# on an H100, torch.compile's call and a seed's launches each took 100-200 µs of host time in the
+# sandbox, which then decided the figures.
+COVER_US = 1000.0
 
 
 def marker_kernel_name(torch) -> str:
@@ -204,9 +206,9 @@ class TimedCall(NamedTuple):
     inside: list[tuple[float, float]]    # the call's GPU activity
 
     def span(self) -> float:  # methods, not properties: the tamper check watches functions
-        """From the moment the GPU could start the call to its last activity: host work beyond
-        the cover counts, before the first kernel as between kernels; work a side stream began
-        during the cover counts from its start."""
+        """From the moment the GPU could start the call to its last activity: host work the
+        cover did not hide counts, before the first kernel as between kernels; work a side
+        stream began during the cover counts from its start."""
         return max(b for _, b in self.inside) - min(self.opened, min(a for a, _ in self.inside))
 
     def busy(self) -> float:
@@ -341,7 +343,7 @@ class Sandbox:
     def time_calls(self, inputs, reps: int, fresh=None) -> dict:
         """Per call, on a cold L2, launched while the GPU spins for COVER_US: the real span on the
         GPU (from the end of that cover to the call's last GPU activity: copies, and host work
-        the cover did not hide, included), the summed GPU activity (kernel-only), and CUDA events
+        the cover did not hide, as after a synchronization, included), the summed GPU activity (kernel-only), and CUDA events
         around the call (the same start, the default stream only).
 
         With `fresh`, the last call runs on those values, copied into the same input buffers
