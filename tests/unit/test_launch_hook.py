@@ -36,5 +36,29 @@ def test_launches_are_recorded_and_annotated_only_on_the_interpreter(monkeypatch
         assert launches.cls.run(_Kernel(), 2) is None  # ghost replay: stubbed, still recorded
     finally:
         launches.cls.run = real_run
+        if launches.graph_cls is not None:
+            launches.graph_cls.replay = launches.original_replay
     assert launches.names == ["add_kernel", "add_kernel"]
     assert annotations == (["accelopt::triton_launch"] if interpreter else [])
+
+
+def test_a_cuda_graph_replay_is_a_launch_recorded_and_stubbed_like_one():
+    # an honest kernel that replays a CUDA graph launches its Triton kernels without
+    # JITFunction.run: the ghost replay must stub the replay, or it finds "no launch" and rejects
+    from accelopt.tools.harness.sandbox import GRAPH_REPLAY
+
+    replayed: list[object] = []
+    launches = Launches(torch, interpreter=False)
+    real_run, real_replay = launches.original, launches.original_replay
+    try:
+        launches.original_replay = replayed.append
+        graph = object()
+        torch.cuda.CUDAGraph.replay(graph)
+        assert launches.intact()
+        launches.stub = True
+        torch.cuda.CUDAGraph.replay(graph)
+        torch.cuda.CUDAGraph.replay = lambda g: None  # what a kernel would do to hide a replay
+        assert not launches.intact()
+    finally:
+        launches.cls.run, torch.cuda.CUDAGraph.replay = real_run, real_replay
+    assert replayed == [graph] and launches.names == [GRAPH_REPLAY, GRAPH_REPLAY]

@@ -43,7 +43,7 @@ TIMER_LIVE = {"cuda_event": "GPU", "interpreter_wall": "interpreter time", "nki_
 class WorkloadTiming(BaseModel):
     """One workload's time. `median_us` is the primary metric named by `metric`: on a GPU the
     call's real span (from the moment the GPU could start the call, launched while the GPU spun
-    for sandbox.COVER_US, to its last GPU activity: copies and uncovered host work included),
+    for sandbox.COVER_CYCLES, to its last GPU activity: copies and uncovered host work included),
     on the interpreter the judge's own wall clock around each call. The secondary figures are
     reported beside it and `disagreement` says when they differ by more than the noise."""
 

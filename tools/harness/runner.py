@@ -25,7 +25,7 @@ from accelopt.tools.task import Task, TaskError, load_task
 SUSPICIOUS_SPEEDUP = 10.0
 FRESH_SEED_OFFSET = 1000
 # The judge's clock around back-to-back calls (no L2 flush, so warm) bounds the reported span:
-# a span this far below it is host work the cover hid (sandbox.COVER_US), or a false report.
+# a span this far below it is host work the cover hid (sandbox.COVER_CYCLES), or a false report.
 OUTSIDE_RATIO, OUTSIDE_SLACK_US = 3.0, 30.0
 
 

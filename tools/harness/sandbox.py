@@ -62,11 +62,16 @@ def cuda_fault(exc: BaseException) -> bool:
     return any(s in text for s in ("CUDA error", "illegal memory access", "CUDA_ERROR", "unspecified launch failure"))
 
 
+GRAPH_REPLAY = "a CUDA graph replay"
+
+
 class Launches:
     """Every Triton launch goes through JITFunction.run (InterpretedFunction.run on the
     interpreter); autotune and heuristics wrappers call it too. The hook records which kernels a
     call launched, marks them in the profiler trace on the interpreter, and can stub them out
-    ("ghost replay").
+    ("ghost replay"). On a GPU a CUDA graph's replay is a launch too (of the Triton kernels it
+    captured, which never pass JITFunction.run again): recorded and stubbed alike, so a kernel
+    that replays a graph is judged on the same evidence.
 
     On a GPU the launch is not annotated: the judge reads GPU activity only, and a
     record_function per launch is host time that torch.compile's launcher (which does not go
@@ -98,9 +103,21 @@ class Launches:
 
         self.hook = run
         cls.run = run
+        self.graph_cls = None if interpreter else torch.cuda.CUDAGraph
+        if self.graph_cls is not None:
+            self.original_replay = self.graph_cls.replay
+
+            def replay(graph):
+                hook.names.append(GRAPH_REPLAY)
+                if hook.stub:
+                    return None
+                return hook.original_replay(graph)
+
+            self.replay_hook = replay
+            self.graph_cls.replay = replay
 
     def intact(self) -> bool:
-        return self.cls.run is self.hook
+        return self.cls.run is self.hook and (self.graph_cls is None or self.graph_cls.replay is self.replay_hook)
 
 
 def watched(torch) -> dict:
@@ -154,14 +171,14 @@ class Poison:
 
 
 MARKER_CYCLES = 1000  # torch's spin kernel, ~1 µs: the delimiter of each timed call on the GPU timeline
-CALIBRATION_CYCLES = 200_000
 # Each timed call is launched while the GPU spins this long (the opening marker): the host runs
 # ahead, as in a pipeline whose GPU is busy with the previous layer (or a CUDA graph), so launch
 # overhead is hidden wherever the launcher puts it, and host work after a synchronization is not
 # (the host waits for the cover first). 100 µs (what do_bench's L2 flush covers) was too short:
 # on an H100, torch.compile's call and a seed's launches each took 100-200 µs of host time in the
-# sandbox, which then decided the figures.
-COVER_US = 1000.0
+# sandbox, which then decided the figures. Counted in SM clock cycles: 2e6 is 1 ms at 2 GHz and
+# longer at lower clocks (a clock read at start-up, before the GPU ramps up, made it far shorter).
+COVER_CYCLES = 2_000_000
 
 
 def marker_kernel_name(torch) -> str:
@@ -177,18 +194,6 @@ def marker_kernel_name(torch) -> str:
     if len(names) != 1:
         raise RuntimeError(f"the timing marker ran as {sorted(names)}, not as one GPU kernel")
     return names.pop()
-
-
-def cover_cycles(torch) -> int:
-    """The spin kernel's cycle count for COVER_US on this GPU (its clock read by CUDA events)."""
-    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch._C._cuda_sleep(MARKER_CYCLES)  # loaded before it is timed
-    torch.cuda.synchronize()
-    begin.record()
-    torch._C._cuda_sleep(CALIBRATION_CYCLES)
-    end.record()
-    torch.cuda.synchronize()
-    return int(COVER_US * CALIBRATION_CYCLES / max(begin.elapsed_time(end) * 1e3, 1.0))
 
 
 def gpu_events(prof) -> list[tuple[float, float, str]]:
@@ -249,7 +254,6 @@ class Sandbox:
             torch.cuda.init()
             # read before any candidate exists (which also starts CUPTI while this process is a spare)
             self.mark = getattr(torch._C, "_cuda_sleep", None)  # a builtin: a kernel cannot rewrite its code
-            self.cover = cover_cycles(torch) if self.mark else 0
             try:
                 self.marker = marker_kernel_name(torch) if self.mark else None
             except Exception:  # noqa: BLE001 - no CUPTI trace here: calls are timed by CUDA events alone
@@ -280,7 +284,8 @@ class Sandbox:
             if obj is not self.original[name]:
                 raise Failure("cheat_suspected", f"{where}: {name} was replaced by the kernel")
         if not self.launches.intact():
-            raise Failure("cheat_suspected", f"{where}: triton's JITFunction.run was replaced by the kernel")
+            raise Failure("cheat_suspected", f"{where}: triton's JITFunction.run or torch's CUDAGraph.replay was replaced "
+                                              "by the kernel")
         return []
 
     def _sync(self):
@@ -341,10 +346,11 @@ class Sandbox:
         return names
 
     def time_calls(self, inputs, reps: int, fresh=None) -> dict:
-        """Per call, on a cold L2, launched while the GPU spins for COVER_US: the real span on the
-        GPU (from the end of that cover to the call's last GPU activity: copies, and host work
-        the cover did not hide, as after a synchronization, included), the summed GPU activity (kernel-only), and CUDA events
-        around the call (the same start, the default stream only).
+        """Per call, on a cold L2, launched while the GPU spins for at least 1 ms (the cover):
+        the real span on the GPU (from the end of the cover to the call's last GPU activity:
+        copies, and host work the cover did not hide, as after a synchronization, included), the
+        summed GPU activity (kernel-only), and CUDA events around the call (the same start, the
+        default stream only).
 
         With `fresh`, the last call runs on those values, copied into the same input buffers
         (untimed): a result kept from an earlier call, keyed by pointer, id or a sample of the
@@ -371,7 +377,7 @@ class Sandbox:
                     self.flush.zero_()
                     torch.cuda.synchronize()
                     if self.mark:  # the host launches the call while the GPU spins (the cover)
-                        self.mark(self.cover)
+                        self.mark(COVER_CYCLES)
                     out = None  # one call's outputs alive at a time: a KernelBench output can be 6 GB
                     begin[i].record()
                     out = self.run(*inputs)
