@@ -55,9 +55,10 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
     are timed interleaved with it, so speedups against them are decided on the same machine state.
 
     On a GPU the primary time is the call's real span from the CUPTI trace (from the moment the
-    GPU could start the call to its last GPU activity); kernel-only time, CUDA events and the judge's outside clock are
-    reported beside it. `trusted` skips the static findings, ghost replay and trace checks:
-    only for the task's own reference (reference_kernel.py), which is torch code by design."""
+    GPU could start the call to its last GPU activity); kernel-only time, CUDA events and the
+    judge's outside clock are reported beside it. `trusted` skips the static findings, ghost
+    replay and trace checks: only for the task's own reference (reference_kernel.py), which is
+    torch code by design."""
     task = load_task(task) if isinstance(task, str) else task
     device = device or detect_device()
     started = time.monotonic()

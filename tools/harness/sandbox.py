@@ -284,8 +284,8 @@ class Sandbox:
             if obj is not self.original[name]:
                 raise Failure("cheat_suspected", f"{where}: {name} was replaced by the kernel")
         if not self.launches.intact():
-            raise Failure("cheat_suspected", f"{where}: triton's JITFunction.run or torch's CUDAGraph.replay was replaced "
-                                              "by the kernel")
+            raise Failure("cheat_suspected",
+                          f"{where}: triton's JITFunction.run or torch's CUDAGraph.replay was replaced by the kernel")
         return []
 
     def _sync(self):
