@@ -79,6 +79,21 @@ def test_interleaved_comparison_decides_on_rounds(task):
     assert set(result.compare["baseline"]) == set(result.workloads)
 
 
+def test_torch_compile_of_a_reference_that_allocates_is_timed_beside_the_kernel():
+    # gqa_paged_decode's reference fills a torch.empty_like buffer; the sandbox had poisoned
+    # that allocation in the comparator's calls too, Dynamo traced the poison into the graph
+    # and Inductor refused it, so a run on the H100 had no torch.compile figure for this task.
+    # Poisoned allocations are for calls whose outputs are checked, the candidate's.
+    from tests.conftest import TASKS
+    from accelopt.tools.harness.reference_kernel import torch_comparators
+
+    gqa = load_task(TASKS / "gqa_paged_decode")
+    result = evaluate(gqa, gqa.baseline_source, device="cpu", compare=torch_comparators(gqa), rounds=1)
+    assert result.status == "verified", result.error
+    assert set(result.versus) == {"torch_compile", "eager"}
+    assert set(result.compare["torch_compile"]) == set(result.workloads)
+
+
 def test_a_worker_survives_crashes_and_hangs(task):
     """A crash and a hang each cost one candidate; the next candidate is measured normally."""
     assert evaluate(task, BASELINE.replace("return out", "import os; os.abort()"), device="cpu").status == "crashed"

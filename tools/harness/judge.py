@@ -663,7 +663,7 @@ class Judge:
                 start = time.perf_counter()
                 # traced like the checked calls (every function alike): interpreter times are labelled
                 # wall clock anyway, and an untraced call is the one a kernel would cheat in
-                reply = box.request("call", deadline, inputs=list(inputs), where="timed call")
+                reply = box.request("call", deadline, inputs=list(inputs), where="timed call", poison=check)
                 samples.append((time.perf_counter() - start) * 1e6)
                 if check:
                     _check_timed(torch, req, _owned(torch, reply["outputs"]), expected, where)

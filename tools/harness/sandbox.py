@@ -15,6 +15,7 @@ It imports nothing from accelopt, so a candidate cannot reach the harness throug
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import socket
@@ -292,9 +293,12 @@ class Sandbox:
         if self.device == "cuda":
             self.torch.cuda.synchronize()
 
-    def _invoke(self, inputs, where: str):
+    def _invoke(self, inputs, where: str, poison: bool = True):
+        """One call; with `poison`, under poisoned allocations. Only calls whose outputs are
+        checked need it: torch.compile (a comparator) traces the poisoned torch.empty_like of a
+        reference into its graph, and Inductor then refuses to compile it."""
         try:
-            with Poison(self.torch):
+            with Poison(self.torch) if poison else contextlib.nullcontext():
                 out = self.run(*inputs)
             self._sync()
         except Failure:
@@ -303,19 +307,19 @@ class Sandbox:
             raise Failure(classify(exc), f"{where}:\n" + traceback.format_exc(), cuda_fault(exc)) from None
         return out
 
-    def call(self, inputs, mode: str = "trace", where: str = "call") -> dict:
+    def call(self, inputs, mode: str = "trace", where: str = "call", poison: bool = True) -> dict:
         """One call, profiled (`trace`, the default: every checked call, so that a kernel cannot
-        behave only when watched), plain (`normal`, the interpreter's timed calls), or with every
-        Triton launch stubbed (`ghost`)."""
+        behave only when watched), plain (`normal`), or with every Triton launch stubbed
+        (`ghost`); under poisoned allocations unless its outputs go unchecked (`poison`)."""
         self.launches.names = []
         self.launches.stub = mode == "ghost"
         trace = None
         try:
             if mode == "trace":
-                trace = self._traced(inputs, where)
+                trace = self._traced(inputs, where, poison)
                 out = self._last
             else:
-                out = self._invoke(inputs, where)
+                out = self._invoke(inputs, where, poison)
         finally:
             self.launches.stub = False
         self.integrity(where)
@@ -323,7 +327,7 @@ class Sandbox:
                 "known": sorted(self.launches.ever),
                 "threads": threading.active_count() - self.threads, "trace": trace}
 
-    def _traced(self, inputs, where: str) -> list[str]:
+    def _traced(self, inputs, where: str, poison: bool = True) -> list[str]:
         """Names of what one call ran outside its Triton launches: GPU kernels on a GPU, top-level
         host ops on the interpreter (where Triton runs on the host)."""
         from torch.autograd import DeviceType
@@ -331,12 +335,12 @@ class Sandbox:
 
         if self.device == "cuda":  # GPU activity only: a CPU-side trace costs 3x and tells nothing more here
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                self._last = self._invoke(inputs, where)
+                self._last = self._invoke(inputs, where, poison)
             return sorted({e.name() for e in prof.profiler.kineto_results.events()
                            if e.device_type() == DeviceType.CUDA})
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             with record_function("accelopt::call"):
-                self._last = self._invoke(inputs, where)
+                self._last = self._invoke(inputs, where, poison)
         events = prof.events()
         names = []
         for e in events:
@@ -364,7 +368,7 @@ class Sandbox:
         begin = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         end = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         self.launches.names = []
-        out = self._invoke(inputs, "warm-up before timing")
+        out = self._invoke(inputs, "warm-up before timing", poison=False)  # its outputs are not checked
         try:
             # GPU activity only (a CPU-side trace would cost three times as much). Each call is
             # bracketed on the GPU timeline by two marker kernels, each after a synchronization.
