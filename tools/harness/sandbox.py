@@ -171,7 +171,7 @@ class Poison:
             setattr(self.torch, name, fn)
 
 
-MARKER_CYCLES = 1000  # torch's spin kernel, ~1 µs: the delimiter of each timed call on the GPU timeline
+MARKER_CYCLES = 1000  # torch's spin kernel, ~1 µs: what closes each timed call on the GPU timeline
 # Each timed call is launched while the GPU spins this long (the opening marker): the host runs
 # ahead, as in a pipeline whose GPU is busy with the previous layer (or a CUDA graph), so launch
 # overhead is hidden wherever the launcher puts it, and host work after a synchronization is not
