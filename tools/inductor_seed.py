@@ -9,6 +9,8 @@ How the generated wrapper becomes ours, per workload (Inductor specializes on st
   tl.math also has become tl.math's); the `@triton_heuristics.*` decorator goes, and the launch
   passes the configuration Inductor's autotuner chose on the GPU (`XBLOCK=…, num_warps=…`), so
   the tuner can move it;
+- a kernel that makes TMA descriptors on the device (the persistent matmul template) gets
+  Triton's scratch allocator set before its launch, as Inductor's launcher does;
 - the grid is written out from the kernel's grid type (Grid1D, Grid2D, Grid2DWithYZOverflow,
   FixedGrid for templates);
 - host code keeps allocation, views and `del`; stream and device guards go; a call into a
@@ -48,6 +50,12 @@ def _reinterpret(t, size, stride, offset):
 
 def _cdiv(a, b):
     return (a + b - 1) // b
+
+
+def _scratch_on(device):
+    """Triton's global scratch allocator, for kernels that build TMA descriptors on the device
+    (Inductor's persistent matmul template): Triton asks the host for that memory at launch."""
+    return lambda size, align, stream: torch.empty(size, dtype=torch.int8, device=device)
 '''
 
 
@@ -160,6 +168,8 @@ def _workload_code(record: dict, index: int) -> tuple[str, str]:
     call = _call_function(tree)
     configs = record.get("configs", {})
     body = _host_body(call.body, kernels, configs)
+    if any("make_tensor_descriptor" in k.source for k in kernels.values()):
+        body.insert(0, pyparse.parse("triton.set_allocator(_scratch_on(_device))").body[0])
     call_name = f"_call_{index}"
     function = ast.FunctionDef(name=call_name, args=ast.arguments(
         posonlyargs=[], args=[ast.arg("args"), ast.arg("_device")], kwonlyargs=[], kw_defaults=[], defaults=[]),

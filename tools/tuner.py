@@ -155,16 +155,20 @@ def _shrink(config: Config, start: Config) -> Config:
 WINNERS = "autotune over the per-workload winners"
 
 
-def per_workload_winners(request: PlanRequest, listed: list[Config]) -> list[Config]:
+def per_workload_winners(request: PlanRequest, listed: list[Config], config: Config) -> list[Config]:
     """The configurations of an @triton.autotune list that were fastest, pinned, on at least one
     workload, in list order: once every configuration was measured pinned and the workloads
     disagree (a GEMM whose best tile depends on M), a list of just these lets the autotuner keep
-    choosing per workload where no single pin can. Empty otherwise, or if that was tried."""
+    choosing per workload where no single pin can. Empty otherwise, or if that was tried.
+    `config`: the autotuned kernel's own; a pin keeps its knobs outside the list (a constexpr
+    passed at the launch, like BLOCK_SIZE_N), so a kernel that moved one of those is no pin."""
     if not listed or any(k["title"].startswith(WINNERS) for k in request.tried):
         return []
     knobs = set(listed[0])
-    measured = {frozenset(k["config"].items()): k.get("workload_speedups") or {} for k in request.tried
-                if k["id"] != request.member_id and k["status"] == "verified" and set(k["config"]) == knobs}
+    outside = {name: value for name, value in config.items() if name not in knobs}
+    measured = {frozenset((n, k["config"][n]) for n in knobs): k.get("workload_speedups") or {} for k in request.tried
+                if k["id"] != request.member_id and k["status"] == "verified" and knobs <= set(k["config"])
+                and all(k["config"].get(n) == v for n, v in outside.items())}
     per_pin = [measured.get(frozenset(c.items())) or {} for c in listed]
     if not all(per_pin):
         return []
@@ -207,7 +211,7 @@ class TunerPolicy:
         options += [(m, "one step" + (" from the fastest pinned config" if base != config else ""))
                     for m in sorted(neighbours(base), key=rank)]
         plans: list[PlanDraft] = []
-        winners = per_workload_winners(request, listed)
+        winners = per_workload_winners(request, listed, config)
         if winners:
             plans.append(PlanDraft(
                 text=f"### Plan 1: {WINNERS} ({len(winners)} of {len(listed)} configs)\n"

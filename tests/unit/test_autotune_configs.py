@@ -328,3 +328,31 @@ def test_autotune_node_measures_the_pins_then_the_neighbours_of_the_fastest(monk
     # with room to spare, the walk ends once the fastest pin's neighbours are measured
     out = autotune_node.autotune(state, SimpleNamespace(context=RunContext(autotune=50, device="cpu")))
     assert out["current"]["autotune"]["tried"] == 3 + len(neighbours(fastest))
+
+
+def test_per_workload_winners_come_from_pins_the_tuner_wrote_whose_launch_passes_a_constexpr_outside_the_list():
+    """The FlashInfer-Bench GEMM (gemini-2.5-pro, gemm_n128_k2048) passes BLOCK_SIZE_N=128 at its
+    launch, outside the autotune list: a pin's measured config carries that knob too. On the H100
+    the run pinned all nine configurations and then never proposed the winners' list, because the
+    pins' configs (five knobs) were compared with the list's (four)."""
+    source = (SOLUTIONS / "gemini-2.5-pro_gemm_n128_k2048_kmw3sz.py").read_text()
+    listed = pins(source)
+    assert "BLOCK_SIZE_N" in config_of(source) and "BLOCK_SIZE_N" not in listed[0]
+    tried = [measured("baseline", config_of(source), 1.0)]
+    tried[0]["workload_speedups"] = {"M2": 1.0, "M12853": 1.0}
+    for iteration in range(1, 4):  # three pins an iteration, as -N 3 ran them
+        for p, plan in enumerate(TUNER.plan(request(source, 3, tried)).plans):
+            written = TUNER.write(WriteRequest(task=TASK, iteration=iteration, candidate_id="k", source=source,
+                                               plan=plan)).source
+            config = config_of(written)
+            i = listed.index({n: config[n] for n in listed[0]})
+            record = measured(f"i{iteration}.m0.p{p}.k0", config, 0.5)
+            record["workload_speedups"] = {"M2": 0.9 if i == 0 else 0.5, "M12853": 0.95 if i == 3 else 0.5}
+            tried.append(record)
+    assert len(tried) == 1 + len(listed)
+    plans = TUNER.plan(request(source, 3, tried)).plans
+    assert plans[0].configs == (listed[0], listed[3])
+    # a step that moved the outside knob is no pin: with it standing for config 4, no list is proposed
+    moved = measured("i4.m0.p0.k0", {**tried[4]["config"], "BLOCK_SIZE_N": 64}, 2.0)
+    moved["workload_speedups"] = {"M2": 2.0, "M12853": 2.0}
+    assert TUNER.plan(request(source, 3, [*tried, moved])).plans[0].configs == (listed[0], listed[3])

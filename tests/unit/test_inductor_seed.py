@@ -38,6 +38,22 @@ def test_the_launch_carries_the_config_inductor_chose_and_a_grid_that_follows_it
             "R0_BLOCK=2048, num_warps=16, num_stages=1)") in source
 
 
+def test_the_persistent_tma_template_gets_tritons_scratch_allocator_before_its_launch():
+    # gemm_bf16 under max-autotune-triton on the H100: Inductor's autotuner took the persistent TMA
+    # template for the two large GEMMs (descriptors made on the device) and the plain one elsewhere
+    tree = ast.parse(seed_source(capture("gemm_bf16.triton")).source)
+    functions = {f.name: ast.unparse(f) for f in tree.body if isinstance(f, ast.FunctionDef)}
+    kernel = "triton_tem_fused_mm_permute_0_w{}"
+    uses_tma = ["make_tensor_descriptor" in functions[kernel.format(i)] for i in range(5)]
+    assert uses_tma == [True, True, False, False, False]
+    for i, tma in enumerate(uses_tma):
+        call = functions[f"_call_{i}"]
+        assert ("triton.set_allocator(_scratch_on(_device))" in call) == tma
+        if tma:  # before the launch, which also gets Inductor's workspace buffer
+            launch = call.index(kernel.format(i) + "[")
+            assert call.index("set_allocator") < launch and "workspace_1" in call[launch:]
+
+
 def test_inputs_are_taken_in_the_compiled_graphs_order():
     # merge_attn_states(prefix_out, prefix_lse, suffix_out, suffix_lse): Dynamo's graph takes the lse first
     source = seed_source(capture("merge_attn_states.default")).source
