@@ -71,10 +71,13 @@ class Problem:
             return list(self.module.get_inputs())
 
     def make_inputs(self, workload: dict, seed: int, device, dtype: str) -> tuple:
-        """get_inputs() then the Model's state, from KernelBench's seeded construction: weights are data."""
+        """get_inputs() then the Model's state, from KernelBench's seeded construction: weights are data.
+        get_inputs() runs on `device` (its factories' default), seeded like the rest: a level-1 input
+        of 1.6e9 values drawn on the CPU took seconds, and the judge draws fresh inputs for every
+        checked and timed call."""
         self.configure(workload)
         model = self.build(seed)
-        inputs = [_cast(x, device, dtype) if isinstance(x, torch.Tensor) else x for x in self.inputs()]
+        inputs = [_cast(x, device, dtype) if isinstance(x, torch.Tensor) else x for x in self.inputs(device)]
         return (*inputs, *[_cast(t, device, dtype) for t in state_tensors(model)])
 
     def meta_model(self) -> torch.nn.Module:

@@ -167,6 +167,30 @@ def test_a_zero_or_negative_integer_in_the_file_is_no_size_and_stays_as_written(
     assert kbsizes.evaluate(depthwise, {"padding_h": 1})["padding_h"] == 1  # still a knob to override
 
 
+def test_inputs_are_drawn_on_the_judges_device_not_copied_there(tmp_path, monkeypatch):
+    """get_inputs() runs under the target device (a level-1 Sigmoid input is 6.4 GB: drawn on the
+    CPU and copied, the judge's fresh inputs per call ran an H100 evaluation past its time limit);
+    the meta device shows it without a GPU: nothing of the size is made on the CPU."""
+    result = runner.invoke(app, ["import", "kernelbench", str(KB / DEPTHWISE), "--out", str(tmp_path / "t")])
+    assert result.exit_code == 0, result.output
+    task = load_task(tmp_path / "t")
+    ref = _reference_module(task.root)
+    drawn, rand = [], torch.rand
+
+    def seen_rand(*args, **kwargs):
+        out = rand(*args, **kwargs)
+        drawn.append(out.device.type)
+        return out
+
+    monkeypatch.setattr(torch, "rand", seen_rand)
+    x, weight, *rest = ref.make_inputs(task.spec.workloads[0].params, 0, "meta", "float32")
+    assert drawn == ["meta"] and x.device.type == "meta" and tuple(x.shape) == (32, 128, 128, 256)
+    monkeypatch.undo()
+    params = task.spec.interpreter_workloads[0].params
+    first, again = ref.make_inputs(params, 3, "cpu", "float32"), ref.make_inputs(params, 3, "cpu", "float32")
+    assert all(torch.equal(a, b) for a, b in zip(first, again))  # seeded, as before
+
+
 def test_an_override_reaches_the_model_and_its_dependent_sizes(tmp_path):
     problem = KB / DEPTHWISE
     result = runner.invoke(app, ["import", "kernelbench", str(problem), "--out", str(tmp_path / "t"),

@@ -41,3 +41,22 @@ def test_a_nan_where_the_reference_is_finite_is_found_in_any_chunk():
     assert caught.value.status == "nan"
     with pytest.raises(Reject, match="1/1000 elements outside atol"):
         _compare(torch, [_outputs()[0]], _outputs()[1], 1e-2, 1e-2, "w")
+
+
+def test_an_input_change_is_found_in_any_chunk_and_against_a_host_copy():
+    """The judge keeps large inputs' copies on the host (_kept) and compares them a chunk at a
+    time (_same): a single changed bit anywhere is still a change, NaN payloads included."""
+    from accelopt.tools.harness.judge import _kept, _same
+
+    x = torch.randn(3, 1001)
+    x[1, 7] = float("nan")
+    before = _kept(x)
+    assert before is not x and _same(torch, x, before, chunk=64)
+    for where in (0, 1000, 3002):
+        changed = x.clone()
+        flat = changed.view(-1).view(torch.int32)
+        flat[where] ^= 1  # the lowest mantissa bit
+        assert not _same(torch, changed, before, chunk=64) and not _same(torch, changed, before, chunk=1 << 20)
+    assert not _same(torch, x.reshape(1001, 3), before)             # same values, another shape
+    assert not _same(torch, x.double(), before)                      # same values, another dtype
+    assert _same(torch, x.t(), before.t(), chunk=100)                # views compare by their elements

@@ -453,7 +453,8 @@ class Sandbox:
                                                         + traceback.format_exc())}))
             # Outputs handed to the judge stay alive in torch's IPC limbo until it lets go; what this
             # process cached beyond them goes back to the GPU, which the judge and other boxes share.
-            reply, self._last = None, None
+            # The judge's inputs too: until this process drops them, the judge cannot free them.
+            reply, args, self._last = None, None, None
             if self.device == "cuda":
                 self.torch.cuda.empty_cache()
 
