@@ -38,7 +38,7 @@ def test_a_run_killed_mid_iteration_resumes_without_losing_or_repeating_an_evalu
     task = long_rows(tmp_path, "rmsnorm")
     run_dir = tmp_path / "run"
     command = [sys.executable, "-m", "accelopt", "optimize", str(task), "-B", "1", "-N", "2", "-K", "1", "-F", "0",
-               "-T", "3", "--autotune", "2", "--device", "cpu", "--no-memory", "--run-dir", str(run_dir)]
+               "-T", "2", "--autotune", "2", "--device", "cpu", "--no-memory", "--run-dir", str(run_dir)]
     # Its own session, so that the kill takes the evaluation workers with it, as a crash would.
     proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True)
@@ -66,7 +66,7 @@ def test_a_run_killed_mid_iteration_resumes_without_losing_or_repeating_an_evalu
     # The resumed run's pool swept the killed run's judge homes (its close never ran).
     assert not any(home.exists() for home in killed_homes)
     state = final_state(run_dir)
-    assert state["stop_reason"] == "reached T=3 iterations"
+    assert state["stop_reason"] == "reached T=2 iterations"
     cands = state["candidates"]
     # Every candidate evaluated before the kill is in the final state, with the same measurement.
     assert set(before) <= set(cands)
