@@ -82,7 +82,7 @@ def eval_suite(
             memory_url=memory_url, embedder=embedder, no_memory=no_memory,
             learn_from_interpreter=learn_from_interpreter, max_tokens=max_tokens, max_cost=max_cost,
             max_wall=max_wall, eval_timeout=eval_timeout, cluster=cluster, ray_address=ray_address, seed=seed,
-            seed_mode=seed_mode))
+            seed_mode=seed_mode, versus_torch_compile=None if torch_compile else False))
     except (TaskError, ConfigError) as e:
         fail(str(e))
     refusal = o.cluster_refusal(ctx.ray_address) if ctx.ray_address else o.device_refusal(ctx.device)
@@ -96,7 +96,7 @@ def eval_suite(
         fail(str(e))
     out = out or Path("runs") / f"eval-{suite_dir.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     with continue_hint_on_interrupt(rerun_command(out), console):
-        run_suite(suite_dir, out, ctx, chosen, console, torch_compile=torch_compile)
+        run_suite(suite_dir, out, ctx, chosen, console)
     page = build_report(out)
     ran = {(out / t.name).resolve() for t in chosen}
     rows = [r for r in load_rows(out) if Path(r.run_dir).resolve() in ran]

@@ -60,7 +60,8 @@ def bench_task(task_dir: Path, seed: tuple[str | None, str], tuned_dir: Path | N
     if tuned is not None and tuned.is_file():
         compare["tuned"] = tuned.read_text()
     result = evaluate(task, source, device="cuda", timeout_s=timeout_s, compare=compare)
-    row.update(status=result.status, error=result.error, device_name=result.device_name, flags=result.flags)
+    row.update(status=result.status, error=result.error, device_name=result.device_name, flags=result.flags,
+               phases_s=result.phases_s)
     if result.ok:
         row["versus"] = {k: round(v.speedup, 4) for k, v in result.versus.items()}
         row["interval"] = {k: [round(v.ci_low, 4), round(v.ci_high, 4)] for k, v in result.versus.items()}

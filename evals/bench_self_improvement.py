@@ -168,15 +168,16 @@ def main() -> None:
                 model="tuner", profile=False, embedder=args.embedder, learn_from_interpreter=args.device == "cpu")
     cold, warm = args.out / "cold", args.out / "warm"
     if args.phase in ("cold", "all"):
-        run_suite(suite, cold, RunContext(**base, use_memory=False), tasks, console, torch_compile=args.torch_compile)
+        run_suite(suite, cold, RunContext(**base, use_memory=False, versus_torch_compile=args.torch_compile), tasks,
+                  console)
     if args.phase in ("warm", "all"):
         for task in tasks:
             memory = args.out / "memories" / task.name
             if not (warm / task.name / "summary.json").is_file():
                 held = warm_memory(cold, task, tasks, memory, args.embedder)
                 console.print(f"{task.name}: memory of {held} lessons from the other tasks")
-            run_suite(suite, warm, RunContext(**base, use_memory=True, memory_dir=str(memory)), [task], console,
-                      torch_compile=False)
+            run_suite(suite, warm, RunContext(**base, use_memory=True, memory_dir=str(memory),
+                                              versus_torch_compile=False), [task], console)
     rows = compare(cold, warm, tasks)
     summary = summarize(rows)
     (args.out / "self_improvement.json").write_text(json.dumps({"rows": rows, "summary": summary,

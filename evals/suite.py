@@ -1,7 +1,7 @@
 """`accelopt eval`: run the graph over the tasks of a suite, each in its own run directory
 under one eval directory. Rerunning skips finished tasks and resumes an interrupted one from its
-checkpoint. On a GPU, each task's best kernel is then timed against torch.compile of the
-reference (and eager PyTorch), interleaved in the same worker."""
+checkpoint. On a GPU, each run ends by timing its best kernel against torch.compile of the
+reference and eager PyTorch, interleaved in the same rounds (the graph's standing node)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ from rich.console import Console
 from accelopt.graph.config import context_to_json
 from accelopt.nodes.context import RunContext
 from accelopt.graph.driver import drive
-from accelopt.tools.harness.reference_kernel import torch_comparators
-from accelopt.tools.harness.runner import detect_device, evaluate
+from accelopt.tools.harness.runner import detect_device
 from accelopt.tools.backends import run_refusal
 from accelopt.tools.rundir import read_run_meta, save_run_meta, write_run_meta
 from accelopt.tools.task import Task, TaskError, load_task
@@ -74,8 +73,7 @@ def extends(run_dir: Path, ctx: RunContext) -> bool:
     return str(data.get("stop_reason") or "").startswith("reached T=") and (data.get("iteration") or 0) < ctx.iterations
 
 
-def run_suite(suite: Path, out: Path, ctx: RunContext, tasks: list[Path], console: Console,
-              torch_compile: bool = True) -> None:
+def run_suite(suite: Path, out: Path, ctx: RunContext, tasks: list[Path], console: Console) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "suite.json").write_text(json.dumps(
         {"suite": str(suite.resolve()), "tasks": [p.name for p in tasks], "context": context_to_json(ctx)}, indent=2))
@@ -125,9 +123,6 @@ def run_suite(suite: Path, out: Path, ctx: RunContext, tasks: list[Path], consol
             console.print(f"{head}: stopped at setup ({' '.join(reason.split())})", markup=False, highlight=False,
                           soft_wrap=True)
             continue
-        best = state["candidates"][state["beam"][0]]
-        if torch_compile and best.get("device") == "cuda":
-            compare_with_torch(task_dir, best["source"], run_dir, ctx.eval_timeout_s)
 
 
 def _gpu_only_here(task: Task, device: str) -> str | None:
@@ -148,25 +143,3 @@ def _failed(run_dir: Path, head: str, reason: str, console: Console) -> None:
 
 def _mark(run_dir: Path, name: str, reason: str) -> None:
     (run_dir / name).write_text(json.dumps({"reason": reason}, indent=2))
-
-
-def compare_with_torch(task_dir: Path, source: str, run_dir: Path, timeout_s: float = 600.0) -> dict:
-    """Time the best kernel interleaved with torch.compile(reference) and eager reference; write
-    torch_compile.json. A comparator that fails (e.g. Inductor cannot compile the reference) is
-    recorded as such, not as a speedup."""
-    task = load_task(task_dir)
-    result = evaluate(task, source, device="cuda", timeout_s=timeout_s, compare=torch_comparators(task),
-                      trusted=True)
-    record: dict = {"status": result.status, "error": result.error, "device_name": result.device_name}
-    if result.ok:
-        record["versus"] = {k: v.model_dump() for k, v in result.versus.items()}
-        record["median_us"] = {"best": {w: t.median_us for w, t in result.workloads.items()},
-                               **{k: {w: t.median_us for w, t in v.items()} for k, v in result.compare.items()}}
-        # the same rounds with their spread, for the report's per-workload figure
-        fields = {"median_us", "iqr_us", "round_medians_us"}
-        record["workloads"] = {"best": {w: t.model_dump(include=fields) for w, t in result.workloads.items()},
-                               **{k: {w: t.model_dump(include=fields) for w, t in v.items()}
-                                  for k, v in result.compare.items()}}
-        record["timer"] = result.timer
-    (run_dir / "torch_compile.json").write_text(json.dumps(record, indent=2))
-    return record

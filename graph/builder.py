@@ -3,7 +3,7 @@ Studio and `graph.invoke`; the CLI compiles the same builder with a SQLite check
 
     setup -> recall -> planner (Send per beam member) -> dispatch (plan review, when asked)
           -> candidate (Send per plan x K: executor -> profiler <-> fixer; profiler -> autotune)
-          -> selector -> summarizer -> record -> recall | END
+          -> selector -> summarizer -> record -> recall | standing -> END
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ try:  # `langgraph dev` and Studio import this file: a broken environment must s
     from accelopt.nodes.record import record
     from accelopt.nodes.selector import selector
     from accelopt.nodes.setup import setup
+    from accelopt.nodes.standing import standing
     from accelopt.nodes.summarizer import summarizer
     from accelopt.tools.tracing import configure_tracing
 except ImportError as exc:
@@ -65,6 +66,7 @@ def build_graph() -> StateGraph:
     builder.add_node("selector", selector)
     builder.add_node("summarizer", summarizer)
     builder.add_node("record", record)
+    builder.add_node("standing", standing)
     builder.add_edge(START, "setup")
     builder.add_conditional_edges("setup", after_setup, ["recall", END])
     builder.add_conditional_edges("recall", to_planners, ["planner"])
@@ -73,7 +75,8 @@ def build_graph() -> StateGraph:
     builder.add_edge("candidate", "selector")
     builder.add_edge("selector", "summarizer")
     builder.add_edge("summarizer", "record")
-    builder.add_conditional_edges("record", after_summarizer, ["recall", END])
+    builder.add_conditional_edges("record", after_summarizer, ["recall", "standing"])
+    builder.add_edge("standing", END)
     return builder
 
 

@@ -210,8 +210,12 @@ class RunView:
         elif node == "summarizer":
             self.phase = "recording"
         elif node == "record":
-            self.phase = ("finished" if self.stopping or values.get("stop_reason")
+            on_gpu = (values.get("summary") or {}).get("timer") == "cuda_event" and self.ctx.versus_torch_compile
+            self.phase = (("timing the best against torch.compile" if on_gpu else "finished")
+                          if self.stopping or values.get("stop_reason")
                           else "recalling lessons" if self.ctx.use_memory else "starting the next iteration")
+        elif node == "standing":
+            self.phase = "finished"
         return []
 
     def _branch(self, branch: str, node: str, values: dict) -> None:

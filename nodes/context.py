@@ -53,6 +53,9 @@ class RunContext:
     profile: bool = field(default=True, metadata={
         "description": "Profile verified kernels on a GPU (ncu if present, else torch.profiler) for the planner"})
     eval_timeout_s: float = field(default=300.0, metadata={"description": "Per-candidate evaluation limit (s)"})
+    versus_torch_compile: bool = field(default=True, metadata={
+        "description": "At the run's end on a GPU, time the best kernel interleaved with torch.compile and eager "
+                       "PyTorch of the reference (summary.json versus_torch_compile, torch_compile.json)"})
     ray_address: str | None = field(default=None, metadata={
         "description": "Evaluate on this Ray cluster (auto, ray://host:10001, host:6379); None: the local pool"})
     use_memory: bool = field(default=True, metadata={

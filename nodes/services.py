@@ -132,6 +132,38 @@ def _measure(task: Task, source: str, ctx: RunContext, device: str | None, compa
 
 # ---------------------------------------------------------------- progress events
 
+def measure_against_torch(task: Task, source: str, ctx: RunContext, run_dir: str | None = None) -> dict:
+    """The kernel timed interleaved, in the same rounds, with torch.compile of the task's reference
+    and eager PyTorch (torch_compile.json's record): each speedup with its interval, and every
+    function's per-workload medians, spread and round medians for the report. A comparator that
+    fails (Inductor cannot compile the reference) is recorded as such, not as a speedup. Kept in
+    the run cache, so a resumed run does not time it again."""
+    from accelopt.tools.harness.reference_kernel import torch_comparators
+
+    compare = torch_comparators(task)
+    cache = RunCache(run_dir)
+    key = digest({"versus_torch": source, "task": task.spec.model_dump(), "reference": task.reference_source,
+                  "device": device_fingerprint(ctx.device)})
+    cached = cache.get("evals", key)
+    if cached is not None:
+        return cached
+    backend = backend_for(task, cluster=ctx.ray_address, profile=False)
+    result = backend.evaluate(task, source, device="cuda", timeout_s=ctx.eval_timeout_s, compare=compare,
+                              trusted=True)  # the kernel verified untrusted already; this only times it
+    record: dict = {"status": result.status, "error": result.error, "device_name": result.device_name}
+    if result.ok:
+        record["versus"] = {k: v.model_dump() for k, v in result.versus.items()}
+        record["median_us"] = {"best": {w: t.median_us for w, t in result.workloads.items()},
+                               **{k: {w: t.median_us for w, t in v.items()} for k, v in result.compare.items()}}
+        fields = {"median_us", "iqr_us", "round_medians_us"}
+        record["workloads"] = {"best": {w: t.model_dump(include=fields) for w, t in result.workloads.items()},
+                               **{k: {w: t.model_dump(include=fields) for w, t in v.items()}
+                                  for k, v in result.compare.items()}}
+        record["timer"] = result.timer
+    cache.put("evals", key, record)
+    return record
+
+
 _evaluations = itertools.count(1)  # a token per evaluation of this process: its start and end pair up
 
 

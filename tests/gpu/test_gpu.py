@@ -138,3 +138,23 @@ def test_a_winner_is_audited_by_ncu_and_agrees():
     report = audit(task, task.baseline_source, result)
     assert report.tool == "ncu" and report.agreed, report.note
     assert any("rmsnorm" in k for k in report.kernels)
+
+
+def test_a_run_ends_with_where_its_best_stands_against_torch_compile(tmp_path):
+    """The standing node times the best kernel interleaved with torch.compile and eager PyTorch,
+    and the summary says it (every way of running the graph, not only the CLI)."""
+    import json
+
+    from accelopt.graph.builder import graph
+    from accelopt.nodes.context import RunContext
+
+    ctx = RunContext(beams=1, plans=1, samples=1, fixes=0, iterations=1, device="cuda", model="tuner",
+                     use_memory=False, profile=False)
+    out = graph.invoke({"task_dir": str(TASKS / "rmsnorm"), "run_dir": str(tmp_path / "run")}, context=ctx)
+    standing = out["summary"]["versus_torch_compile"]
+    assert standing["speedup"] > 0 and standing["ci_low"] <= standing["speedup"] <= standing["ci_high"], standing
+    assert standing["verdict"] in ("faster", "slower", "within noise") and standing["eager"] > 0
+    on_disk = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert on_disk["versus_torch_compile"] == standing and on_disk["best_pct_achievable"] is not None
+    record = json.loads((tmp_path / "run" / "torch_compile.json").read_text())
+    assert set(record["workloads"]) == {"best", "torch_compile", "eager"}

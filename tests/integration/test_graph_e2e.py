@@ -80,6 +80,10 @@ def test_graph_end_to_end(tmp_path, softmax_task):
     assert summary["best_id"] == out["beam"][0]
     assert summary["candidates_evaluated"] == 6
     assert summary["timer"] == "interpreter_wall" and "not GPU performance" in summary["note"]
+    # where the best stands against torch.compile: measured on a GPU only, and said so here
+    assert "not timed on a GPU" in summary["versus_torch_compile"]["not_measured"]
+    assert out["summary"]["versus_torch_compile"] == summary["versus_torch_compile"]
+    assert not (run_dir / "torch_compile.json").exists()
     assert (run_dir / "best_kernel.py").read_text() == cands[out["beam"][0]]["source"]
 
     # The 16x-redundant kernel is a measured regression: the summarizer stores it as a lesson to avoid.

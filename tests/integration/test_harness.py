@@ -106,6 +106,9 @@ def test_hang_is_killed_at_the_timeout(task):
     source = BASELINE.replace("return out", "import time; time.sleep(600)\n    return out")
     result = evaluate(task, source, device="cpu", timeout_s=5)
     assert result.status == "timeout" and result.eval_s < 30
+    # where the time went: the step that ran out, and the steps before it
+    assert "limit 5 s; ran out in step 'checks' after" in result.error, result.error
+    assert "finished steps: load " in result.error
 
 
 def test_worker_env_hides_api_keys(task, monkeypatch):

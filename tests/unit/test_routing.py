@@ -20,7 +20,7 @@ def cand(cid, status="verified", parent=None):
 def test_setup_and_summarizer_stop_only_on_a_reason():
     assert after_setup({"stop_reason": "baseline broken"}) == END
     assert after_setup({"stop_reason": None}) == "recall"
-    assert after_summarizer({"stop_reason": "reached T"}) == END
+    assert after_summarizer({"stop_reason": "reached T"}) == "standing"
     assert after_summarizer({}) == "recall"
 
 

@@ -519,6 +519,8 @@ class Judge:
         self.costs_checked: set[str] = set()
         self.boxes: Sandboxes | None = None
         self.seen: set[str] = set()
+        self.phases: dict[str, float] = {}
+        self.step, self.step_began = "load", 0.0
 
     def reference(self, path: str):
         if path not in self.references:
@@ -776,39 +778,49 @@ class Judge:
         deadline = time.monotonic() + req["timeout_s"]
         self.seen: set[str] = set()
         box = self.boxes.take()
+        self.phases: dict[str, float] = {}  # seconds per finished step: where an evaluation's time goes
+        self.step, self.step_began = "load", time.monotonic()
         try:
             return self._evaluate(box, req, ref, deadline)
+        except (Reject, SandboxFailure) as failure:
+            if failure.status == "timeout":  # which step ran out of time, and what the others took
+                failure.error += f" ({self._progress(req['timeout_s'])})"
+            raise
         finally:
             box.kill()
 
+    def _next_step(self, name: str) -> None:
+        now = time.monotonic()
+        self.phases[self.step] = round(now - self.step_began, 3)
+        self.step, self.step_began = name, now
+
+    def _progress(self, limit_s: float) -> str:
+        done = ", ".join(f"{name} {s:.1f} s" for name, s in self.phases.items()) or "none"
+        return (f"limit {limit_s:.0f} s; ran out in step {self.step!r} after "
+                f"{time.monotonic() - self.step_began:.1f} s; finished steps: {done}")
+
     def _evaluate(self, box: Sandbox, req: dict, ref, deadline: float) -> dict:
-        phases: dict[str, float] = {}  # seconds per step: where an evaluation's time goes
-        clock = [time.monotonic()]
-
-        def lap(name: str) -> None:
-            now = time.monotonic()
-            phases[name] = round(now - clock[0], 3)
-            clock[0] = now
-
         try:
             box.request("load", deadline, path=req["source_path"], entry_point=req["entry_point"])
         except SandboxFailure as f:
             raise Reject(f.status, f.error) from None
-        lap("load")
+        self._next_step("checks")
         evidence = []
         seeds = [req["seed_offset"] + s for s in range(req["seeds"])]
         errors: dict = {}
         checked = self.check(box, req, ref, seeds, deadline, errors, twice=True)
         evidence.append(f"correct on {checked} fresh input sets, outputs poisoned, inputs unchanged, "
                         "identical calls agree")
-        lap("checks")
         if not req.get("trusted"):
+            self._next_step("ghost")
             evidence.append(self.ghost(box, req, ref, deadline))
-            lap("ghost")
             evidence.append("every checked call traced: no compute outside the kernel's Triton launches "
                             "and data movement; no work in other processes")
         if req.get("check_only"):
-            return {"status": "verified", "error": None, "checks": checked, "evidence": evidence, "phases_s": phases}
+            self._next_step("done")
+            return {"status": "verified", "error": None, "checks": checked, "evidence": evidence,
+                    "phases_s": self.phases}
+        self._next_step("comparators")
         boxes = {"candidate": box}
         for name, path in (req.get("compare") or {}).items():
             try:
@@ -816,9 +828,9 @@ class Judge:
             except SandboxFailure as f:
                 raise Reject(f.status, f"comparator {name!r} could not be loaded (not the kernel under test): "
                                        f"{f.error}") from None
-        lap("comparators")
+        self._next_step("timing")
         timings = self.timing(boxes, req, ref, deadline)
-        lap("timing")
+        self._next_step("after_check")
         evidence.append("timed calls checked against the judge's own expected outputs")
         try:  # the same process, after all the timed calls, on inputs it has never seen
             self.check(box, req, ref, [req["seed_offset"] + AFTER_SEED], deadline)
@@ -826,12 +838,12 @@ class Judge:
             if r.status == "reference_error":
                 raise
             raise Reject("cheat_suspected", f"correct before timing but not after it ({r.status}): {r.error}") from None
-        lap("after_check")
+        self._next_step("done")
         torch = self.torch
         device_name = torch.cuda.get_device_name() if req["device"] == "cuda" else "cpu (Triton interpreter)"
         return {"status": "verified", "error": None, "checks": checked, "timings": timings["candidate"], **errors,
                 "compare": {k: v for k, v in timings.items() if k != "candidate"}, "device_name": device_name,
-                "evidence": evidence, "kernels_seen": sorted(self.seen), "phases_s": phases}
+                "evidence": evidence, "kernels_seen": sorted(self.seen), "phases_s": self.phases}
 
 
 def _check_timed(torch, req, outs, expected, where: str) -> None:

@@ -1,0 +1,49 @@
+"""standing: at the run's end, where the best kernel stands against torch.compile and eager
+PyTorch, timed interleaved in the same rounds on the run's GPU. summary.json gains
+`versus_torch_compile` (the speedup, its interval and verdict, or why it was not measured) beside
+the roofline figures the record node already writes; torch_compile.json keeps the full record
+for the report. Its own node, so that every way of running the graph (CLI, `graph.invoke`,
+Studio) ends with the same summary."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from langgraph.runtime import Runtime
+
+from accelopt.nodes.common import task_of
+from accelopt.nodes.context import RunContext
+from accelopt.nodes.services import measure_against_torch
+from accelopt.nodes.state import RunState
+from accelopt.tools.rundir import write_summary
+
+
+def standing(state: RunState, runtime: Runtime[RunContext]) -> dict:
+    summary = dict(state["summary"])
+    best = state["candidates"][state["beam"][0]]
+    summary["versus_torch_compile"] = versus_torch_compile(state, best, runtime.context)
+    write_summary(state.get("run_dir"), summary, None)
+    return {"summary": summary}
+
+
+def versus_torch_compile(state: RunState, best: dict, ctx: RunContext) -> dict:
+    """{"speedup", "ci_low", "ci_high", "rounds", "verdict", "eager"} (speedups > 1: the best is
+    faster), or {"not_measured": why}."""
+    if best.get("timer") != "cuda_event":
+        return {"not_measured": "the best kernel was not timed on a GPU (Triton interpreter or another backend): "
+                                "there is no GPU time to compare with torch.compile"}
+    if not ctx.versus_torch_compile:
+        return {"not_measured": "turned off (versus_torch_compile = false)"}
+    record = measure_against_torch(task_of(state["task_dir"]), best["source"], ctx, state.get("run_dir"))
+    if state.get("run_dir"):
+        (Path(state["run_dir"]) / "torch_compile.json").write_text(json.dumps(record, indent=2))
+    versus = (record.get("versus") or {}).get("torch_compile")
+    if not versus:
+        why = (record.get("error") or record.get("status") or "no result").strip().splitlines()
+        return {"not_measured": f"the timing with torch.compile failed ({record.get('status')}): {why[0][:300]}"}
+    verdict = "faster" if versus["faster"] else "slower" if versus["slower"] else "within noise"
+    eager = (record.get("versus") or {}).get("eager") or {}
+    return {"speedup": versus["speedup"], "ci_low": versus["ci_low"], "ci_high": versus["ci_high"],
+            "rounds": versus["rounds"], "verdict": verdict, "eager": eager.get("speedup"),
+            "device_name": record.get("device_name")}
