@@ -9,7 +9,7 @@ DIR/<task>.py, the best kernel of a seeded tuner run. Speedups are comparator ti
 `--jobs` at a time before any timing; the evaluations then run one after another.
 
     python evals/bench_inductor_seeds.py --out seeds.json [--tasks rmsnorm,softmax] [--tuned best/]
-    python evals/bench_inductor_seeds.py --out kb.json --suite kb/ --jobs 8    # e.g. imported KernelBench
+    python evals/bench_inductor_seeds.py --out kb.json --suite kb/ --jobs 8 --seeds kb_seeds.json  # e.g. KernelBench
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -84,11 +85,27 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--jobs", type=int, default=1, help="captures at a time (each compiles in its own process)")
     parser.add_argument("--capture-timeout", type=float, default=900.0, help="seconds for one task's capture")
+    parser.add_argument("--seeds", type=Path, default=None,
+                        help="JSON file of seeds made earlier ({task folder: [source, origin]}), read and "
+                             "extended: a later call times what an earlier one captured")
     args = parser.parse_args()
     root = args.suite or TASKS
     names = [t for t in args.tasks.split(",") if t] or sorted(p.name for p in root.iterdir() if p.is_dir())
+    made = json.loads(args.seeds.read_text()) if args.seeds and args.seeds.is_file() else {}
+
+    saving = threading.Lock()
+
+    def seed(name: str) -> tuple[str | None, str]:
+        if name not in made:
+            got = list(seed_for(root / name, args.capture_timeout))
+            with saving:  # captures finish in several threads
+                made[name] = got
+                if args.seeds:
+                    args.seeds.write_text(json.dumps(made, indent=1))
+        return made[name][0], made[name][1]
+
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-        seeds = list(pool.map(lambda name: seed_for(root / name, args.capture_timeout), names))
+        seeds = list(pool.map(seed, names))
     rows = []
     for name, seed in zip(names, seeds):
         rows.append(bench_task(root / name, seed, args.tuned, args.timeout))
