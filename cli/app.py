@@ -330,7 +330,10 @@ def _report(state: dict, run_dir: Path, use_memory: bool = True) -> None:
               else "baseline")
     table.add_row(f"speedup vs {versus}", f"{best.get('speedup') or 1.0:.3f}x{_interval(best)}{label}")
     if best.get("pct_peak") is not None:
-        table.add_row("% of peak", f"{best['pct_peak']:.1f}% datasheet, {best.get('pct_achievable') or 0:.1f}% achievable")
+        copy = (f", {best['pct_of_copy']:.1f}% of a same-size copy's speed"
+                if best.get("pct_of_copy") is not None else "")
+        table.add_row("% of peak", f"{best['pct_peak']:.1f}% datasheet, {best.get('pct_achievable') or 0:.1f}% "
+                                   f"achievable{copy}")
     if best.get("timer") == "cuda_event":
         table.add_row("vs torch.compile", _versus_torch_compile(state.get("summary") or {}))
     for note in state.get("notes") or []:

@@ -67,6 +67,7 @@ def bench_task(task_dir: Path, seed: tuple[str | None, str], tuned_dir: Path | N
         row["versus"] = {k: round(v.speedup, 4) for k, v in result.versus.items()}
         row["interval"] = {k: [round(v.ci_low, 4), round(v.ci_high, 4)] for k, v in result.versus.items()}
         row["pct_achievable"] = {w: t.pct_achievable for w, t in result.workloads.items()}
+        row["pct_of_copy"] = {w: t.pct_of_copy for w, t in result.workloads.items()}
         row["median_us"] = {"seed": {w: t.median_us for w, t in result.workloads.items()},
                             **{k: {w: t.median_us for w, t in v.items()} for k, v in result.compare.items()}}
     return row

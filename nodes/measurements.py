@@ -27,6 +27,8 @@ def describe(candidate: dict) -> str:
             line += f", {t['pct_peak']:.0f}% of datasheet peak"
             if t.get("pct_achievable") is not None:
                 line += f", {t['pct_achievable']:.0f}% of achievable"
+            if t.get("pct_of_copy") is not None:  # launch and ramp-up included: the target at this size
+                line += f", {t['pct_of_copy']:.0f}% of a same-size copy's speed"
             line += f", {t.get('bound')}-bound"
         lines.append(line)
     if candidate.get("profile"):

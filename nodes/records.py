@@ -80,6 +80,7 @@ class Candidate(TypedDict, total=False):
     loses_to_parent: bool
     pct_peak: float | None
     pct_achievable: float | None
+    pct_of_copy: float | None  # mean over memory-bound workloads: % of a same-size device copy's speed
     max_abs_err: float | None
     max_rel_err: float | None
     profile: str | None     # ncu / torch.profiler / neuron-profile summary for the planner

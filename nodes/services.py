@@ -109,7 +109,8 @@ def _measure(task: Task, source: str, ctx: RunContext, device: str | None, compa
               "findings": [f.model_dump() for f in result.findings], "evidence": result.evidence,
               "kernels_seen": result.kernels_seen, "audit": result.audit.model_dump() if result.audit else None,
               "speedup_vs_parent": None, "beats_parent": False, "loses_to_parent": False,
-              "pct_peak": mean_pct(workloads, "pct_peak"), "pct_achievable": mean_pct(workloads, "pct_achievable")}
+              "pct_peak": mean_pct(workloads, "pct_peak"), "pct_achievable": mean_pct(workloads, "pct_achievable"),
+              "pct_of_copy": mean_pct(workloads, "pct_of_copy")}
     if result.node is not None:  # evaluated on a Ray cluster's node, which took the profile there too
         fields["node"] = result.node
     if result.ok and result.device == "cuda" and ctx.profile and not trusted and result.node is None:

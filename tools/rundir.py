@@ -289,7 +289,9 @@ def run_summary(state: dict) -> dict:
         "best_speedup_vs_parent": best.get("speedup_vs_parent"), "best_parent_id": best.get("parent_id"),
         "timer": best.get("timer"),
         "device_name": best.get("device_name"), "best_pct_peak": best.get("pct_peak"),
-        "best_pct_achievable": best.get("pct_achievable"), "beam": beam,
+        "best_pct_achievable": best.get("pct_achievable"),
+        # memory-bound workloads: % of the speed of a device copy of the same bytes, same rounds
+        "best_pct_of_copy": best.get("pct_of_copy"), "beam": beam,
         # why a finished run failed (a fatal model error, no planner call ever answered), else null
         "failure": run_failure(state),
         "candidates_evaluated": len(candidates) - 1, "statuses": statuses, "usage": spent,

@@ -25,6 +25,8 @@ def test_baseline_verifies_and_is_timed_by_its_span_on_gpu(name):
         assert timing.kernel_us <= timing.median_us * 1.02
         assert timing.event_us >= timing.median_us * 0.9 and timing.outside_us > 0
         assert 0 < timing.pct_peak <= 100  # above the roofline would be a bug or a cheat
+        # the copy yardstick: the same bytes moved by a device copy, timed in the same rounds
+        assert timing.copy_us > 0 and timing.bound == "memory" and 5 < timing.pct_of_copy < 150, timing
     assert any("trace" in e for e in result.evidence) and result.kernels_seen
 
 

@@ -58,6 +58,15 @@ COMPARATOR_CACHE = 4    # comparator sandboxes kept, keyed by source
 READY_TIMEOUT_S = 120.0
 TIMING_SEED = 100       # timing inputs: never among the checked seeds
 AFTER_SEED = 500        # the check after timing: inputs never seen before
+# The yardstick of memory-bound kernels: a device copy of a workload's bytes, timed beside them.
+COPY = "copy"
+COPY_SOURCE = '''"""The judge's copy yardstick: half a workload's bytes read, half written."""
+
+
+def copy_bytes(source, destination):
+    destination.copy_(source)
+    return destination
+'''
 # Host ops (interpreter) and GPU kernels that move data rather than compute.
 _DATA_OPS = {
     "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like",
@@ -675,10 +684,12 @@ class Judge:
 
     # -------------------------------------------------------------- timing
 
-    def _time_round(self, box, req, ref, workload, r: int, reps: int, deadline: float, check: bool) -> dict:
+    def _time_round(self, box, req, ref, workload, r: int, reps: int, deadline: float, check: bool,
+                    copy: bool = False) -> dict:
         """One function's share of round r. Every timed call of the candidate gets inputs it has
         not seen before, and its outputs are checked (`check`): on the interpreter every call's,
-        on a GPU the last call's, whose values were copied into the buffers the earlier calls used."""
+        on a GPU the last call's, whose values were copied into the buffers the earlier calls used.
+        The copy yardstick (`copy`) runs on buffers of the workload's bytes, not on its inputs."""
         torch = self.torch
         where = f"workload {workload['name']} timed call (round {r})"
         if req["device"] != "cuda":  # interpreter: the judge's own clock around each call
@@ -694,9 +705,13 @@ class Judge:
                     _check_timed(torch, req, _owned(torch, reply["outputs"]), expected, where)
                     self._foreign(req, reply["trace"] or [], reply["known"], where)
             return {"primary": samples, "metric": "interpreter_wall"}
-        inputs, _ = self._fresh(ref, req, workload, TIMING_SEED + 2 * r, expect=False)
-        fresh, expected = self._fresh(ref, req, workload, TIMING_SEED + 2 * r + 1, expect=check)
-        reply = box.request("time_calls", deadline, inputs=list(inputs), reps=reps, fresh=list(fresh))
+        if copy:
+            (inputs, _), (fresh, expected) = self._copy_inputs(req, ref, workload), (None, None)
+        else:
+            inputs, _ = self._fresh(ref, req, workload, TIMING_SEED + 2 * r, expect=False)
+            fresh, expected = self._fresh(ref, req, workload, TIMING_SEED + 2 * r + 1, expect=check)
+        reply = box.request("time_calls", deadline, inputs=list(inputs), reps=reps,
+                            fresh=None if fresh is None else list(fresh))
         spans = reply["span_us"]
         primary = spans if len(spans) >= max(2, reps // 2) else reply["event_us"]
         if check:
@@ -722,10 +737,18 @@ class Judge:
         box.request("batch", deadline, inputs=list(inputs), n=n)
         return max(0.0, time.perf_counter() - start - overhead) * 1e6 / n
 
+    def _copy_inputs(self, req, ref, workload) -> tuple[list, None] | None:
+        """The copy yardstick's (source, destination): each half the workload's bytes_moved."""
+        half = int(float(ref.bytes_moved(workload["params"], req["dtype"])) // 2)
+        if half < 1:
+            return None
+        return [self.torch.empty(half, dtype=self.torch.uint8, device="cuda") for _ in range(2)], None
+
     def timing(self, boxes: dict, req, ref, deadline: float) -> dict:
         out: dict = {name: {} for name in boxes}
-        names = list(boxes)
         for workload in req["workloads"]:
+            # the copy times on buffers of its own; a workload that moves no bytes has none
+            names = [n for n in boxes if n != COPY or self._copy_inputs(req, ref, workload) is not None]
             reps = 10
             if req["device"] == "cuda":  # enough calls per round for about rep_ms of timed work
                 est = self._time_round(boxes["candidate"], req, ref, workload, -1, 3, deadline, check=False)
@@ -739,7 +762,7 @@ class Judge:
                 for name in names[r % len(names):] + names[: r % len(names)]:
                     try:
                         got = self._time_round(boxes[name], req, ref, workload, r, reps, deadline,
-                                               check=name == "candidate")
+                                               check=name == "candidate", copy=name == COPY)
                     except SandboxFailure as f:
                         whose = "" if name == "candidate" else f" (comparator {name!r}, not the kernel under test)"
                         raise Reject(f.status, f"while timing{whose}: {f.error}") from None
@@ -828,6 +851,15 @@ class Judge:
             except SandboxFailure as f:
                 raise Reject(f.status, f"comparator {name!r} could not be loaded (not the kernel under test): "
                                        f"{f.error}") from None
+        if req.get("copy_yardstick") and req["device"] == "cuda":
+            path = os.path.join(self.boxes.root, "copy_yardstick.py")
+            with open(path, "w") as f:
+                f.write(COPY_SOURCE)
+            try:
+                boxes[COPY] = self.boxes.comparator(path, "copy_bytes", deadline)
+            except SandboxFailure as f:
+                raise Reject(f.status, f"the copy yardstick could not be loaded (not the kernel under test): "
+                                       f"{f.error}") from None
         self._next_step("timing")
         timings = self.timing(boxes, req, ref, deadline)
         self._next_step("after_check")
@@ -842,7 +874,8 @@ class Judge:
         torch = self.torch
         device_name = torch.cuda.get_device_name() if req["device"] == "cuda" else "cpu (Triton interpreter)"
         return {"status": "verified", "error": None, "checks": checked, "timings": timings["candidate"], **errors,
-                "compare": {k: v for k, v in timings.items() if k != "candidate"}, "device_name": device_name,
+                "compare": {k: v for k, v in timings.items() if k not in ("candidate", COPY)},
+                "copy": timings.get(COPY, {}), "device_name": device_name,
                 "evidence": evidence, "kernels_seen": sorted(self.seen), "phases_s": self.phases}
 
 

@@ -61,6 +61,11 @@ class WorkloadTiming(BaseModel):
     pct_peak: float | None = None
     pct_achievable: float | None = None
     bound: str | None = None
+    # A device copy of the same bytes (half read, half written), timed by the same timer in the
+    # same rounds: what moving this workload's bytes costs on this GPU at this size, launch and
+    # ramp-up included. pct_of_copy (memory-bound workloads): copy_us / median_us, in %.
+    copy_us: float | None = None
+    pct_of_copy: float | None = None
 
 
 Severity = Literal["info", "warning", "serious"]

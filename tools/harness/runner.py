@@ -108,6 +108,7 @@ def build_request(task: Task, device: str, source_path: str, compare_paths: dict
         "seeds": seeds or task.spec.seeds, "seed_offset": 0,
         "rounds": rounds or (5 if device == "cuda" else 2), "rep_ms": rep_ms,
         "interpreter_reps": interpreter_reps, "trusted": trusted,
+        "copy_yardstick": device == "cuda",  # the judge times a copy of each workload's bytes beside it
         "required_matched_ratio": task.spec.required_matched_ratio,
     }
 
@@ -121,6 +122,7 @@ def _result(task: Task, raw: dict, device: str, dtype: str) -> EvalResult:
         result.timer = "cuda_event" if device == "cuda" else "interpreter_wall"
         name = raw.get("device_name") or ""
         result.workloads = _with_roofline(task, raw["timings"], name, device, dtype)
+        _with_copy_yardstick(result.workloads, raw.get("copy") or {})
         result.compare = {k: _with_roofline(task, v, name, device, dtype) for k, v in raw["compare"].items()}
         result.versus = {k: compare_rounds(result.workloads, v) for k, v in result.compare.items()}
     return result
@@ -191,6 +193,18 @@ def _with_roofline(task: Task, timings: dict, device_name: str, device: str, dty
             timing.pct_peak, timing.pct_achievable, timing.bound = roof["pct_peak"], roof["pct_achievable"], roof["bound"]
         out[workload.name] = timing
     return out
+
+
+def _with_copy_yardstick(workloads: dict[str, WorkloadTiming], copies: dict[str, dict]) -> None:
+    """Beside the size-blind roofline: a same-bytes device copy's time from the same rounds, and for
+    a memory-bound workload the share of that copy's speed the kernel reaches."""
+    for name, timing in workloads.items():
+        copy = copies.get(name)
+        if copy is None:
+            continue
+        timing.copy_us = copy["median_us"]
+        if timing.bound == "memory" and timing.median_us > 0:
+            timing.pct_of_copy = 100.0 * copy["median_us"] / timing.median_us
 
 
 @lru_cache(maxsize=32)
