@@ -84,6 +84,7 @@ class TaskRow(BaseModel):
     interval_rounds: int | None = None
     pct_peak: float | None = None
     pct_achievable: float | None = None
+    pct_of_copy: float | None = None  # memory-bound workloads: % of a same-size device copy's speed
     vs_torch_compile: float | None = None  # best kernel / torch.compile(reference), >1: we are faster
     vs_torch_compile_low: float | None = None
     vs_torch_compile_high: float | None = None
@@ -276,6 +277,7 @@ def load_row(run_dir: Path) -> TaskRow:
         best_us=best_us, best_spread_pct=best_spread, best_id=summary["best_id"], best_kind=best.get("kind"),
         speedup=speedup, ci_low=vs.get("ci_low"), ci_high=vs.get("ci_high"), interval_rounds=vs.get("rounds"),
         pct_peak=summary.get("best_pct_peak"), pct_achievable=summary.get("best_pct_achievable"),
+        pct_of_copy=summary.get("best_pct_of_copy"),
         iterations=summary.get("iteration") or 0,
         tokens=usage.get("input_tokens", 0) + usage.get("output_tokens", 0), cost_usd=usage.get("cost_usd", 0.0),
         history=[(0, 1.0)] + [(h["iteration"], h.get("best_speedup") or 1.0) for h in summary.get("iterations", [])],

@@ -127,7 +127,7 @@ def _label_class(r: TaskRow) -> str:
 
 def _task_table(rows: list[TaskRow]) -> str:
     head = ["task", "outcome", "timer", "baseline µs", "spread", "best µs", "spread", "speedup", "interval",
-            "vs torch.compile", "% peak", "% achievable", "iterations", "tokens", "$"]
+            "vs torch.compile", "% peak", "% achievable", "% of same-size copy", "iterations", "tokens", "$"]
     out = ["<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"]
     for r in rows:
         interp = " <span class='tag'>CPU interpreter</span>" if r.interpreter else ""
@@ -148,7 +148,7 @@ def _task_table(rows: list[TaskRow]) -> str:
                  _fmt(r.speedup, ".3f", "x") + interp if r.correct else "–",
                  interval_text(r.ci_low, r.ci_high, r.interval_rounds),
                  versus, _fmt(r.pct_peak, ".1f", "%"), _fmt(r.pct_achievable, ".1f", "%"),
-                 str(r.iterations), f"{r.tokens:,}", f"{r.cost_usd:.4f}"]
+                 _fmt(r.pct_of_copy, ".1f", "%"), str(r.iterations), f"{r.tokens:,}", f"{r.cost_usd:.4f}"]
         out.append(f"<tr class='{'interp' if r.interpreter else ''}'>" + "".join(f"<td>{c}</td>" for c in cells)
                    + "</tr>")
     out.append("</table>")
