@@ -16,12 +16,11 @@ from accelopt.nodes.context import RunContext
 from accelopt.nodes.records import Candidate, seed_candidate, with_measurement
 from accelopt.nodes.services import measure
 from accelopt.tools.inductor_capture import CaptureError, capture_in_subprocess
-from accelopt.tools.inductor_seed import SeedRefused, seed_source
+from accelopt.tools.inductor_seed import TEMPLATES_MODE, SeedRefused, seed_source
 from accelopt.tools.rundir import write_candidate
 from accelopt.tools.task import Task
 
 CAPTURE_FILE = "inductor_capture.json"  # in the run dir, per mode: a resumed run does not compile again
-TRITON_TEMPLATES = "max-autotune-triton"
 
 
 def inductor_seed(task: Task, ctx: RunContext, baseline: Candidate, run_dir: str) -> tuple[Candidate | None, str]:
@@ -32,9 +31,9 @@ def inductor_seed(task: Task, ctx: RunContext, baseline: Candidate, run_dir: str
             seed = seed_source(capture, task.spec.entry_point)
         except SeedRefused as exc:
             # a matmul Inductor leaves to cuBLAS: its Triton templates are the seed instead
-            if not (exc.library and ctx.seed_mode != TRITON_TEMPLATES and not ctx.seed_capture):
+            if not (exc.library and ctx.seed_mode != TEMPLATES_MODE and not ctx.seed_capture):
                 raise
-            seed = seed_source(_capture(task, ctx, Path(run_dir), TRITON_TEMPLATES), task.spec.entry_point)
+            seed = seed_source(_capture(task, ctx, Path(run_dir), TEMPLATES_MODE), task.spec.entry_point)
     except (CaptureError, SeedRefused, OSError, ValueError) as exc:
         return None, f"no Inductor seed: {exc}"
     candidate = seed_candidate(seed.source, seed.origin)

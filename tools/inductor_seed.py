@@ -32,6 +32,7 @@ from accelopt.tools import pyparse
 # libdevice calls tl.math also has: the same instruction on the GPU, and the interpreter runs them
 # (it has no libdevice), so a seed can be checked on the CPU too.
 _LIBDEVICE_IN_TL_MATH = re.compile(r"\blibdevice\.(rsqrt|sqrt|exp|exp2|log|log2|sin|cos|floor|ceil|abs|fma)\(")
+TEMPLATES_MODE = "max-autotune-triton"  # the capture mode whose matmuls are Triton templates
 SUPPORTED_GRIDS = ("Grid1D", "Grid2D", "Grid2DWithYZOverflow", "FixedGrid")
 _DROPPED_CALLS = {"assert_size_stride", "assert_alignment", "get_raw_stream", "set_device", "clear"}
 _HOST_CALLS = {"empty_strided_cuda", "reinterpret_tensor", "empty_strided"}
@@ -88,7 +89,13 @@ def seed_source(capture: dict[str, Any], entry_point: str = "run") -> Seed:
         if record.get("graphs") != 1 or len(record.get("sources", [])) != 1:
             raise SeedRefused(f"torch.compile made {record.get('graphs', 0)} graphs of the reference on workload "
                               f"{name} (Dynamo fell back to Python or split it); a seed needs exactly one")
-        code, call_name = _workload_code(record, index)
+        try:
+            code, call_name = _workload_code(record, index)
+        except SeedRefused as exc:
+            if exc.library and capture.get("mode") == TEMPLATES_MODE:  # the way out was taken already
+                raise SeedRefused(f"{str(exc).split('; for a matmul')[0]}; Inductor has no Triton template for it "
+                                  f"in mode {TEMPLATES_MODE} either") from None
+            raise
         parts.append(f"# ---- workload {name} ({record.get('for', 'cuda')}): {', '.join(map(_describe, record['inputs']))}\n"
                      + code)
         order = _graph_order(record)
@@ -159,7 +166,7 @@ class _Kernel:
     params: list[str]  # the @triton.jit signature
     grid_type: str
     fixed_grid_args: int
-    source: str        # the jitted function, decorator removed, renamed
+    source: str        # the jitted function and its jitted helpers, decorators removed, renamed
 
 
 def _workload_code(record: dict, index: int) -> tuple[str, str]:
@@ -207,12 +214,22 @@ def _kernel(name: str, text: str, new_name: str) -> _Kernel:
     extra = re.search(r"'extra_launcher_args':\s*\[([^\]]*)\]", meta or "")
     fixed = len(re.findall(r"'[^']*'", extra.group(1))) if extra else 0
     lines = text.splitlines()
-    start = function.lineno - 1  # the `def` line: decorators above it are dropped
-    body = "\n".join(lines[start:function.end_lineno])
-    body = re.sub(rf"^def {re.escape(name)}\(", f"def {new_name}(", body, count=1)
-    body = _LIBDEVICE_IN_TL_MATH.sub(r"tl.math.\1(", body)
+
+    def jitted(node: ast.FunctionDef, renamed: str) -> str:
+        body = "\n".join(lines[node.lineno - 1:node.end_lineno])  # from the `def` line: decorators go
+        return "@triton.jit\n" + re.sub(rf"^def {re.escape(node.name)}\(", f"def {renamed}(", body, count=1)
+
+    # The kernel's @triton.jit helpers (the combine function of a scan, `_triton_helper_fn_add0`),
+    # renamed with the kernel: two kernels' helpers of one name may differ.
+    helpers = [n for n in module.body if isinstance(n, ast.FunctionDef) and n is not function
+               and any("jit" in ast.unparse(d) for d in n.decorator_list)]
+    texts = [jitted(h, f"{new_name}__{h.name.lstrip('_')}") for h in helpers] + [jitted(function, new_name)]
+    source = "\n\n".join(texts)
+    for helper in helpers:
+        source = re.sub(rf"\b{re.escape(helper.name)}\b", f"{new_name}__{helper.name.lstrip('_')}", source)
+    source = _LIBDEVICE_IN_TL_MATH.sub(r"tl.math.\1(", source)
     params = [a.arg for a in function.args.args]
-    return _Kernel(new_name, params, grid_type, fixed, "@triton.jit\n" + body)
+    return _Kernel(new_name, params, grid_type, fixed, source)
 
 
 def _call_function(tree: ast.Module) -> ast.FunctionDef:
@@ -248,7 +265,7 @@ def _refuse_library_calls(stmt: ast.stmt) -> None:
         func = ast.unparse(node.func)
         if func.startswith("extern_kernels."):
             raise SeedRefused(f"Inductor calls a library here ({func}, e.g. cuBLAS), not a Triton kernel; for a "
-                              "matmul, seed with --seed-mode max-autotune-triton to get Inductor's Triton templates",
+                              f"matmul, seed with --seed-mode {TEMPLATES_MODE} to get Inductor's Triton templates",
                               library=True)
         if func.split(".")[-1] not in _HOST_CALLS and func not in {"len", "int"}:
             raise SeedRefused(f"Inductor's host code calls {func} (an ATen fallback or a runtime call the seed "

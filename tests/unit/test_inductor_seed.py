@@ -64,6 +64,13 @@ def test_a_library_call_refuses_the_seed_and_names_the_way_out():
     with pytest.raises(SeedRefused, match=r"extern_kernels\.mm.*max-autotune-triton") as refused:
         seed_source(capture("gemm_bf16.default"))
     assert refused.value.library  # a run then captures again with Triton templates (nodes/seeding.py)
+    # where that capture calls a library too (a transposed convolution: no Triton template), the
+    # refusal does not send the user back to the mode already tried
+    templated = {**capture("gemm_bf16.default"), "mode": "max-autotune-triton"}
+    with pytest.raises(SeedRefused) as again:
+        seed_source(templated)
+    assert str(again.value).endswith("no Triton template for it in mode max-autotune-triton either")
+    assert "seed with --seed-mode" not in str(again.value)
 
 
 def test_a_reference_dynamo_cannot_capture_refuses_the_seed():
@@ -89,3 +96,81 @@ def test_graph_inputs_map_back_to_named_and_packed_arguments():
     assert graph_argument_positions(["l_args_0_", "l_y_"], ["y", "*args"]) == [1, 0]
     # module state or a constant: no argument, and the seed is refused with that reason
     assert graph_argument_positions(["L_self_weight_", "l_args_x_"], ["*args"]) == [None, None]
+
+
+# What Inductor (torch 2.11) emitted for torch.cumsum(x.flip(1), 1) on the H100 (KernelBench level 1
+# problem 91, cumsum_reverse), at an interpreter-sized shape: the scan's combine function is a
+# @triton.jit helper beside the kernel, which the kernel calls by name.
+_SCAN_KERNEL = '''
+import triton
+import triton.language as tl
+
+from torch._inductor.runtime import triton_helpers, triton_heuristics
+from torch._inductor.runtime.triton_helpers import libdevice, math as tl_math
+
+@triton.jit
+def _triton_helper_fn_add0(arg0_0, arg1_0):
+    tmp0 = arg0_0 + arg1_0
+    return tmp0
+
+@triton_heuristics.reduction(
+    size_hints={'x': 8, 'r0_': 16},
+    reduction_hint=ReductionHint.DEFAULT,
+    triton_meta={'signature': {'in_ptr0': '*fp32', 'out_ptr0': '*fp32', 'xnumel': 'i32', 'r0_numel': 'i32', 'XBLOCK': 'constexpr', 'R0_BLOCK': 'constexpr'}},
+    inductor_meta={'grid_type': 'Grid1D', 'kernel_name': 'triton_red_fused_cumsum_flip_0'}
+)
+@triton.jit
+def triton_red_fused_cumsum_flip_0(in_ptr0, out_ptr0, xnumel, r0_numel, XBLOCK : tl.constexpr, R0_BLOCK : tl.constexpr):
+    xnumel = 8
+    r0_numel = 16
+    rnumel = r0_numel
+    RBLOCK: tl.constexpr = R0_BLOCK
+    xoffset = tl.program_id(0) * XBLOCK
+    xindex = xoffset + tl.arange(0, XBLOCK)[:, None]
+    r0_base = tl.arange(0, R0_BLOCK)[None, :]
+    rbase = r0_base
+    x0 = xindex
+    tmp3 = tl.full([XBLOCK, 1], float('nan'), tl.float32)
+    for r0_offset in tl.range(0, r0_numel, R0_BLOCK):
+        r0_index = r0_offset + r0_base
+        r0_mask = r0_index < r0_numel
+        roffset = r0_offset
+        r0_1 = r0_index
+        tmp0 = tl.load(in_ptr0 + (15 + ((-1)*r0_1) + 16*x0), r0_mask, eviction_policy='evict_last', other=0.0)
+        tmp1 = tmp0.to(tl.float32)
+        tmp2 = tl.broadcast_to(tmp1, [XBLOCK, R0_BLOCK])
+        tmp4, = tl.associative_scan((tmp2,), 1, _triton_helper_fn_add0)
+        tmp5 = triton_helpers.select_one((tmp4), rbase == (RBLOCK - 1), dim=-1, keep_dims=True)
+        tmp6 = tmp3 + tmp5
+        tmp7 = tmp3 + tmp4
+        tmp8 = tl.where(roffset > 0, tmp7, tmp4)
+        tmp3 = tl.where(roffset > 0, tmp6, tmp5)
+        tl.store(out_ptr0 + (r0_1 + 16*x0), tmp8, r0_mask)
+'''
+
+
+def test_a_scan_kernel_keeps_its_jitted_combine_function(tmp_path):
+    """Found on the H100 (KernelBench problem 91): the seed kept the scan kernel but not the
+    helper it calls, and every launch failed with NameError. The helper now travels with its
+    kernel, renamed with it; the kernel runs (here on the interpreter) and computes the scan."""
+    import subprocess
+    import sys
+
+    from accelopt.tools.inductor_seed import _HEADER, _kernel
+
+    kernel = _kernel("triton_red_fused_cumsum_flip_0", _SCAN_KERNEL, "triton_red_fused_cumsum_flip_0_w0")
+    assert "def triton_red_fused_cumsum_flip_0_w0__triton_helper_fn_add0(" in kernel.source
+    assert "_triton_helper_fn_add0)" not in kernel.source.replace("w0__triton_helper_fn_add0)", "")
+    script = tmp_path / "scan.py"
+    script.write_text(_HEADER + "\n\n" + kernel.source + '''
+
+x = torch.randn(8, 16)
+out = torch.empty_like(x)
+triton_red_fused_cumsum_flip_0_w0[(4,)](x, out, 8, 16, XBLOCK=2, R0_BLOCK=8)
+# the kernel writes the reversed row's running sum (Inductor flips it back in a second kernel)
+assert torch.allclose(out, torch.cumsum(x.flip(1), 1), atol=1e-5), (out, torch.cumsum(x.flip(1), 1))
+print("ok")
+''')
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                          env={**__import__("os").environ, "TRITON_INTERPRET": "1"})
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
