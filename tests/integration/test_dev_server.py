@@ -93,9 +93,10 @@ def test_a_run_through_the_sdk_streams_node_updates_in_order(dev_server):
             nodes += list(chunk.data)
         assert chunk.event != "error", chunk.data
     assert nodes == ["setup", "recall", "planner", "dispatch", "executor", "profiler", "candidate", "selector",
-                     "summarizer", "record"]
+                     "summarizer", "record", "standing"]
     state = client.threads.get_state(thread["thread_id"])["values"]
     assert state["stop_reason"] == "reached T=1 iterations"
+    assert "not timed on a GPU" in state["summary"]["versus_torch_compile"]["not_measured"]
     assert state["candidates"]["i1.m0.p0.k0"]["status"] == "verified"
     # No run_dir was given: the run has one of its own, with what the CLI's runs have.
     run_dir = Path(state["run_dir"])
