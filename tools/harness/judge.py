@@ -59,7 +59,7 @@ READY_TIMEOUT_S = 120.0
 TIMING_SEED = 100       # timing inputs: never among the checked seeds
 AFTER_SEED = 500        # the check after timing: inputs never seen before
 # The yardstick of memory-bound kernels: a device copy of a workload's bytes, timed beside them.
-COPY = "copy"
+COPY = "copy_yardstick"  # its timings' key: no comparator of a request is named so
 COPY_SOURCE = '''"""The judge's copy yardstick: half a workload's bytes read, half written."""
 
 
@@ -736,18 +736,21 @@ class Judge:
         box.request("batch", deadline, inputs=list(inputs), n=n)
         return max(0.0, time.perf_counter() - start - overhead) * 1e6 / n
 
-    def _copy_inputs(self, req, ref, workload) -> tuple[list, None] | None:
-        """The copy yardstick's (source, destination): each half the workload's bytes_moved."""
-        half = int(float(ref.bytes_moved(workload["params"], req["dtype"])) // 2)
-        if half < 1:
-            return None
+    @staticmethod
+    def _copy_half(req, ref, workload) -> int:
+        """Bytes the copy yardstick reads, and writes: half the workload's bytes_moved each."""
+        return int(float(ref.bytes_moved(workload["params"], req["dtype"])) // 2)
+
+    def _copy_inputs(self, req, ref, workload) -> tuple[list, None]:
+        """The copy yardstick's (source, destination)."""
+        half = self._copy_half(req, ref, workload)
         return [self.torch.empty(half, dtype=self.torch.uint8, device="cuda") for _ in range(2)], None
 
     def timing(self, boxes: dict, req, ref, deadline: float) -> dict:
         out: dict = {name: {} for name in boxes}
         for workload in req["workloads"]:
             # the copy times on buffers of its own; a workload that moves no bytes has none
-            names = [n for n in boxes if n != COPY or self._copy_inputs(req, ref, workload) is not None]
+            names = [n for n in boxes if n != COPY or self._copy_half(req, ref, workload) >= 1]
             reps = 10
             if req["device"] == "cuda":  # enough calls per round for about rep_ms of timed work
                 est = self._time_round(boxes["candidate"], req, ref, workload, -1, 3, deadline, check=False)
