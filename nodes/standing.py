@@ -35,7 +35,10 @@ def versus_torch_compile(state: RunState, best: dict, ctx: RunContext) -> dict:
                                 "there is no GPU time to compare with torch.compile"}
     if not ctx.versus_torch_compile:
         return {"not_measured": "turned off (versus_torch_compile = false)"}
-    record = measure_against_torch(task_of(state["task_dir"]), best["source"], ctx, state.get("run_dir"))
+    try:
+        record = measure_against_torch(task_of(state["task_dir"]), best["source"], ctx, state.get("run_dir"))
+    except Exception as exc:  # noqa: BLE001 - the search's results are recorded; this figure must not undo them
+        return {"not_measured": f"the timing with torch.compile could not run: {type(exc).__name__}: {exc}"}
     if state.get("run_dir"):
         (Path(state["run_dir"]) / "torch_compile.json").write_text(json.dumps(record, indent=2))
     versus = (record.get("versus") or {}).get("torch_compile")

@@ -1,0 +1,32 @@
+"""The standing node's answers where no GPU timing can be made: every path says why."""
+
+from accelopt.nodes import standing as node
+from accelopt.nodes.context import RunContext
+
+GPU_BEST = {"id": "i1.m0.p0.k0", "timer": "cuda_event", "source": "def run(x):\n    return x\n"}
+
+
+def test_turned_off_is_said_not_measured():
+    got = node.versus_torch_compile({"task_dir": "unused"}, GPU_BEST, RunContext(versus_torch_compile=False))
+    assert got == {"not_measured": "turned off (versus_torch_compile = false)"}
+
+
+def test_a_failing_comparison_never_fails_the_finished_run(monkeypatch, tmp_path):
+    def broken(*args, **kwargs):
+        raise RuntimeError("no judge could start")
+
+    monkeypatch.setattr(node, "measure_against_torch", broken)
+    monkeypatch.setattr(node, "task_of", lambda task_dir: None)
+    got = node.versus_torch_compile({"task_dir": "t", "run_dir": str(tmp_path)}, GPU_BEST, RunContext())
+    assert got == {"not_measured": "the timing with torch.compile could not run: RuntimeError: no judge could start"}
+    assert not (tmp_path / "torch_compile.json").exists()
+
+
+def test_a_comparator_that_failed_is_reported_with_its_status(monkeypatch, tmp_path):
+    record = {"status": "compile_error", "error": "Inductor could not compile the reference\nmore", "device_name": "H100"}
+    monkeypatch.setattr(node, "measure_against_torch", lambda *a, **k: record)
+    monkeypatch.setattr(node, "task_of", lambda task_dir: None)
+    got = node.versus_torch_compile({"task_dir": "t", "run_dir": str(tmp_path)}, GPU_BEST, RunContext())
+    assert got == {"not_measured": "the timing with torch.compile failed (compile_error): Inductor could not "
+                                   "compile the reference"}
+    assert (tmp_path / "torch_compile.json").is_file()  # the report shows the failure too
