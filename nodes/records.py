@@ -27,6 +27,7 @@ class Plan(TypedDict, total=False):
     text: str
     moves: dict[str, list[int]]  # launch-tunable moves, knob -> [from, to] (the tuner's plans; else empty)
     configs: list[dict[str, int]]  # a shorter @triton.autotune list to write (the tuner's plans; else absent)
+    rewrite: str            # a source rewrite by name (the tuner's plans, tools/rewrites.py; else absent)
     insight_ids: list[str]  # the recalled insights the planner saw
 
 
@@ -35,13 +36,15 @@ def plan_record(plan_id: str, parent_id: str, draft: PlanDraft, insight_ids: lis
                 moves={k: [a, b] for k, (a, b) in draft.moves.items()})
     if draft.configs:
         plan["configs"] = [dict(c) for c in draft.configs]
+    if draft.rewrite:
+        plan["rewrite"] = draft.rewrite
     return plan
 
 
 def plan_draft(plan: Plan) -> PlanDraft:
     """The plan as the policy wrote it (for the executor and fixer requests)."""
     return PlanDraft(plan["text"], {k: (a, b) for k, (a, b) in (plan.get("moves") or {}).items()},
-                     tuple(dict(c) for c in plan.get("configs") or ()))
+                     tuple(dict(c) for c in plan.get("configs") or ()), plan.get("rewrite", ""))
 
 
 class Candidate(TypedDict, total=False):

@@ -49,6 +49,7 @@ class PlanDraft:
     moves: dict[str, tuple[int, int]] = field(default_factory=dict)
     # a shorter @triton.autotune list to write instead of moves (the tuner: per-workload winners)
     configs: tuple[dict[str, int], ...] = ()
+    rewrite: str = ""  # a source rewrite to apply instead (the tuner: tools/rewrites.py, by name)
 
 
 @dataclass(frozen=True)

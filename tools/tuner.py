@@ -10,7 +10,9 @@ tunables (tools/tunables.py): num_warps, num_stages, tl.constexpr tile sizes.
   configuration first and those they warned against last. Never a configuration measured already.
   A kernel whose @triton.autotune list still picks at run time: first each configuration of the
   list pinned (in list order, one plan each), then the same moves from the fastest pinned one.
-- write: applies the plan's moves to the source (AST edits).
+- rewrites: a source rewrite of a known pattern (tools/rewrites.py: Inductor's element-wise online
+  softmax made chunk-wise) is planned first, once per beam member whose source has the pattern.
+- write: applies the plan's moves to the source (AST edits), or its rewrite.
 - fix: a failed multi-knob move drops its largest step (on a resource error, the largest growth);
   a failed big single step is halved (geometrically); a failed single step has nothing smaller,
   except after a resource error (shared memory, registers), where the failed configuration itself
@@ -29,6 +31,7 @@ import re
 
 from accelopt.memory.features import kernel_class
 from accelopt.memory.schema import Insight, Recipe
+from accelopt.tools import rewrites
 from accelopt.tools.policy import (FixRequest, Kernel, LessonDraft, PlanDraft, PlanRequest, Plans, SummarizeRequest,
                                    WriteRequest)
 from accelopt.tools.tunables import (IMPLICIT_DEFAULTS, additive, apply_config, config_of, describe_moves, format_config,
@@ -177,6 +180,13 @@ def per_workload_winners(request: PlanRequest, listed: list[Config], config: Con
     return [listed[i] for i in sorted(won)] if 1 < len(won) < len(listed) else []
 
 
+def _rewrite_plans(request: PlanRequest) -> list[PlanDraft]:
+    """A plan for each rewrite whose pattern is in the member's source and not yet tried from it."""
+    done = {k["title"] for k in request.tried if k["parent_id"] == request.member_id}
+    todo = [r for r in rewrites.applicable(request.source or "") if r.title not in done]
+    return [PlanDraft(f"### Plan {i}: {r.title}\n{r.why}", rewrite=r.name) for i, r in enumerate(todo, 1)]
+
+
 class TunerPolicy:
     """Deterministic tuning policy; see the module docstring."""
 
@@ -184,8 +194,11 @@ class TunerPolicy:
 
     def plan(self, request: PlanRequest) -> Plans:
         source = request.source
+        rewritten = _rewrite_plans(request)
         config = config_of(source) if source else {}
         if not config:
+            if rewritten:
+                return Plans(rewritten[:request.n])
             return Plans([], note=f"(tuner) This kernel has no launch tunables to move: {why_untunable(source or '')}.")
         klass = kernel_class(source or "")
         # A kernel whose @triton.autotune list still picks at run time was measured as the
@@ -210,11 +223,11 @@ class TunerPolicy:
         options += around_recipes(request, base, klass)
         options += [(m, "one step" + (" from the fastest pinned config" if base != config else ""))
                     for m in sorted(neighbours(base), key=rank)]
-        plans: list[PlanDraft] = []
+        plans: list[PlanDraft] = rewritten[:request.n]
         winners = per_workload_winners(request, listed, config)
-        if winners:
+        if winners and len(plans) < request.n:
             plans.append(PlanDraft(
-                text=f"### Plan 1: {WINNERS} ({len(winners)} of {len(listed)} configs)\n"
+                text=f"### Plan {len(plans) + 1}: {WINNERS} ({len(winners)} of {len(listed)} configs)\n"
                      f"(tuner move) Every configuration of the @triton.autotune list was measured pinned, and "
                      f"different workloads were fastest under different ones. Replace the list by those "
                      f"configurations alone, keeping its key, so the autotuner still picks per workload: "
@@ -238,6 +251,9 @@ class TunerPolicy:
         return Plans(plans, note="" if plans else "(tuner) Every neighbouring launch configuration was measured already.")
 
     def write(self, request: WriteRequest) -> Kernel:
+        if request.plan.rewrite:
+            rewritten = rewrites.BY_NAME[request.plan.rewrite].apply(request.source or "")
+            return Kernel(rewritten, "" if rewritten else "(tuner) The rewrite's pattern is not in this kernel.")
         if request.source and request.plan.configs:
             return Kernel(write_configs(request.source, list(request.plan.configs)))
         if not request.source or not request.plan.moves:
@@ -245,6 +261,8 @@ class TunerPolicy:
         return Kernel(apply_config(request.source, {n: b for n, (a, b) in request.plan.moves.items()}))
 
     def fix(self, request: FixRequest) -> Kernel:
+        if request.plan.rewrite:
+            return Kernel(None, "(tuner) A rewrite that fails has no smaller step to try; its parent stays.")
         source = request.source
         current = config_of(source) if source else {}
         moves = {n: (a, current[n]) for n, (a, _) in request.plan.moves.items() if n in current and current[n] != a}

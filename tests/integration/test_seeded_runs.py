@@ -8,6 +8,7 @@ import pytest
 
 from accelopt.graph.builder import build_graph
 from accelopt.nodes.context import RunContext
+from accelopt.tools.rewrites import CHUNKWISE_ONLINE_SOFTMAX, chunkwise_online_softmax
 from tests.conftest import FIXTURES
 
 pytestmark = pytest.mark.slow
@@ -28,6 +29,11 @@ def test_a_task_without_a_baseline_starts_from_the_inductor_seed_with_no_model(t
     children = [c for c in out["candidates"].values() if c.get("parent_id") == "inductor"]
     assert children, "the tuner wrote nothing from the seed"
     assert all(c["source"] != seed["source"] for c in children if c.get("source"))
+    # the tuner's first plan on Inductor's looped softmax: its online softmax made chunk-wise (the
+    # rewritten kernels are the GPU shapes'; on the interpreter the module must still load and verify)
+    rewrite, = children
+    assert rewrite["plan_title"] == CHUNKWISE_ONLINE_SOFTMAX.title and rewrite["status"] == "verified"
+    assert rewrite["source"] == chunkwise_online_softmax(seed["source"])
     assert json.loads((run_dir / "candidates" / "inductor" / "result.json").read_text())["status"] == "verified"
 
 

@@ -1,0 +1,128 @@
+"""Source rewrites the tuner proposes beside its launch moves: mechanical transformations of a
+known code pattern, applied wherever the pattern is found. A rewrite claims no speed-up: its
+candidate is judged like any other, and the beam keeps it only where it measured faster.
+
+`chunkwise_online_softmax`: Inductor writes an online softmax (a row's maximum and its sum of
+exponentials in one pass) as an element-wise combine (`triton_helpers.online_softmax_combine`):
+every lane of the chunk keeps a running maximum of its own, so each element costs two
+exponentials (its own and the rescale of its lane's sum) and two selects. Cross-entropy and the
+looped softmax kernels of torch.compile are built this way. On the H100 the cross_entropy seed
+(one pass over the logits) took as long as the bundled two-pass baseline (695 vs 694 µs at
+T4096, V128256), which reads every logit twice: it is not limited by the bytes it reads. The
+rewrite moves the row's maximum once per chunk (one cross-lane max), so an element costs one
+exponential; the chunk's lanes keep partial sums scaled to that one maximum, so the final reduce
+(Inductor's `online_softmax_reduce`, another exponential per lane) becomes a plain max and sum.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    name: str
+    title: str                          # the plan's title: how the run's records name it
+    why: str                            # the plan's text
+    apply: Callable[[str], str | None]  # the rewritten module, or None where the pattern is absent
+
+
+CHUNK_HELPER = "_online_softmax_chunk"
+
+_HELPER_SOURCE = f'''
+
+@triton.jit
+def {CHUNK_HELPER}(row_max, lane_sum, x, mask):
+    """One chunk of an online softmax: the row's maximum ([rows, 1]) moves once per chunk, so an
+    element costs one exponential; lane_sum ([rows, chunk]) stays scaled to the row's maximum."""
+    x = tl.where(mask, x, float("-inf"))
+    new_max = tl.maximum(row_max, tl.max(x, 1)[:, None])
+    shift = tl.where(new_max == float("-inf"), 0.0, new_max)  # a row with nothing yet: exp(-inf) = 0
+    lane_sum = lane_sum * tl.exp(row_max - shift) + tl.exp(x - shift)
+    return new_max, lane_sum
+'''
+
+# The loop body Inductor (torch 2.6-2.13) emits: the combine, then both accumulators kept where
+# the chunk is masked (no tl.where when nothing needs a mask).
+_COMBINE = re.compile(
+    r"(?P<indent>[ \t]*)(?P<acc>_tmp\w+?)_max_next, (?P=acc)_sum_next = triton_helpers\.online_softmax_combine\(\s*"
+    r"(?P=acc)_max, (?P=acc)_sum, (?P<x>\w+), \w+\s*\)\s*\n"
+    r"\s*(?P=acc)_max = (?:tl\.where\((?P<mask>[^\n]+?), (?P=acc)_max_next, (?P=acc)_max\)|(?P=acc)_max_next)\s*\n"
+    r"[ \t]*(?P=acc)_sum = (?:tl\.where\((?P=mask), (?P=acc)_sum_next, (?P=acc)_sum\)|(?P=acc)_sum_next)[ \t]*\n")
+
+
+def _reduce(acc: str) -> re.Pattern[str]:
+    return re.compile(rf"(?P<out>\w+, \w+) = triton_helpers\.online_softmax_reduce\(\s*{re.escape(acc)}_max, "
+                      rf"{re.escape(acc)}_sum, 1, \w+\)")
+
+
+def _max_init(acc: str) -> re.Pattern[str]:
+    return re.compile(rf"(?m)^(?P<lead>[ \t]*{re.escape(acc)}_max = tl\.full\(\[XBLOCK), R0?_?BLOCK\]"
+                      rf"(?P<rest>, float\('-inf'\), tl\.float32\))")
+
+
+def chunkwise_online_softmax(source: str) -> str | None:
+    """Every element-wise online-softmax combine in a loop, made chunk-wise; None where there is none."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    lines = source.splitlines(keepends=True)
+    count = 0
+    # function by function (a seed repeats its accumulators' names in each kernel), last first so
+    # that the line numbers of those before stay true
+    for fn in sorted((n for n in tree.body if isinstance(n, ast.FunctionDef)), key=lambda n: -n.lineno):
+        start, end = fn.lineno - 1, fn.end_lineno or fn.lineno
+        text = "".join(lines[start:end])
+        changed, n = _chunkwise_in(text)
+        if n:
+            lines[start:end] = [changed]
+            count += n
+    return _with_helper("".join(lines)) if count else None
+
+
+def _chunkwise_in(text: str) -> tuple[str, int]:
+    count = 0
+    for found in list(_COMBINE.finditer(text)):
+        acc, indent = found["acc"], found["indent"]
+        init, reduce = _max_init(acc), _reduce(acc)
+        if len(init.findall(text)) != 1 or len(reduce.findall(text)) != 1:
+            continue  # not the one-dimensional reduction this rewrite knows: leave it as Inductor wrote it
+        mask = found["mask"] or "tl.full([1, 1], 1, tl.int1)"  # nothing masked
+        body = f"{indent}{acc}_max, {acc}_sum = {CHUNK_HELPER}({acc}_max, {acc}_sum, {found['x']}, {mask})\n"
+        text = text.replace(found.group(0), body, 1)
+        text = init.sub(lambda m: f"{m['lead']}, 1]{m['rest']}", text, count=1)
+        text = reduce.sub(lambda m: f"{m['out']} = tl.max({acc}_max, 1), tl.sum({acc}_sum, 1)", text, count=1)
+        count += 1
+    return text, count
+
+
+def _with_helper(source: str) -> str:
+    """The helper once, after the module's imports (before the first function or kernel)."""
+    if f"def {CHUNK_HELPER}(" in source:
+        return source
+    first = re.search(r"(?m)^(@|def |class )", source)
+    at = first.start() if first else len(source)
+    return source[:at].rstrip("\n") + _HELPER_SOURCE + "\n\n" + source[at:]
+
+
+CHUNKWISE_ONLINE_SOFTMAX = Rewrite(
+    name="chunkwise_online_softmax",
+    title="rewrite: chunk-wise online softmax (one exponential per element)",
+    why="(tuner rewrite) The kernel's online softmax combines element by element "
+        "(triton_helpers.online_softmax_combine): every lane keeps its own running maximum, so each "
+        "element costs two exponentials. Move the row's maximum once per chunk (one cross-lane max) "
+        "and keep the lanes' partial sums scaled to it: one exponential per element, the same single "
+        "pass over the data, and a plain max and sum at the end.",
+    apply=chunkwise_online_softmax)
+
+REWRITES: tuple[Rewrite, ...] = (CHUNKWISE_ONLINE_SOFTMAX,)
+BY_NAME = {r.name: r for r in REWRITES}
+
+
+def applicable(source: str) -> list[Rewrite]:
+    """The rewrites whose pattern is in source."""
+    return [r for r in REWRITES if r.apply(source) is not None]
