@@ -5,7 +5,9 @@ convolution that Inductor leaves to a library is seeded from its Triton template
 harness, timed interleaved in the same rounds with: the task's baseline kernel (if it has one),
 torch.compile of the reference (default mode), eager PyTorch, and, when `--tuned DIR` holds
 DIR/<task>.py, the best kernel of a seeded tuner run. Speedups are comparator time / seed time
-(>1: the seed is faster). The captures (torch.compile in its own process, mostly CPU work) run
+(>1: the seed is faster). Where one of the tuner's source rewrites (tools/rewrites.py) applies to
+the seed, the rewritten seed gets an evaluation of its own, checked like any candidate, with the
+seed among its comparators (row["rewrites"]). The captures (torch.compile in its own process, mostly CPU work) run
 `--jobs` at a time before any timing; the evaluations then run one after another.
 
     python evals/bench_inductor_seeds.py --out seeds.json [--tasks rmsnorm,softmax] [--tuned best/]
@@ -25,6 +27,7 @@ from accelopt.tools.harness.reference_kernel import torch_comparators
 from accelopt.tools.harness.runner import evaluate
 from accelopt.tools.inductor_capture import CaptureError, capture_in_subprocess
 from accelopt.tools.inductor_seed import SeedRefused, seed_source
+from accelopt.tools.rewrites import applicable
 from accelopt.tools.task import load_task
 
 TASKS = Path(__file__).resolve().parent / "tasks"
@@ -46,7 +49,8 @@ def seed_for(task_dir: Path, timeout_s: float = 900.0) -> tuple[str | None, str]
     return made.source, made.origin
 
 
-def bench_task(task_dir: Path, seed: tuple[str | None, str], tuned_dir: Path | None, timeout_s: float) -> dict:
+def bench_task(task_dir: Path, seed: tuple[str | None, str], tuned_dir: Path | None, timeout_s: float,
+               device: str = "cuda", rounds: int | None = None) -> dict:
     task = load_task(task_dir)
     source, origin = seed
     row: dict = {"task": task.name, "origin": origin}
@@ -60,17 +64,27 @@ def bench_task(task_dir: Path, seed: tuple[str | None, str], tuned_dir: Path | N
     tuned = tuned_dir / f"{task.name}.py" if tuned_dir else None
     if tuned is not None and tuned.is_file():
         compare["tuned"] = tuned.read_text()
-    result = evaluate(task, source, device="cuda", timeout_s=timeout_s, compare=compare)
-    row.update(status=result.status, error=result.error, device_name=result.device_name, flags=result.flags,
-               phases_s=result.phases_s)
-    if result.ok:
-        row["versus"] = {k: round(v.speedup, 4) for k, v in result.versus.items()}
-        row["interval"] = {k: [round(v.ci_low, 4), round(v.ci_high, 4)] for k, v in result.versus.items()}
-        row["pct_achievable"] = {w: t.pct_achievable for w, t in result.workloads.items()}
-        row["pct_of_copy"] = {w: t.pct_of_copy for w, t in result.workloads.items()}
-        row["median_us"] = {"seed": {w: t.median_us for w, t in result.workloads.items()},
-                            **{k: {w: t.median_us for w, t in v.items()} for k, v in result.compare.items()}}
+    row.update(_measured(evaluate(task, source, device=device, timeout_s=timeout_s, compare=compare, rounds=rounds), "seed"))
+    for rewrite in applicable(source):
+        rewritten = rewrite.apply(source) or ""
+        result = evaluate(task, rewritten, device=device, timeout_s=timeout_s,
+                          compare={**compare, "seed": source}, rounds=rounds)
+        row.setdefault("rewrites", {})[rewrite.name] = {"source": rewritten, **_measured(result, "rewritten")}
     return row
+
+
+def _measured(result, label: str) -> dict:
+    """An evaluation's verdict and, when verified, its times against each comparator."""
+    out = {"status": result.status, "error": result.error, "device_name": result.device_name,
+           "flags": result.flags, "phases_s": result.phases_s}
+    if result.ok:
+        out["versus"] = {k: round(v.speedup, 4) for k, v in result.versus.items()}
+        out["interval"] = {k: [round(v.ci_low, 4), round(v.ci_high, 4)] for k, v in result.versus.items()}
+        out["pct_achievable"] = {w: t.pct_achievable for w, t in result.workloads.items()}
+        out["pct_of_copy"] = {w: t.pct_of_copy for w, t in result.workloads.items()}
+        out["median_us"] = {label: {w: t.median_us for w, t in result.workloads.items()},
+                            **{k: {w: t.median_us for w, t in v.items()} for k, v in result.compare.items()}}
+    return out
 
 
 def geomean(values: list[float]) -> float | None:
@@ -112,6 +126,9 @@ def main() -> None:
         rows.append(bench_task(root / name, seed, args.tuned, args.timeout))
         Path(args.out).write_text(json.dumps(rows, indent=1))
         print(json.dumps({k: rows[-1].get(k) for k in ("task", "status", "versus", "refused", "error")}), flush=True)
+        for name, measured in rows[-1].get("rewrites", {}).items():
+            print(json.dumps({"task": rows[-1]["task"], "rewrite": name, "status": measured["status"],
+                              "versus": measured.get("versus")}), flush=True)
     for comparator in ("torch_compile", "eager"):
         over = [r["versus"][comparator] for r in rows if comparator in r.get("versus", {})]
         fast_1 = sum(v > 1.0 for v in over) / len(rows) if rows else 0.0
