@@ -7,8 +7,8 @@ torch.compile of the reference (default mode), eager PyTorch, and, when `--tuned
 DIR/<task>.py, the best kernel of a seeded tuner run. Speedups are comparator time / seed time
 (>1: the seed is faster). Where one of the tuner's source rewrites (tools/rewrites.py) applies to
 the seed, the rewritten seed gets an evaluation of its own, checked like any candidate, with the
-seed among its comparators (row["rewrites"]). The captures (torch.compile in its own process, mostly CPU work) run
-`--jobs` at a time before any timing; the evaluations then run one after another.
+seed among its comparators (row["rewrites"]). The captures (torch.compile in its own process,
+mostly CPU work) run `--jobs` at a time before any timing; the evaluations then run one after another.
 
     python evals/bench_inductor_seeds.py --out seeds.json [--tasks rmsnorm,softmax] [--tuned best/]
     python evals/bench_inductor_seeds.py --out kb.json --suite kb/ --jobs 8 --seeds kb_seeds.json  # e.g. KernelBench
@@ -64,7 +64,8 @@ def bench_task(task_dir: Path, seed: tuple[str | None, str], tuned_dir: Path | N
     tuned = tuned_dir / f"{task.name}.py" if tuned_dir else None
     if tuned is not None and tuned.is_file():
         compare["tuned"] = tuned.read_text()
-    row.update(_measured(evaluate(task, source, device=device, timeout_s=timeout_s, compare=compare, rounds=rounds), "seed"))
+    result = evaluate(task, source, device=device, timeout_s=timeout_s, compare=compare, rounds=rounds)
+    row.update(_measured(result, "seed"))
     for rewrite in applicable(source):
         rewritten = rewrite.apply(source) or ""
         result = evaluate(task, rewritten, device=device, timeout_s=timeout_s,

@@ -45,7 +45,7 @@ def {CHUNK_HELPER}(row_max, lane_sum, x, mask):
     return new_max, lane_sum
 '''
 
-# The loop body Inductor (torch 2.6-2.13) emits: the combine, then both accumulators kept where
+# The loop body Inductor emits (torch 2.11's captures on the H100, tests/unit/test_rewrites.py): the combine, then both accumulators kept where
 # the chunk is masked (no tl.where when nothing needs a mask).
 _COMBINE = re.compile(
     r"(?P<indent>[ \t]*)(?P<acc>_tmp\w+?)_max_next, (?P=acc)_sum_next = triton_helpers\.online_softmax_combine\(\s*"
