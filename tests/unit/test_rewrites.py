@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 
-from accelopt.tools.inductor_seed import seed_source
+from accelopt.tools.inductor_seed import _HEADER as HEADER, seed_source  # a seed's imports
 from accelopt.tools.policy import FixRequest, MeasuredKernel, PlanRequest, WriteRequest
 from accelopt.tools.rewrites import CHUNK_HELPER, CHUNKWISE_ONLINE_SOFTMAX, chunkwise_online_softmax
 from accelopt.tools.task import load_task
@@ -78,14 +78,6 @@ def triton_red_fused__log_softmax__to_copy_nll_loss_forward_prepare_softmax_onli
     tl.debug_barrier()
     tl.store(in_out_ptr0 + (x0), tmp22, xmask)
 '''
-
-HEADER = '''import torch
-import triton
-import triton.language as tl
-from torch._inductor.runtime import triton_helpers
-from torch._inductor.runtime.triton_helpers import libdevice, math as tl_math
-'''
-
 
 def kernel_text(module: str, name: str) -> str:
     """One function of a module, as its source text."""
