@@ -276,6 +276,17 @@ def doctor() -> None:
                       found.detail if found.can_time else f"{found.detail} (cannot time kernels here)")
     if not any(found.usable for found in backends.values()):
         broken.append("no kernel backend is usable")
+    from accelopt.tools.harness import confine
+
+    reason = confine.refusal()
+    if reason:
+        table.add_row("candidate confinement", "no", confine.refusal_message(reason))
+        broken.append("the candidates' confinement")
+    elif confine.unconfined():
+        table.add_row("candidate confinement", "OFF", f"{confine.UNCONFINED_ENV}=1: candidate kernels run unconfined")
+    else:
+        table.add_row("candidate confinement", "yes", f"bubblewrap namespaces + Landlock ABI {confine.landlock_abi()}: "
+                      "each candidate writes only beneath its own folder")
     for tool, use in (("ncu", "GPU kernel profiles for the planner"), ("neuron-profile", "Trainium profiles")):
         path = shutil.which(tool)
         table.add_row(tool, "yes" if path else "no", f"{path}: {use}" if path else f"not on PATH ({use})")

@@ -57,7 +57,12 @@ class TritonBackend:
         return Availability(True, f"triton {triton.__version__}, {where}")
 
     def refuse(self, task: Task, device: str) -> str | None:
-        return self.availability().refusal()
+        from accelopt.tools.harness import confine
+
+        refusal = self.availability().refusal()
+        if refusal is None and (reason := confine.refusal()):
+            return confine.refusal_message(reason)
+        return refusal
 
     def evaluate(self, task: Task, source: str, *, device: str | None, timeout_s: float,
                  compare: dict[str, str], trusted: bool) -> EvalResult:

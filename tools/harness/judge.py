@@ -32,6 +32,7 @@ import math
 import os
 import pickle
 import re
+import select
 import shutil
 import socket
 import statistics
@@ -47,7 +48,6 @@ if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(
     sys.path.pop(0)
 
 RESULT_MARK = "@@ACCELOPT_RESULT@@"
-SANDBOX = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox.py")
 ERROR_CHARS = 1500
 SPARES = 2              # warm sandboxes waiting for the next candidate (GPU)
 # On the interpreter the spares start on the same cores that run (and time) the candidate, and
@@ -150,23 +150,20 @@ class SandboxFailure(Exception):
         self.status, self.error, self.dead = status, error, dead
 
 
-@functools.lru_cache(maxsize=1)
-def isolation_prefix() -> tuple[str, ...]:
-    """No network, and a PID namespace of its own (no other process to signal or trace) where
-    the OS allows it. In a PID namespace a shell is its init, so that the sandbox is not PID 1
-    (which ignores its own fatal signals: abort() would read as a segfault), and
-    --kill-child ends the namespace with unshare."""
-    init = ["sh", "-c", '"$@"; exit $?', "sh"]
-    pid_ns = ["-n", "-p", "-f", "--kill-child", "--mount-proc", *init]
-    # as root; else in a user namespace (-r) where the OS allows unprivileged ones; else network only
-    for prefix in (["unshare", *pid_ns], ["unshare", "-r", *pid_ns], ["unshare", "-n"], ["unshare", "-r", "-n"]):
-        if shutil.which("unshare"):
-            try:
-                if subprocess.run([*prefix, "true"], capture_output=True, timeout=10).returncode == 0:
-                    return tuple(prefix)
-            except (OSError, subprocess.SubprocessError):
-                pass
-    return ()
+def _load_sibling(name: str, filename: str):
+    """A file beside this one, loaded by path: the judge imports nothing of the accelopt package."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                                     filename))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+confine = _load_sibling("accelopt_confine", "confine.py")
+ZYGOTE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")
 
 
 def _pdeathsig() -> None:
@@ -178,22 +175,146 @@ def _pdeathsig() -> None:
         pass
 
 
-class Sandbox:
-    """A handle on one sandbox process."""
+def _host_pid(root: int, ns_pid: int) -> int:
+    """The judge's name for a process the template (in a PID namespace of its own) calls
+    `ns_pid`: the descendant of `root` whose innermost NSpid is it."""
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        kids = _children(pid)
+        for kid in kids:
+            try:
+                with open(f"/proc/{kid}/status") as f:
+                    nspids = next(line.split()[1:] for line in f if line.startswith("NSpid:"))
+            except (OSError, StopIteration):
+                continue
+            if int(nspids[-1]) == ns_pid and len(nspids) > 1:
+                return kid
+        todo += kids
+    raise SandboxFailure("runtime_error", f"the sandbox template's child {ns_pid} is not among its processes",
+                         dead=True)
 
-    def __init__(self, device: str, prefix: tuple[str, ...], root: str):
+
+class Template:
+    """The sandbox template (zygote.py): torch and Triton imported once, a fork per sandbox.
+    Under bubblewrap unless the user chose to run candidates unconfined."""
+
+    def __init__(self, root: str, confined: bool):
+        self.confined = confined
+        self.log_path = os.path.join(root, "template.log")
+        mine, theirs = socket.socketpair()
+        prefix = confine.bwrap_prefix(root) if confined else []
+        with open(self.log_path, "w") as log:
+            self.proc = subprocess.Popen([*prefix, sys.executable, ZYGOTE, str(theirs.fileno())],
+                                         pass_fds=[theirs.fileno()], cwd=root, stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=log, preexec_fn=_pdeathsig)
+        theirs.close()
+        self.control = mine
+        self.buffer = b""
+        self.ready = False
+
+    def _line(self, deadline: float) -> dict:
+        while b"\n" not in self.buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.control], [], [], left)[0]:
+                raise SandboxFailure("timeout", "the sandbox template did not answer in time", dead=True)
+            chunk = self.control.recv(65536)
+            if not chunk:
+                raise SandboxFailure("runtime_error", "the sandbox template died:\n" + self._log_tail(), dead=True)
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def _log_tail(self) -> str:
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return _tail(f.read(), 1200)
+        except OSError:
+            return ""
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def spawn(self, home: str, env: dict, readable: list[str], fds: list[int], deadline: float) -> int:
+        """Fork one sandbox; its pid as the judge sees it."""
+        if not self.ready:
+            self._line(deadline)  # {"ready": true}: torch and Triton are imported
+            self.ready = True
+        request = {"home": home, "env": env, "readable": readable, "confine": self.confined}
+        try:
+            socket.send_fds(self.control, [json.dumps(request).encode()], fds)
+        except OSError:
+            raise SandboxFailure("runtime_error", "the sandbox template died:\n" + self._log_tail(), dead=True) from None
+        reply = self._line(deadline)
+        if "pid" not in reply:
+            raise SandboxFailure("runtime_error", f"the sandbox template refused: {reply.get('error')}", dead=True)
+        return _host_pid(self.proc.pid, reply["pid"]) if self.confined else reply["pid"]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.control.close()
+
+
+class Forked:
+    """A forked sandbox process, as subprocess.Popen would show it: the template reaps it and
+    writes its wait status to a pipe this side reads."""
+
+    def __init__(self, pid: int, status_fd: int):
+        self.pid, self.status_fd, self.returncode = pid, status_fd, None
+
+    def poll(self) -> int | None:
+        if self.returncode is None and select.select([self.status_fd], [], [], 0)[0]:
+            self._read()
+        return self.returncode
+
+    def _read(self) -> None:
+        data = os.read(self.status_fd, 4)
+        os.close(self.status_fd)
+        if len(data) < 4:  # the template died before reaping it: the sandbox died with it
+            self.returncode = -9
+            return
+        status = int.from_bytes(data, sys.byteorder, signed=True)
+        self.returncode = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+    def wait(self, timeout: float = 10.0) -> int | None:
+        if self.returncode is None and select.select([self.status_fd], [], [], timeout)[0]:
+            self._read()
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, 9)
+            except ProcessLookupError:
+                pass
+
+
+class Sandbox:
+    """A handle on one sandbox process, forked from the template."""
+
+    def __init__(self, template: Template, root: str, readable: list[str], deadline: float):
         from multiprocessing.connection import Connection
 
         self.home = tempfile.mkdtemp(prefix="sandbox-", dir=root)
-        mine, theirs = socket.socketpair()
+        self.readable = readable
         env = {k: v for k, v in os.environ.items() if k not in ("HOME", "TMPDIR", "TRITON_CACHE_DIR")}
         env.update(HOME=self.home, TMPDIR=self.home, TRITON_CACHE_DIR=os.path.join(self.home, "triton-cache"))
         self.stderr_path = os.path.join(self.home, "stderr.log")
-        with open(self.stderr_path, "w") as err:
-            self.proc = subprocess.Popen([*prefix, sys.executable, SANDBOX, str(theirs.fileno())],
-                                         pass_fds=[theirs.fileno()], cwd=self.home, env=env, stdin=subprocess.DEVNULL,
-                                         stdout=err, stderr=err, preexec_fn=_pdeathsig)
-        theirs.close()
+        mine, theirs = socket.socketpair()
+        status_r, status_w = os.pipe()
+        try:
+            with open(self.stderr_path, "w") as err:
+                pid = template.spawn(self.home, env, readable, [theirs.fileno(), err.fileno(), status_w], deadline)
+        except BaseException:
+            os.close(status_r)
+            mine.close()
+            raise
+        finally:
+            theirs.close()
+            os.close(status_w)
+        self.proc = Forked(pid, status_r)
         self.conn = Connection(mine.detach())
         self.ready = False
         self.started = time.monotonic()
@@ -225,8 +346,6 @@ class Sandbox:
 
     def _died(self) -> SandboxFailure:
         code = self.proc.wait()
-        if code is not None and code > 128 and self.proc.args[0] == "unshare":
-            code = 128 - code  # the namespace's shell reports a signal as 128 + its number
         if code is not None and code < 0:
             import signal
 
@@ -243,6 +362,13 @@ class Sandbox:
                                      "the sandbox could not start:\n" + info.get("error", ""), dead=True)
             self.ready = True
 
+    def load(self, source_path: str, entry_point: str, deadline: float) -> dict:
+        """The kernel's source, copied into the sandbox's own folder (the only one it can read
+        that is not the system's, Python's or the task's), imported there."""
+        path = os.path.join(self.home, "kernel.py")
+        shutil.copyfile(source_path, path)
+        return self.request("load", deadline, path=path, entry_point=entry_point)
+
     def request(self, op: str, deadline: float, **args) -> dict:
         self.wait_ready(deadline)
         try:
@@ -256,27 +382,10 @@ class Sandbox:
             raise SandboxFailure(info["status"], info["error"], dead=info.get("cuda_fault", False))
         return info
 
-    def _python_pid(self) -> int:
-        """The sandbox's Python process as this judge sees it (under unshare and the namespace's
-        shell when isolated)."""
-        pid = self.proc.pid
-        for _ in range(3):
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    if SANDBOX.encode() in f.read().split(b"\0")[1:3]:
-                        return pid
-                kids = _children(pid)
-            except OSError:
-                return pid
-            if not kids:
-                return pid
-            pid = kids[0]
-        return pid
-
     def threads(self) -> int:
         """The OS's count of the process's threads: seen from outside, whatever the kernel patched."""
         try:
-            with open(f"/proc/{self._python_pid()}/status") as f:
+            with open(f"/proc/{self.proc.pid}/status") as f:
                 return next(int(line.split()[1]) for line in f if line.startswith("Threads:"))
         except (OSError, StopIteration):
             return -1
@@ -284,7 +393,7 @@ class Sandbox:
     def others(self) -> tuple[float, int]:
         """(CPU seconds of children the sandbox has waited for, children alive now): work done
         in another process shows here, whatever the kernel patched inside its own."""
-        pid = self._python_pid()
+        pid = self.proc.pid
         try:
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
@@ -316,34 +425,57 @@ def _children(pid: int) -> list[int]:
 
 
 class Sandboxes:
-    """Warm spares: the next candidate's process starts (Python, torch, Triton, CUDA context)
-    while the current one is judged. Comparator processes are kept per source."""
+    """Warm spares: the next candidate's sandbox is forked from the template and warmed (a CUDA
+    context, the timing marker) while the current one is judged. Comparator sandboxes are kept
+    per source. Every sandbox may read the task's folder (the task's own reference, timed as a
+    comparator, is loaded from there); a spare forked for another task's folder is replaced."""
 
-    def __init__(self, device: str):
+    def __init__(self, device: str, confined: bool):
         self.device = device
-        self.prefix = isolation_prefix()
         self.root = tempfile.mkdtemp(prefix="accelopt-judge-")
+        # The judge's own temporary files, torch's shared-memory manager socket among them, go
+        # beneath the folder the template can see: a sandbox connects to that socket to map the
+        # judge's tensors (Landlock lets it connect, not read or write there).
+        own = os.path.join(self.root, "judge")
+        os.makedirs(own)
+        os.environ["TMPDIR"] = own
+        tempfile.tempdir = None
+        self.confined = confined
+        self.template = Template(self.root, confined)
         self.spares: collections.deque[Sandbox] = collections.deque()
         self.comparators: collections.OrderedDict[str, Sandbox] = collections.OrderedDict()
 
-    def top_up(self) -> None:
-        while len(self.spares) < (SPARES if self.device == "cuda" else CPU_SPARES):
-            self.spares.append(Sandbox(self.device, self.prefix, self.root))
+    def _new(self, readable: list[str]) -> Sandbox:
+        if not self.template.alive():  # a template that died (killed, out of memory) is started again
+            self.template.close()
+            self.template = Template(self.root, self.confined)
+        return Sandbox(self.template, self.root, readable, time.monotonic() + READY_TIMEOUT_S)
 
-    def take(self) -> Sandbox:
-        box = self.spares.popleft() if self.spares else Sandbox(self.device, self.prefix, self.root)
-        self.top_up()
+    def top_up(self, readable: list[str]) -> None:
+        for box in [b for b in self.spares if b.readable != readable]:
+            self.spares.remove(box)
+            box.kill()
+        while len(self.spares) < (SPARES if self.device == "cuda" else CPU_SPARES):
+            self.spares.append(self._new(readable))
+
+    def take(self, readable: list[str]) -> Sandbox:
+        box = next((b for b in self.spares if b.readable == readable), None)
+        if box is None:
+            box = self._new(readable)
+        else:
+            self.spares.remove(box)
+        self.top_up(readable)
         return box
 
-    def comparator(self, source_path: str, entry_point: str, deadline: float) -> Sandbox:
+    def comparator(self, source_path: str, entry_point: str, readable: list[str], deadline: float) -> Sandbox:
         with open(source_path, "rb") as f:
-            key = hashlib.sha256(f.read()).hexdigest() + entry_point
+            key = hashlib.sha256(f.read()).hexdigest() + entry_point + repr(readable)
         box = self.comparators.pop(key, None)
         if box is not None and box.proc.poll() is None:
             self.comparators[key] = box
             return box
-        box = self.take()
-        box.request("load", deadline, path=source_path, entry_point=entry_point)
+        box = self.take(readable)
+        box.load(source_path, entry_point, deadline)
         self.comparators[key] = box
         while len(self.comparators) > COMPARATOR_CACHE:
             self.comparators.popitem(last=False)[1].kill()
@@ -357,6 +489,7 @@ class Sandboxes:
     def close(self) -> None:
         for box in list(self.spares) + list(self.comparators.values()):
             box.kill()
+        self.template.close()
         shutil.rmtree(self.root, ignore_errors=True)
 
 
@@ -526,6 +659,7 @@ class Judge:
         self.references: dict = {}
         self.costs_checked: set[str] = set()
         self.boxes: Sandboxes | None = None
+        self.readable: list[str] = []
         self.seen: set[str] = set()
         self.phases: dict[str, float] = {}
         self.step, self.step_began = "load", 0.0
@@ -798,11 +932,12 @@ class Judge:
         ref = self.reference(req["reference_path"])  # a broken task fails before any sandbox starts
         self.check_costs(ref, req)
         if self.boxes is None:
-            self.boxes = Sandboxes(req["device"])
-            self.boxes.top_up()
+            self.boxes = Sandboxes(req["device"], confined=not confine.unconfined())
+        # every sandbox may read the task's folder: the task's reference, timed as a comparator, loads from it
+        self.readable = readable = [os.path.dirname(os.path.abspath(req["reference_path"]))]
         deadline = time.monotonic() + req["timeout_s"]
         self.seen: set[str] = set()
-        box = self.boxes.take()
+        box = self.boxes.take(readable)
         self.phases: dict[str, float] = {}  # seconds per finished step: where an evaluation's time goes
         self.step, self.step_began = "load", time.monotonic()
         try:
@@ -826,7 +961,7 @@ class Judge:
 
     def _evaluate(self, box: Sandbox, req: dict, ref, deadline: float) -> dict:
         try:
-            box.request("load", deadline, path=req["source_path"], entry_point=req["entry_point"])
+            box.load(req["source_path"], req["entry_point"], deadline)
         except SandboxFailure as f:
             raise Reject(f.status, f.error) from None
         self._next_step("checks")
@@ -849,7 +984,7 @@ class Judge:
         boxes = {"candidate": box}
         for name, path in (req.get("compare") or {}).items():
             try:
-                boxes[name] = self.boxes.comparator(path, req["entry_point"], deadline)
+                boxes[name] = self.boxes.comparator(path, req["entry_point"], self.readable, deadline)
             except SandboxFailure as f:
                 raise Reject(f.status, f"comparator {name!r} could not be loaded (not the kernel under test): "
                                        f"{f.error}") from None
@@ -858,7 +993,7 @@ class Judge:
             with open(path, "w") as f:
                 f.write(COPY_SOURCE)
             try:
-                boxes[COPY] = self.boxes.comparator(path, "copy_bytes", deadline)
+                boxes[COPY] = self.boxes.comparator(path, "copy_bytes", self.readable, deadline)
             except SandboxFailure as f:
                 raise Reject(f.status, f"the copy yardstick could not be loaded (not the kernel under test): "
                                        f"{f.error}") from None
@@ -942,7 +1077,11 @@ def serve() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # The template imports torch and Triton while the judge does (two cores, half the wait).
+    device = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
+    boxes = Sandboxes(device, confined=not confine.unconfined())
     judge = Judge()
+    judge.boxes = boxes
     for line in sys.stdin:
         if not line.strip():
             continue

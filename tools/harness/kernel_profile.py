@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from accelopt.tools.harness.judge import isolation_prefix
+from accelopt.tools.harness import confine
 from accelopt.tools.harness.pool import scrubbed_env
 from accelopt.tools.task import Task
 
@@ -71,7 +71,7 @@ def profile_kernel(task: Task, source: str, *, workload: str | None = None, time
             cmd = [shutil.which("ncu"), "--clock-control", "none", "--nvtx", "--nvtx-include", "accelopt_profile/",
                    "--metrics", ",".join(metrics or NCU_METRICS), "--csv", "--page", "raw", *cmd]
         try:
-            proc = subprocess.run([*isolation_prefix(), *cmd], capture_output=True, text=True, cwd=tmp,
+            proc = subprocess.run([*confine.process_prefix(tmp), *cmd], capture_output=True, text=True, cwd=tmp,
                                   env=scrubbed_env(home, "cuda", None), timeout=timeout_s)
         except subprocess.TimeoutExpired:
             return None

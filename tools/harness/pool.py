@@ -27,6 +27,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from accelopt.tools.harness import confine
 from accelopt.tools.harness.judge import RESULT_MARK
 
 JUDGE = Path(__file__).with_name("judge.py")
@@ -35,7 +36,7 @@ HOME_PREFIX = "accelopt-judge-"  # + device, slot, p<pid of the process that own
 JUDGE_MARGIN_S = 120.0
 # Variables a kernel may see; everything else (API keys above all) is dropped.
 _PASSED_ENV = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "TRITON_PTXAS_PATH",
-               "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST")
+               "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS", confine.UNCONFINED_ENV)
 
 
 def scrubbed_env(home: Path, device: str, gpu: str | None) -> dict[str, str]:
@@ -185,6 +186,14 @@ def sweep_stale_homes(tmp: str | None = None) -> list[Path]:
 
 
 def make_pool(device: str, gpu_count: int, fresh_process: bool = False, gpus: list[str] | None = None) -> WorkerPool:
+    """Judges for the device; refused (ConfinementError) where candidates cannot be confined and
+    the user did not choose to run them unconfined."""
+    reason = confine.refusal()
+    if reason:
+        raise confine.ConfinementError(confine.refusal_message(reason))
+    if confine.unconfined():
+        print(f"accelopt: candidate kernels run UNCONFINED ({confine.UNCONFINED_ENV}=1): generated code can write "
+              "wherever this user can", file=sys.stderr)
     sweep_stale_homes()
     if device == "cuda":
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")

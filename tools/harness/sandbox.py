@@ -1,8 +1,8 @@
 """The candidate's side of the trust boundary: one process that runs one kernel module.
 
-Started by the judge (judge.py) as `python sandbox.py FD`, with a scrubbed environment, its own
-working directory and Triton cache, no network and its own PID namespace where the OS allows.
-It talks to the judge over the socket FD: requests and replies are pickles, tensors travel as
+Forked by the sandbox template (zygote.py) for the judge (judge.py), with a scrubbed environment,
+its own working directory and Triton cache, confined (confine.py: bubblewrap's namespaces, then
+Landlock: it writes only beneath its own folder). It talks to the judge over its socket: requests and replies are pickles, tensors travel as
 shared memory (CUDA IPC on a GPU, /dev/shm on the interpreter), never copied.
 
 Nothing here is trusted. The kernel runs in this process and may patch anything in it, this
@@ -24,11 +24,6 @@ import threading
 import time
 import traceback
 from typing import NamedTuple
-
-# Run as a script, this file's folder heads sys.path; drop it so that nothing of ours can be
-# imported by name from inside the sandbox.
-if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
-    sys.path.pop(0)
 
 ERROR_CHARS = 1500
 FLUSH_BYTES = 256 * 2**20  # larger than any L2: zeroing it before each timed call leaves L2 cold
@@ -495,13 +490,13 @@ def _tamper_check():
     return tampered
 
 
-def main() -> None:
+def serve_fd(fd: int) -> None:
+    """Serve the judge on socket `fd` until it hangs up. Called in a process forked from the
+    template (zygote.py), which has already confined it."""
     from multiprocessing.connection import Connection
 
-    _die_with_parent()
-    conn = Connection(socket.socket(fileno=int(sys.argv[1])).detach())
+    conn = Connection(socket.socket(fileno=fd).detach())
     # The kernel's own prints go to stderr; the socket is the only channel to the judge.
-    os.dup2(2, 1)
     sys.stdout = sys.stderr
     try:
         sandbox = Sandbox(conn)
@@ -510,7 +505,3 @@ def main() -> None:
         return
     conn.send(("ready", {"pid": os.getpid()}))
     sandbox.serve(_tamper_check())
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,134 @@
+"""The sandbox template: one process with Python, torch and Triton already imported (CUDA not
+initialized) that forks a fresh sandbox per request.
+
+Started by the judge (judge.py `Template`) as `python zygote.py FD`, under bubblewrap
+(confine.py) unless the user chose to run unconfined. Each request on the control socket FD is
+one JSON object with three file descriptors attached (the sandbox's end of its socket to the
+judge, its stderr log, the write end of its exit-status pipe). The template forks; the child
+closes everything else, takes the environment and folder it was given, confines itself with
+Landlock while it is still the only thread, and serves the judge as sandbox.py. The template
+reaps its children and writes each one's wait status to its pipe, which is how the judge learns
+how a sandbox ended.
+
+A fork costs milliseconds where a fresh interpreter costs seconds (importing torch); no
+candidate ever runs in the template, and no sandbox ever serves a second candidate.
+It imports nothing from accelopt: sibling files are loaded by path.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import traceback
+
+if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+    sys.path.pop(0)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MAX_MESSAGE = 1 << 20
+
+
+def _load(name: str, filename: str):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, filename))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _child(request: dict, conn_fd: int, err_fd: int, sandbox, confine) -> None:
+    """The forked sandbox; never returns."""
+    code = 1
+    try:
+        os.dup2(err_fd, 2)
+        os.dup2(err_fd, 1)
+        os.closerange(3, conn_fd)  # the template's control socket, the log's own descriptor, ...
+        os.closerange(conn_fd + 1, 1 << 20)
+        for sig in (signal.SIGCHLD, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_DFL)
+        sandbox._die_with_parent()
+        os.chdir(request["home"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        import random
+        import tempfile
+
+        tempfile.tempdir = None  # TMPDIR is the sandbox's own folder now
+        random.seed()
+        if request.get("confine"):
+            confine.restrict([request["home"]], request["readable"])
+        sandbox.serve_fd(conn_fd)
+        code = 0
+    except BaseException:  # noqa: BLE001 - the judge reads it in the sandbox's stderr
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def _reap(children: dict[int, int]) -> None:
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        fd = children.pop(pid, None)
+        if fd is not None:
+            try:
+                os.write(fd, struct.pack("i", status))
+            except OSError:
+                pass
+            os.close(fd)
+
+
+def main() -> None:
+    control = socket.socket(fileno=int(sys.argv[1]))
+    import torch  # noqa: F401 - the point of the template: every sandbox starts with these loaded
+    import torch.multiprocessing  # noqa: F401
+    import torch.profiler  # noqa: F401
+    import triton  # noqa: F401
+    import triton.language  # noqa: F401
+
+    sandbox = _load("accelopt_sandbox", "sandbox.py")
+    confine = _load("accelopt_confine", "confine.py")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the run decides on Ctrl-C; the judge ends us
+    children: dict[int, int] = {}
+    control.sendall(b'{"ready": true}\n')
+    while True:
+        ready, _, _ = select.select([control], [], [], 0.2)
+        _reap(children)
+        if not ready:
+            continue
+        try:
+            message, fds, _, _ = socket.recv_fds(control, MAX_MESSAGE, 3)
+        except OSError:
+            return
+        if not message:
+            return  # the judge is gone
+        if len(fds) != 3:
+            for fd in fds:
+                os.close(fd)
+            control.sendall(json.dumps({"error": f"expected 3 descriptors, got {len(fds)}"}).encode() + b"\n")
+            continue
+        request = json.loads(message)
+        conn_fd, err_fd, status_fd = fds
+        pid = os.fork()
+        if pid == 0:
+            control.close()
+            os.close(status_fd)
+            _child(request, conn_fd, err_fd, sandbox, confine)
+        os.close(conn_fd)
+        os.close(err_fd)
+        children[pid] = status_fd
+        control.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+
+
+if __name__ == "__main__":
+    main()
