@@ -123,9 +123,9 @@ def device_refusal(device: str | None) -> str | None:
     only fail later, in a worker, blaming the baseline kernel."""
     if device != "cuda":
         return None
-    from accelopt.tools.harness.runner import gpu_count  # torch: only when a GPU is asked for
+    from accelopt.tools.harness.runner import gpu_count
 
     if gpu_count() > 0:
         return None
-    return ("--device cuda: no CUDA GPU is visible here (torch.cuda.device_count() is 0); use --device auto or "
+    return ("--device cuda: no CUDA GPU is visible here (no NVIDIA GPU in the driver's list and CUDA_VISIBLE_DEVICES, or a torch without CUDA); use --device auto or "
             "--device cpu (Triton interpreter: correctness only, times are not GPU performance)")

@@ -402,7 +402,9 @@ class Sandbox:
             waited = 0.0
         return waited, len(_children(pid))
 
-    def kill(self) -> None:
+    def kill(self, keep_cache: str | None = None) -> None:
+        """End the process and remove its folder; `keep_cache`: first move its Triton cache there
+        (the kernels it compiled, for the same candidate's audit: compiled once)."""
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
@@ -410,6 +412,12 @@ class Sandbox:
             self.conn.close()
         except OSError:
             pass
+        cache = os.path.join(self.home, "triton-cache")
+        if keep_cache and os.path.isdir(cache) and not os.path.exists(keep_cache):
+            try:
+                shutil.move(cache, keep_cache)
+            except OSError:
+                pass
         shutil.rmtree(self.home, ignore_errors=True)
 
 
@@ -657,7 +665,7 @@ class Judge:
         tmp.set_sharing_strategy("file_system")
         self.torch = torch
         self.references: dict = {}
-        self.costs_checked: set[str] = set()
+        self.costs_checked: dict[str, dict[str, dict[str, float]]] = {}
         self.boxes: Sandboxes | None = None
         self.readable: list[str] = []
         self.seen: set[str] = set()
@@ -695,12 +703,14 @@ class Judge:
                                             f"{', '.join(odd)}; it must return a tensor or a tuple of tensors")
         return out
 
-    def check_costs(self, ref, req: dict) -> None:
+    def check_costs(self, ref, req: dict) -> dict[str, dict[str, float]]:
         """flops() and bytes_moved() feed the roofline that can reject a kernel as too fast: each
-        must return a finite count >= 0 for every workload. Checked once per reference and workloads."""
+        must return a finite count >= 0 for every workload. Checked once per reference and workloads;
+        returned per workload, so the run's process need not import the reference (and torch)."""
         key = json.dumps([req["reference_path"], req["dtype"], req["workloads"]], sort_keys=True)
         if key in self.costs_checked:
-            return
+            return self.costs_checked[key]
+        costs: dict[str, dict[str, float]] = {}
         for workload in req["workloads"]:
             for name in ("flops", "bytes_moved"):
                 what = f"{name}(workload {workload['name']})"
@@ -711,7 +721,9 @@ class Judge:
                 if not 0.0 <= value < float("inf"):  # NaN fails both
                     raise Reject("reference_error", f"the task's reference failed: {what} returned {value}; it must "
                                                     "return a finite count >= 0")
-        self.costs_checked.add(key)
+                costs.setdefault(workload["name"], {})[name] = value
+        self.costs_checked[key] = costs
+        return costs
 
     def _box_failure(self, f: SandboxFailure, where: str, whose: str = "") -> Reject:
         return Reject(f.status, f"{where}{whose}: {f.error}")
@@ -930,7 +942,7 @@ class Judge:
 
     def evaluate(self, req: dict) -> dict:
         ref = self.reference(req["reference_path"])  # a broken task fails before any sandbox starts
-        self.check_costs(ref, req)
+        costs = self.check_costs(ref, req)
         if self.boxes is None:
             self.boxes = Sandboxes(req["device"], confined=not confine.unconfined())
         # every sandbox may read the task's folder: the task's reference, timed as a comparator, loads from it
@@ -941,13 +953,13 @@ class Judge:
         self.phases: dict[str, float] = {}  # seconds per finished step: where an evaluation's time goes
         self.step, self.step_began = "load", time.monotonic()
         try:
-            return self._evaluate(box, req, ref, deadline)
+            return {**self._evaluate(box, req, ref, deadline), "costs": costs}
         except (Reject, SandboxFailure) as failure:
             if failure.status == "timeout":  # which step ran out of time, and what the others took
                 failure.error += f" ({self._progress(req['timeout_s'])})"
             raise
         finally:
-            box.kill()
+            box.kill(keep_cache=req.get("keep_cache"))
 
     def _next_step(self, name: str) -> None:
         now = time.monotonic()
