@@ -62,6 +62,7 @@ def test_a_marker_count_off_gives_no_spans():
 
 def test_the_audit_rejects_an_autotuned_kernel_far_off_its_measured_time(monkeypatch):
     from accelopt.tools.harness import audit as audit_mod
+    from accelopt.tools.harness.kernel_profile import ProfileRun
     from accelopt.tools.harness.result import EvalResult, WorkloadTiming
 
     task = load_task(TASKS / "softmax")
@@ -71,8 +72,8 @@ def test_the_audit_rejects_an_autotuned_kernel_far_off_its_measured_time(monkeyp
     result = EvalResult(status="verified", device="cuda")
     result.workloads = {"w": WorkloadTiming(median_us=1.0, iqr_us=0.0, samples=5, kernel_us=1.0)}
     for ncu_us, agreed in ((1.8, True), (775.0, False)):
-        monkeypatch.setattr(audit_mod, "profile_kernel", lambda *a, _t=ncu_us, **k: {
-            "tool": "ncu", "kernels": [{"name": sorted(own)[0], "time_us": _t}]})
+        monkeypatch.setattr(audit_mod, "profile_workloads", lambda *a, _t=ncu_us, **k: ProfileRun(
+            "ncu", {"w": [{"name": sorted(own)[0], "time_us": _t}]}))
         assert audit_mod.audit(task, source, result).agreed is agreed, ncu_us
 
 

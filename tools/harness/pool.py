@@ -42,6 +42,9 @@ _PASSED_ENV = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_P
 def scrubbed_env(home: Path, device: str, gpu: str | None) -> dict[str, str]:
     """The environment generated code runs in: no secrets, a private HOME and Triton cache."""
     env = {k: os.environ[k] for k in _PASSED_ENV if k in os.environ}
+    bwrap = confine.bwrap_binary()  # found here (the judge's environment may not see the package)
+    if bwrap:
+        env[confine.BWRAP_ENV] = bwrap
     env.update({"HOME": str(home), "TMPDIR": str(home), "PYTHONUNBUFFERED": "1",
                 "PYTHONDONTWRITEBYTECODE": "1", "TRITON_CACHE_DIR": str(home / "triton-cache"),
                 # torch.compile comparators compile in-process: no pool threads to trip the thread check

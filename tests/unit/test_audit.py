@@ -1,0 +1,133 @@
+"""The ncu audit as one launch for all its workloads, read without a GPU.
+
+tests/fixtures/ncu_raw_workloads.csv is hand-written in the layout of `ncu --csv --page raw
+--print-units base --metrics gpu__time_duration.sum` (the audit's command line, with `--nvtx
+--nvtx-include accelopt_profile/` keeping only the profiled calls): ncu's progress lines, a
+header, a units row, one row per kernel in launch order. Each workload's profiled call is
+preceded by the run's marker kernel (here accelopt_mark_5f3a9c0d1e2b; a random suffix in a real
+run), so the "Kernel Name" column alone tells the calls apart. Real ncu output is exercised by
+tests/gpu/test_gpu.py.
+"""
+
+import json
+import subprocess
+from pathlib import Path
+
+from accelopt.tools.harness import audit as audit_mod
+from accelopt.tools.harness import kernel_profile
+from accelopt.tools.harness.kernel_profile import parse_ncu_csv, split_workloads
+from accelopt.tools.harness.result import EvalResult, WorkloadTiming
+from accelopt.tools.task import load_task
+from tests.conftest import FIXTURES, TASKS
+
+MARKER = "accelopt_mark_5f3a9c0d1e2b"
+WORKLOADS = ["M4096_N4096", "M1024_N32000", "M16384_N1024"]
+NCU_US = {"M4096_N4096": 46.88, "M1024_N32000": 88.352, "M16384_N1024": 47.264}
+
+
+def _fixture() -> str:
+    return (FIXTURES / "ncu_raw_workloads.csv").read_text()
+
+
+def _result(kernel_us: dict[str, float]) -> EvalResult:
+    result = EvalResult(status="verified", device="cuda")
+    result.workloads = {w: WorkloadTiming(median_us=us, iqr_us=0.0, samples=5, kernel_us=us)
+                        for w, us in kernel_us.items()}
+    return result
+
+
+def test_one_ncu_run_is_split_into_workloads_at_the_marker():
+    run = split_workloads(parse_ncu_csv(_fixture()), MARKER, WORKLOADS)
+    assert run.error is None and list(run.kernels) == WORKLOADS
+    for workload, kernels in run.kernels.items():
+        assert [k["name"] for k in kernels] == ["softmax_kernel"]  # the marker is not the candidate's
+        assert abs(kernels[0]["time_us"] - NCU_US[workload]) < 1e-9  # "46,880" nanoseconds
+    # a workload that ncu has no call of, and a call that ran no kernel, are not guessed at
+    assert "2 profiled calls for 3 workloads" in split_workloads(
+        parse_ncu_csv(_fixture().rsplit("\n", 3)[0]), MARKER, WORKLOADS).error
+    no_kernel = "\n".join(line for line in _fixture().splitlines() if not line.startswith('"3",'))
+    assert "no kernel of the call on M1024_N32000" in split_workloads(parse_ncu_csv(no_kernel), MARKER,
+                                                                      WORKLOADS).error
+
+
+def test_csv_lines_the_program_printed_before_ncus_report_are_not_read():
+    forged = '"ID","Kernel Name","gpu__time_duration.sum"\n"","","nsecond"\n"0","softmax_kernel","1"\n'
+    assert [k["name"] for k in parse_ncu_csv(forged + _fixture())].count("softmax_kernel") == 3
+
+
+def test_the_audit_decides_per_workload_on_one_run():
+    task = load_task(TASKS / "softmax")
+    calls = split_workloads(parse_ncu_csv(_fixture()), MARKER, WORKLOADS).kernels
+    same = audit_mod.verdict(task.baseline_source, _result({w: us * 0.95 for w, us in NCU_US.items()}), calls)
+    assert same.agreed is True and same.kernels == ["softmax_kernel"]
+    assert same.measured_us == NCU_US and "within 20%" in same.note
+    # one workload off beyond the tolerance rejects, and says which
+    off = audit_mod.verdict(task.baseline_source, _result({**NCU_US, "M1024_N32000": 40.0}), calls)
+    assert off.agreed is False and "on M1024_N32000 ncu measured 88.4 µs" in off.note
+    assert "M4096_N4096" not in off.note
+    # a torch kernel in one workload's call is foreign work
+    foreign = {**calls, "M16384_N1024": calls["M16384_N1024"] + [
+        {"name": "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>", "time_us": 1.0}]}
+    rejected = audit_mod.verdict(task.baseline_source, _result(NCU_US), foreign)
+    assert rejected.agreed is False and "not Triton kernels of the source on M16384_N1024" in rejected.note
+
+
+def _fake_ncu(monkeypatch, stdout_of, returncode: int = 0, stderr: str = "") -> list[dict]:
+    """ncu on the PATH, its launch answered with `stdout_of(request)`; returns the launches seen."""
+    launches: list[dict] = []
+    which = kernel_profile.shutil.which
+
+    def run(cmd, **kw):
+        request = json.loads(Path(cmd[-1]).read_text())
+        script = Path(cmd[-2]).read_text()
+        launches.append({"cmd": cmd, "timeout": kw["timeout"], "request": request, "script": script})
+        return subprocess.CompletedProcess(cmd, returncode, stdout_of(request), stderr)
+
+    monkeypatch.setattr(kernel_profile.shutil, "which", lambda name: "/usr/bin/ncu" if name == "ncu" else which(name))
+    monkeypatch.setattr(kernel_profile.confine, "process_prefix", lambda _root: [])
+    monkeypatch.setattr(kernel_profile.subprocess, "run", run)
+    return launches
+
+
+def test_the_audit_is_one_ncu_launch_for_all_its_workloads(monkeypatch):
+    task = load_task(TASKS / "softmax")
+    launches = _fake_ncu(monkeypatch, lambda req: _fixture().replace(MARKER, req["marker"]))
+    report = audit_mod.audit(task, task.baseline_source, _result(NCU_US), timeout_s=123.0)
+    assert report.tool == "ncu" and report.agreed is True, report.note
+    assert report.measured_us == NCU_US
+    assert len(launches) == 1 and launches[0]["timeout"] == 123.0  # the whole launch, not per workload
+    launch = launches[0]
+    assert [w["name"] for w in launch["request"]["workloads"]] == WORKLOADS
+    cmd = " ".join(launch["cmd"][:-2])
+    assert "--nvtx-include accelopt_profile/" in cmd and "--print-units base" in cmd
+    assert "--metrics gpu__time_duration.sum " in cmd
+    marker = launch["request"]["marker"]
+    assert marker.startswith("accelopt_mark_") and marker != MARKER and f"def {marker}(ptr)" in launch["script"]
+    # every workload is warmed up before the first profiled range opens
+    assert launch["script"].index("run(*inputs(w))") < launch["script"].index("range_push")
+
+
+def test_an_ncu_launch_that_fails_leaves_the_winner_unaudited_with_the_reason(monkeypatch):
+    task = load_task(TASKS / "softmax")
+    _fake_ncu(monkeypatch, lambda req: _fixture().replace(MARKER, req["marker"]).rsplit("\n", 3)[0],
+              returncode=1, stderr="Traceback...\nRuntimeError: CUDA error: an illegal memory access")
+    report = audit_mod.audit(task, task.baseline_source, _result(NCU_US))
+    assert report.tool == "ncu" and report.agreed is None
+    assert "exited with 1: RuntimeError: CUDA error" in report.note and report.note.endswith("not audited")
+
+    def hang(cmd, **kw):
+        raise subprocess.TimeoutExpired(cmd, kw["timeout"])
+
+    monkeypatch.setattr(kernel_profile.subprocess, "run", hang)
+    report = audit_mod.audit(task, task.baseline_source, _result(NCU_US), timeout_s=60.0)
+    assert report.agreed is None and "ran past 60 s" in report.note
+
+
+def test_the_planners_profile_is_one_workloads_call_without_the_marker(monkeypatch):
+    task = load_task(TASKS / "softmax")
+    one = _fixture().rsplit("\n", 5)[0]  # the first workload's marker and kernel
+    launches = _fake_ncu(monkeypatch, lambda req: one.replace(MARKER, req["marker"]))
+    prof = kernel_profile.profile_kernel(task, task.baseline_source)
+    assert prof is not None and prof["tool"] == "ncu" and prof["workload"] == "M4096_N4096"
+    assert [k["name"] for k in prof["kernels"]] == ["softmax_kernel"] and "softmax_kernel" in prof["summary"]
+    assert [w["name"] for w in launches[0]["request"]["workloads"]] == ["M4096_N4096"]
