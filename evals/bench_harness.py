@@ -74,7 +74,10 @@ def _rate(pool, sources: list[str], submitters: int) -> dict:
             "statuses": sorted({f"{r.status}: {(r.error or '')[-200:]}" for r in results if not r.ok})}
 
 
-def throughput(n: int = 10) -> dict:
+THROUGHPUT_MODES = ("fresh_process", "warm_sandboxes", "warm_sandboxes_2_submitters")
+
+
+def throughput(n: int = 10, modes: tuple[str, ...] = THROUGHPUT_MODES) -> dict:
     """Evaluations per minute on one GPU: a fresh judge and cold sandboxes for every candidate
     (what "a fresh process per candidate" costs), against one judge whose next sandboxes start
     and warm while the current candidate is judged; with one and with two submitters (the
@@ -82,12 +85,15 @@ def throughput(n: int = 10) -> dict:
     out = {}
     for mode, fresh, submitters in (("fresh_process", True, 1), ("warm_sandboxes", False, 1),
                                     ("warm_sandboxes_2_submitters", False, 2)):
+        if mode not in modes:
+            continue
         pool = make_pool("cuda", 1, gpus=["0"], fresh_process=fresh)
         _rate(pool, [BASE], 1)  # the judge's own start is not a candidate's cost
         out[mode] = _rate(pool, good_variants()[:n], submitters)
         pool.close()
         print(mode, json.dumps(out[mode]), flush=True)
-    out["ratio_warm_vs_fresh"] = out["warm_sandboxes"]["per_minute"] / out["fresh_process"]["per_minute"]
+    if "warm_sandboxes" in out and "fresh_process" in out:
+        out["ratio_warm_vs_fresh"] = out["warm_sandboxes"]["per_minute"] / out["fresh_process"]["per_minute"]
     return out
 
 
@@ -186,13 +192,16 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("which", choices=["throughput", "scaling", "fidelity", "robustness", "all"])
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--modes", default=",".join(THROUGHPUT_MODES),
+                        help="throughput: which of " + ", ".join(THROUGHPUT_MODES))
     parser.add_argument("--cluster", choices=["local", "ray"], default="local",
                         help="scaling: the local pool's judges, or Ray's evaluation actors (pip install accelopt[ray])")
     parser.add_argument("--ray-address", default=None, help="with --cluster ray (default: $ACCELOPT_RAY_ADDRESS or auto)")
     args = parser.parse_args()
     address = args.ray_address or os.environ.get("ACCELOPT_RAY_ADDRESS") or "auto"
     report = {}
-    for name, fn in (("robustness", robustness), ("fidelity", fidelity), ("throughput", throughput),
+    modes = tuple(m for m in args.modes.split(",") if m)
+    for name, fn in (("robustness", robustness), ("fidelity", fidelity), ("throughput", lambda: throughput(modes=modes)),
                      ("scaling", (lambda: ray_scaling(address)) if args.cluster == "ray" else scaling)):
         if args.which in (name, "all"):
             report[name] = fn()

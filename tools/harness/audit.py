@@ -47,14 +47,17 @@ def autotuned(source: str) -> bool:
                for deco in node.decorator_list) or "triton.autotune(" in source
 
 
-def audit(task: Task, source: str, result: EvalResult, *, timeout_s: float = TIMEOUT_S) -> Audit:
-    """One fresh process under ncu runs one call on each audited workload; `timeout_s` bounds it."""
+def audit(task: Task, source: str, result: EvalResult, *, timeout_s: float = TIMEOUT_S,
+          triton_cache: str | None = None) -> Audit:
+    """One fresh process under ncu runs one call on each audited workload; `timeout_s` bounds it.
+    `triton_cache`: the kernels the candidate's own sandbox compiled, so they are not compiled again."""
     if shutil.which("ncu") is None:
         return Audit(tool="none", note="no external profiler (ncu) on this machine: not audited")
     if not result.workloads:
         return Audit(tool="ncu", note="nothing measured to audit")
     workloads = list(result.workloads)[:MAX_WORKLOADS]
-    run = profile_workloads(task, source, workloads, timeout_s=timeout_s, metrics=["gpu__time_duration.sum"])
+    run = profile_workloads(task, source, workloads, timeout_s=timeout_s, metrics=["gpu__time_duration.sum"],
+                            triton_cache=triton_cache)
     if run.tool != "ncu" or run.error:
         return Audit(tool="ncu", note=f"ncu could not profile {', '.join(workloads)} ({run.error}): not audited")
     return verdict(source, result, run.kernels)

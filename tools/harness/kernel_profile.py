@@ -102,15 +102,18 @@ def profile_kernel(task: Task, source: str, *, workload: str | None = None, time
 
 
 def profile_workloads(task: Task, source: str, workloads: list[str] | None = None, *, timeout_s: float = 180.0,
-                      metrics: list[str] | None = None) -> ProfileRun:
+                      metrics: list[str] | None = None, triton_cache: str | None = None) -> ProfileRun:
     """One call per workload (the first workload unless named), all in one fresh process under
-    ncu (torch.profiler without it); `timeout_s` bounds the whole process."""
+    ncu (torch.profiler without it); `timeout_s` bounds the whole process. `triton_cache`: what
+    this source's own sandbox compiled (a copy is used: compiled once, not once per process)."""
     mode = "ncu" if shutil.which("ncu") else "torch"
     tool = "ncu" if mode == "ncu" else "torch.profiler"
     chosen = _chosen(task, workloads or [])
     marker = f"{MARKER_PREFIX}_{secrets.token_hex(6)}"
     with tempfile.TemporaryDirectory(prefix="accelopt-profile-") as tmp:
         home = Path(tmp)
+        if triton_cache and Path(triton_cache).is_dir():
+            shutil.copytree(triton_cache, home / "triton-cache")  # scrubbed_env's TRITON_CACHE_DIR
         (home / "candidate.py").write_text(source)
         (home / "profile.py").write_text(_SCRIPT.replace("MARKER_NAME", marker).replace("NVTX_RANGE", NVTX_RANGE))
         (home / "request.json").write_text(json.dumps({
