@@ -336,7 +336,8 @@ def _report(state: dict, run_dir: Path, use_memory: bool = True) -> None:
     table = Table(title=f"accelopt run: {run_dir}", show_header=False)
     table.add_row("stopped", str(state.get("stop_reason")))
     table.add_row("best kernel", f"{best['id']}  ({run_dir / 'best_kernel.py'})")
-    label = " (CPU interpreter time: not GPU performance)" if best.get("timer") == "interpreter_wall" else ""
+    label = (" (CPU interpreter time: not GPU performance; the interpreter cannot tell faster from slower)"
+             if best.get("timer") == "interpreter_wall" else "")
     versus = ("PyTorch reference (from scratch)" if candidates[state["baseline_id"]].get("kind") == "reference"
               else "baseline")
     table.add_row(f"speedup vs {versus}", f"{best.get('speedup') or 1.0:.3f}x{_interval(best)}{label}")

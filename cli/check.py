@@ -18,6 +18,10 @@ if TYPE_CHECKING:
     from accelopt.tools.harness.result import EvalResult
 
 Opt = Annotated
+# Why the judge's timing rounds stopped (result.RoundsRun.stopped), in words.
+ROUNDS_STOPPED = {"decided": "every comparison decided", "cap": "the cap, some comparison undecided",
+                  "interpreter": "the interpreter's fixed count", "no_comparators": "nothing to compare",
+                  "time_limit": "the evaluation's time limit"}
 
 
 def check(
@@ -85,10 +89,17 @@ def show(result: EvalResult, kernel: Path) -> None:
                 console.print(f"  {name}: the figures disagree: {t.disagreement}", markup=False)
     from accelopt.tools.harness.result import interval_label
 
+    if result.rounds is not None:
+        console.print(f"  timing rounds: {result.rounds.ran} ({ROUNDS_STOPPED[result.rounds.stopped]})",
+                      markup=False, highlight=False)
     for name, vs in result.versus.items():
-        verdict = "faster" if vs.faster else "slower" if vs.slower else "within noise"
+        if result.timer == "interpreter_wall":  # compare_rounds decides nothing there
+            verdict = "no verdict: the CPU interpreter cannot tell faster from slower"
+        else:
+            verdict = "faster" if vs.faster else "slower" if vs.slower else "within noise"
+            verdict += f" (noise floor {vs.noise_floor:.0%})" if vs.noise_floor else ""
         console.print(f"  vs {name}: {vs.speedup:.3f}x ({interval_label(vs.rounds)}: {vs.ci_low:.3f}-{vs.ci_high:.3f})"
-                      f": {verdict}")
+                      f": {verdict}", markup=False, highlight=False)
     if result.audit is not None:
         console.print(f"  audit ({result.audit.tool}): {result.audit.note}", markup=False)
     if result.flags:

@@ -4,6 +4,7 @@
     python evals/bench_harness.py scaling      # evaluations per minute on 1 GPU and on all GPUs of the host
     python evals/bench_harness.py fidelity     # 10 repeats of one kernel; span, kernel-only, events vs ncu
     python evals/bench_harness.py robustness   # 20 candidates, 5 of them hang, crash or fault the GPU
+    python evals/bench_harness.py identical    # the softmax baseline against an identical copy, 20 times
     python evals/bench_harness.py all --out harness.json
     python evals/bench_harness.py scaling --cluster ray [--ray-address auto]
                                                # evaluations per minute: the local pool on 1 GPU, and Ray's
@@ -95,6 +96,26 @@ def throughput(n: int = 10, modes: tuple[str, ...] = THROUGHPUT_MODES) -> dict:
     if "warm_sandboxes" in out and "fresh_process" in out:
         out["ratio_warm_vs_fresh"] = out["warm_sandboxes"]["per_minute"] / out["fresh_process"]["per_minute"]
     return out
+
+
+def identical(n: int = 20, device: str = "cuda") -> dict:
+    """The softmax baseline against an identical copy of itself, n times on one judge: every
+    comparison must come out within noise (neither faster nor slower)."""
+    pool = make_pool(device, 1, gpus=["0"]) if device == "cuda" else make_pool(device, 0)
+    start = time.monotonic()
+    verdicts = []
+    try:
+        for _ in range(n):
+            r = evaluate(SOFTMAX, BASE, device=device, compare={"baseline": BASE}, pool=pool, audit_winners=False)
+            v = r.versus.get("baseline")
+            verdicts.append({"status": r.status, "speedup": v and v.speedup, "low": v and v.ci_low,
+                             "high": v and v.ci_high, "faster": v and v.faster, "slower": v and v.slower,
+                             "rounds": r.rounds.model_dump() if getattr(r, "rounds", None) else None,
+                             "eval_s": r.eval_s})
+    finally:
+        pool.close()
+    within = sum(1 for v in verdicts if v["status"] == "verified" and not v["faster"] and not v["slower"])
+    return {"n": n, "within_noise": within, "seconds": time.monotonic() - start, "results": verdicts}
 
 
 def scaling(per_gpu: int = 8) -> dict:
@@ -190,7 +211,7 @@ def robustness() -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("which", choices=["throughput", "scaling", "fidelity", "robustness", "all"])
+    parser.add_argument("which", choices=["throughput", "scaling", "fidelity", "robustness", "identical", "all"])
     parser.add_argument("--out", type=Path)
     parser.add_argument("--modes", default=",".join(THROUGHPUT_MODES),
                         help="throughput: which of " + ", ".join(THROUGHPUT_MODES))
@@ -202,6 +223,7 @@ def main() -> None:
     report = {}
     modes = tuple(m for m in args.modes.split(",") if m)
     for name, fn in (("robustness", robustness), ("fidelity", fidelity), ("throughput", lambda: throughput(modes=modes)),
+                     ("identical", identical),
                      ("scaling", (lambda: ray_scaling(address)) if args.cluster == "ray" else scaling)):
         if args.which in (name, "all"):
             report[name] = fn()

@@ -7,8 +7,8 @@ Interpreter timings (timer interpreter_wall) are CPU Triton-interpreter wall tim
 so in its header and beside every such number, and never mixes them with GPU figures.
 
 The speedup interval a run records (`versus.baseline.ci_low/ci_high`) is the harness's bootstrap
-interval of the median over timing rounds; over 5 rounds or fewer (2 on the interpreter, 5 on a
-GPU) it is exactly the range, min to max, of the per-round speedups, and is labelled so
+interval of the median over timing rounds; over 5 rounds or fewer (2 on the interpreter, 3 to 5
+on a GPU, which runs more until the comparison is decided) it is exactly the range, min to max, of the per-round speedups, and is labelled so
 (`interval_label`), never as a 95% interval.
 """
 
@@ -29,12 +29,14 @@ FAST_P = (0.0, 0.5, 0.8, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0)
 # A task's `outcome` says how its run ended: "optimized" (the search finished with a verified best
 # kernel), stopped, skipped, failed, running. For a finished search its `verdict` says what the
 # best kernel is worth, and only "faster" (beyond the noise of the interleaved rounds) is shown as
-# optimized: a run whose best is still its baseline found no faster kernel.
+# optimized: a run whose best is still its baseline found no faster kernel. A run on the CPU
+# interpreter is none of these: its times are a CPU emulation's wall clock, not performance.
 VERDICTS = {
     "faster": "optimized (faster beyond noise)",
     "within noise": "faster, within noise",
     "no faster kernel": "no faster kernel found",
     "slower": "best kernel slower than baseline",
+    "interpreter": "verified on the CPU interpreter, which cannot tell faster from slower",
 }
 OUTCOMES = {"optimized": "search finished", "stopped": "stopped", "skipped": "skipped", "failed": "failed",
             "running": "running"}
@@ -165,9 +167,12 @@ def _text(path: Path) -> str | None:
     return path.read_text() if path.is_file() else None
 
 
-def _verdict(best_id: str, speedup: float | None, vs: dict) -> str:
+def _verdict(best_id: str, speedup: float | None, vs: dict, timer: str | None = None) -> str:
     """What the best kernel is worth against the baseline: the baseline itself (or an exact tie) is
-    no faster kernel; a speedup whose interval reaches 1 is within noise."""
+    no faster kernel; a speedup whose interval reaches 1 is within noise. On the interpreter nothing
+    is (records written before the harness said so may still hold `faster`)."""
+    if timer == INTERPRETER:
+        return "interpreter"
     if best_id == "baseline" or speedup is None or speedup == 1.0:
         return "no faster kernel"
     if speedup < 1.0:
@@ -271,7 +276,7 @@ def load_row(run_dir: Path) -> TaskRow:
     row = TaskRow(
         task=name, run_dir=str(run_dir),
         outcome="failed" if summary.get("failure") else "optimized" if summary.get("stop_reason") else "running",
-        verdict=_verdict(summary["best_id"], speedup, vs),
+        verdict=_verdict(summary["best_id"], speedup, vs, timer),
         note=summary.get("failure") or summary.get("stop_reason"), timer=timer, device_name=summary.get("device_name"),
         baseline_kind=summary.get("baseline_kind", "kernel"), baseline_us=base_us, baseline_spread_pct=base_spread,
         best_us=best_us, best_spread_pct=best_spread, best_id=summary["best_id"], best_kind=best.get("kind"),

@@ -56,7 +56,7 @@ class Interval(BaseModel):
     ci_low: float | None = None
     ci_high: float | None = None
     rounds: int | None = None
-    faster: bool | None = None  # the interval lies above 1
+    faster: bool | None = None  # the interval lies above the noise floor (never on the interpreter)
 
     @property
     def text(self) -> str:

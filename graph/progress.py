@@ -27,6 +27,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn
 from rich.text import Text
 
 from accelopt.nodes.context import RunContext
+from accelopt.nodes.records import leads_parent
 from accelopt.tools.harness.result import FIXABLE, TIMER_LIVE
 from accelopt.tools.llm import totals
 
@@ -89,6 +90,9 @@ def candidate_line(cand: dict) -> Text:
             line.append(" · beats its parent", style="green")
         elif cand.get("loses_to_parent"):
             line.append(" · slower than its parent", style="dim")
+        elif leads_parent(cand):  # the interpreter decides nothing; a difference in work still leads
+            line.append(f" · ahead of its parent on the interpreter ({cand['speedup_vs_parent']:.2f}x, "
+                        "not a performance verdict)", style="dim")
         elif cand.get("parent_id") and cand.get("speedup_vs_parent") is not None:
             # not beyond noise against its parent: the selector ranks it below the parent
             line.append(f" · within noise of its parent ({cand['speedup_vs_parent']:.2f}x)", style="dim")

@@ -16,7 +16,7 @@ from __future__ import annotations
 from langgraph.runtime import Runtime
 
 from accelopt.nodes.context import RunContext
-from accelopt.nodes.records import AutotuneSummary, autotuned_variant, with_measurement
+from accelopt.nodes.records import AutotuneSummary, autotuned_variant, leads_parent, with_measurement
 from accelopt.nodes.state import CandidateState
 from accelopt.nodes.common import task_of
 from accelopt.nodes.services import measure
@@ -58,7 +58,7 @@ def autotune(state: CandidateState, runtime: Runtime[RunContext]) -> dict:
                                                     candidate_id=variant["id"]))
         write_candidate(state.get("run_dir"), variant)
         variants[variant["id"]] = variant
-        if variant["status"] == "verified" and variant["beats_parent"]:
+        if variant["status"] == "verified" and leads_parent(variant):
             best = variant
             queue = neighbours(config)  # re-centre on the new best
     rewrite["autotune"] = AutotuneSummary(

@@ -5,6 +5,7 @@ here, and a measurement is attached in one way (`with_measurement`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal, cast
 
 from typing_extensions import TypedDict  # pydantic accepts it on every Python
@@ -121,6 +122,51 @@ def autotuned_variant(rewrite: Candidate, number: int, iteration: int, parent_id
                      plan_title=f"autotune: {moves.replace('`', '')}",
                      plan_text=f"(autotune) Set {moves} in the kernel launch. Resulting launch config: {config_text}.",
                      fix_of=None, fix_attempt=0, tokens=0, cost_usd=0.0, source=source)
+
+
+# The harness never calls an interpreter time faster or slower (a CPU emulation's wall clock is not
+# performance). A CPU run's search must still move to exercise the pipeline: there a child leads
+# (or trails) only where every round has it this far ahead (behind), a difference in work such as
+# 4x fewer loop trips; identical copies differ by up to about 10% between interpreter rounds.
+INTERPRETER_LEAD = 1.25
+
+
+def ahead(vs: Mapping[str, Any] | None, timer: str | None) -> bool:
+    """A comparison (result.Comparison, as a dict) that puts the candidate first: the harness's
+    `faster`, or on the interpreter an interval above INTERPRETER_LEAD."""
+    if not vs:
+        return False
+    if timer == "interpreter_wall":
+        return (vs.get("ci_low") or 0.0) > INTERPRETER_LEAD
+    return bool(vs.get("faster"))
+
+
+def behind(vs: Mapping[str, Any] | None, timer: str | None) -> bool:
+    """The harness's `slower`, or on the interpreter an interval below 1 / INTERPRETER_LEAD."""
+    if not vs:
+        return False
+    if timer == "interpreter_wall":
+        return vs.get("ci_high") is not None and vs["ci_high"] < 1.0 / INTERPRETER_LEAD
+    return bool(vs.get("slower"))
+
+
+def _vs_parent(cand: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The comparison with its parent (services.measure: "parent", or "baseline" when the parent is it)."""
+    versus = cand.get("versus") or {}
+    return versus.get("parent") or versus.get("baseline")
+
+
+def leads_parent(cand: Mapping[str, Any]) -> bool:
+    """A verified child that may rank above its parent: `beats_parent` on a real timer."""
+    if cand.get("timer") == "interpreter_wall":
+        return ahead(_vs_parent(cand), "interpreter_wall")
+    return bool(cand.get("beats_parent"))
+
+
+def trails_parent(cand: Mapping[str, Any]) -> bool:
+    if cand.get("timer") == "interpreter_wall":
+        return behind(_vs_parent(cand), "interpreter_wall")
+    return bool(cand.get("loses_to_parent"))
 
 
 def with_measurement(candidate: Candidate, measured: dict[str, Any]) -> Candidate:

@@ -14,6 +14,7 @@ import time
 from langgraph.runtime import Runtime
 
 from accelopt.nodes.context import RunContext
+from accelopt.nodes.records import leads_parent
 from accelopt.nodes.state import RunState
 from accelopt.tools.budget import Spend, ledger, next_step
 from accelopt.tools.llm import totals
@@ -21,12 +22,13 @@ from accelopt.tools.llm import totals
 
 def rank(candidates: dict[str, dict], ids: list[str]) -> list[str]:
     """Verified candidates (audited where flagged), fastest first. A child that is not faster than its parent beyond
-    noise ranks just below that parent, whatever its median says: noise is not a win."""
+    noise ranks just below that parent, whatever its median says: noise is not a win. On the interpreter, where
+    nothing is faster beyond noise, a child leads only with a difference in work (records.leads_parent)."""
     def effective(cid: str) -> float:
         cand = candidates[cid]
         value = cand.get("speedup") or 0.0
         parent = candidates.get(cand.get("parent_id") or "")
-        if parent is not None and not cand.get("beats_parent"):
+        if parent is not None and not leads_parent(cand):
             value = min(value, (parent.get("speedup") or 0.0) - 1e-9)
         return value
 

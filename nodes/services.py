@@ -56,7 +56,8 @@ def measure(task: Task, source: str, ctx: RunContext, *, baseline: dict | None, 
             trusted: bool = False, run_dir: str | None = None, candidate_id: str | None = None) -> dict:
     """Evaluate a source, timed interleaved with its parent and the baseline, and return the
     candidate fields the harness decides. Speedups are medians over rounds with a bootstrap interval (result.interval_label);
-    `beats_parent` / `loses_to_parent` hold only when the interval excludes 1. With a run
+    `beats_parent` / `loses_to_parent` hold only when the interval clears the noise floor, and never on
+    the interpreter (its times are not performance: records.leads_parent says what ranks there). With a run
     directory, a result measured before (e.g. before a crash) is reused, never measured again.
     A real evaluation (not a cached one) is announced on the run's custom stream (`emit`): its
     start, the cluster node it went to, its end."""

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from accelopt.tools import pyparse
 from accelopt.nodes.context import RunContext
+from accelopt.nodes.records import ahead, leads_parent, trails_parent
 from accelopt.nodes.state import RunState
 from accelopt.memory.features import kernel_class
 from accelopt.memory.schema import Evidence, Insight, Provenance, Recipe
@@ -44,9 +45,10 @@ def measured_pairs(state: RunState, ctx: RunContext) -> list[tuple[dict, dict, s
         ratio = child.get("speedup_vs_parent")
         if ratio is None or candidates[child["parent_id"]].get("kind") == "reference":
             continue  # a first kernel against eager PyTorch teaches nothing about rewriting kernels
-        if ratio >= POSITIVE and child.get("beats_parent"):
+        # beyond noise (on the interpreter, which decides nothing: a difference in work, records.ahead)
+        if ratio >= POSITIVE and leads_parent(child):
             pairs.append((candidates[child["parent_id"]], child, "positive", ratio))
-        elif ratio <= NEGATIVE and child.get("loses_to_parent"):
+        elif ratio <= NEGATIVE and trails_parent(child):
             pairs.append((candidates[child["parent_id"]], child, "negative", ratio))
     pairs.sort(key=lambda p: -abs(p[3] - 1.0))
     pairs = pairs[:MAX_PER_ITERATION]
@@ -54,7 +56,8 @@ def measured_pairs(state: RunState, ctx: RunContext) -> list[tuple[dict, dict, s
     vs_baseline = (best.get("versus") or {}).get("baseline") or {}
     if (best.get("iteration") == state["iteration"] and best.get("parent_id") != baseline["id"]
             and baseline.get("kind") != "reference" and (best.get("speedup") or 0) >= POSITIVE
-            and vs_baseline.get("faster") and (best.get("timer") != "interpreter_wall" or ctx.learn_from_interpreter)):
+            and ahead(vs_baseline, best.get("timer"))
+            and (best.get("timer") != "interpreter_wall" or ctx.learn_from_interpreter)):
         pairs.append((baseline, best, "positive", best["speedup"]))
     return pairs
 

@@ -57,10 +57,12 @@ def test_graph_end_to_end(tmp_path, softmax_task):
     # Elitist beam of width B over verified kernels only, best first.
     assert len(out["beam"]) == 2
     assert all(cands[b]["status"] == "verified" for b in out["beam"])
-    # Interpreter timings are noise: a child leads the beam only if it beat its parent beyond
-    # noise; otherwise the baseline keeps first place, whatever the child's median says.
+    # Interpreter timings are not performance: no child beats its parent there, and one leads the
+    # beam only with a difference in work (every round 25% ahead); otherwise the baseline keeps
+    # first place, whatever the child's median says.
     best = cands[out["beam"][0]]
-    assert out["beam"][0] == "baseline" or best["beats_parent"]
+    assert not any(c.get("beats_parent") or c.get("loses_to_parent") for c in cands.values())
+    assert out["beam"][0] == "baseline" or best["versus"]["baseline"]["ci_low"] > 1.25
     assert all(cands[c]["speedup"] is not None and cands[c]["speedup_vs_parent"] is not None
                for c in ("i1.m0.p0.k0", "i1.m0.p1.k0.f1"))
     assert out["stop_reason"] == "reached T=1 iterations"
@@ -86,9 +88,10 @@ def test_graph_end_to_end(tmp_path, softmax_task):
     assert not (run_dir / "torch_compile.json").exists()
     assert (run_dir / "best_kernel.py").read_text() == cands[out["beam"][0]]["source"]
 
-    # The 16x-redundant kernel is a measured regression: the summarizer stores it as a lesson to avoid.
+    # The 16x-redundant kernel is a measured regression (every round far behind: a difference in
+    # work, learned from with --learn-from-interpreter): the summarizer stores it as a lesson to avoid.
     slow = cands["i1.m0.p3.k0"]
-    assert slow["speedup_vs_parent"] < 1 / 1.15 and slow["loses_to_parent"]
+    assert slow["speedup_vs_parent"] < 1 / 1.15 and slow["versus"]["baseline"]["ci_high"] < 1 / 1.25
     negative = [i for i in out["insights"] if i["provenance"]["child_id"] == "i1.m0.p3.k0"]
     assert len(negative) == 1 and negative[0]["kind"] == "negative"
     assert negative[0]["title"] == "exp2 and 8 warps for row softmax"  # parsed from the summarizer reply

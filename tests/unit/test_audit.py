@@ -84,7 +84,7 @@ def _fake_ncu(monkeypatch, stdout_of, returncode: int = 0, stderr: str = "") -> 
         return subprocess.CompletedProcess(cmd, returncode, stdout_of(request), stderr)
 
     monkeypatch.setattr(kernel_profile.shutil, "which", lambda name: "/usr/bin/ncu" if name == "ncu" else which(name))
-    monkeypatch.setattr(kernel_profile.confine, "process_prefix", lambda _root: [])
+    monkeypatch.setattr(kernel_profile.confine, "process_prefix", lambda _root, _readable=(): [])
     monkeypatch.setattr(kernel_profile.subprocess, "run", run)
     return launches
 

@@ -28,3 +28,24 @@ def test_planner_branches_see_the_profile_and_speedup_interval():
               "versus": {"baseline": {"speedup": 1.3, "ci_low": 1.25, "ci_high": 1.35, "rounds": 5}}}
     text = describe(compact(member))
     assert "DRAM throughput % 68" in text and "range over 5 rounds: 1.25-1.35, interleaved" in text
+
+
+def test_on_the_interpreter_a_child_leads_only_with_a_difference_in_work():
+    """The harness calls no interpreter time faster (beats_parent is never set there); the search
+    still moves where every round has the child 25% ahead, never on the interpreter's noise."""
+    from accelopt.nodes.records import ahead, behind, leads_parent, trails_parent
+
+    def interp(cid, speedup, parent, low, high):
+        vs = {"speedup": speedup, "ci_low": low, "ci_high": high, "rounds": 2, "faster": False, "slower": False}
+        return cid, {"id": cid, "speedup": speedup, "parent_id": parent, "beats_parent": False, "status": "verified",
+                     "timer": "interpreter_wall", "versus": {"baseline": vs}}
+
+    cands = dict([cand("baseline", 1.0), interp("noise", 1.08, "baseline", 1.02, 1.15),
+                  interp("work", 2.9, "baseline", 2.7, 3.1), interp("slow", 0.1, "baseline", 0.09, 0.11)])
+    assert rank(cands, list(cands)) == ["work", "baseline", "noise", "slow"]
+    assert leads_parent(cands["work"]) and not leads_parent(cands["noise"])
+    assert trails_parent(cands["slow"]) and not trails_parent(cands["noise"])
+    # on a real timer only the harness's decision counts, whatever the interval says
+    gpu = {"ci_low": 1.5, "ci_high": 1.6, "faster": False, "slower": False}
+    assert not ahead(gpu, "cuda_event") and ahead(gpu, "interpreter_wall") and not behind(gpu, "interpreter_wall")
+    assert ahead({**gpu, "faster": True}, "cuda_event") and not ahead(None, "cuda_event")

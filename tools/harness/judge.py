@@ -15,15 +15,15 @@ The evidence, in order (the first failure decides):
 2. ghost replay: with every Triton launch stubbed out the outputs must no longer be correct;
 3. the trace of one call: no compute outside the candidate's Triton launches (GPU kernels or,
    on the interpreter, host ops that are not data movement);
-4. timing in interleaved rounds with the comparators; the last timed output of each round is
-   checked, and the judge's own clock bounds what the sandbox reports;
+4. timing in interleaved rounds with the comparators, on a GPU until every comparison is
+   decided (stats.py); the last timed output of each round is checked, and the judge's own
+   clock bounds what the sandbox reports;
 5. correctness again after timing, on inputs never seen before.
 """
 
 from __future__ import annotations
 
 import collections
-import functools
 import hashlib
 import importlib.util
 import io
@@ -42,7 +42,7 @@ import tempfile
 import threading
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
     sys.path.pop(0)
@@ -58,6 +58,15 @@ COMPARATOR_CACHE = 4    # comparator sandboxes kept, keyed by source
 READY_TIMEOUT_S = 120.0
 TIMING_SEED = 100       # timing inputs: never among the checked seeds
 AFTER_SEED = 500        # the check after timing: inputs never seen before
+# Timing rounds: at least MIN, then until every comparison is decided (stats.decided), at most MAX.
+# The interpreter runs its minimum only: its times are a CPU emulation's wall clock, and more
+# rounds of it buy nothing.
+MIN_ROUNDS = {"cuda": 3, "cpu": 2}
+MAX_ROUNDS_GPU = 15
+# Inputs and reference outputs kept between requests, bounded by bytes: a slow reference
+# (FlashInfer-Bench's attention references are Python loops taking seconds) runs once per
+# workload x seed, while KernelBench-sized inputs (GBs) are never kept.
+REFERENCE_CACHE_BYTES = {"cuda": 1 << 30, "cpu": 256 << 20}
 # The yardstick of memory-bound kernels: a device copy of a workload's bytes, timed beside them.
 COPY = "copy_yardstick"  # its timings' key: no comparator of a request is named so
 COPY_SOURCE = '''"""The judge's copy yardstick: half a workload's bytes read, half written."""
@@ -163,6 +172,7 @@ def _load_sibling(name: str, filename: str):
 
 
 confine = _load_sibling("accelopt_confine", "confine.py")
+stats = _load_sibling("accelopt_stats", "stats.py")  # the statistic the timing rounds stop on
 ZYGOTE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")
 
 
@@ -657,6 +667,81 @@ def _owned(torch, outs: list) -> list:
     return [o.clone() if isinstance(o, torch.Tensor) else o for o in outs]
 
 
+def _nbytes(values) -> int:
+    items = values if isinstance(values, (tuple, list)) else [values]
+    return sum(v.numel() * v.element_size() for v in items if hasattr(v, "element_size"))
+
+
+@dataclass
+class _Prepared:
+    """One workload x seed: the inputs as make_inputs made them (never handed to a sandbox) and
+    the reference's outputs on copies of them (None until a call needed them)."""
+    inputs: tuple
+    expected: object = None
+
+    @property
+    def nbytes(self) -> int:
+        return _nbytes(self.inputs) + (0 if self.expected is None else _nbytes(self.expected))
+
+
+class _ReferenceCache:
+    """Prepared inputs and expected outputs by key, least recently used evicted first, at most
+    `limit` bytes in all; an entry larger than the limit is not kept."""
+
+    def __init__(self):
+        self.entries: collections.OrderedDict[tuple, _Prepared] = collections.OrderedDict()
+        self.sizes: dict[tuple, int] = {}  # as counted when kept: an entry grows once its outputs come
+        self.bytes = 0
+
+    def get(self, key: tuple) -> _Prepared | None:
+        entry = self.entries.get(key)
+        if entry is not None:
+            self.entries.move_to_end(key)
+        return entry
+
+    def _drop(self, key: tuple) -> None:
+        if self.entries.pop(key, None) is not None:
+            self.bytes -= self.sizes.pop(key)
+
+    def put(self, key: tuple, entry: _Prepared, limit: int) -> bool:
+        """Keep (or re-count, once its expected outputs came) `entry`; False: too large to keep."""
+        self._drop(key)
+        size = entry.nbytes
+        if size > limit:
+            return False
+        while self.entries and self.bytes + size > limit:
+            self._drop(next(iter(self.entries)))
+        self.entries[key], self.sizes[key] = entry, size
+        self.bytes += size
+        return True
+
+
+@dataclass
+class _WorkloadRounds:
+    """One workload's share of the timing rounds: who is timed on it, how many calls per round,
+    and what the rounds gathered."""
+    workload: dict
+    names: list[str]
+    reps: int
+    pooled: dict = field(default_factory=dict)     # name -> primary/kernel/event samples, metric
+    rounds: dict = field(default_factory=dict)     # name -> median of each round's primary samples
+    fresh_vs_seen: list = field(default_factory=list)
+    child_cpu_s: float = 0.0   # the candidate's children's CPU time that grew over its calls
+    children: int = 0          # its children alive after its last call
+
+    def __post_init__(self):
+        self.pooled = {n: collections.defaultdict(list) for n in self.names}
+        self.rounds = {n: [] for n in self.names}
+
+
+def _round_limits(req: dict) -> tuple[int, int]:
+    """(minimum, cap) of the timing rounds; on the interpreter the cap is the minimum."""
+    low = max(1, int(req.get("min_rounds") or MIN_ROUNDS.get(req["device"], 2)))
+    if req["device"] != "cuda":
+        return low, low
+    return low, max(low, int(req.get("max_rounds") or MAX_ROUNDS_GPU))
+
+
 class Judge:
     def __init__(self):
         import torch
@@ -666,6 +751,7 @@ class Judge:
         self.torch = torch
         self.references: dict = {}
         self.costs_checked: dict[str, dict[str, dict[str, float]]] = {}
+        self.prepared = _ReferenceCache()
         self.boxes: Sandboxes | None = None
         self.readable: list[str] = []
         self.seen: set[str] = set()
@@ -702,6 +788,21 @@ class Judge:
             raise Reject("reference_error", f"the task's reference failed: reference ({where}) returned "
                                             f"{', '.join(odd)}; it must return a tensor or a tuple of tensors")
         return out
+
+    def prepare(self, ref, req: dict, workload: dict, seed: int, where: str | None = None, expect: bool = True):
+        """(inputs, expected) for one workload x seed: fresh inputs and, with `expect`, the reference's
+        outputs on copies of them. Both are kept between requests (_ReferenceCache), keyed by the
+        reference file and its mtime, device, dtype, workload params and seed; the caller always
+        gets clones of kept inputs, since a kernel may write into what it is handed."""
+        path = req["reference_path"]
+        key = (path, os.stat(path).st_mtime_ns, req["device"], req["dtype"],
+               json.dumps(workload["params"], sort_keys=True), seed)
+        entry = self.prepared.get(key) or _Prepared(tuple(self.inputs(ref, req, workload, seed)))
+        if expect and entry.expected is None:
+            entry.expected = self.expected(ref, req, entry.inputs, where or f"workload {workload['name']} seed {seed}")
+        kept = self.prepared.put(key, entry, REFERENCE_CACHE_BYTES.get(req["device"], REFERENCE_CACHE_BYTES["cpu"]))
+        inputs = tuple(_copy(t) for t in entry.inputs) if kept else entry.inputs
+        return inputs, (entry.expected if expect else None)
 
     def check_costs(self, ref, req: dict) -> dict[str, dict[str, float]]:
         """flops() and bytes_moved() feed the roofline that can reject a kernel as too fast: each
@@ -772,8 +873,7 @@ class Judge:
         for workload in req["workloads"]:
             for seed in seeds:
                 where = f"workload {workload['name']} seed {seed}"
-                inputs = self.inputs(ref, req, workload, seed)
-                expected = self.expected(ref, req, inputs, where)  # the reference first, on copies
+                inputs, expected = self.prepare(ref, req, workload, seed, where)  # the reference first, on copies
                 outs = self._check_call(box, req, ref, inputs, expected, where, deadline, threads0, errors)
                 if threads0 < 0:
                     threads0 = box.threads()
@@ -808,8 +908,7 @@ class Judge:
         work somewhere else. Skipped where a stub could pass honestly (outputs all zero)."""
         torch = self.torch
         workload = req["workloads"][0]
-        inputs = self.inputs(ref, req, workload, AFTER_SEED + 1)
-        expected = self.expected(ref, req, inputs, "ghost replay")
+        inputs, expected = self.prepare(ref, req, workload, AFTER_SEED + 1, "ghost replay")
         refs = list(expected) if isinstance(expected, (tuple, list)) else [expected]
         if any(bool((_bits(torch, r) == 0).all()) for r in refs if isinstance(r, torch.Tensor)):
             return "ghost replay skipped: a reference output is all zeros"
@@ -870,8 +969,7 @@ class Judge:
                 "metric": "gpu_span" if primary is spans else "cuda_event", "fresh_vs_seen": fresh_vs_seen}
 
     def _fresh(self, ref, req, workload, seed: int, expect: bool = True):
-        inputs = self.inputs(ref, req, workload, seed)
-        return inputs, (self.expected(ref, req, inputs, f"workload {workload['name']} seed {seed}") if expect else None)
+        return self.prepare(ref, req, workload, seed, expect=expect)
 
     def _outside(self, box, inputs, est_us: float, deadline: float) -> float:
         n = int(min(200, max(3, 20_000 / max(est_us, 1.0))))
@@ -892,50 +990,110 @@ class Judge:
         half = self._copy_half(req, ref, workload)
         return [self.torch.empty(half, dtype=self.torch.uint8, device="cuda") for _ in range(2)], None
 
-    def timing(self, boxes: dict, req, ref, deadline: float) -> dict:
+    def timing(self, boxes: dict, req, ref, deadline: float) -> tuple[dict, dict]:
+        """Rounds are the outer loop: in round r every workload, each function in rotating order.
+        From the minimum on (_round_limits), the rounds stop once the candidate's comparison with
+        every comparator (not the copy yardstick) is decided (stats.decided, req["noise_floor"]),
+        else at the cap, or where another round would not fit in the time left. Returns the
+        timings, per function and workload, and what ran: {"ran", "stopped", ...}."""
+        low, high = _round_limits(req)
+        floor = float(req.get("noise_floor", stats.NOISE_FLOOR))
+        plans = [self._plan_rounds(boxes, req, ref, workload, deadline) for workload in req["workloads"]]
+        comparators = [n for n in boxes if n not in ("candidate", COPY)]
+        last = boxes["candidate"].others()
+        ran, stopped = 0, "cap"
+        for r in range(high):
+            began = time.monotonic()
+            for plan in plans:
+                last = self._one_round(boxes, req, ref, plan, r, deadline, last)
+            ran = r + 1
+            if ran < low:
+                continue
+            if req["device"] != "cuda":
+                stopped = "interpreter"
+            elif not comparators:
+                stopped = "no_comparators"
+            elif self._decided(plans, comparators, floor):
+                stopped = "decided"
+            elif ran < high and time.monotonic() + 2 * (time.monotonic() - began) > deadline:
+                stopped = "time_limit"  # fewer rounds, rather than a verified candidate timed out
+            else:
+                continue
+            break
         out: dict = {name: {} for name in boxes}
-        for workload in req["workloads"]:
-            # the copy times on buffers of its own; a workload that moves no bytes has none
-            names = [n for n in boxes if n != COPY or self._copy_half(req, ref, workload) >= 1]
-            reps = 10
-            if req["device"] == "cuda":  # enough calls per round for about rep_ms of timed work
-                est = self._time_round(boxes["candidate"], req, ref, workload, -1, 3, deadline, check=False)
-                self._give_back_gpu_memory(req)
-                reps = int(min(100, max(10, req["rep_ms"] * 1e3 / max(statistics.median(est["primary"]), 1.0))))
-            pooled = {n: collections.defaultdict(list) for n in names}
-            fresh_vs_seen: list[tuple[float, float]] = []
-            rounds = {n: [] for n in names}
-            before = boxes["candidate"].others()
-            for r in range(req["rounds"]):
-                for name in names[r % len(names):] + names[: r % len(names)]:
-                    try:
-                        got = self._time_round(boxes[name], req, ref, workload, r, reps, deadline,
-                                               check=name == "candidate", copy=name == COPY)
-                    except SandboxFailure as f:
-                        whose = "" if name == "candidate" else f" (comparator {name!r}, not the kernel under test)"
-                        raise Reject(f.status, f"while timing{whose}: {f.error}") from None
-                    self._give_back_gpu_memory(req)  # the round's inputs and outputs
-                    for key in ("primary", "kernel", "event"):
-                        pooled[name][key] += got.get(key) or []
-                    pooled[name]["metric"] = got["metric"]
-                    rounds[name].append(statistics.median(got["primary"]))
-                    if got.get("fresh_vs_seen"):
-                        fresh_vs_seen.append(got["fresh_vs_seen"])
-            if not req.get("trusted"):
-                _same_processes(before, boxes["candidate"].others(), f"workload {workload['name']} timed calls")
-            _fresh_not_slower(fresh_vs_seen, f"workload {workload['name']} timed calls")
-            inputs, _ = self._fresh(ref, req, workload, TIMING_SEED, expect=False)
-            for name in names:
-                p = pooled[name]
-                summary = _summary(p["primary"])
-                summary.update(round_medians_us=rounds[name], metric=p["metric"])
-                if req["device"] == "cuda":
-                    summary["kernel_us"] = statistics.median(p["kernel"]) if p["kernel"] else None
-                    summary["event_us"] = statistics.median(p["event"]) if p["event"] else None
-                    if name == "candidate":  # the bound on what a candidate claims; comparators are trusted
-                        summary["outside_us"] = self._outside(boxes[name], inputs, summary["median_us"], deadline)
-                    summary["disagreement"] = _disagreement(summary)
-                out[name][workload["name"]] = summary
+        for plan in plans:
+            for name, summary in self._after_rounds(boxes, req, ref, plan, deadline).items():
+                out[name][plan.workload["name"]] = summary
+        return out, {"ran": ran, "stopped": stopped, "min_rounds": low, "max_rounds": high, "noise_floor": floor}
+
+    def _plan_rounds(self, boxes: dict, req, ref, workload, deadline: float) -> _WorkloadRounds:
+        """Who is timed on the workload, and how many calls per round: on a GPU enough for about
+        rep_ms of timed work, estimated from a few calls of the candidate."""
+        # the copy times on buffers of its own; a workload that moves no bytes has none
+        names = [n for n in boxes if n != COPY or self._copy_half(req, ref, workload) >= 1]
+        reps = 10
+        if req["device"] == "cuda":
+            est = self._time_round(boxes["candidate"], req, ref, workload, -1, 3, deadline, check=False)
+            self._give_back_gpu_memory(req)
+            reps = int(min(100, max(10, req["rep_ms"] * 1e3 / max(statistics.median(est["primary"]), 1.0))))
+        return _WorkloadRounds(workload=workload, names=names, reps=reps)
+
+    def _one_round(self, boxes: dict, req, ref, plan: _WorkloadRounds, r: int, deadline: float,
+                   last: tuple[float, int]) -> tuple[float, int]:
+        """Round r of one workload, every function in its turn. `last`: the candidate's children
+        as last read (Sandbox.others); what they grew by since is charged to this workload, so
+        no work in another process falls between two readings. Returns the new reading."""
+        names = plan.names
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            try:
+                got = self._time_round(boxes[name], req, ref, plan.workload, r, plan.reps, deadline,
+                                       check=name == "candidate", copy=name == COPY)
+            except SandboxFailure as f:
+                whose = "" if name == "candidate" else f" (comparator {name!r}, not the kernel under test)"
+                raise Reject(f.status, f"while timing{whose}: {f.error}") from None
+            self._give_back_gpu_memory(req)  # the round's inputs and outputs
+            if name == "candidate":
+                now = boxes["candidate"].others()
+                plan.child_cpu_s += now[0] - last[0]
+                plan.children, last = now[1], now
+            for key in ("primary", "kernel", "event"):
+                plan.pooled[name][key] += got.get(key) or []
+            plan.pooled[name]["metric"] = got["metric"]
+            plan.rounds[name].append(statistics.median(got["primary"]))
+            if got.get("fresh_vs_seen"):
+                plan.fresh_vs_seen.append(got["fresh_vs_seen"])
+        return last
+
+    @staticmethod
+    def _decided(plans: list[_WorkloadRounds], comparators: list[str], floor: float) -> bool:
+        """Every comparison of the candidate decided, on the rounds so far (stats.py)."""
+        mine = {p.workload["name"]: p.rounds["candidate"] for p in plans}
+        for name in comparators:
+            theirs = {p.workload["name"]: p.rounds[name] for p in plans if name in p.rounds}
+            ratios = stats.round_ratios(mine, theirs)
+            if not ratios or not stats.decided(stats.interval(ratios), floor):
+                return False
+        return True
+
+    def _after_rounds(self, boxes: dict, req, ref, plan: _WorkloadRounds, deadline: float) -> dict:
+        """The workload's checks over all its rounds, then each function's summary."""
+        where = f"workload {plan.workload['name']} timed calls"
+        if not req.get("trusted"):
+            _same_processes((0.0, 0), (plan.child_cpu_s, plan.children), where)
+        _fresh_not_slower(plan.fresh_vs_seen, where)
+        inputs = self._fresh(ref, req, plan.workload, TIMING_SEED, expect=False)[0] if req["device"] == "cuda" else None
+        out = {}
+        for name in plan.names:
+            p = plan.pooled[name]
+            summary = _summary(p["primary"])
+            summary.update(round_medians_us=plan.rounds[name], metric=p["metric"])
+            if req["device"] == "cuda":
+                summary["kernel_us"] = statistics.median(p["kernel"]) if p["kernel"] else None
+                summary["event_us"] = statistics.median(p["event"]) if p["event"] else None
+                if name == "candidate":  # the bound on what a candidate claims; comparators are trusted
+                    summary["outside_us"] = self._outside(boxes[name], inputs, summary["median_us"], deadline)
+                summary["disagreement"] = _disagreement(summary)
+            out[name] = summary
         return out
 
     # -------------------------------------------------------------- one request
@@ -1010,7 +1168,7 @@ class Judge:
                 raise Reject(f.status, f"the copy yardstick could not be loaded (not the kernel under test): "
                                        f"{f.error}") from None
         self._next_step("timing")
-        timings = self.timing(boxes, req, ref, deadline)
+        timings, rounds = self.timing(boxes, req, ref, deadline)
         self._next_step("after_check")
         evidence.append("timed calls checked against the judge's own expected outputs")
         try:  # the same process, after all the timed calls, on inputs it has never seen
@@ -1024,7 +1182,7 @@ class Judge:
         device_name = torch.cuda.get_device_name() if req["device"] == "cuda" else "cpu (Triton interpreter)"
         return {"status": "verified", "error": None, "checks": checked, "timings": timings["candidate"], **errors,
                 "compare": {k: v for k, v in timings.items() if k not in ("candidate", COPY)},
-                "copy": timings.get(COPY, {}), "device_name": device_name,
+                "copy": timings.get(COPY, {}), "device_name": device_name, "rounds": rounds,
                 "evidence": evidence, "kernels_seen": sorted(self.seen), "phases_s": self.phases}
 
 

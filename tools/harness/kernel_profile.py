@@ -126,7 +126,7 @@ def profile_workloads(task: Task, source: str, workloads: list[str] | None = Non
                    f"{NVTX_RANGE}/", "--metrics", ",".join(metrics or NCU_METRICS), "--csv", "--page", "raw",
                    "--print-units", "base", *cmd]  # one unit per column: the marker's µs beside long kernels
         try:
-            proc = subprocess.run([*confine.process_prefix(tmp), *cmd], capture_output=True, text=True, cwd=tmp,
+            proc = subprocess.run([*confine.process_prefix(tmp, (str(task.root),)), *cmd], capture_output=True, text=True, cwd=tmp,
                                   env=scrubbed_env(home, "cuda", None), timeout=timeout_s)
         except subprocess.TimeoutExpired:
             return ProfileRun(tool, error=f"the profiled process ran past {timeout_s:.0f} s")

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import math
-import random
-import statistics
 from typing import Literal
 
 from pydantic import BaseModel
+
+from accelopt.tools.harness import stats
 
 Status = Literal[
     "verified",        # correct on every workload and seed, and timed
@@ -38,6 +37,7 @@ TIMER_NAMES = {"cuda_event": "GPU time (CUDA)", "interpreter_wall": "CPU Triton-
                "nki_benchmark": "Trainium (NKI benchmark)"}
 TIMER_SHORT = {"cuda_event": "GPU", "interpreter_wall": "CPU interpreter", "nki_benchmark": "Trainium"}
 TIMER_LIVE = {"cuda_event": "GPU", "interpreter_wall": "interpreter time", "nki_benchmark": "Trainium"}
+INTERPRETER = "interpreter_wall"  # the timer (and workload metric) that never decides faster or slower
 
 
 class WorkloadTiming(BaseModel):
@@ -92,14 +92,30 @@ class Audit(BaseModel):
 
 
 class Comparison(BaseModel):
-    """Candidate against one comparator timed interleaved in the same worker."""
+    """Candidate against one comparator timed interleaved in the same worker (tools/harness/stats.py)."""
 
     speedup: float     # comparator time / candidate time: geomean over workloads, median over rounds
     ci_low: float      # bootstrap interval of the median over rounds: see interval_label
     ci_high: float
     rounds: int
-    faster: bool       # ci_low > 1: faster beyond noise
-    slower: bool       # ci_high < 1: slower beyond noise
+    faster: bool       # ci_low > 1 + noise_floor: faster beyond noise; never on the interpreter
+    slower: bool       # ci_high < 1 / (1 + noise_floor): slower beyond noise; never on the interpreter
+    noise_floor: float = 0.0  # the smallest difference called one (0.0 in records written before it was)
+
+
+StopReason = Literal["decided", "cap", "interpreter", "no_comparators", "time_limit"]
+
+
+class RoundsRun(BaseModel):
+    """How many timing rounds the judge ran, and why it stopped: every comparison decided (stats.decided),
+    the cap reached undecided, the interpreter (its rounds are fixed: more buy nothing), nothing to
+    compare, or another round would not have fit in the evaluation's time limit."""
+
+    ran: int
+    stopped: StopReason
+    min_rounds: int | None = None
+    max_rounds: int | None = None
+    noise_floor: float | None = None
 
 
 class EvalResult(BaseModel):
@@ -111,6 +127,7 @@ class EvalResult(BaseModel):
     workloads: dict[str, WorkloadTiming] = {}
     compare: dict[str, dict[str, WorkloadTiming]] = {}
     versus: dict[str, Comparison] = {}
+    rounds: RoundsRun | None = None  # the timing rounds the judge ran and why it stopped
     flags: list[str] = []
     findings: list[Finding] = []   # static advice; travels to prompts and reports
     evidence: list[str] = []       # the runtime checks this verdict rests on, in words
@@ -129,21 +146,21 @@ class EvalResult(BaseModel):
 
 
 def compare_rounds(candidate: dict[str, WorkloadTiming], other: dict[str, WorkloadTiming],
-                   resamples: int = 2000) -> Comparison:
+                   resamples: int = stats.RESAMPLES, *, timer: str | None = None,
+                   noise_floor: float = stats.NOISE_FLOOR) -> Comparison:
     """Per round, the geomean over workloads of other/candidate; then the median over rounds
-    and a bootstrap interval of that median. Rounds, not pooled samples, are the unit: samples
-    inside one do_bench run share clocks and thermal state."""
+    and a bootstrap interval of that median (stats.py, the statistic the judge stops on).
+    Faster or slower only where the interval clears the noise floor, and never on the interpreter
+    (`timer` interpreter_wall, or workloads timed so): its times are the wall clock of a CPU
+    emulation, not performance."""
     names = [n for n in candidate if n in other]
-    count = min(min(len(candidate[n].round_medians_us), len(other[n].round_medians_us)) for n in names)
-    per_round = []
-    for r in range(count):
-        logs = [math.log(other[n].round_medians_us[r] / candidate[n].round_medians_us[r]) for n in names]
-        per_round.append(math.exp(sum(logs) / len(logs)))
-    rng = random.Random(0)
-    medians = sorted(statistics.median(rng.choices(per_round, k=count)) for _ in range(resamples))
-    low, high = medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]
-    return Comparison(speedup=statistics.median(per_round), ci_low=low, ci_high=high, rounds=count,
-                      faster=low > 1.0, slower=high < 1.0)
+    iv = stats.interval(stats.round_ratios({n: candidate[n].round_medians_us for n in names},
+                                           {n: other[n].round_medians_us for n in names}), resamples)
+    interpreter = timer == INTERPRETER or any(t.metric == INTERPRETER for n in names for t in (candidate[n], other[n]))
+    where = stats.side(iv, noise_floor)
+    return Comparison(speedup=iv.speedup, ci_low=iv.low, ci_high=iv.high, rounds=iv.rounds,
+                      faster=where == "faster" and not interpreter, slower=where == "slower" and not interpreter,
+                      noise_floor=noise_floor)
 
 
 RANGE_MAX_ROUNDS = 5  # up to this many rounds the bootstrap interval is the min-max range of the rounds

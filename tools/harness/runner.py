@@ -17,7 +17,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from accelopt.tools.harness.pool import get_pool
-from accelopt.tools.harness.result import EvalResult, WorkloadTiming, compare_rounds
+from accelopt.tools.harness.result import EvalResult, RoundsRun, WorkloadTiming, compare_rounds
+from accelopt.tools.harness.stats import NOISE_FLOOR
 from accelopt.tools.harness.static_checks import findings, syntax_error
 from accelopt.tools.roofline import lookup_peak, percent_of_peak
 from accelopt.tools.task import Task, TaskError, load_task
@@ -65,9 +66,11 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
 
     On a GPU the primary time is the call's real span from the CUPTI trace (from the moment the
     GPU could start the call to its last GPU activity); kernel-only time, CUDA events and the
-    judge's outside clock are reported beside it. `trusted` skips the static findings, ghost
-    replay and trace checks: only for the task's own reference (reference_kernel.py), which is
-    torch code by design."""
+    judge's outside clock are reported beside it. `rounds` fixes the number of timing rounds;
+    by default a GPU runs 3, then more until every comparison is decided (at most 15), and the
+    interpreter 2 (result.rounds says how many ran and why they stopped). `trusted` skips the
+    static findings, ghost replay and trace checks: only for the task's own reference
+    (reference_kernel.py), which is torch code by design."""
     task = load_task(task) if isinstance(task, str) else task
     device = device or detect_device()
     started = time.monotonic()
@@ -90,13 +93,15 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
         request = build_request(task, device, paths.pop("candidate"), paths, seeds=seeds, rounds=rounds,
                                 rep_ms=rep_ms, interpreter_reps=interpreter_reps,
                                 trusted=trusted)
+        if device == "cuda" and audit_winners and not trusted:  # what its sandbox compiles, for its own audit
+            request["keep_cache"] = str(Path(tmp) / "triton-cache")
         raw = pool.run(request, timeout_s)
         result = _result(task, raw, device, dtype)
         result.findings = advice
         if result.ok:
             _reverify_if_too_good(task, result, pool, request, timeout_s)
         if result.ok and device == "cuda" and audit_winners and not trusted:
-            _audit_winner(task, source, result)
+            _audit_winner(task, source, result, request.get("keep_cache"))
         elif result.ok and result.flags:
             result.flags.append("unaudited")  # not audited: the interpreter, or auditing turned off
     result.eval_s = time.monotonic() - started
@@ -115,7 +120,10 @@ def build_request(task: Task, device: str, source_path: str, compare_paths: dict
         "source_path": source_path, "compare": compare_paths,
         "workloads": [w.model_dump() for w in task.spec.workloads_for(device)],
         "seeds": seeds or task.spec.seeds, "seed_offset": 0,
-        "rounds": rounds or (5 if device == "cuda" else 2), "rep_ms": rep_ms,
+        # `rounds` fixes the count; else from the minimum until every comparison is decided, at most
+        # the cap (judge._round_limits: on the interpreter the minimum only)
+        "min_rounds": rounds or (3 if device == "cuda" else 2), "max_rounds": rounds or (15 if device == "cuda" else 2),
+        "noise_floor": NOISE_FLOOR, "rep_ms": rep_ms,
         "interpreter_reps": interpreter_reps, "trusted": trusted,
         "copy_yardstick": device == "cuda",  # the judge times a copy of each workload's bytes beside it
         "required_matched_ratio": task.spec.required_matched_ratio,
@@ -134,7 +142,11 @@ def _result(task: Task, raw: dict, device: str, dtype: str) -> EvalResult:
         result.workloads = _with_roofline(task, raw["timings"], name, device, dtype, costs)
         _with_copy_yardstick(result.workloads, raw.get("copy") or {})
         result.compare = {k: _with_roofline(task, v, name, device, dtype, costs) for k, v in raw["compare"].items()}
-        result.versus = {k: compare_rounds(result.workloads, v) for k, v in result.compare.items()}
+        ran = raw.get("rounds")
+        result.rounds = RoundsRun(**ran) if ran else None
+        floor = ran["noise_floor"] if ran and ran.get("noise_floor") is not None else NOISE_FLOOR
+        result.versus = {k: compare_rounds(result.workloads, v, timer=result.timer, noise_floor=floor)
+                         for k, v in result.compare.items()}
     return result
 
 
@@ -174,7 +186,7 @@ def _reverify_if_too_good(task: Task, result: EvalResult, pool, request: dict, t
                                "or a false report): the audit decides")
 
 
-def _audit_winner(task: Task, source: str, result: EvalResult) -> None:
+def _audit_winner(task: Task, source: str, result: EvalResult, triton_cache: str | None = None) -> None:
     """A kernel that would enter the beam or lead (faster than a comparator beyond noise, or
     flagged) is re-measured under ncu in a fresh process; disagreement rejects it. A flagged
     kernel that could not be audited keeps the flag `unaudited`, which keeps it out of the beam."""
@@ -182,7 +194,7 @@ def _audit_winner(task: Task, source: str, result: EvalResult) -> None:
 
     if not (result.flags or any(v.faster for v in result.versus.values())):
         return
-    result.audit = audit(task, source, result)
+    result.audit = audit(task, source, result, triton_cache=triton_cache)
     if result.audit.agreed is False:
         result.status = "cheat_suspected"
         result.error = "the audit under an external profiler disagrees with the harness: " + result.audit.note

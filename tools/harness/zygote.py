@@ -53,6 +53,7 @@ def _child(request: dict, conn_fd: int, err_fd: int, sandbox, confine) -> None:
         for sig in (signal.SIGCHLD, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
         sandbox._die_with_parent()
+        sys.argv = ["sandbox"]  # not the template's: nothing of it is the sandbox's business
         os.chdir(request["home"])
         os.environ.clear()
         os.environ.update(request["env"])

@@ -1,0 +1,78 @@
+"""The one statistic behind every speedup (tools/harness/stats.py) and the decision rule of
+result.compare_rounds: the noise floor, the width that makes a comparison decided, and the
+interpreter, which decides nothing."""
+
+import pytest
+
+from accelopt.tools.harness import stats
+from accelopt.tools.harness.result import WorkloadTiming, compare_rounds
+
+
+def _interval(ratios):
+    return stats.interval(ratios)
+
+
+def test_per_round_ratios_are_the_geomean_over_workloads_of_other_over_candidate():
+    mine = {"a": [10.0, 10.0, 10.0], "b": [1.0, 2.0]}
+    theirs = {"a": [20.0, 40.0, 10.0], "b": [2.0, 2.0], "only_theirs": [5.0]}
+    # rounds past the shorter record are left out; a workload only one side ran is not compared
+    assert stats.round_ratios(mine, theirs) == pytest.approx([2.0, 2.0])  # round 1: sqrt(4 x 1)
+    assert stats.round_ratios(mine, {"c": [1.0]}) == []
+    with pytest.raises(ValueError):
+        stats.interval([])
+
+
+def test_the_interval_is_seeded_and_is_the_range_up_to_5_rounds():
+    ratios = [1.10, 1.30, 1.20, 1.25, 1.15]
+    iv = _interval(ratios)
+    assert iv == _interval(ratios)  # the same rounds always give the same interval
+    assert (iv.speedup, iv.low, iv.high, iv.rounds) == (1.20, 1.10, 1.30, 5)
+    wide = _interval([1.0 + 0.01 * i for i in range(15)])
+    assert wide.low > 1.0 and wide.high < 1.14 and wide.rounds == 15  # a bootstrap interval inside the range
+
+
+@pytest.mark.parametrize("ratios, side, decided", [
+    ([1.50, 1.52, 1.55, 1.51], "faster", True),          # above 1.02 and tight
+    ([0.60, 0.61, 0.62], "slower", True),                # below 1/1.02 and tight
+    ([0.995, 1.0, 1.01, 1.005], "equivalent", True),     # inside [1/1.02, 1.02]
+    ([1.20, 1.60, 1.40], "faster", False),               # faster, but 0.4 wide at 1.4x: not a figure yet
+    ([1.01, 1.03, 1.05], "unclear", False),              # reaches into the floor from above
+    ([0.97, 1.00, 1.03], "unclear", False),              # straddles a bound of the floor
+    ([1.015, 1.025, 1.03], "unclear", False),            # clears 1, not the floor: no difference called
+])
+def test_sides_and_decisions_against_the_noise_floor(ratios, side, decided):
+    iv = _interval(ratios)
+    assert stats.side(iv, 0.02) == side
+    assert stats.decided(iv, 0.02) is decided
+
+
+def test_the_floor_moves_the_bounds():
+    iv = _interval([1.03, 1.04, 1.05])
+    assert stats.side(iv, 0.0) == "faster" and stats.side(iv, 0.02) == "faster"
+    assert stats.side(iv, 0.04) == "unclear"  # straddles 1.04
+    assert stats.side(_interval([1.03, 1.04, 1.05]), 0.06) == "equivalent"
+
+
+def _timings(us_per_round: dict[str, list[float]], metric: str = "gpu_span") -> dict[str, WorkloadTiming]:
+    return {w: WorkloadTiming(median_us=sorted(r)[len(r) // 2], iqr_us=0.0, samples=len(r), metric=metric,
+                              round_medians_us=r) for w, r in us_per_round.items()}
+
+
+def test_compare_rounds_decides_only_beyond_the_floor():
+    candidate = _timings({"w1": [100.0, 100.0, 100.0], "w2": [50.0, 50.0, 50.0]})
+    slightly = _timings({"w1": [101.0, 101.5, 101.2], "w2": [50.5, 50.7, 50.6]})  # 1.0-1.5% slower than it
+    vs = compare_rounds(candidate, slightly)
+    assert vs.ci_low > 1.0 and not vs.faster and not vs.slower and vs.noise_floor == 0.02
+    assert compare_rounds(candidate, slightly, noise_floor=0.0).faster  # the old rule: the interval excludes 1
+    clearly = _timings({"w1": [130.0, 131.0, 129.0], "w2": [65.0, 66.0, 64.0]})
+    assert compare_rounds(candidate, clearly).faster and compare_rounds(clearly, candidate).slower
+
+
+def test_compare_rounds_on_the_interpreter_is_never_faster_nor_slower():
+    candidate = _timings({"w": [100.0, 101.0]}, metric="interpreter_wall")
+    other = _timings({"w": [1000.0, 1010.0]}, metric="interpreter_wall")
+    for vs in (compare_rounds(candidate, other), compare_rounds(other, candidate),
+               compare_rounds(_timings({"w": [100.0, 101.0]}), _timings({"w": [1000.0, 1010.0]}),
+                              timer="interpreter_wall")):
+        assert not vs.faster and not vs.slower
+    assert compare_rounds(candidate, other).speedup == pytest.approx(10.0, rel=0.01)  # the figure is still reported

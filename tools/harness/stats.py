@@ -1,0 +1,79 @@
+"""The statistic every speedup rests on, in one place. Standard library only: the judge (run as
+a script, importing nothing of the accelopt package) loads this file by path to decide when its
+timing rounds may stop, and result.compare_rounds uses it for the recorded comparison.
+
+Per round, the geomean over workloads of comparator time / candidate time; the speedup is the
+median over rounds, with a bootstrap 95% interval of that median. Rounds, not pooled samples,
+are the unit: samples inside one round share clocks and thermal state.
+
+Where the interval lies decides, against a noise floor: above 1 + floor, faster; below
+1 / (1 + floor), slower; inside both bounds, equivalent. A comparison is decided (more rounds
+would not change what it says) when it lies on one of those sides and is tight: no wider than
+DECIDED_WIDTH of the speedup.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+RESAMPLES = 2000
+NOISE_FLOOR = 0.02     # a GPU difference under 2% is not called a difference
+DECIDED_WIDTH = 0.10   # an interval wider than 10% of its speedup is not a figure yet
+_TINY_US = 1e-9        # a zero time must not stop the statistic (log of 0)
+
+Side = Literal["faster", "slower", "equivalent", "unclear"]
+
+
+@dataclass(frozen=True)
+class Interval:
+    speedup: float  # median over rounds of the per-round ratio
+    low: float
+    high: float
+    rounds: int
+
+
+def round_ratios(candidate: Mapping[str, Sequence[float]], other: Mapping[str, Sequence[float]]) -> list[float]:
+    """Per round, the geomean over the workloads both were timed on of other/candidate (each
+    workload's round medians, in µs). Rounds past the shorter record are left out."""
+    names = [n for n in candidate if n in other]
+    if not names:
+        return []
+    count = min(min(len(candidate[n]), len(other[n])) for n in names)
+    ratios = []
+    for r in range(count):
+        logs = [math.log(max(other[n][r], _TINY_US) / max(candidate[n][r], _TINY_US)) for n in names]
+        ratios.append(math.exp(sum(logs) / len(logs)))
+    return ratios
+
+
+def interval(ratios: Sequence[float], resamples: int = RESAMPLES, seed: int = 0) -> Interval:
+    """The median of `ratios` and a bootstrap 95% interval of it; seeded, so the same rounds
+    always give the same interval. Up to 5 rounds the interval is their min-max range."""
+    if not ratios:
+        raise ValueError("no rounds to compare")
+    rng = random.Random(seed)
+    medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(resamples))
+    return Interval(speedup=statistics.median(ratios), low=medians[int(0.025 * resamples)],
+                    high=medians[int(0.975 * resamples) - 1], rounds=len(ratios))
+
+
+def side(iv: Interval, floor: float) -> Side:
+    """Where the interval lies against the noise floor."""
+    up, down = 1.0 + floor, 1.0 / (1.0 + floor)
+    if iv.low > up:
+        return "faster"
+    if iv.high < down:
+        return "slower"
+    if down <= iv.low and iv.high <= up:
+        return "equivalent"
+    return "unclear"
+
+
+def decided(iv: Interval, floor: float) -> bool:
+    """Faster, slower or equivalent, and tight enough that the speedup is a figure."""
+    return side(iv, floor) != "unclear" and iv.high - iv.low <= DECIDED_WIDTH * iv.speedup
