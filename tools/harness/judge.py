@@ -56,6 +56,9 @@ SPARES = 2              # warm sandboxes waiting for the next candidate (GPU)
 CPU_SPARES = 1
 COMPARATOR_CACHE = 4    # comparator sandboxes kept, keyed by source
 READY_TIMEOUT_S = 120.0
+# Calls per timed round at most: each takes 1 ms of cover plus an L2 flush whatever the kernel, and
+# the rounds (at least 3), not the calls within one, are what the interval is made of.
+MAX_REPS = 40
 TIMING_SEED = 100       # timing inputs: never among the checked seeds
 AFTER_SEED = 500        # the check after timing: inputs never seen before
 # Timing rounds: at least MIN, then until every comparison is decided (stats.decided), at most MAX.
@@ -1035,7 +1038,7 @@ class Judge:
         if req["device"] == "cuda":
             est = self._time_round(boxes["candidate"], req, ref, workload, -1, 3, deadline, check=False)
             self._give_back_gpu_memory(req)
-            reps = int(min(100, max(10, req["rep_ms"] * 1e3 / max(statistics.median(est["primary"]), 1.0))))
+            reps = int(min(MAX_REPS, max(10, req["rep_ms"] * 1e3 / max(statistics.median(est["primary"]), 1.0))))
         return _WorkloadRounds(workload=workload, names=names, reps=reps)
 
     def _one_round(self, boxes: dict, req, ref, plan: _WorkloadRounds, r: int, deadline: float,
