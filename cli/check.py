@@ -102,5 +102,8 @@ def show(result: EvalResult, kernel: Path) -> None:
                       f": {verdict}", markup=False, highlight=False)
     if result.audit is not None:
         console.print(f"  audit ({result.audit.tool}): {result.audit.note}", markup=False)
+    if result.phases_s:
+        steps = ", ".join(f"{name} {s:.1f}" for name, s in result.phases_s.items())
+        console.print(f"  seconds: {steps} (of {result.eval_s:.1f} in all)", markup=False, highlight=False)
     if result.flags:
         console.print(f"  flags: {', '.join(result.flags)}")

@@ -76,3 +76,19 @@ def test_compare_rounds_on_the_interpreter_is_never_faster_nor_slower():
                               timer="interpreter_wall")):
         assert not vs.faster and not vs.slower
     assert compare_rounds(candidate, other).speedup == pytest.approx(10.0, rel=0.01)  # the figure is still reported
+
+
+def test_an_undecided_result_says_whether_its_calls_are_host_bound():
+    from accelopt.tools.harness.result import Comparison, EvalResult, RoundsRun, WorkloadTiming
+    from accelopt.tools.harness.runner import why_undecided
+
+    def result(kernel_us: float) -> EvalResult:
+        timing = WorkloadTiming(median_us=447.0, iqr_us=40.0, samples=600, kernel_us=kernel_us)
+        return EvalResult(status="verified", device="cuda", workloads={"b1": timing}, rounds=RoundsRun(ran=15, stopped="cap"),
+                          versus={"baseline": Comparison(speedup=1.29, ci_low=0.975, ci_high=2.01, rounds=15,
+                                                         faster=False, slower=False)})
+
+    host_bound = why_undecided(result(kernel_us=103.0))
+    assert "undecided after 15 rounds" in host_bound and "0.975-2.010" in host_bound
+    assert "host-bound" in host_bound and "kernels 103 of 447 µs" in host_bound
+    assert "no workload is host-bound" in why_undecided(result(kernel_us=440.0))

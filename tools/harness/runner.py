@@ -95,13 +95,21 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
                                 trusted=trusted)
         if device == "cuda" and audit_winners and not trusted:  # what its sandbox compiles, for its own audit
             request["keep_cache"] = str(Path(tmp) / "triton-cache")
+        asked = time.monotonic()
         raw = pool.run(request, timeout_s)
         result = _result(task, raw, device, dtype)
         result.findings = advice
+        # where the seconds went beyond the judge's own steps: waiting for a judge (its start,
+        # another request), the re-check on fresh inputs, the audit
+        result.phases_s["judge_wait"] = round(max(0.0, time.monotonic() - asked - sum(result.phases_s.values())), 3)
         if result.ok:
+            began = time.monotonic()
             _reverify_if_too_good(task, result, pool, request, timeout_s)
+            result.phases_s["reverify"] = round(time.monotonic() - began, 3)
         if result.ok and device == "cuda" and audit_winners and not trusted:
+            began = time.monotonic()
             _audit_winner(task, source, result, request.get("keep_cache"))
+            result.phases_s["audit"] = round(time.monotonic() - began, 3)
         elif result.ok and result.flags:
             result.flags.append("unaudited")  # not audited: the interpreter, or auditing turned off
     result.eval_s = time.monotonic() - started
@@ -147,7 +155,25 @@ def _result(task: Task, raw: dict, device: str, dtype: str) -> EvalResult:
         floor = ran["noise_floor"] if ran and ran.get("noise_floor") is not None else NOISE_FLOOR
         result.versus = {k: compare_rounds(result.workloads, v, timer=result.timer, noise_floor=floor)
                          for k, v in result.compare.items()}
+        if result.rounds is not None and result.rounds.stopped == "cap":
+            result.evidence.append(why_undecided(result))
     return result
+
+
+HOST_BOUND_SHARE = 0.6  # kernels filling less of a call's span than this: the call waits on its host
+
+
+def why_undecided(result: EvalResult) -> str:
+    """Said when the rounds ran to their cap: how wide the intervals still are, and whether the
+    calls are host-bound (their kernels fill little of the span, so host work between launches,
+    which varies from round to round, decides the time), with the figures."""
+    wide = ", ".join(f"vs {name} {v.ci_low:.3f}-{v.ci_high:.3f} ({(v.ci_high - v.ci_low) / v.speedup:.0%} of "
+                     f"{v.speedup:.3f}x)" for name, v in result.versus.items())
+    host = [f"{name} kernels {t.kernel_us:.0f} of {t.median_us:.0f} µs" for name, t in result.workloads.items()
+            if t.kernel_us is not None and t.kernel_us < HOST_BOUND_SHARE * t.median_us]
+    cause = (f"host-bound calls ({'; '.join(host)}): host work between launches varies from round to round"
+             if host else "no workload is host-bound: the rounds themselves disagree")
+    return f"undecided after {result.rounds.ran if result.rounds else '?'} rounds, {wide}: {cause}"
 
 
 def _reverify_if_too_good(task: Task, result: EvalResult, pool, request: dict, timeout_s: float) -> None:
