@@ -24,9 +24,10 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-# CI runs this: the linter, then the CPU tests.
+# CI runs this: the linter, then the CPU tests, two at a time (most of a test's wall time is
+# waiting on processes it started: judges, servers, the CLI), a test file to a worker.
 test: lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 gpu-test: install
 	$(BIN)/python -m pytest -q -m gpu

@@ -158,10 +158,11 @@ def test_a_model_without_a_provider_is_refused_with_how_to_name_it(softmax_task,
 
 
 def test_doctor_exits_1_when_something_a_run_needs_is_broken():
-    proc = run_cli("doctor", env={"ACCELOPT_MODEL": "llama3", **NO_GPU})
+    proc = run_cli("doctor", env={"ACCELOPT_MODEL": "llama3", "COLUMNS": "400", **NO_GPU})  # one line a row
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "not ready: the model settings" in proc.stderr
     assert "names no provider" in " ".join(proc.stdout.split())
+    assert "candidate confinement" in proc.stdout
 
 
 def test_eval_exits_1_when_a_task_failed_and_0_when_tasks_were_skipped(softmax_task, tmp_path):
