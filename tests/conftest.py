@@ -13,6 +13,9 @@ FIXTURES = ROOT / "tests" / "fixtures"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.pop("OPENAI_API_KEY", None)
 os.environ.pop("ACCELOPT_API_KEY", None)
+# rich wraps output at 80 columns: a long temporary path (longer under pytest-xdist's worker
+# folders) would break across lines where tests look for it whole
+os.environ.setdefault("COLUMNS", "250")
 
 
 def descendants(pid: int) -> set[int]:
