@@ -163,7 +163,11 @@ class SandboxFailure(Exception):
 
 
 def _load_sibling(name: str, filename: str):
-    """A file beside this one, loaded by path: the judge imports nothing of the accelopt package."""
+    """A file beside this one: run as the judge (a script), loaded by path, since the judge imports
+    nothing of the accelopt package; imported as part of it (the pool reads RESULT_MARK), the
+    package's own module, not a second copy."""
+    if __package__:
+        return importlib.import_module(f"{__package__}.{filename.removesuffix('.py')}")
     if name in sys.modules:
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, os.path.join(os.path.dirname(os.path.abspath(__file__)),

@@ -2,8 +2,9 @@
 
 Forked by the sandbox template (zygote.py) for the judge (judge.py), with a scrubbed environment,
 its own working directory and Triton cache, confined (confine.py: bubblewrap's namespaces, then
-Landlock: it writes only beneath its own folder). It talks to the judge over its socket: requests and replies are pickles, tensors travel as
-shared memory (CUDA IPC on a GPU, /dev/shm on the interpreter), never copied.
+Landlock: it writes only beneath its own folder). It talks to the judge over its socket:
+requests and replies are pickles, tensors travel as shared memory (CUDA IPC on a GPU, /dev/shm
+on the interpreter), never copied.
 
 Nothing here is trusted. The kernel runs in this process and may patch anything in it, this
 file included; so the process holds no reference, no expected output and no verdict, serves
