@@ -72,20 +72,45 @@ def test_the_audit_decides_per_workload_on_one_run():
     assert rejected.agreed is False and "not Triton kernels of the source on M16384_N1024" in rejected.note
 
 
+class _FakeProcess:
+    """The profiling process as Popen shows it: answers `communicate` once the go file is there."""
+
+    def __init__(self, cmd, cwd, answer, launches, returncode, stderr):
+        self.cmd, self.cwd, self.answer, self.launches = cmd, cwd, answer, launches
+        self.returncode, self.stderr, self.pid = None, stderr, 0
+        self.code = returncode
+
+    def communicate(self, timeout=None):
+        if self.returncode is not None:
+            return "", ""
+        if not (Path(self.cwd) / "go").exists():  # still waiting to go: killed (cancel)
+            self.returncode = -9
+            return "", ""
+        request = json.loads(Path(self.cmd[-1]).read_text())
+        script = Path(self.cmd[-2]).read_text()
+        self.launches.append({"cmd": self.cmd, "timeout": timeout, "request": request, "script": script})
+        self.returncode = self.code
+        return self.answer(request, timeout), self.stderr
+
+    def poll(self):
+        return self.returncode
+
+    def kill(self):
+        self.returncode = -9
+
+
 def _fake_ncu(monkeypatch, stdout_of, returncode: int = 0, stderr: str = "") -> list[dict]:
     """ncu on the PATH, its launch answered with `stdout_of(request)`; returns the launches seen."""
     launches: list[dict] = []
     which = kernel_profile.shutil.which
 
-    def run(cmd, **kw):
-        request = json.loads(Path(cmd[-1]).read_text())
-        script = Path(cmd[-2]).read_text()
-        launches.append({"cmd": cmd, "timeout": kw["timeout"], "request": request, "script": script})
-        return subprocess.CompletedProcess(cmd, returncode, stdout_of(request), stderr)
+    def launch(cmd, *, cwd, env):
+        return _FakeProcess(cmd, cwd, lambda req, _timeout: stdout_of(req), launches, returncode, stderr)
 
     monkeypatch.setattr(kernel_profile.shutil, "which", lambda name: "/usr/bin/ncu" if name == "ncu" else which(name))
     monkeypatch.setattr(kernel_profile.confine, "process_prefix", lambda _root, _readable=(): [])
-    monkeypatch.setattr(kernel_profile.subprocess, "run", run)
+    monkeypatch.setattr(kernel_profile, "_launch", launch)
+    monkeypatch.setattr(kernel_profile.os, "killpg", lambda pid, sig: None)
     return launches
 
 
@@ -115,10 +140,10 @@ def test_an_ncu_launch_that_fails_leaves_the_winner_unaudited_with_the_reason(mo
     assert report.tool == "ncu" and report.agreed is None
     assert "exited with 1: RuntimeError: CUDA error" in report.note and report.note.endswith("not audited")
 
-    def hang(cmd, **kw):
-        raise subprocess.TimeoutExpired(cmd, kw["timeout"])
+    def hang(req, timeout):
+        raise subprocess.TimeoutExpired("ncu", timeout)
 
-    monkeypatch.setattr(kernel_profile.subprocess, "run", hang)
+    monkeypatch.setattr(kernel_profile, "_launch", lambda cmd, *, cwd, env: _FakeProcess(cmd, cwd, hang, [], 0, ""))
     report = audit_mod.audit(task, task.baseline_source, _result(NCU_US), timeout_s=60.0)
     assert report.agreed is None and "ran past 60 s" in report.note
 
@@ -131,3 +156,44 @@ def test_the_planners_profile_is_one_workloads_call_without_the_marker(monkeypat
     assert prof is not None and prof["tool"] == "ncu" and prof["workload"] == "M4096_N4096"
     assert [k["name"] for k in prof["kernels"]] == ["softmax_kernel"] and "softmax_kernel" in prof["summary"]
     assert [w["name"] for w in launches[0]["request"]["workloads"]] == ["M4096_N4096"]
+
+
+def test_the_audit_started_ahead_runs_nothing_of_the_candidate_until_a_winner_needs_it(monkeypatch):
+    task = load_task(TASKS / "softmax")
+    launches = _fake_ncu(monkeypatch, lambda req: _fixture().replace(MARKER, req["marker"]))
+    ahead = audit_mod.start(task, task.baseline_source, gpu="3")
+    assert ahead is not None and ahead.workloads == WORKLOADS and not launches  # waiting, not yet collected
+    script = (ahead.home / "profile.py").read_text()
+    wait = script.index("while not os.path.exists(go)")
+    # before the go file: no import of the candidate and no kernel launched (the marker only compiled)
+    assert wait < script.index('load(req["source_path"]') and wait < script.index(f"{ahead.marker}[(1,)](mark)")
+    assert script.index(f"{ahead.marker}.warmup(") < wait
+    report = audit_mod.audit(task, task.baseline_source, _result(NCU_US), started=ahead)
+    assert report.agreed is True and len(launches) == 1
+    assert not ahead.home.exists()  # its folder goes with it
+
+    # measured on other workloads than it was started for: started again, the first one ended
+    other = audit_mod.start(task, task.baseline_source)
+    report = audit_mod.audit(task, task.baseline_source, _result({w: NCU_US[w] for w in WORKLOADS[:2]}),
+                             started=other)
+    assert not other.home.exists() and len(launches) == 2
+    assert [w["name"] for w in launches[1]["request"]["workloads"]] == WORKLOADS[:2]
+
+
+def test_a_carried_triton_cache_points_into_its_new_folder(tmp_path):
+    from accelopt.tools.harness import triton_cache
+
+    old = tmp_path / "sandbox-1" / "triton-cache"
+    (old / "KEY").mkdir(parents=True)
+    (old / "KEY" / "k.cubin").write_bytes(b"\x7fELF")
+    group = {"child_paths": {"k.cubin": str(old / "KEY" / "k.cubin"), "k.json": str(old / "KEY" / "k.json")}}
+    (old / "KEY" / "__grp__k.json").write_text(json.dumps(group))
+    (old / "LIST").mkdir()
+    (old / "LIST" / "__grp__n.json").write_text(json.dumps({"child_paths": ["n.cubin"]}))  # Triton >= 3.7
+    new = tmp_path / "audit" / "triton-cache"
+    assert triton_cache.copy(str(old), str(new))
+    paths = json.loads((new / "KEY" / "__grp__k.json").read_text())["child_paths"]
+    assert paths == {"k.cubin": str(new / "KEY" / "k.cubin"), "k.json": str(new / "KEY" / "k.json")}
+    assert json.loads((new / "LIST" / "__grp__n.json").read_text()) == {"child_paths": ["n.cubin"]}
+    assert json.loads((old / "KEY" / "__grp__k.json").read_text()) == group  # the source is left alone
+    assert not triton_cache.copy(str(tmp_path / "missing"), str(new))

@@ -18,7 +18,7 @@ import shutil
 
 from accelopt.tools import pyparse
 from accelopt.tools.harness.judge import foreign_work
-from accelopt.tools.harness.kernel_profile import profile_workloads
+from accelopt.tools.harness.kernel_profile import Profiling, profile_workloads
 from accelopt.tools.harness.result import Audit, EvalResult
 from accelopt.tools.harness.static_checks import triton_kernel_names
 from accelopt.tools.task import Task
@@ -28,6 +28,7 @@ from accelopt.tools.task import Task
 REL_TOLERANCE = 0.20
 ABS_TOLERANCE_US = 4.0
 MAX_WORKLOADS = 3
+AUDIT_METRICS = ["gpu__time_duration.sum"]  # one pass per kernel
 # An autotuned kernel in a fresh process may run another configuration (0.6-1.9x measured on
 # real solutions); beyond this band it is not the same work, whatever the configuration.
 AUTOTUNE_BAND = 3.0
@@ -47,17 +48,33 @@ def autotuned(source: str) -> bool:
                for deco in node.decorator_list) or "triton.autotune(" in source
 
 
+def start(task: Task, source: str, gpu: str | None = None) -> Profiling | None:
+    """The audit's process, started ahead (kernel_profile.Profiling) on the judge's GPU while the
+    judge works, so a winner's audit pays only its own calls; None without ncu."""
+    if shutil.which("ncu") is None:
+        return None
+    workloads = [w.name for w in task.spec.workloads_for("cuda")][:MAX_WORKLOADS]
+    return Profiling(task, source, workloads, metrics=AUDIT_METRICS, gpu=gpu)
+
+
 def audit(task: Task, source: str, result: EvalResult, *, timeout_s: float = TIMEOUT_S,
-          triton_cache: str | None = None) -> Audit:
+          triton_cache: str | None = None, started: Profiling | None = None) -> Audit:
     """One fresh process under ncu runs one call on each audited workload; `timeout_s` bounds it.
-    `triton_cache`: the kernels the candidate's own sandbox compiled, so they are not compiled again."""
+    `triton_cache`: the kernels the candidate's own sandbox compiled, so they are not compiled again.
+    `started`: its process, started ahead for this source (`start`), used and ended here."""
+    workloads = list(result.workloads)[:MAX_WORKLOADS]
+    if started is not None and started.workloads != workloads:  # not what was measured: start afresh
+        started.cancel()
+        started = None
     if shutil.which("ncu") is None:
         return Audit(tool="none", note="no external profiler (ncu) on this machine: not audited")
-    if not result.workloads:
+    if not workloads:
         return Audit(tool="ncu", note="nothing measured to audit")
-    workloads = list(result.workloads)[:MAX_WORKLOADS]
-    run = profile_workloads(task, source, workloads, timeout_s=timeout_s, metrics=["gpu__time_duration.sum"],
-                            triton_cache=triton_cache)
+    if started is not None:
+        run = started.collect(timeout_s, triton_cache)
+    else:
+        run = profile_workloads(task, source, workloads, timeout_s=timeout_s, metrics=AUDIT_METRICS,
+                                triton_cache=triton_cache)
     if run.tool != "ncu" or run.error:
         return Audit(tool="ncu", note=f"ncu could not profile {', '.join(workloads)} ({run.error}): not audited")
     return verdict(source, result, run.kernels)

@@ -191,6 +191,14 @@ def process_prefix(writable_root: str, readable: tuple[str, ...] = ()) -> list[s
     return [] if unconfined() else bwrap_prefix(writable_root, readable, private_tmp=True)
 
 
+def die_with_parent() -> None:
+    """For a child's preexec_fn: SIGKILL when the process that started it dies (PR_SET_PDEATHSIG)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, 9)
+    except OSError:
+        pass
+
+
 def unconfined() -> bool:
     return os.environ.get(UNCONFINED_ENV, "") not in ("", "0")
 

@@ -180,16 +180,8 @@ def _load_sibling(name: str, filename: str):
 
 confine = _load_sibling("accelopt_confine", "confine.py")
 stats = _load_sibling("accelopt_stats", "stats.py")  # the statistic the timing rounds stop on
+triton_cache = _load_sibling("accelopt_triton_cache", "triton_cache.py")
 ZYGOTE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")
-
-
-def _pdeathsig() -> None:
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, 9)  # die with the judge
-    except OSError:
-        pass
 
 
 def _host_pid(root: int, ns_pid: int) -> int:
@@ -224,7 +216,7 @@ class Template:
         with open(self.log_path, "w") as log:
             self.proc = subprocess.Popen([*prefix, sys.executable, ZYGOTE, str(theirs.fileno())],
                                          pass_fds=[theirs.fileno()], cwd=root, stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=log, preexec_fn=_pdeathsig)
+                                         stdout=log, stderr=log, preexec_fn=confine.die_with_parent)
         theirs.close()
         self.control = mine
         self.buffer = b""
@@ -385,6 +377,11 @@ class Sandbox:
         path = os.path.join(self.home, "kernel.py")
         shutil.copyfile(source_path, path)
         return self.request("load", deadline, path=path, entry_point=entry_point)
+
+    def seed_cache(self, compiled: str) -> None:
+        """Start its Triton cache from `compiled`: what the same candidate's earlier sandbox
+        compiled (its re-check on fresh inputs then compiles nothing again)."""
+        triton_cache.copy(compiled, os.path.join(self.home, "triton-cache"))
 
     def request(self, op: str, deadline: float, **args) -> dict:
         self.wait_ready(deadline)
@@ -1115,6 +1112,8 @@ class Judge:
         deadline = time.monotonic() + req["timeout_s"]
         self.seen: set[str] = set()
         box = self.boxes.take(readable)
+        if req.get("triton_cache"):
+            box.seed_cache(req["triton_cache"])
         self.phases: dict[str, float] = {}  # seconds per finished step: where an evaluation's time goes
         self.step, self.step_began = "load", time.monotonic()
         try:

@@ -13,8 +13,10 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from accelopt.tools.harness import confine
+from accelopt.tools.harness import triton_cache as carried_cache
 from accelopt.tools.harness.pool import scrubbed_env
 from accelopt.tools.task import Task, Workload
 
@@ -45,7 +48,7 @@ MARKER_PREFIX = "accelopt_mark"
 NVTX_RANGE = "accelopt_profile"
 
 _SCRIPT = """
-import importlib.util, json, sys, torch, triton, triton.language as tl
+import importlib.util, json, os, sys, time, torch, triton, triton.language as tl
 
 @triton.jit
 def MARKER_NAME(ptr):
@@ -55,10 +58,20 @@ def load(path, name):
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec); sys.modules[name] = mod; spec.loader.exec_module(mod); return mod
 req = json.load(open(sys.argv[1]))
-ref = load(req["reference_path"], "ref"); run = getattr(load(req["source_path"], "cand"), req["entry_point"])
+ref = load(req["reference_path"], "ref")
+mark = torch.empty(1, device="cuda")  # the CUDA context (and ncu's start in it), no kernel launched
+if req["mode"] == "ncu":
+    MARKER_NAME.warmup(mark, grid=(1,))  # compiled, not launched
+# Ready. Nothing of the candidate runs, and nothing runs on the GPU, until the go file appears:
+# another kernel may be timed on this GPU meanwhile. A parent gone (or an hour) ends the wait.
+go, parent, began = os.path.join(os.path.dirname(os.path.abspath(sys.argv[1])), "go"), os.getppid(), time.monotonic()
+while not os.path.exists(go):
+    if os.getppid() != parent or time.monotonic() - began > 3600:
+        sys.exit(3)
+    time.sleep(0.005)
+run = getattr(load(req["source_path"], "cand"), req["entry_point"])
 def inputs(w):
     return ref.make_inputs(w["params"], 0, "cuda", req["dtype"])
-mark = torch.zeros(1, device="cuda")
 if req["mode"] == "ncu":
     MARKER_NAME[(1,)](mark)
 # compile, autotune and warm up every workload outside the profiled range, before any profiled
@@ -106,36 +119,78 @@ def profile_workloads(task: Task, source: str, workloads: list[str] | None = Non
     """One call per workload (the first workload unless named), all in one fresh process under
     ncu (torch.profiler without it); `timeout_s` bounds the whole process. `triton_cache`: what
     this source's own sandbox compiled (a copy is used: compiled once, not once per process)."""
-    mode = "ncu" if shutil.which("ncu") else "torch"
-    tool = "ncu" if mode == "ncu" else "torch.profiler"
-    chosen = _chosen(task, workloads or [])
-    marker = f"{MARKER_PREFIX}_{secrets.token_hex(6)}"
-    with tempfile.TemporaryDirectory(prefix="accelopt-profile-") as tmp:
-        home = Path(tmp)
-        if triton_cache and Path(triton_cache).is_dir():
-            shutil.copytree(triton_cache, home / "triton-cache")  # scrubbed_env's TRITON_CACHE_DIR
+    return Profiling(task, source, workloads, metrics=metrics).collect(timeout_s, triton_cache)
+
+
+class Profiling:
+    """One profiling process, started ahead of need: ncu's start, Python, torch, Triton, the CUDA
+    context, the marker compiled and the task's reference loaded (about 8 of an audit's 12 s on
+    an H100), then it waits. `collect` lets it go on (the candidate's import, its calls, ncu's
+    report); `cancel` ends it unused. Nothing of the candidate runs and no kernel is launched before
+    `collect`, so it may start while a judge times kernels on the same GPU."""
+
+    def __init__(self, task: Task, source: str, workloads: list[str] | None = None, *,
+                 metrics: list[str] | None = None, gpu: str | None = None):
+        self.mode = "ncu" if shutil.which("ncu") else "torch"
+        self.tool = "ncu" if self.mode == "ncu" else "torch.profiler"
+        self.workloads = [w.name for w in _chosen(task, workloads or [])]
+        self.marker = f"{MARKER_PREFIX}_{secrets.token_hex(6)}"
+        self.tmp = tempfile.TemporaryDirectory(prefix="accelopt-profile-")
+        self.home = home = Path(self.tmp.name)
+        by_name = {w.name: w for w in task.spec.workloads}
         (home / "candidate.py").write_text(source)
-        (home / "profile.py").write_text(_SCRIPT.replace("MARKER_NAME", marker).replace("NVTX_RANGE", NVTX_RANGE))
+        (home / "profile.py").write_text(_SCRIPT.replace("MARKER_NAME", self.marker).replace("NVTX_RANGE", NVTX_RANGE))
         (home / "request.json").write_text(json.dumps({
             "reference_path": str(Path(task.root) / "reference.py"), "source_path": str(home / "candidate.py"),
-            "entry_point": task.spec.entry_point, "dtype": task.spec.dtype, "mode": mode, "marker": marker,
-            "workloads": [{"name": w.name, "params": w.params} for w in chosen]}))
+            "entry_point": task.spec.entry_point, "dtype": task.spec.dtype, "mode": self.mode, "marker": self.marker,
+            "workloads": [{"name": n, "params": by_name[n].params} for n in self.workloads]}))
         cmd = [sys.executable, str(home / "profile.py"), str(home / "request.json")]
-        if mode == "ncu":
+        if self.mode == "ncu":
             cmd = [shutil.which("ncu") or "ncu", "--clock-control", "none", "--nvtx", "--nvtx-include",
                    f"{NVTX_RANGE}/", "--metrics", ",".join(metrics or NCU_METRICS), "--csv", "--page", "raw",
                    "--print-units", "base", *cmd]  # one unit per column: the marker's µs beside long kernels
+        self.proc = _launch([*confine.process_prefix(str(home), (str(task.root),)), *cmd], cwd=str(home),
+                            env=scrubbed_env(home, "cuda", gpu))
+
+    def collect(self, timeout_s: float, triton_cache: str | None = None) -> ProfileRun:
+        """Let the process run the candidate; its kernels, or why not. `timeout_s` bounds this part."""
         try:
-            proc = subprocess.run([*confine.process_prefix(tmp, (str(task.root),)), *cmd], capture_output=True, text=True, cwd=tmp,
-                                  env=scrubbed_env(home, "cuda", None), timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            return ProfileRun(tool, error=f"the profiled process ran past {timeout_s:.0f} s")
-    names = [w.name for w in chosen]
-    found = (split_workloads(parse_ncu_csv(proc.stdout), marker, names) if mode == "ncu"
-             else _complete(tool, _parse_torch(proc.stdout), names))
-    if found.error and proc.returncode:  # the process's own failure says more than the missing rows
-        return ProfileRun(tool, found.kernels, f"the profiled process exited with {proc.returncode}: {_why(proc)}")
-    return found
+            if triton_cache and Path(triton_cache).is_dir():  # scrubbed_env's TRITON_CACHE_DIR
+                carried_cache.copy(triton_cache, str(self.home / "triton-cache"))
+            (self.home / "go.part").write_text("go")
+            (self.home / "go.part").rename(self.home / "go")
+            try:
+                stdout, stderr = self.proc.communicate(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                return ProfileRun(self.tool, error=f"the profiled process ran past {timeout_s:.0f} s")
+        finally:
+            self.cancel()
+        found = (split_workloads(parse_ncu_csv(stdout), self.marker, self.workloads) if self.mode == "ncu"
+                 else _complete(self.tool, _parse_torch(stdout), self.workloads))
+        if found.error and self.proc.returncode:  # the process's own failure says more than the missing rows
+            return ProfileRun(self.tool, found.kernels, f"the profiled process exited with {self.proc.returncode}: "
+                                                        f"{_why(stdout, stderr)}")
+        return found
+
+    def cancel(self) -> None:
+        """End the process (ncu and its child both: they are one session) and remove its folder."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except OSError:
+                self.proc.kill()
+            try:
+                self.proc.communicate(timeout=30)
+            except (subprocess.TimeoutExpired, ValueError, OSError):
+                pass
+        self.tmp.cleanup()
+
+
+def _launch(cmd: list[str], *, cwd: str, env: dict[str, str]) -> subprocess.Popen:
+    """The profiling process, in a session of its own (cancel ends ncu and its child together),
+    dying with this process (PR_SET_PDEATHSIG; the script also leaves when its parent is gone)."""
+    return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=cwd, env=env, start_new_session=True, preexec_fn=confine.die_with_parent)
 
 
 def _chosen(task: Task, names: list[str]) -> list[Workload]:
@@ -175,11 +230,11 @@ def _complete(tool: str, kernels: dict[str, list[dict]], workloads: list[str]) -
     return ProfileRun(tool, {w: kernels[w] for w in workloads if kernels.get(w)}, error)
 
 
-def _why(proc: subprocess.CompletedProcess) -> str:
+def _why(stdout: str, stderr: str) -> str:
     """ncu's own error, else the last line the process wrote to stderr (a Python exception)."""
-    lines = [line.strip() for line in f"{proc.stdout}\n{proc.stderr}".splitlines() if line.strip()]
+    lines = [line.strip() for line in f"{stdout}\n{stderr}".splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("==ERROR==")]
-    stderr = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
+    stderr = [line.strip() for line in stderr.splitlines() if line.strip()]
     return (errors or stderr or ["no output"])[-1][:300]
 
 

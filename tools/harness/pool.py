@@ -13,6 +13,7 @@ Judges stay in the run's process group and watch their parent, so whatever ends 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import queue
@@ -25,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from accelopt.tools.harness import confine
@@ -149,14 +151,21 @@ class WorkerPool:
             if w.proc is None or w.proc.poll() is not None:
                 w._start()
 
-    def run(self, req: dict, timeout_s: float) -> dict:
+    @contextlib.contextmanager
+    def lease(self) -> Iterator[Worker]:
+        """One judge, and its GPU, for as long as the block runs: an evaluation's requests and its
+        audit, so no other evaluation times kernels on that GPU meanwhile."""
         worker = self.free.get()
         try:
-            return worker.request(req, timeout_s)
+            yield worker
         finally:
             if self.fresh_process:
                 worker.kill()
             self.free.put(worker)
+
+    def run(self, req: dict, timeout_s: float) -> dict:
+        with self.lease() as worker:
+            return worker.request(req, timeout_s)
 
     def close(self) -> None:
         for w in self.workers:

@@ -16,6 +16,8 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
+from accelopt.tools.harness import audit as audit_mod
+from accelopt.tools.harness.kernel_profile import Profiling
 from accelopt.tools.harness.pool import get_pool
 from accelopt.tools.harness.result import EvalResult, RoundsRun, WorkloadTiming, compare_rounds
 from accelopt.tools.harness.stats import NOISE_FLOOR
@@ -85,7 +87,8 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
 
     dtype = task.spec.dtype_for(device)
     pool = pool or get_pool(device, gpu_count())
-    with tempfile.TemporaryDirectory(prefix="accelopt-src-") as tmp:
+    auditing = device == "cuda" and audit_winners and not trusted
+    with tempfile.TemporaryDirectory(prefix="accelopt-src-") as tmp, pool.lease() as judge:
         paths = {}
         for name, text in {"candidate": source, **(compare or {})}.items():
             paths[name] = str(Path(tmp) / f"{name}.py")
@@ -93,25 +96,32 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
         request = build_request(task, device, paths.pop("candidate"), paths, seeds=seeds, rounds=rounds,
                                 rep_ms=rep_ms, interpreter_reps=interpreter_reps,
                                 trusted=trusted)
-        if device == "cuda" and audit_winners and not trusted:  # what its sandbox compiles, for its own audit
+        if device == "cuda":  # what its sandbox compiles, for its own re-check and audit: compiled once
             request["keep_cache"] = str(Path(tmp) / "triton-cache")
-        asked = time.monotonic()
-        raw = pool.run(request, timeout_s)
-        result = _result(task, raw, device, dtype)
-        result.findings = advice
-        # where the seconds went beyond the judge's own steps: waiting for a judge (its start,
-        # another request), the re-check on fresh inputs, the audit
-        result.phases_s["judge_wait"] = round(max(0.0, time.monotonic() - asked - sum(result.phases_s.values())), 3)
-        if result.ok:
-            began = time.monotonic()
-            _reverify_if_too_good(task, result, pool, request, timeout_s)
-            result.phases_s["reverify"] = round(time.monotonic() - began, 3)
-        if result.ok and device == "cuda" and audit_winners and not trusted:
-            began = time.monotonic()
-            _audit_winner(task, source, result, request.get("keep_cache"))
-            result.phases_s["audit"] = round(time.monotonic() - began, 3)
-        elif result.ok and result.flags:
-            result.flags.append("unaudited")  # not audited: the interpreter, or auditing turned off
+        # the audit's process starts now, beside the judge, on the judge's GPU; it waits, running
+        # nothing of the candidate, until a winner needs it (audit.start)
+        ahead = audit_mod.start(task, source, judge.gpu) if auditing else None
+        try:
+            asked = time.monotonic()
+            raw = judge.request(request, timeout_s)
+            result = _result(task, raw, device, dtype)
+            result.findings = advice
+            # where the seconds went beyond the judge's own steps: waiting for a judge (its start,
+            # another request), the re-check on fresh inputs, the audit
+            result.phases_s["judge_wait"] = round(max(0.0, time.monotonic() - asked - sum(result.phases_s.values())), 3)
+            if result.ok:
+                began = time.monotonic()
+                _reverify_if_too_good(task, result, judge, request, timeout_s)
+                result.phases_s["reverify"] = round(time.monotonic() - began, 3)
+            if result.ok and auditing:
+                began = time.monotonic()
+                _audit_winner(task, source, result, request.get("keep_cache"), ahead)
+                result.phases_s["audit"] = round(time.monotonic() - began, 3)
+            elif result.ok and result.flags:
+                result.flags.append("unaudited")  # not audited: the interpreter, or auditing turned off
+        finally:
+            if ahead is not None:
+                ahead.cancel()
     result.eval_s = time.monotonic() - started
     return result
 
@@ -176,7 +186,7 @@ def why_undecided(result: EvalResult) -> str:
     return f"undecided after {result.rounds.ran if result.rounds else '?'} rounds, {wide}: {cause}"
 
 
-def _reverify_if_too_good(task: Task, result: EvalResult, pool, request: dict, timeout_s: float) -> None:
+def _reverify_if_too_good(task: Task, result: EvalResult, judge, request: dict, timeout_s: float) -> None:
     """Above the roofline, over 10x the baseline, or a span the judge's own clock contradicts:
     re-checked on fresh inputs, then rejected (an exact roofline) or flagged for the audit."""
     above = [n for n, t in result.workloads.items() if (t.pct_peak or 0) > 100.0]
@@ -186,7 +196,9 @@ def _reverify_if_too_good(task: Task, result: EvalResult, pool, request: dict, t
                     if t.outside_us is not None and t.median_us * OUTSIDE_RATIO + OUTSIDE_SLACK_US < t.outside_us]
     if not (above or too_fast or contradicted):
         return
-    recheck = pool.run({**request, "check_only": True, "seed_offset": FRESH_SEED_OFFSET, "compare": {}}, timeout_s)
+    # a fresh sandbox on fresh inputs, starting from the kernels the first one compiled (its own)
+    recheck = judge.request({**request, "check_only": True, "seed_offset": FRESH_SEED_OFFSET, "compare": {},
+                             "keep_cache": None, "triton_cache": request.get("keep_cache")}, timeout_s)
     if recheck["status"] == "reference_error":  # the reference broke on the fresh inputs: not the kernel's doing
         result.status, result.error = "reference_error", recheck.get("error")
         return
@@ -212,15 +224,14 @@ def _reverify_if_too_good(task: Task, result: EvalResult, pool, request: dict, t
                                "or a false report): the audit decides")
 
 
-def _audit_winner(task: Task, source: str, result: EvalResult, triton_cache: str | None = None) -> None:
+def _audit_winner(task: Task, source: str, result: EvalResult, triton_cache: str | None = None,
+                  started: Profiling | None = None) -> None:
     """A kernel that would enter the beam or lead (faster than a comparator beyond noise, or
     flagged) is re-measured under ncu in a fresh process; disagreement rejects it. A flagged
     kernel that could not be audited keeps the flag `unaudited`, which keeps it out of the beam."""
-    from accelopt.tools.harness.audit import audit
-
     if not (result.flags or any(v.faster for v in result.versus.values())):
         return
-    result.audit = audit(task, source, result, triton_cache=triton_cache)
+    result.audit = audit_mod.audit(task, source, result, triton_cache=triton_cache, started=started)
     if result.audit.agreed is False:
         result.status = "cheat_suspected"
         result.error = "the audit under an external profiler disagrees with the harness: " + result.audit.note
