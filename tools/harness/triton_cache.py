@@ -16,11 +16,13 @@ import os
 import shutil
 
 
-def copy(source: str, destination: str) -> bool:
+def copy(source: str, destination: str, *, kernels: bool = True) -> bool:
     """Copy the cache at `source` into `destination` (merged with what is there), its group files
-    pointing into `destination`. False where nothing could be copied (then compiled again)."""
+    pointing into `destination`. `kernels=False` leaves the kernels' group files out (kernels are
+    compiled again; the compiled C launchers are still used). False where nothing was copied."""
+    ignore = None if kernels else shutil.ignore_patterns("__grp__*")
     try:
-        shutil.copytree(source, destination, dirs_exist_ok=True)
+        shutil.copytree(source, destination, dirs_exist_ok=True, ignore=ignore)
     except OSError:
         return False
     for folder, _dirs, files in os.walk(destination):
