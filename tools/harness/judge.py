@@ -27,6 +27,7 @@ import collections
 import hashlib
 import importlib.util
 import io
+import itertools
 import json
 import math
 import os
@@ -69,6 +70,7 @@ MAX_ROUNDS_GPU = 15
 # Inputs and reference outputs kept between requests, bounded by bytes: a slow reference
 # (FlashInfer-Bench's attention references are Python loops taking seconds) runs once per
 # workload x seed, while KernelBench-sized inputs (GBs) are never kept.
+WARM_BYTES = 2 << 30    # a new comparator's first calls are sent with the checks up to this much input
 REFERENCE_CACHE_BYTES = {"cuda": 1 << 30, "cpu": 256 << 20}
 # The yardstick of memory-bound kernels: a device copy of a workload's bytes, timed beside them.
 COPY = "copy_yardstick"  # its timings' key: no comparator of a request is named so
@@ -326,6 +328,7 @@ class Sandbox:
         self.proc = Forked(pid, status_r)
         self.conn = Connection(mine.detach())
         self.ready = False
+        self.pending = 0  # requests sent whose answers are not read yet
         self.started = time.monotonic()
 
     def stderr_tail(self, limit: int = 1200) -> str:
@@ -378,18 +381,34 @@ class Sandbox:
         shutil.copyfile(source_path, path)
         return self.request("load", deadline, path=path, entry_point=entry_point)
 
+    def load_later(self, source_path: str, entry_point: str, deadline: float) -> None:
+        """`load`, its answer awaited later (`answer`)."""
+        path = os.path.join(self.home, "kernel.py")
+        shutil.copyfile(source_path, path)
+        self.send("load", deadline, path=path, entry_point=entry_point)
+
     def seed_cache(self, compiled: str) -> None:
         """Start its Triton cache from `compiled`: what the same candidate's earlier sandbox
         compiled (its re-check on fresh inputs then compiles nothing again)."""
         triton_cache.copy(compiled, os.path.join(self.home, "triton-cache"))
 
     def request(self, op: str, deadline: float, **args) -> dict:
+        self.send(op, deadline, **args)
+        return self.answer(deadline)
+
+    def send(self, op: str, deadline: float, **args) -> None:
+        """A request whose answer is read later: the sandbox answers its requests in order."""
         self.wait_ready(deadline)
         try:
             self.conn.send((op, args))
         except (BrokenPipeError, OSError):
             raise self._died() from None
+        self.pending += 1
+
+    def answer(self, deadline: float) -> dict:
+        """The answer to the oldest request not yet answered."""
         kind, info = self._recv(deadline)
+        self.pending -= 1
         if kind == "fail":
             if info.get("cuda_fault"):
                 self.kill()
@@ -489,19 +508,22 @@ class Sandboxes:
         self.top_up(readable)
         return box
 
-    def comparator(self, source_path: str, entry_point: str, readable: list[str], deadline: float) -> Sandbox:
+    def comparator(self, source_path: str, entry_point: str, readable: list[str],
+                   deadline: float) -> tuple[Sandbox, bool]:
+        """(the comparator's sandbox, new): kept from an earlier request (answers it still owes
+        are read before it is timed), or new, its load sent and not yet answered."""
         with open(source_path, "rb") as f:
             key = hashlib.sha256(f.read()).hexdigest() + entry_point + repr(readable)
         box = self.comparators.pop(key, None)
         if box is not None and box.proc.poll() is None:
             self.comparators[key] = box
-            return box
+            return box, False
         box = self.take(readable)
-        box.load(source_path, entry_point, deadline)
+        box.load_later(source_path, entry_point, deadline)
         self.comparators[key] = box
         while len(self.comparators) > COMPARATOR_CACHE:
             self.comparators.popitem(last=False)[1].kill()
-        return box
+        return box, True
 
     def drop_comparators(self) -> None:
         for box in self.comparators.values():
@@ -1107,8 +1129,7 @@ class Judge:
         costs = self.check_costs(ref, req)
         if self.boxes is None:
             self.boxes = Sandboxes(req["device"], confined=not confine.unconfined())
-        # every sandbox may read the task's folder: the task's reference, timed as a comparator, loads from it
-        self.readable = readable = [os.path.dirname(os.path.abspath(req["reference_path"]))]
+        self.readable = readable = readable_for(req)
         deadline = time.monotonic() + req["timeout_s"]
         self.seen: set[str] = set()
         box = self.boxes.take(readable)
@@ -1135,12 +1156,9 @@ class Judge:
         return (f"limit {limit_s:.0f} s; ran out in step {self.step!r} after "
                 f"{time.monotonic() - self.step_began:.1f} s; finished steps: {done}")
 
-    def _evaluate(self, box: Sandbox, req: dict, ref, deadline: float) -> dict:
-        try:
-            box.load(req["source_path"], req["entry_point"], deadline)
-        except SandboxFailure as f:
-            raise Reject(f.status, f.error) from None
-        self._next_step("checks")
+    def _checks(self, box: Sandbox, req: dict, ref, deadline: float) -> tuple[list[str], int, dict]:
+        """Correctness on fresh inputs, twice, outputs poisoned; then the ghost replay and the trace
+        checks (not for the trusted reference). Returns (evidence, input sets checked, errors)."""
         evidence = []
         seeds = [req["seed_offset"] + s for s in range(req["seeds"])]
         errors: dict = {}
@@ -1152,27 +1170,69 @@ class Judge:
             evidence.append(self.ghost(box, req, ref, deadline))
             evidence.append("every checked call traced: no compute outside the kernel's Triton launches "
                             "and data movement; no work in other processes")
+        return evidence, checked, errors
+
+    def _start_comparators(self, req: dict, ref, deadline: float) -> dict[str, Sandbox]:
+        """Every comparator's sandbox (and the copy yardstick's) with its load sent; a new one also
+        gets one call per workload (small enough inputs) sent, so its kernels compile now."""
+        sources = {name: (path, req["entry_point"]) for name, path in (req.get("compare") or {}).items()}
+        if req.get("copy_yardstick") and req["device"] == "cuda":
+            path = os.path.join(self.boxes.root, "copy_yardstick.py")
+            with open(path, "w") as f:
+                f.write(COPY_SOURCE)
+            sources[COPY] = (path, "copy_bytes")
+        boxes: dict[str, Sandbox] = {}
+        self.warming: list = []
+        for name, (path, entry) in sources.items():
+            try:
+                other, new = self.boxes.comparator(path, entry, self.readable, deadline)
+                boxes[name] = other
+                if new:  # loading; its first calls follow the load
+                    for workload in req["workloads"] if req["device"] == "cuda" else []:
+                        inputs = self._warm_inputs(req, ref, workload, copy=name == COPY)
+                        if inputs is not None:  # kept until answered: the sandbox maps them
+                            self.warming.append(inputs)
+                            other.send("batch", deadline, inputs=list(inputs), n=1)
+            except SandboxFailure as f:
+                raise _comparator_failed(name, f) from None
+        return boxes
+
+    def _warm_inputs(self, req: dict, ref, workload: dict, copy: bool):
+        """A comparator's first call's inputs: the first timing round's, which the judge keeps
+        (prepare); None where they are too large to hold beside the checks."""
+        if copy:
+            half = self._copy_half(req, ref, workload)
+            return self._copy_inputs(req, ref, workload)[0] if 1 <= half <= WARM_BYTES // 2 else None
+        inputs, _ = self._fresh(ref, req, workload, TIMING_SEED, expect=False)
+        return inputs if _nbytes(inputs) <= WARM_BYTES else None
+
+    def _await_comparators(self, boxes: dict[str, Sandbox], deadline: float) -> None:
+        """Every answer the comparators owe (their loads and first calls), before any timing."""
+        for name, other in boxes.items():
+            try:
+                while name != "candidate" and other.pending:
+                    other.answer(deadline)
+            except SandboxFailure as f:
+                raise _comparator_failed(name, f) from None
+        self.warming.clear()
+
+    def _evaluate(self, box: Sandbox, req: dict, ref, deadline: float) -> dict:
+        try:
+            box.load(req["source_path"], req["entry_point"], deadline)
+        except SandboxFailure as f:
+            raise Reject(f.status, f.error) from None
+        self._next_step("checks")
+        # The comparators load and make their first calls (compiling their kernels) while the
+        # candidate is checked: nothing is timed until every one of them has answered.
+        boxes = {"candidate": box, **({} if req.get("check_only") else self._start_comparators(req, ref, deadline))}
+        # A candidate that fails leaves them owing answers: the next request reads those first.
+        evidence, checked, errors = self._checks(box, req, ref, deadline)
         if req.get("check_only"):
             self._next_step("done")
             return {"status": "verified", "error": None, "checks": checked, "evidence": evidence,
                     "phases_s": self.phases}
         self._next_step("comparators")
-        boxes = {"candidate": box}
-        for name, path in (req.get("compare") or {}).items():
-            try:
-                boxes[name] = self.boxes.comparator(path, req["entry_point"], self.readable, deadline)
-            except SandboxFailure as f:
-                raise Reject(f.status, f"comparator {name!r} could not be loaded (not the kernel under test): "
-                                       f"{f.error}") from None
-        if req.get("copy_yardstick") and req["device"] == "cuda":
-            path = os.path.join(self.boxes.root, "copy_yardstick.py")
-            with open(path, "w") as f:
-                f.write(COPY_SOURCE)
-            try:
-                boxes[COPY] = self.boxes.comparator(path, "copy_bytes", self.readable, deadline)
-            except SandboxFailure as f:
-                raise Reject(f.status, f"the copy yardstick could not be loaded (not the kernel under test): "
-                                       f"{f.error}") from None
+        self._await_comparators(boxes, deadline)
         self._next_step("timing")
         timings, rounds = self.timing(boxes, req, ref, deadline)
         self._next_step("after_check")
@@ -1190,6 +1250,11 @@ class Judge:
                 "compare": {k: v for k, v in timings.items() if k not in ("candidate", COPY)},
                 "copy": timings.get(COPY, {}), "device_name": device_name, "rounds": rounds,
                 "evidence": evidence, "kernels_seen": sorted(self.seen), "phases_s": self.phases}
+
+
+def _comparator_failed(name: str, f: SandboxFailure) -> Reject:
+    what = "the copy yardstick" if name == COPY else f"comparator {name!r}"
+    return Reject(f.status, f"{what} could not be loaded (not the kernel under test): {f.error}")
 
 
 def _check_timed(torch, req, outs, expected, where: str) -> None:
@@ -1235,6 +1300,30 @@ def _disagreement(t: dict) -> str | None:
     return f"span {span:.1f} µs; " + ", ".join(notes) if notes else None
 
 
+def readable_for(req: dict) -> list[str]:
+    """Every sandbox may read the task's folder: the task's reference, timed as a comparator,
+    loads from it."""
+    return [os.path.dirname(os.path.abspath(req["reference_path"]))]
+
+
+def _spares_for_first_request(boxes: Sandboxes) -> tuple[threading.Thread, list[str]]:
+    """Reads the first request (the run writes it as it starts the judge) and forks spare
+    sandboxes for its task as soon as the template is ready, while the judge imports torch.
+    Returns the thread and where the line will be."""
+    first: list[str] = []
+
+    def read() -> None:
+        first.append(sys.stdin.readline())
+        try:
+            boxes.top_up(readable_for(json.loads(first[0])))
+        except Exception:  # noqa: BLE001 - the request is judged, and its sandboxes made, as without this
+            pass
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    return thread, first
+
+
 def serve() -> None:
     results = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
@@ -1256,9 +1345,11 @@ def serve() -> None:
     # The template imports torch and Triton while the judge does (two cores, half the wait).
     device = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
     boxes = Sandboxes(device, confined=not confine.unconfined())
+    early, first = _spares_for_first_request(boxes)
     judge = Judge()
     judge.boxes = boxes
-    for line in sys.stdin:
+    early.join()
+    for line in itertools.chain(first, sys.stdin):
         if not line.strip():
             continue
         req = json.loads(line)
