@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 Opt = Annotated
 # Why the judge's timing rounds stopped (result.RoundsRun.stopped), in words.
 ROUNDS_STOPPED = {"decided": "every comparison decided", "cap": "the cap, some comparison undecided",
+                  "stalled": "more rounds no longer narrowed an undecided comparison",
                   "interpreter": "the interpreter's fixed count", "no_comparators": "nothing to compare",
                   "time_limit": "the evaluation's time limit"}
 

@@ -92,3 +92,13 @@ def test_an_undecided_result_says_whether_its_calls_are_host_bound():
     assert "undecided after 15 rounds" in host_bound and "0.975-2.010" in host_bound
     assert "host-bound" in host_bound and "kernels 103 of 447 µs" in host_bound
     assert "no workload is host-bound" in why_undecided(result(kernel_us=440.0))
+
+
+def test_an_interval_stalls_only_from_the_sixth_round_when_three_rounds_narrowed_it_under_10_percent():
+    from accelopt.tools.harness.stats import stalled
+
+    assert not stalled({})
+    assert not stalled({3: 0.3, 4: 0.3, 5: 0.3})                     # too early to say
+    assert stalled({3: 0.3, 4: 0.3, 5: 0.3, 6: 0.28})                # 7% narrower in three rounds
+    assert not stalled({3: 0.3, 4: 0.29, 5: 0.27, 6: 0.26})          # 13% narrower: still worth rounds
+    assert not stalled({4: 0.3, 5: 0.3, 6: 0.3})                     # no figure three rounds back

@@ -1028,6 +1028,7 @@ class Judge:
         comparators = [n for n in boxes if n not in ("candidate", COPY)]
         last = boxes["candidate"].others()
         ran, stopped = 0, "cap"
+        widths: dict[int, float] = {}  # after each round: the widest interval's share of its speedup
         for r in range(high):
             began = time.monotonic()
             for plan in plans:
@@ -1039,8 +1040,10 @@ class Judge:
                 stopped = "interpreter"
             elif not comparators:
                 stopped = "no_comparators"
-            elif self._decided(plans, comparators, floor):
+            elif self._decided(plans, comparators, floor, widths, ran):
                 stopped = "decided"
+            elif stats.stalled(widths):
+                stopped = "stalled"
             elif ran < high and time.monotonic() + 2 * (time.monotonic() - began) > deadline:
                 stopped = "time_limit"  # fewer rounds, rather than a verified candidate timed out
             else:
@@ -1091,15 +1094,22 @@ class Judge:
         return last
 
     @staticmethod
-    def _decided(plans: list[_WorkloadRounds], comparators: list[str], floor: float) -> bool:
-        """Every comparison of the candidate decided, on the rounds so far (stats.py)."""
+    def _decided(plans: list[_WorkloadRounds], comparators: list[str], floor: float,
+                 widths: dict[int, float], ran: int) -> bool:
+        """Every comparison of the candidate decided, on the rounds so far (stats.py); records
+        the widest interval's share of its speedup in `widths[ran]`."""
         mine = {p.workload["name"]: p.rounds["candidate"] for p in plans}
+        decided, widths[ran] = True, 0.0
         for name in comparators:
             theirs = {p.workload["name"]: p.rounds[name] for p in plans if name in p.rounds}
             ratios = stats.round_ratios(mine, theirs)
-            if not ratios or not stats.decided(stats.interval(ratios), floor):
+            if not ratios:
+                widths[ran] = math.inf
                 return False
-        return True
+            iv = stats.interval(ratios)
+            widths[ran] = max(widths[ran], stats.width(iv))
+            decided = decided and stats.decided(iv, floor)
+        return decided
 
     def _after_rounds(self, boxes: dict, req, ref, plan: _WorkloadRounds, deadline: float) -> dict:
         """The workload's checks over all its rounds, then each function's summary."""

@@ -156,9 +156,7 @@ class Profiling:
         """Let the process run the candidate; its kernels, or why not. `timeout_s` bounds this part."""
         try:
             if triton_cache and Path(triton_cache).is_dir():  # scrubbed_env's TRITON_CACHE_DIR
-                # the C launchers only: under ncu, a process that loaded the sandbox's compiled
-                # kernels from the carried cache died with exit code 11 at once (H100, Triton 3.6)
-                carried_cache.copy(triton_cache, str(self.home / "triton-cache"), kernels=False)
+                carried_cache.copy(triton_cache, str(self.home / "triton-cache"))
             (self.home / "go.part").write_text("go")
             (self.home / "go.part").rename(self.home / "go")
             try:

@@ -103,12 +103,12 @@ class Comparison(BaseModel):
     noise_floor: float = 0.0  # the smallest difference called one (0.0 in records written before it was)
 
 
-StopReason = Literal["decided", "cap", "interpreter", "no_comparators", "time_limit"]
+StopReason = Literal["decided", "stalled", "cap", "interpreter", "no_comparators", "time_limit"]
 
 
 class RoundsRun(BaseModel):
     """How many timing rounds the judge ran, and why it stopped: every comparison decided (stats.decided),
-    the cap reached undecided, the interpreter (its rounds are fixed: more buy nothing), nothing to
+    undecided with intervals no longer narrowing (stats.stalled), the cap reached undecided, the interpreter (its rounds are fixed: more buy nothing), nothing to
     compare, or another round would not have fit in the evaluation's time limit."""
 
     ran: int

@@ -24,6 +24,10 @@ from typing import Literal
 RESAMPLES = 2000
 NOISE_FLOOR = 0.02     # a GPU difference under 2% is not called a difference
 DECIDED_WIDTH = 0.10   # an interval wider than 10% of its speedup is not a figure yet
+# Undecided comparisons whose interval stopped narrowing: from the 6th round on, when the last 3
+# rounds narrowed the widest interval by less than 10%, more rounds are not deciding it (a
+# comparator whose rounds fall in two modes, measured on real FlashInfer-Bench solutions).
+STALL_AFTER, STALL_LOOKBACK, STALL_GAIN = 6, 3, 0.9
 _TINY_US = 1e-9        # a zero time must not stop the statistic (log of 0)
 
 Side = Literal["faster", "slower", "equivalent", "unclear"]
@@ -77,3 +81,18 @@ def side(iv: Interval, floor: float) -> Side:
 def decided(iv: Interval, floor: float) -> bool:
     """Faster, slower or equivalent, and tight enough that the speedup is a figure."""
     return side(iv, floor) != "unclear" and iv.high - iv.low <= DECIDED_WIDTH * iv.speedup
+
+
+def width(iv: Interval) -> float:
+    """The interval's width as a share of its speedup."""
+    return (iv.high - iv.low) / max(iv.speedup, _TINY_US)
+
+
+def stalled(widths: Mapping[int, float]) -> bool:
+    """`widths`: after round n (1-based), the widest interval's share of its speedup. True when,
+    from STALL_AFTER rounds on, the last STALL_LOOKBACK rounds narrowed it by less than 10%."""
+    if not widths:
+        return False
+    last = max(widths)
+    before = widths.get(last - STALL_LOOKBACK)
+    return last >= STALL_AFTER and before is not None and widths[last] > STALL_GAIN * before

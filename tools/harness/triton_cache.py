@@ -16,19 +16,26 @@ import os
 import shutil
 
 
-def copy(source: str, destination: str, *, kernels: bool = True) -> bool:
-    """Copy the cache at `source` into `destination` (merged with what is there), its group files
-    pointing into `destination`. `kernels=False` leaves the kernels' group files out (kernels are
-    compiled again; the compiled C launchers are still used). False where nothing was copied."""
-    ignore = None if kernels else shutil.ignore_patterns("__grp__*")
+def copy(source: str, destination: str) -> bool:
+    """Copy the cache at `source` into `destination`, its group files pointing into
+    `destination`. A file already there is left alone: a running process may have it mapped (its
+    compiled C launcher; overwritten in place, the process that loaded it crashed at its next
+    call, exit code 11 on an H100). False where nothing was copied (then compiled again)."""
+    copied: list[str] = []
+
+    def copy_new(src: str, dst: str) -> str:
+        if not os.path.exists(dst):
+            shutil.copy2(src, dst)
+            copied.append(dst)
+        return dst
+
     try:
-        shutil.copytree(source, destination, dirs_exist_ok=True, ignore=ignore)
-    except OSError:
+        shutil.copytree(source, destination, dirs_exist_ok=True, copy_function=copy_new)
+    except (OSError, shutil.Error):
         return False
-    for folder, _dirs, files in os.walk(destination):
-        for name in files:
-            if name.startswith("__grp__"):
-                _repoint(os.path.join(folder, name), destination)
+    for path in copied:
+        if os.path.basename(path).startswith("__grp__"):
+            _repoint(path, destination)
     return True
 
 
