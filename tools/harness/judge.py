@@ -397,8 +397,8 @@ class Sandbox:
         return self.answer(deadline)
 
     def send(self, op: str, deadline: float, **args) -> None:
-        """A request whose answer is read later: the sandbox answers its requests in order."""
-        self.wait_ready(deadline)
+        """A request whose answer is read later: the sandbox answers its requests in order, and
+        reads them once it is ready (a sandbox still starting CUPTI is not waited for here)."""
         try:
             self.conn.send((op, args))
         except (BrokenPipeError, OSError):
@@ -407,6 +407,7 @@ class Sandbox:
 
     def answer(self, deadline: float) -> dict:
         """The answer to the oldest request not yet answered."""
+        self.wait_ready(deadline)
         kind, info = self._recv(deadline)
         self.pending -= 1
         if kind == "fail":
@@ -492,11 +493,12 @@ class Sandboxes:
             self.template = Template(self.root, self.confined)
         return Sandbox(self.template, self.root, readable, time.monotonic() + READY_TIMEOUT_S)
 
-    def top_up(self, readable: list[str]) -> None:
+    def top_up(self, readable: list[str], count: int | None = None) -> None:
+        """Spares for a task's folder, `count` of them (else SPARES on a GPU, CPU_SPARES)."""
         for box in [b for b in self.spares if b.readable != readable]:
             self.spares.remove(box)
             box.kill()
-        while len(self.spares) < (SPARES if self.device == "cuda" else CPU_SPARES):
+        while len(self.spares) < (count or (SPARES if self.device == "cuda" else CPU_SPARES)):
             self.spares.append(self._new(readable))
 
     def take(self, readable: list[str]) -> Sandbox:
@@ -1317,15 +1319,17 @@ def readable_for(req: dict) -> list[str]:
 
 
 def _spares_for_first_request(boxes: Sandboxes) -> tuple[threading.Thread, list[str]]:
-    """Reads the first request (the run writes it as it starts the judge) and forks spare
-    sandboxes for its task as soon as the template is ready, while the judge imports torch.
-    Returns the thread and where the line will be."""
+    """Reads the first request (the run writes it as it starts the judge) and forks the sandboxes
+    it needs as soon as the template is ready, while the judge imports torch: a sandbox's first
+    CUPTI trace alone took 6 s on an H100. Returns the thread and where the line will be."""
     first: list[str] = []
 
     def read() -> None:
         first.append(sys.stdin.readline())
-        try:
-            boxes.top_up(readable_for(json.loads(first[0])))
+        try:  # the candidate's, each comparator's and the copy yardstick's, all starting CUPTI at once
+            req = json.loads(first[0])
+            needed = 1 + len(req.get("compare") or {}) + bool(req.get("copy_yardstick"))
+            boxes.top_up(readable_for(req), min(needed, 4))
         except Exception:  # noqa: BLE001 - the request is judged, and its sandboxes made, as without this
             pass
 
