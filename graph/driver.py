@@ -15,6 +15,7 @@ from rich.console import Console
 
 from accelopt.graph.progress import LiveDisplay
 from accelopt.nodes.context import RunContext
+from accelopt.tools.budget import ledger
 from accelopt.tools.llm import totals
 from accelopt.tools.rundir import lock_run_dir, run_summary, write_summary
 from accelopt.tools.tracing import flush_traces
@@ -158,8 +159,12 @@ def _reopen_if_extended(graph, config: dict, ctx: RunContext) -> None:
     if snapshot.next or not state.get("beam") or not state.get("stop_reason"):
         return  # still under way, or stopped before any search (setup refused the task)
     best = state["candidates"][state["beam"][0]]
-    if stop_reason(state, ctx, best, totals(state.get("usage", []))) is None:
-        graph.update_state(config, {"stop_reason": None, "fatal": None}, as_node="record")
+    # the iteration a model failure cut short runs again (its answered calls replay from the run's
+    # cache, its measured kernels from the measurement cache; the failed calls are made again)
+    again = {"iteration": state["iteration"] - 1} if state.get("fatal") else {}
+    if stop_reason({**state, **again}, ctx, best, totals(state.get("usage", []))) is None:
+        ledger(state.get("run_dir")).reopen()
+        graph.update_state(config, {"stop_reason": None, "fatal": None, **again}, as_node="record")
 
 
 def _task_metadata(meta: dict) -> dict:

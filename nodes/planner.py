@@ -43,7 +43,14 @@ def planner(state: PlannerInput, runtime: Runtime[RunContext]) -> dict:
     plans = [plan_record(f"i{state['iteration']}.m{state['member_index']}.p{j}", member["id"], draft,
                          [i.id for i in insights])
              for j, draft in enumerate(answer.plans)]
-    return {"plans": plans, "usage": [answer.usage] if answer.usage else []}
+    usage = [answer.usage] if answer.usage else []
+    if not plans and ctx.model_spec("planner").provider != "tuner":
+        # a reply with no plan in it (only reasoning, cut off, empty): said, not silent
+        why = answer.note or "the reply held no plan"
+        log.warning("planner for %s, iteration %d: %s", member["id"], state["iteration"], why)
+        return {"plans": [], "usage": usage, "history": [{"iteration": state["iteration"], "event": "planner_empty",
+                                                          "member": member["id"], "error": why}]}
+    return {"plans": plans, "usage": usage}
 
 
 log = logging.getLogger("accelopt")

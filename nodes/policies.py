@@ -30,7 +30,7 @@ from accelopt.nodes.context import RunContext
 from accelopt.nodes.measurements import tried_text
 from accelopt.tools.codeparse import (Reply, as_text, code_from_tool_calls, decode_reply, encode_reply, find_kernel,
                                       is_complete_python, last_object_with, reply_of, split_plans, strip_reasoning)
-from accelopt.tools.llm import FatalLLMError, LLMCallError, ModelSpec, build_chat_model, call_model
+from accelopt.tools.llm import LLMCallError, ModelSpec, build_chat_model, call_model
 from accelopt.tools.policy import (FixRequest, Kernel, LessonDraft, PlanDraft, PlanRequest, Plans, Policy,
                                    PolicyError, SummarizeRequest, WriteRequest)
 from accelopt.tools.task import Task
@@ -238,10 +238,11 @@ class LLMPolicy:
             try:
                 reply, usage = self._ask(prompt(True), iteration, candidate_id, schema)
             except PolicyError as exc:
-                if isinstance(exc.__cause__, FatalLLMError):  # nothing will answer: no second call
+                # asked again in text only when the schema was refused: a call that failed for
+                # another reason already spent its retries, and a second round of them doubles the wait
+                if not _REFUSED.search(str(exc)):
                     raise
-                if _REFUSED.search(str(exc)):
-                    _TEXT_ONLY.add(self._endpoint())
+                _TEXT_ONLY.add(self._endpoint())
             else:
                 parsed = parse(reply)
                 if parsed or reply.truncated:  # a cut-off reply would be cut off in text too

@@ -17,7 +17,7 @@ from accelopt.nodes.context import RunContext
 from accelopt.nodes.records import leads_parent
 from accelopt.nodes.state import RunState
 from accelopt.tools.budget import Spend, ledger, next_step
-from accelopt.tools.llm import totals
+from accelopt.tools.llm import endpoint, totals
 
 
 def rank(candidates: dict[str, dict], ids: list[str]) -> list[str]:
@@ -36,6 +36,26 @@ def rank(candidates: dict[str, dict], ids: list[str]) -> list[str]:
     verified = [i for i in ids if candidates[i].get("status") == "verified"
                 and "unaudited" not in (candidates[i].get("flags") or [])]
     return sorted(verified, key=lambda i: (-effective(i), i))
+
+
+def unanswered(state: RunState, ctx: RunContext) -> str | None:
+    """One line when a role made calls this iteration and none got a usable reply (each after its
+    retries; a call the budget did not pay for is not one): the role, its endpoint, the last
+    error. Another iteration would spend its time on the same failures."""
+    n = state["iteration"]
+    planner = [h for h in state.get("history") or []
+               if h.get("iteration") == n and h.get("event") in ("planner_failed", "planner_empty")]
+    calls = {"planner": (len(state["beam"]), [h.get("error") for h in planner])}
+    for role, fixes in (("executor", False), ("fixer", True)):
+        made = [c for c in state["candidates"].values() if c.get("iteration") == n
+                and bool(c.get("fix_of")) == fixes and c.get("status") != "not_sent"]
+        calls[role] = (len(made), [c.get("error") for c in made if c.get("status") == "llm_error"])
+    for role, (made, failed) in calls.items():
+        spec = ctx.model_spec(role)
+        if made and len(failed) == made and spec.provider != "tuner":
+            return (f"{role} model {spec.label()} at {endpoint(spec)}: no usable reply to any of its {made} "
+                    f"call(s) in iteration {n}; the last: {failed[-1]}")
+    return None
 
 
 def stop_reason(state: RunState, ctx: RunContext, best: dict, spent: dict) -> str | None:
@@ -72,8 +92,9 @@ def selector(state: RunState, runtime: Runtime[RunContext]) -> dict:
     beam = rank(candidates, list(dict.fromkeys(state["beam"] + children)))[: ctx.beams]
     best = candidates[beam[0]]
     spent = totals(state.get("usage", []))
-    # a fatal model error in any branch of this iteration (the run's ledger saw it) ends the run
-    fatal = ledger(state.get("run_dir")).fatal
+    # a fatal model error in any branch of this iteration (the run's ledger saw it), or a role
+    # none of whose calls this iteration got a usable reply, ends the run as failed
+    fatal = ledger(state.get("run_dir")).fatal or unanswered(state, ctx)
     reason = f"model endpoint failed: {fatal}" if fatal else stop_reason(state, ctx, best, spent)
     skipped = [h for h in state.get("history", [])
                if h.get("event") == "planner_skipped" and h.get("iteration") == state["iteration"]]

@@ -17,6 +17,7 @@ from accelopt.nodes.state import CandidateState
 from accelopt.tools.backends import RayTritonBackend, backend_for
 from accelopt.tools.codeparse import plan_title
 from accelopt.tools.harness.kernel_profile import profile_kernel
+from accelopt.tools.llm_spec import BudgetExceeded
 from accelopt.tools.policy import Kernel, PolicyError
 from accelopt.tools.runcache import RunCache, device_fingerprint, digest
 from accelopt.tools.task import Task
@@ -33,11 +34,13 @@ def new_attempt(state: CandidateState, attempt_id: str, fix_of: str | None, fix_
 def fill_attempt(attempt: Candidate, ask: Callable[[], Kernel]) -> dict:
     """Ask the policy for the attempt's kernel and fill it in: a kernel, or the policy's status for
     a reply without one (no_code, or truncated: cut off at the token limit, so that the fixer is
-    told to write less) with its reason, or llm_error when the policy failed for good."""
+    told to write less) with its reason, llm_error when the policy failed for good, or not_sent
+    when the run's budget could not pay for the call."""
     try:
         kernel = ask()
-    except PolicyError as exc:
-        attempt.update(status="llm_error", error=str(exc))
+    except PolicyError as exc:  # not called for the budget is not a failed call
+        attempt.update(status="not_sent" if isinstance(exc.__cause__, BudgetExceeded) else "llm_error",
+                       error=str(exc))
         return {"current": attempt, "usage": []}
     if kernel.usage:
         attempt.update(tokens=kernel.usage["input_tokens"] + kernel.usage["output_tokens"],

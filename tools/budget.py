@@ -21,6 +21,10 @@ from typing import Any
 
 
 
+# A role whose calls fail this many times in a row (each after its retries) ends the run.
+DEAD_AFTER = 3
+
+
 # ---------------------------------------------------------------- token estimates
 
 @lru_cache(maxsize=1)
@@ -114,6 +118,7 @@ class RunLedger:
         self.reserved = Spend()
         self.means = Means()
         self.fatal: str | None = None
+        self.failing: dict[str, int] = {}  # a role's calls failed in a row (retries spent), reset by a reply
 
     def sync(self, usage: list[dict], limits: Limits, fresh: bool = False) -> None:
         """At an iteration boundary: the state's ledger is exact and nothing is in flight. A fatal
@@ -122,7 +127,7 @@ class RunLedger:
         with self._lock:
             self.limits, self.spent, self.reserved, self.means = limits, Spend(), Spend(), Means()
             if fresh:
-                self.fatal = None
+                self.fatal, self.failing = None, {}
             for record in usage:
                 self.spent.add(call_tokens(record), float(record.get("cost_usd") or 0.0))
                 self.means.add(record)
@@ -152,6 +157,24 @@ class RunLedger:
         """A fatal endpoint error: every later call of this run fails at once with it."""
         with self._lock:
             self.fatal = self.fatal or message
+
+    def call_failed(self, role: str, who: str, message: str) -> None:
+        """A call failed for good (its retries spent). DEAD_AFTER in a row from one role end the
+        run as a fatal error would: that role cannot get a reply, and waiting on it costs time.
+        `who`: the role's model and endpoint, as the run's failure line names them."""
+        with self._lock:
+            self.failing[role] = self.failing.get(role, 0) + 1
+            if self.failing[role] >= DEAD_AFTER and self.fatal is None:
+                self.fatal = f"{who}: no usable reply to {self.failing[role]} calls in a row; the last: {message}"
+
+    def call_answered(self, role: str) -> None:
+        with self._lock:
+            self.failing.pop(role, None)
+
+    def reopen(self) -> None:
+        """A resumed run: the endpoint may be fixed; its calls are tried again."""
+        with self._lock:
+            self.fatal, self.failing = None, {}
 
 
 _ledgers: dict[str | None, RunLedger] = {}

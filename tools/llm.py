@@ -30,7 +30,8 @@ from langchain_core.messages import AIMessage, BaseMessage
 
 from accelopt.tools.budget import estimate_tokens, ledger
 from accelopt.tools.llm_spec import (  # noqa: F401 - re-exported: the light half of this module
-    GIVEN, OPENAI_URL, PROVIDERS, ROLES, BudgetExceeded, ConfigError, FatalLLMError, LLMCallError, ModelSpec,
+    GIVEN, LIMIT_FIELDS, OPENAI_URL, PROVIDERS, ROLES, BudgetExceeded, ConfigError, FatalLLMError, LLMCallError,
+    ModelSpec,
     _api_key, _key_names, _key_source, completion_limit_field, endpoint, given_spec, is_local, split_model, totals,
     validate_spec)
 from accelopt.tools.runcache import RunCache, digest
@@ -89,6 +90,12 @@ _REQUEST_SPECIFIC = re.compile(r"response_format|json_schema|structured|guided|t
 _CONTEXT = re.compile(r"context|too long|too many tokens|maximum.{0,40}tokens|max_(completion_)?tokens",
                       re.IGNORECASE)
 _CONNECT_FIX = "is the server running there, and is the base URL right?"
+# A parameter the model refuses: OpenAI's "Unsupported parameter: 'max_tokens' ..." and
+# "Unsupported value: 'temperature' does not support 0.2 ...", Azure's "Unrecognized request
+# argument supplied: reasoning_effort".
+_UNSUPPORTED = re.compile(r"unsupported (?:parameter|value)s?:?\s*['\"`]?(\w+)|['\"`](\w+)['\"`] is not supported"
+                          r"|unrecognized request arguments? supplied:?\s*['\"`]?(\w+)", re.IGNORECASE)
+_SETTINGS_SENT = ("temperature", "reasoning_effort")  # body fields that come from a ModelSpec setting
 
 
 def _server_message(exc: Any) -> str:
@@ -116,6 +123,9 @@ def fatal_fix(status: int, message: str, spec: ModelSpec, code: str | None = Non
         return f"the account's quota is used up: check the plan and billing of the key in {key}"
     if status in _TRANSIENT_STATUS or status >= 500:
         return None
+    unsupported = _unsupported_fix(message) if status in (400, 422) else None
+    if unsupported:  # before the schema's benefit of the doubt: a request in text would send it again
+        return unsupported
     if status in (400, 413, 422) and (schema or _REQUEST_SPECIFIC.search(message)):
         return None
     if _CONTEXT.search(message) or status == 413:
@@ -125,6 +135,20 @@ def fatal_fix(status: int, message: str, spec: ModelSpec, code: str | None = Non
         return ("the server refused the request's settings: check max_tokens, temperature and reasoning_effort "
                 "for this model")
     return "the server refuses these requests: check the model and endpoint settings"
+
+
+def _unsupported_fix(message: str) -> str | None:
+    """The fix for a parameter the model refuses, when a setting sent it. Its message names
+    max_tokens too, so without this it would read as a context overflow ("lower max_tokens")."""
+    match = _UNSUPPORTED.search(message)
+    param = next((g for g in match.groups() if g), None) if match else None
+    if param in LIMIT_FIELDS:
+        other = next(f for f in LIMIT_FIELDS if f != param)
+        return (f"this model reads {other}, not {param}: set max_tokens_field = \"{other}\" in its [models.*] "
+                "settings")
+    if param in _SETTINGS_SENT:
+        return f"this model does not take {param}: remove the {param} setting from its [models.*] settings"
+    return None
 
 
 def fatal_line(spec: ModelSpec, role: str, what: str, fix: str) -> str:
@@ -212,8 +236,12 @@ def call_model(model: BaseChatModel, spec: ModelSpec, messages: list[BaseMessage
     except FatalLLMError as exc:
         run.fail(str(exc))
         raise
+    except LLMCallError as exc:
+        run.call_failed(role, f"{role} model {spec.label()} at {endpoint(spec)}", str(exc))
+        raise
     finally:
         run.settle(reservation, record)
+    run.call_answered(role)
     cache.put("llm", key, {"text": text, "usage": record})
     return text, record
 
@@ -295,7 +323,8 @@ def usage_record(reply: AIMessage, spec: ModelSpec, role: str, candidate_id: str
 
 def preflight(spec: ModelSpec, role: str = "model", timeout_s: float = 20.0) -> None:
     """Before a run: can this endpoint answer this model? GET {base}/models where served (the
-    model must be listed when the server lists models), else one 1-token call. Raises
+    model must be listed when the server lists models, and max_tokens must fit the context length
+    it lists, as vLLM does), else one 1-token call. Raises
     FatalLLMError when no call could succeed; an inconclusive answer passes (the run's own
     retries deal with a busy server)."""
     if spec.provider in ("tuner", GIVEN):
@@ -318,6 +347,7 @@ def preflight(spec: ModelSpec, role: str = "model", timeout_s: float = 20.0) -> 
             shown = ", ".join(sorted(served)[:8]) + (", ..." if len(served) > 8 else "")
             raise FatalLLMError(fatal_line(spec, role, f"the server does not list '{spec.model}' (it serves: {shown})",
                                            "check the model name"))
+        _check_context_length(spec, role, _served_context(resp, spec.model))
         return
     if resp.status_code < 400 and isinstance(_json(resp), dict):
         return  # a model list, empty: nothing to check against, and no call is spent
@@ -359,6 +389,27 @@ def _listed_models(resp: httpx.Response) -> list[str]:
     data = _json(resp) if resp.status_code == 200 else None
     items = data.get("data") if isinstance(data, dict) else None
     return [str(m["id"]) for m in items if isinstance(m, dict) and m.get("id")] if isinstance(items, list) else []
+
+
+def _served_context(resp: httpx.Response, model: str) -> int | None:
+    """The model's context length as vLLM lists it (max_model_len on GET /models), if listed."""
+    items = (_json(resp) or {}).get("data") or []
+    for item in items:
+        if isinstance(item, dict) and _serves([str(item.get("id"))], model):
+            length = item.get("max_model_len")
+            return length if isinstance(length, int) and not isinstance(length, bool) and length > 0 else None
+    return None
+
+
+def _check_context_length(spec: ModelSpec, role: str, context: int | None) -> None:
+    """max_tokens at or above the served context leaves no room for any prompt: every call would be
+    a 400, found only after the setup's work. Said before the run starts."""
+    if context is None or spec.max_tokens is None or spec.max_tokens < context:
+        return
+    raise FatalLLMError(fatal_line(
+        spec, role, f"max_tokens = {spec.max_tokens} leaves no room for a prompt in the served context of "
+                    f"{context} tokens (max_model_len)",
+        f"lower max_tokens well below {context}, or serve the model with a longer --max-model-len"))
 
 
 def _serves(served: list[str], model: str) -> bool:

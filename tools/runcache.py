@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import platform
 import time
 from pathlib import Path
@@ -57,7 +58,9 @@ class RunCache:
             return
         path = self.root / kind / f"{key}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        # one temporary file per writer: the graph's threads may put the same key at once (two
+        # samples that wrote the same kernel), and a shared name loses one rename
+        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_text(json.dumps(value))
         os.replace(tmp, path)  # atomic: a kill leaves the old file or the new one, never half
 

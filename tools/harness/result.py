@@ -13,6 +13,7 @@ Status = Literal[
     "no_code",         # the model's reply held no usable kernel
     "truncated",       # the model's reply was cut off at its token limit before the kernel was complete
     "llm_error",       # the model call failed after its retries
+    "not_sent",        # the model call was not made: the run's budget could not pay for it
     "compile_error",   # syntax error, missing @triton.jit / entry point, Triton compilation failure
     "runtime_error",   # raised while running
     "crashed",         # the worker died from a signal (segfault, abort)
