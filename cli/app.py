@@ -159,7 +159,14 @@ def _drive(ctx: RunContext, run_dir: Path, inputs: dict | None) -> None:
 
     with continue_hint_on_interrupt(resume_command(run_dir), console):
         state = drive(ctx, run_dir, inputs, console, on_plans=_ask_plans if ctx.review_plans else None)
-    _report(state, run_dir, ctx.use_memory)
+    _report(state, run_dir, ctx.use_memory, tuner=_tuner_only(ctx))
+
+
+def _tuner_only(ctx: RunContext) -> bool:
+    """Whether no role used a model: the run was the no-LLM tuner's."""
+    from accelopt.tools.llm_spec import ROLES
+
+    return all(ctx.model_spec(role).provider == "tuner" for role in ROLES)
 
 
 def _ask_plans(plans: list[dict]) -> list[dict]:
@@ -323,7 +330,7 @@ def doctor() -> None:
         fail(f"not ready: {'; '.join(broken)} (see the table)", code=1)
 
 
-def _report(state: dict, run_dir: Path, use_memory: bool = True) -> None:
+def _report(state: dict, run_dir: Path, use_memory: bool = True, tuner: bool = True) -> None:
     from accelopt.graph.progress import candidate_counts
     from accelopt.tools.llm_spec import totals
     from accelopt.tools.rundir import run_failure, run_summary
@@ -353,9 +360,7 @@ def _report(state: dict, run_dir: Path, use_memory: bool = True) -> None:
     if best.get("evidence"):
         table.add_row("checked", "; ".join(best["evidence"][:3]))
     if label:  # an offline first run: say what the numbers are not, and the next step
-        task_dir = state.get("task_dir", "TASK_DIR")
-        table.add_row("next", f"on a GPU: accelopt optimize {task_dir} --device cuda\n"
-                              f"with an LLM: accelopt optimize {task_dir} --model vllm:MODEL --base-url URL")
+        table.add_row("next", _next_steps(state.get("task_dir", "TASK_DIR"), run_dir, tuner))
     summary = run_summary(state)
     # as the live bar counts them (graph/progress.candidate_counts): every candidate but the baseline
     evaluated, statuses = candidate_counts(candidates, state.get("baseline_id") or "baseline")
@@ -379,6 +384,16 @@ def _report(state: dict, run_dir: Path, use_memory: bool = True) -> None:
     failure = run_failure(state)  # summary.json is written: the run's record stays, the exit says it failed
     if failure:
         fail(failure, code=1)
+
+
+def _next_steps(task_dir: str, run_dir: Path, tuner: bool) -> str:
+    """After an offline run: the GPU, and an LLM only if the run had none (a run that used one was
+    told its --model; the hint would tell it to start over with a placeholder)."""
+    if tuner:
+        return (f"on a GPU: accelopt optimize {task_dir} --device cuda\n"
+                f"with an LLM: accelopt optimize {task_dir} --model vllm:MODEL --base-url URL")
+    return (f"on a GPU: accelopt optimize {task_dir} --device cuda, with the same model settings\n"
+            f"what the model tried: accelopt show {run_dir}")
 
 
 def _html_report(run_dir: Path) -> None:

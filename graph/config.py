@@ -35,10 +35,20 @@ from pathlib import Path
 from typing import Any
 
 from accelopt.nodes.context import RunContext
-from accelopt.tools.llm_spec import GIVEN, ROLES, ConfigError, ModelSpec, endpoint, validate_spec
+from accelopt.tools.llm_spec import (GIVEN, ROLES, ConfigError, ModelSpec, check_model_settings, endpoint,
+                                     unknown_key, validate_spec)
 
 _RUN_KEYS = {f.name for f in dataclasses.fields(RunContext)} - {"role_models", "chat_models", "model", "base_url",
                                                                  "prices"}
+_TABLES = {"run", "models", "cluster", "prices"}
+
+
+def _refuse_unknown(table: dict, valid: set[str], where: str) -> None:
+    """A key no setting reads is a typo that would otherwise run on silently: refuse it, with the
+    closest valid key."""
+    for key in table:
+        if key not in valid:
+            raise ConfigError(unknown_key(key, valid, where))
 
 
 def load_context(config_file: Path | None = None, **flags: Any) -> tuple[RunContext, bool]:
@@ -51,13 +61,15 @@ def load_context(config_file: Path | None = None, **flags: Any) -> tuple[RunCont
         path = Path("accelopt.toml")
     if path is not None:
         data = _read_toml(path)
-        unknown = set(data.get("run", {})) - _RUN_KEYS
-        if unknown:
-            raise ConfigError(f"{path}: unknown [run] setting(s): {', '.join(sorted(unknown))}")
+        _refuse_unknown(data, _TABLES, f"{path} (top level)")
+        _refuse_unknown(data.get("run", {}), _RUN_KEYS, f"{path} [run]")
         values.update(data.get("run", {}))
         for role, settings in (data.get("models") or {}).items():
             if role not in (*ROLES, "default"):
                 raise ConfigError(f"{path}: unknown model role [models.{role}]: use default, {', '.join(ROLES)}")
+            if not isinstance(settings, dict):
+                raise ConfigError(f"{path}: models.{role} must be a table: [models.{role}] with model = \"...\"")
+            check_model_settings(settings, f"{path} [models.{role}]")
             role_models[role] = dict(settings)
         cluster = data.get("cluster") or {}
         if set(cluster) - {"ray_address"}:

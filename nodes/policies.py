@@ -160,7 +160,7 @@ class AnsweringModel(BaseChatModel):
         if self.response_format is not None:
             kwargs["response_format"] = self.response_format
         try:
-            message = self.inner.invoke(input, config, stop=stop, **kwargs)
+            message = self.inner.invoke(input, streamed_to_the_graph(config), stop=stop, **kwargs)
         except LengthFinishReasonError as exc:  # openai's parse() raises on a cut-off schema reply
             message = _cut_off_message(exc.completion)
         return AIMessage(content=encode_reply(reply_of(message)), usage_metadata=message.usage_metadata,
@@ -169,6 +169,39 @@ class AnsweringModel(BaseChatModel):
     def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                   run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
         return ChatResult(generations=[ChatGeneration(message=self.invoke(messages, stop=stop, **kwargs))])
+
+
+def streamed_to_the_graph(config: RunnableConfig | None) -> RunnableConfig | None:
+    """The model call's config, so that `graph.stream(..., stream_mode="messages")` sees its chunks
+    from whichever node makes it. LangGraph's messages stream drops a model call made inside a
+    subgraph (the executor's and fixer's, in the `candidate` subgraph) unless the graph is
+    streamed with `subgraphs=True`; while such a stream listens, the call is labelled with its
+    node's own namespace (metadata `langgraph_checkpoint_ns`; `checkpoint_ns` keeps the full one),
+    so its chunks reach the stream with the node's name and the call's role, candidate and
+    iteration. Anything else (graph.invoke, a stream with subgraphs, no stream) gets the config as
+    it is; the call itself (request, reply, retries, ledger) is the same either way."""
+    try:
+        from langchain_core.callbacks import BaseCallbackManager
+        from langchain_core.runnables.config import ensure_config
+        from langgraph.pregel._messages import StreamMessagesHandler, graph_namespace
+
+        callbacks = ensure_config(config).get("callbacks")
+        if not isinstance(callbacks, BaseCallbackManager):
+            return config
+        seen = {**callbacks.metadata, **((config or {}).get("metadata") or {})}
+        if "langgraph_checkpoint_ns" not in seen:
+            return config  # not in a graph's node
+        ns = graph_namespace(seen)
+        dropping = [h for h in callbacks.handlers if isinstance(h, StreamMessagesHandler)
+                    and not h.subgraphs and ns and ns != h.parent_ns]
+        if not dropping:
+            return config
+        own = str(seen["langgraph_checkpoint_ns"]).split("|")[len(ns):]  # the node's segment(s) below the graph's
+        within = list(dropping[0].parent_ns or ())
+        metadata = {**((config or {}).get("metadata") or {}), "langgraph_checkpoint_ns": "|".join(within + own)}
+        return {**(config or {}), "metadata": metadata}
+    except Exception:  # noqa: BLE001 - another LangGraph's internals: the call goes on unstreamed, as before
+        return config
 
 
 def _cut_off_message(completion: Any) -> AIMessage:
@@ -186,10 +219,12 @@ def _cut_off_message(completion: Any) -> AIMessage:
 
 
 def _merged(usages: list[dict]) -> dict:
-    """One ledger record for a schema call and its text fallback."""
+    """One ledger record for a schema call and its text fallback: their sums, and `requests`,
+    how many requests reached the server (tools/llm_spec.totals counts calls by it)."""
     out = dict(usages[-1])
     for key in ("input_tokens", "output_tokens", "reasoning_tokens", "cost_usd", "prompt_chars"):
         out[key] = sum(u.get(key) or 0 for u in usages)
+    out["requests"] = sum(int(u.get("requests") or 1) for u in usages)
     return out
 
 

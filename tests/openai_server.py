@@ -26,6 +26,7 @@ class Answer:
     headers: dict[str, str] = field(default_factory=dict)
     raw: bytes | None = None        # a 200 body sent as is: a malformed reply
     usage: bool = True              # a completion carries `usage`
+    delay_s: float = 0.0            # seconds before answering: a slow or hung generation
 
 
 OK = Answer()
@@ -43,12 +44,15 @@ def dead_url() -> str:
 class ScriptedOpenAIServer:
     def __init__(self, reply: Callable[[list], str], fail_first: int = 0, answers: Sequence[Answer] = (),
                  then: Answer = OK, models: Sequence[str] = (), serve_models: bool = True,
-                 api_key: str | None = None, count_tokens: bool = False):
+                 api_key: str | None = None, count_tokens: bool = False,
+                 model_fields: dict[str, dict] | None = None):
         self.reply = reply
         self.answers = [RATE_LIMITED] * fail_first + list(answers)
         self.then = then
         self.models, self.serve_models, self.api_key = list(models), serve_models, api_key
+        self.model_fields = model_fields or {}  # extra fields of a model's /v1/models entry (vLLM's max_model_len)
         self.count_tokens = count_tokens  # usage as a server counts it (~4 characters a token), not 100 + n
+        self.gets_delay_s = 0.0          # seconds before answering a GET: set it to hang the model list
         self.requests: list[dict] = []   # chat completions, in order, each with its time (monotonic)
         self.gets: list[str] = []        # paths of GET requests (model lists)
         self.usage_sent = {"prompt_tokens": 0, "completion_tokens": 0}
@@ -68,11 +72,13 @@ class ScriptedOpenAIServer:
             def do_GET(self):
                 with server._lock:
                     server.gets.append(self.path)
+                time.sleep(server.gets_delay_s)  # a hung server answers nothing, its model list included
                 if self._refused_key():
                     return
                 if self.path.rstrip("/") != "/v1/models" or not server.serve_models:
                     return self._send(404, {"detail": "Not Found"})
-                self._send(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in server.models]})
+                self._send(200, {"object": "list", "data": [{"id": m, "object": "model", **server.model_fields.get(m, {})}
+                                                            for m in server.models]})
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -85,16 +91,21 @@ class ScriptedOpenAIServer:
                     return
                 if self.path != "/v1/chat/completions":
                     return self._send(404, {"detail": "Not Found"})
+                time.sleep(answer.delay_s)
                 if answer.status != 200:
                     return self._send(answer.status, _error(answer.error, answer.code), answer.headers)
                 if answer.raw is not None:
                     return self._send_bytes(200, answer.raw, answer.headers)
                 messages = [SystemMessage(m["content"]) if m["role"] == "system" else HumanMessage(m["content"])
                             for m in body["messages"]]
-                text = server.reply(messages)
+                text, finish = server.reply(messages), "stop"
+                limit = body.get("max_completion_tokens") or body.get("max_tokens")
+                per_token = 4 if server.count_tokens else 3  # as `usage` counts them below
+                if limit is not None and len(text) > limit * per_token:  # cut off at the limit, as servers do
+                    text, finish = text[: limit * per_token], "length"
                 payload = {"id": f"chatcmpl-{n}", "object": "chat.completion", "created": int(time.time()),
                            "model": body["model"],
-                           "choices": [{"index": 0, "finish_reason": "stop",
+                           "choices": [{"index": 0, "finish_reason": finish,
                                         "message": {"role": "assistant", "content": text}}]}
                 if answer.usage:
                     usage = ({"prompt_tokens": sum(len(m["content"]) for m in body["messages"]) // 4,

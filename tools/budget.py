@@ -23,6 +23,9 @@ from typing import Any
 
 # A role whose calls fail this many times in a row (each after its retries) ends the run.
 DEAD_AFTER = 3
+# Under a budget, a call reserves its longest possible reply: the model's max_tokens, else this
+# many of its role's mean replies, at least OUTPUT_CEILING_MIN; below MIN_OUTPUT it is not sent.
+OUTPUT_CEILING_CALLS, OUTPUT_CEILING_MIN, MIN_OUTPUT = 4, 8192, 256
 
 
 # ---------------------------------------------------------------- token estimates
@@ -60,6 +63,8 @@ def estimate_tokens(text: str) -> int:
 class Spend:
     tokens: int = 0
     cost_usd: float = 0.0
+    # a reservation's reply limit: the request must carry it (None: the model's own limit holds)
+    output_cap: int | None = None
 
     def add(self, tokens: int, cost_usd: float, sign: int = 1) -> None:
         self.tokens += sign * tokens
@@ -70,6 +75,16 @@ class Spend:
 class Limits:
     max_tokens: int | None = None
     max_cost_usd: float | None = None
+
+    def output_room(self, spent: Spend, prompt_tokens: int, prices: tuple[float, float]) -> float:
+        """Reply tokens the budget left pays for, after `spent` and a prompt of `prompt_tokens`."""
+        room = float("inf")
+        if self.max_tokens is not None:
+            room = self.max_tokens - spent.tokens - prompt_tokens
+        if self.max_cost_usd is not None and prices[1] > 0:
+            left = self.max_cost_usd - spent.cost_usd - prompt_tokens * prices[0] / 1e6
+            room = min(room, left * 1e6 / prices[1])
+        return max(0.0, room)
 
     def refusal(self, spent: Spend, more: Spend) -> str | None:
         """Why `more` on top of `spent` does not fit, or None when it does."""
@@ -132,12 +147,32 @@ class RunLedger:
                 self.spent.add(call_tokens(record), float(record.get("cost_usd") or 0.0))
                 self.means.add(record)
 
-    def admit(self, role: str, prompt_estimate: int, prices: tuple[float, float]) -> tuple[Spend | None, str | None]:
-        """Reserve this call's projected spend: (the reservation, None), or (None, why not)."""
+    def admit(self, role: str, prompt_estimate: int, prices: tuple[float, float],
+              max_output: int | None = None) -> tuple[Spend | None, str | None]:
+        """Reserve what this call may spend: (the reservation, None), or (None, why not).
+
+        Without a budget, its projected spend (the role's mean call). With one, its worst case:
+        the prompt and the longest reply it may get, the model's max_tokens (`max_output`; without
+        one, OUTPUT_CEILING_CALLS x the role's mean reply, at least OUTPUT_CEILING_MIN tokens),
+        cut to what the budget has left after the calls in flight (then `output_cap`, which the
+        request carries). A reasoning model's long replies then cannot take a run past its budget
+        however many calls are in flight. A call left less than half its role's mean reply is not
+        sent: it would be cut off."""
         with self._lock:
             tokens_in, tokens_out = self.means.call(role, prompt_estimate)
-            more = Spend(tokens_in + tokens_out, (tokens_in * prices[0] + tokens_out * prices[1]) / 1e6)
             in_flight = Spend(self.spent.tokens + self.reserved.tokens, self.spent.cost_usd + self.reserved.cost_usd)
+            if self.limits.max_tokens is None and self.limits.max_cost_usd is None:
+                more = Spend(tokens_in + tokens_out, (tokens_in * prices[0] + tokens_out * prices[1]) / 1e6)
+            else:
+                ceiling = max_output or max(OUTPUT_CEILING_MIN, OUTPUT_CEILING_CALLS * tokens_out)
+                room = self.limits.output_room(in_flight, tokens_in, prices)
+                cap = int(min(ceiling, room))
+                if cap < max(MIN_OUTPUT, tokens_out // 2):
+                    more = Spend(tokens_in + max(MIN_OUTPUT, tokens_out // 2),
+                                 (tokens_in * prices[0] + max(MIN_OUTPUT, tokens_out // 2) * prices[1]) / 1e6)
+                    return None, self.limits.refusal(in_flight, more) or "the budget left cannot pay for a reply"
+                more = Spend(tokens_in + cap, (tokens_in * prices[0] + cap * prices[1]) / 1e6,
+                             output_cap=cap if cap < ceiling or max_output is None else None)
             refusal = self.limits.refusal(in_flight, more)
             if refusal is not None:
                 return None, refusal

@@ -227,12 +227,14 @@ def call_model(model: BaseChatModel, spec: ModelSpec, messages: list[BaseMessage
     run = ledger(run_dir)
     if run.fatal:
         raise FatalLLMError(run.fatal)
-    reservation, refusal = run.admit(role, estimate_tokens(_prompt_text(messages)), spec.prices())
+    reservation, refusal = run.admit(role, estimate_tokens(_prompt_text(messages)), spec.prices(),
+                                     spec.max_tokens)
     if refusal is not None:
         raise BudgetExceeded(f"{role} model {spec.label()} not called: {refusal}")
     record: dict | None = None
     try:
-        text, record = _invoke(model, spec, messages, role, candidate_id, iteration, retry_wait_s)
+        text, record = _invoke(model, spec, messages, role, candidate_id, iteration, retry_wait_s,
+                               _reply_limit(spec, reservation.output_cap))
     except FatalLLMError as exc:
         run.fail(str(exc))
         raise
@@ -246,12 +248,24 @@ def call_model(model: BaseChatModel, spec: ModelSpec, messages: list[BaseMessage
     return text, record
 
 
+def _reply_limit(spec: ModelSpec, cap: int | None) -> dict[str, Any]:
+    """The request's own reply limit where the budget sets one, in the field the server reads
+    (a body field for max_tokens: ChatOpenAI would rename its own). A chat model given in code
+    keeps its settings."""
+    if cap is None or spec.provider == GIVEN:
+        return {}
+    if completion_limit_field(spec) == "max_completion_tokens":
+        return {"max_completion_tokens": cap}
+    return {"extra_body": {"max_tokens": cap}}
+
+
 def _prompt_text(messages: list[BaseMessage]) -> str:
     return "\n".join(str(m.content) for m in messages)
 
 
 def _invoke(model: BaseChatModel, spec: ModelSpec, messages: list[BaseMessage], role: str,
-            candidate_id: str | None, iteration: int | None, retry_wait_s: float) -> tuple[str, dict]:
+            candidate_id: str | None, iteration: int | None, retry_wait_s: float,
+            limit: dict[str, Any] | None = None) -> tuple[str, dict]:
     config: Any = {"run_name": f"{role}-llm",
                    "metadata": {"role": role, "candidate_id": candidate_id, "iteration": iteration}}
     waited, what = 0.0, ""
@@ -260,7 +274,7 @@ def _invoke(model: BaseChatModel, spec: ModelSpec, messages: list[BaseMessage], 
     schema = getattr(model, "response_format", None) is not None
     for attempt in range(1, max(1, spec.max_attempts) + 1):
         try:
-            reply = model.invoke(messages, config=config)
+            reply = model.invoke(messages, config=config, **(limit or {}))
         except Exception as exc:  # noqa: BLE001 - classified: fatal, retried, or this call's failure
             kind, what = _classify(exc, spec, role, schema)
             if kind == "fatal":
@@ -268,6 +282,10 @@ def _invoke(model: BaseChatModel, spec: ModelSpec, messages: list[BaseMessage], 
             if kind == "fail":
                 raise LLMCallError(f"{role} model {spec.label()} at {endpoint(spec)} failed: {what}"[:800]) from exc
             kinds.add(kind)
+            if isinstance(exc, _TIMEOUTS) and not _answers(spec):  # hung, not busy: no attempt would end
+                raise FatalLLMError(fatal_line(spec, role, f"{what}, and {endpoint(spec)}/models did not answer "
+                                                           f"within {LIVENESS_TIMEOUT_S:g} s either",
+                                               "the server hangs: restart it, or check the base URL")) from exc
             wait = _wait_s(exc, attempt, retry_wait_s, spec.retry_max_wait_s)
             if attempt == spec.max_attempts or waited + wait > spec.retry_total_wait_s:
                 break
@@ -281,6 +299,21 @@ def _invoke(model: BaseChatModel, spec: ModelSpec, messages: list[BaseMessage], 
         raise FatalLLMError(fatal_line(spec, role, what, _CONNECT_FIX))
     raise LLMCallError(f"{role} model {spec.label()} at {endpoint(spec)} failed after {attempt} attempts "
                        f"({waited:.0f} s of waiting): {what}"[:800])
+
+
+LIVENESS_TIMEOUT_S = 10.0
+
+
+def _answers(spec: ModelSpec) -> bool:
+    """After a call timed out: does the server answer at all? A server busy generating still
+    answers GET /models at once (vLLM, SGLang, Ollama and hosted APIs serve it apart from the
+    generation); a hung one does not, and another attempt would wait its whole timeout again."""
+    try:
+        httpx.get(f"{endpoint(spec)}/models", headers={"Authorization": f"Bearer {_api_key(spec)}"},
+                  timeout=LIVENESS_TIMEOUT_S)
+    except httpx.HTTPError:
+        return False
+    return True
 
 
 def _text(reply: AIMessage) -> str:

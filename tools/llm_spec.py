@@ -9,6 +9,7 @@ the calls, and re-exports every name here.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 import re
@@ -61,6 +62,7 @@ class ModelSpec(BaseModel):
     api_key_env: str | None = None
     temperature: float | None = None
     max_tokens: int | None = None
+    max_tokens_field: str | None = None  # the body field of max_tokens; None: as the endpoint reads it
     reasoning_effort: str | None = None  # gpt-oss and other reasoning models: low / medium / high
     timeout_s: float = 300.0             # per attempt: reasoning models think for minutes
     max_attempts: int = 4                # per call, the first included
@@ -71,6 +73,7 @@ class ModelSpec(BaseModel):
 
     @classmethod
     def parse(cls, text: str, **overrides: Any) -> "ModelSpec":
+        check_model_settings(overrides, "the model settings")
         provider, name = split_model(text)
         return cls(model=name, provider=provider, **{k: v for k, v in overrides.items() if v is not None})
 
@@ -82,6 +85,35 @@ class ModelSpec(BaseModel):
 
     def priced(self) -> bool:
         return known_price(self.model, self.provider, self.input_price, self.output_price) is not None
+
+
+# What a [models.*] table may set: the provider is part of `model` ('vllm:NAME').
+MODEL_SETTINGS = tuple(name for name in ModelSpec.model_fields if name != "provider")
+LIMIT_FIELDS = ("max_tokens", "max_completion_tokens")
+
+
+def unknown_key(key: str, valid: Any, table: str) -> str:
+    """One line naming the key, where it was, and the closest valid key (else the valid ones)."""
+    close = difflib.get_close_matches(key, list(valid), n=1)
+    hint = f"did you mean '{close[0]}'?" if close else f"valid: {', '.join(sorted(valid))}"
+    return f"unknown setting '{key}' in {table}: {hint}"
+
+
+def check_model_settings(settings: dict, table: str) -> None:
+    """Refuse a key ModelSpec has no field for: pydantic would drop it silently, and the run would
+    go on without it (max_token, reasoning_efort). A key itself is never a setting: files get copied
+    and committed, so the message names the environment variable instead (and not the value)."""
+    for key in settings:
+        if key == "api_key":
+            named = settings.get("api_key_env")
+            where = (f"put the key in the environment variable {named} (this table's api_key_env)" if named else
+                     "set ACCELOPT_API_KEY or OPENAI_API_KEY, or name your own variable with "
+                     "api_key_env = \"MY_KEY_VAR\"")
+            raise ConfigError(f"api_key in {table}: keys are never stored in the config file; remove it and {where}")
+        if key == "provider":
+            raise ConfigError(f"provider in {table}: name it in the model, e.g. model = \"vllm:NAME\"")
+        if key not in MODEL_SETTINGS:
+            raise ConfigError(unknown_key(key, MODEL_SETTINGS, table))
 
 
 # Model names OpenAI's own API serves, taken as openai's without a prefix: gpt-4.1, gpt-4o-mini,
@@ -136,6 +168,9 @@ def validate_spec(spec: ModelSpec) -> None:
         return
     if not spec.model:
         raise ConfigError("no model name given: pass --model PROVIDER:NAME, e.g. openai:gpt-4.1-mini")
+    if spec.max_tokens_field not in (None, *LIMIT_FIELDS):
+        raise ConfigError(f"max_tokens_field = '{spec.max_tokens_field}': use \"max_tokens\" or "
+                          "\"max_completion_tokens\" (or leave it out: the field the endpoint reads)")
     _api_key(spec)
 
 
@@ -170,7 +205,11 @@ def _api_key(spec: ModelSpec) -> str:
 
 def completion_limit_field(spec: ModelSpec) -> str:
     """OpenAI's own API reads max_completion_tokens (and refuses max_tokens for reasoning models);
-    Ollama reads only max_tokens, and vLLM, SGLang and proxies read max_tokens everywhere."""
+    Ollama reads only max_tokens, and vLLM, SGLang and proxies read max_tokens everywhere. An
+    endpoint that guesses wrong (Azure's reasoning models want max_completion_tokens) is set with
+    the spec's max_tokens_field."""
+    if spec.max_tokens_field:
+        return spec.max_tokens_field
     host = urlparse(endpoint(spec)).hostname or ""
     return "max_completion_tokens" if spec.provider == "openai" and host == "api.openai.com" else "max_tokens"
 
@@ -192,7 +231,7 @@ def totals(usage: list[dict]) -> dict:
             target["input_tokens"] += rec["input_tokens"]
             target["output_tokens"] += rec["output_tokens"]
             target["cost_usd"] += rec["cost_usd"]
-            target["calls"] += 1
+            target["calls"] += int(rec.get("requests") or 1)  # a record may hold a schema try and its retry
         out["estimated_calls"] += bool(rec.get("estimated"))
         out["unpriced_calls"] += rec.get("priced") is False
     return out

@@ -10,7 +10,7 @@ import pytest
 from accelopt.graph.builder import build_graph
 from accelopt.graph.config import budget_warnings, load_context
 from accelopt.nodes.context import RunContext
-from accelopt.tools.budget import Limits, RunLedger, affordable
+from accelopt.tools.budget import Limits, RunLedger, Spend, affordable
 from accelopt.tools.llm import ConfigError, totals
 from tests.openai_server import ScriptedOpenAIServer
 from tests.scripted import ScriptedChatModel, reply_for
@@ -49,14 +49,24 @@ def test_the_ledger_admits_what_fits_counting_calls_in_flight():
     run = RunLedger()
     run.sync([{"role": "executor", "input_tokens": 300, "output_tokens": 100, "cost_usd": 0.0}],
              Limits(max_tokens=1500))
-    first, refusal = run.admit("executor", 50, (0.0, 0.0))  # the role's mean call: 400 tokens, not the estimate
-    assert refusal is None and first.tokens == 400
-    second, _ = run.admit("executor", 50, (0.0, 0.0))
-    third, refusal = run.admit("executor", 50, (0.0, 0.0))  # 400 spent + 800 in flight + 400 > 1500
-    assert third is None and "token budget of 1,500 would be exceeded" in refusal
+    # under a budget a call reserves its worst case: the prompt (the role's mean, 300, not the
+    # estimate) and the longest reply the budget left pays for, which the request then carries
+    first, refusal = run.admit("executor", 50, (0.0, 0.0))
+    assert refusal is None and (first.tokens, first.output_cap) == (1100, 800)
+    second, refusal = run.admit("executor", 50, (0.0, 0.0))  # 400 spent + 1100 in flight: no room for a reply
+    assert second is None and "token budget of 1,500 would be exceeded" in refusal
     run.settle(first, {"role": "executor", "input_tokens": 300, "output_tokens": 10, "cost_usd": 0.0})
-    # 710 spent + 400 in flight + 355: the real reply was shorter, so there is room again
-    assert run.admit("executor", 50, (0.0, 0.0))[1] is None
+    # 710 spent, nothing in flight: a reply of up to 490 tokens fits again
+    again, refusal = run.admit("executor", 50, (0.0, 0.0))
+    assert refusal is None and again.output_cap == 490
+    # the model's own max_tokens, where it fits, is the reservation and no cap goes out
+    roomy = RunLedger()
+    roomy.sync([], Limits(max_tokens=100_000))
+    assert roomy.admit("executor", 50, (0.0, 0.0), max_output=2000)[0] == Spend(2050, 0.0, None)
+    # a cost budget caps the reply by what its price leaves: $0.01 at $1/$10 per 1M tokens
+    priced = RunLedger()
+    priced.sync([], Limits(max_cost_usd=0.01))
+    assert priced.admit("executor", 1000, (1.0, 10.0))[0].output_cap == 900
     spent = totals([{"role": "planner", "input_tokens": 90, "output_tokens": 10, "cost_usd": 0.5},
                     {"role": "executor", "input_tokens": 150, "output_tokens": 50, "cost_usd": 1.0}])
     assert affordable(spent, Limits(max_tokens=1000), "executor", 8) == 3
@@ -97,4 +107,35 @@ def test_a_budget_holds_within_ten_percent(tmp_path, softmax_task, monkeypatch, 
     limit = budget.get("max_tokens") or budget["max_cost_usd"]
     assert 0.9 * limit <= spent <= 1.1 * limit, (spent, limit)
     statuses = {c["status"] for c in out["candidates"].values() if c.get("iteration")}
-    assert statuses == {"no_code"}  # no call was refused mid-iteration: nothing failed for the budget
+    # a call the budget could no longer pay for in full was not sent (and says so); none failed
+    assert "no_code" in statuses and statuses <= {"no_code", "not_sent"}, statuses
+
+
+def long_reasoner(messages):
+    """A reasoning model's shape: short plans, then executor replies of ~12k tokens of thinking
+    (a server cuts them off at the request's reply limit)."""
+    if "accelopt planner" in str(messages[0].content):
+        return reply_for(messages)
+    return "<think>" + "Consider the reduction order and the exponent once more. " * 850 + "</think>No kernel."
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("budget, spent_of", [({"max_tokens": 10_000}, "tokens"), ({"max_cost_usd": 0.003}, "cost")])
+def test_a_budget_holds_with_replies_longer_than_any_seen_before(tmp_path, softmax_task, monkeypatch, budget,
+                                                                  spent_of):
+    """Parallel executor calls after short planner replies used to be admitted on the planner's
+    reply size: --max-tokens 10000 spent 15,663 (a scripted vLLM/gpt-oss run). Each call now
+    reserves the longest reply it may get, and the request carries that limit."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    with ScriptedOpenAIServer(long_reasoner, count_tokens=True) as server:
+        ctx = RunContext(beams=1, plans=2, samples=2, fixes=1, iterations=5, device="cpu", use_memory=False,
+                         model="openai:gpt-test", base_url=server.url, prices={"gpt-test": [0.1, 0.2]}, **budget)
+        out = build_graph().compile().invoke({"task_dir": str(softmax_task), "run_dir": str(tmp_path / "run")},
+                                             context=ctx)
+        limits = [r["body"].get("max_tokens") for r in server.requests]
+    usage = totals(out["usage"])
+    spent = usage["input_tokens"] + usage["output_tokens"] if spent_of == "tokens" else usage["cost_usd"]
+    limit = budget.get("max_tokens") or budget["max_cost_usd"]
+    assert spent <= 1.1 * limit, (spent, limit)
+    assert any(limits), limits  # the executor's requests carried the budget's reply limit
+    assert usage["calls"] == len(server.requests)  # a record per request the server saw

@@ -59,8 +59,10 @@ def test_missing_api_key(softmax_task):
     assert_clean_error(proc, "missing API key", "OPENAI_API_KEY")
 
 
-@pytest.mark.parametrize("content,needle", [("[run]\nbeamz = 3\n", "unknown [run] setting"),
+@pytest.mark.parametrize("content,needle", [("[run]\nbeamz = 3\n", "[run]: did you mean 'beams'?"),
                                             ("[models.critic]\nmodel = 'x'\n", "unknown model role"),
+                                            ("[models.default]\nmax_token = 9\n", "did you mean 'max_tokens'?"),
+                                            ("[models.default]\napi_key = 'sk-1'\n", "never stored in the config"),
                                             ("[run\n", "invalid TOML")])
 def test_bad_config_file(softmax_task, tmp_path, content, needle):
     cfg = tmp_path / "accelopt.toml"

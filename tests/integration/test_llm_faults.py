@@ -155,6 +155,22 @@ def test_retry_after_forms():
     assert retry_after_s(exc()) is None and retry_after_s(ValueError()) is None
 
 
+def test_a_timed_out_call_is_retried_while_the_server_answers_and_is_fatal_once_it_does_not(tmp_path, monkeypatch):
+    from accelopt.tools import llm
+
+    monkeypatch.setattr(llm, "LIVENESS_TIMEOUT_S", 0.5)
+    slow = Answer(delay_s=1.5)  # busy: this generation outlasts the timeout, the model list answers
+    with ScriptedOpenAIServer(reply, answers=[slow], then=OK) as server:
+        text, _ = call(spec_for(server.url, timeout_s=0.5), tmp_path / "busy")
+        assert text == reply([]) and len(server.requests) == 2 and server.gets == ["/v1/models"]
+    with ScriptedOpenAIServer(reply, then=slow) as server:
+        server.gets_delay_s = 1.5  # hung: nothing answers
+        began = time.monotonic()
+        with pytest.raises(FatalLLMError, match=r"did not answer within 0.5 s either — the server hangs"):
+            call(spec_for(server.url, timeout_s=0.5, max_attempts=4), tmp_path / "hung")
+        assert len(server.requests) == 1 and time.monotonic() - began < 3.5  # no second attempt waited out
+
+
 def test_a_dead_server_is_fatal_after_the_retries(tmp_path):
     url = dead_url()
     with pytest.raises(FatalLLMError) as caught:
@@ -178,6 +194,44 @@ def test_max_tokens_goes_out_as_the_server_reads_it(tmp_path):
     assert body["max_tokens"] == 123 and "max_completion_tokens" not in body
 
 
+UNSUPPORTED = {
+    "max_tokens": (Answer(400, "Unsupported parameter: 'max_tokens' is not supported with this model. Use "
+                               "'max_completion_tokens' instead.", "unsupported_parameter"),
+                   'reads max_completion_tokens, not max_tokens: set max_tokens_field = "max_completion_tokens"'),
+    "max_completion_tokens": (Answer(400, "Unsupported parameter: 'max_completion_tokens' is not supported"),
+                              'set max_tokens_field = "max_tokens"'),
+    "temperature": (Answer(400, "Unsupported value: 'temperature' does not support 0.2 with this model. Only the "
+                                "default (1) value is supported.", "unsupported_value"),
+                    "does not take temperature: remove the temperature setting"),
+    "reasoning_effort": (Answer(400, "Unrecognized request argument supplied: reasoning_effort"),
+                         "does not take reasoning_effort: remove the reasoning_effort setting"),
+}
+
+
+@pytest.mark.parametrize("param", UNSUPPORTED)
+def test_an_unsupported_parameter_names_the_setting_to_change(param, tmp_path):
+    """Its message names max_tokens, but it is no context overflow: lowering max_tokens would not help.
+    Fatal also for a request with a schema: asked again in text, it would carry the same parameter."""
+    answer, fix = UNSUPPORTED[param]
+    with ScriptedOpenAIServer(reply, then=answer) as server:
+        spec = spec_for(server.url, max_tokens=100, temperature=0.2, reasoning_effort="high")
+        with pytest.raises(FatalLLMError) as caught:
+            call_model(WithSchema(inner=build_chat_model(spec)), spec, MESSAGES, role="planner", run_dir=str(tmp_path))
+    line = str(caught.value)
+    assert "\n" not in line and "400 Bad Request" in line and fix in line, line
+    assert "context" not in line.split(" — ")[-1]
+    assert len(server.requests) == 1
+
+
+def test_max_tokens_field_chooses_the_field_sent(tmp_path):
+    with ScriptedOpenAIServer(reply, serve_models=False) as server:
+        call(spec_for(server.url, max_tokens=123, max_tokens_field="max_completion_tokens"), tmp_path)
+        preflight(spec_for(server.url, max_tokens_field="max_completion_tokens"))  # no model list: a 1-token call
+    first, probe = server.requests[0]["body"], server.requests[1]["body"]
+    assert first["max_completion_tokens"] == 123 and "max_tokens" not in first
+    assert probe["max_completion_tokens"] == 1 and "max_tokens" not in probe
+
+
 # ---------------------------------------------------------------- preflight
 
 def test_preflight_passes_when_the_model_is_listed_and_spends_no_call():
@@ -191,6 +245,23 @@ def test_preflight_names_a_model_the_server_does_not_list():
         with pytest.raises(FatalLLMError, match=r"does not list 'gpt-test' \(it serves: llama3:latest, qwen\)"):
             preflight(spec_for(server.url), "planner")
         preflight(ModelSpec.parse("ollama:llama3", base_url=server.url))  # Ollama's untagged name
+
+
+def test_preflight_refuses_max_tokens_the_served_context_cannot_hold():
+    """vLLM lists max_model_len: max_tokens at or above it leaves no room for any prompt."""
+    fields = {"gpt-test": {"max_model_len": 8192, "owned_by": "vllm"}}
+    with ScriptedOpenAIServer(reply, models=["gpt-test"], model_fields=fields) as server:
+        with pytest.raises(FatalLLMError) as caught:
+            preflight(spec_for(server.url, max_tokens=8192), "executor")
+        preflight(spec_for(server.url, max_tokens=4096), "executor")
+        preflight(spec_for(server.url), "executor")  # no max_tokens: the server's own limit
+    line = str(caught.value)
+    assert line.startswith("executor model openai:gpt-test at http") and "\n" not in line
+    assert "max_tokens = 8192" in line and "served context of 8192 tokens" in line
+    assert "lower max_tokens well below 8192, or serve the model with a longer --max-model-len" in line
+    assert server.requests == []
+    with ScriptedOpenAIServer(reply, models=["gpt-test"]) as server:  # no max_model_len listed: nothing to check
+        preflight(spec_for(server.url, max_tokens=10 ** 6))
 
 
 def test_preflight_refuses_a_wrong_key():

@@ -199,3 +199,49 @@ def test_the_tuner_writes_one_sample_per_plan_unless_told_otherwise(config, monk
     ctx, _ = load_context(None, planner_model="vllm:coder")  # the planner an LLM, the executor the tuner
     assert ctx.samples == 1
     assert load_context(config("[run]\nsamples = 2\n"))[0].samples == 2  # the config file's K wins too
+
+
+@pytest.mark.parametrize("table, line, needles", [
+    ("models.executor", "max_token = 4000", ["unknown setting 'max_token' in", "[models.executor]",
+                                             "did you mean 'max_tokens'?"]),
+    ("models.default", 'reasoning_efort = "high"', ["unknown setting 'reasoning_efort'", "[models.default]",
+                                                    "did you mean 'reasoning_effort'?"]),
+    ("models.planner", "colour = 3", ["unknown setting 'colour' in", "[models.planner]: valid: api_key_env,"]),
+    ("models.fixer", 'provider = "vllm"', ["provider in", "[models.fixer]", 'model = "vllm:NAME"']),
+    ("run", "beamz = 3", ["unknown setting 'beamz' in", "[run]: did you mean 'beams'?"]),
+    ("model.default", 'model = "vllm:x"', ["unknown setting 'model' in", "(top level): did you mean 'models'?"]),
+])
+def test_an_unknown_setting_is_refused_with_the_closest_key(config, table, line, needles):
+    """pydantic drops a field it does not know: a typo ran on silently without its setting."""
+    with pytest.raises(ConfigError) as caught:
+        load_context(config(DEFAULT + ("" if table == "models.default" else f"[{table}]\n") + f"{line}\n"))
+    message = str(caught.value)
+    assert "\n" not in message and all(n in message for n in needles), message
+
+
+@pytest.mark.parametrize("extra, env", [("", "set ACCELOPT_API_KEY or OPENAI_API_KEY"),
+                                        ('api_key_env = "MY_KEY"\n', "environment variable MY_KEY")])
+def test_an_api_key_in_the_config_file_is_refused_without_echoing_it(config, extra, env):
+    with pytest.raises(ConfigError) as caught:
+        load_context(config(f'[models.default]\nmodel = "openai:gpt-4.1"\n{extra}api_key = "sk-secret-123"\n'))
+    message = str(caught.value)
+    assert message.startswith("api_key in") and "[models.default]" in message and env in message, message
+    assert "keys are never stored in the config file" in message and "sk-secret-123" not in message
+
+
+def test_model_settings_given_in_code_are_checked_too():
+    ctx = RunContext(model="vllm:coder", role_models={"executor": {"max_token": 10}})
+    with pytest.raises(ConfigError, match=r"unknown setting 'max_token' in the model settings: did you mean "
+                                          r"'max_tokens'\?"):
+        ctx.model_spec("executor")
+
+
+def test_the_token_limit_field_can_be_chosen(config):
+    """Azure and proxies to OpenAI's reasoning models want max_completion_tokens where the URL
+    says max_tokens; max_tokens_field says which."""
+    ctx, _ = load_context(config(DEFAULT + '[models.executor]\nmax_tokens_field = "max_completion_tokens"\n'))
+    assert completion_limit_field(ctx.model_spec("executor")) == "max_completion_tokens"
+    assert completion_limit_field(ctx.model_spec("planner")) == "max_tokens"
+    with pytest.raises(ConfigError, match=r"^planner model: max_tokens_field = 'max_length': use \"max_tokens\" or "
+                                          r"\"max_completion_tokens\""):
+        load_context(config(DEFAULT + 'max_tokens_field = "max_length"\n'))
