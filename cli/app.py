@@ -191,9 +191,12 @@ def _ask_plans(plans: list[dict]) -> list[dict]:
 
 def _preflight(ctx: RunContext) -> None:
     """A dead endpoint, a wrong key or an unknown model: one line before any work is done."""
-    from accelopt.graph.config import preflight_context
+    from accelopt.graph.config import budget_warnings, preflight_context
     from accelopt.tools.llm_spec import ConfigError, FatalLLMError
 
+    unpriced = budget_warnings(ctx)  # a $ budget that cannot see a role's spend is no budget
+    if unpriced:
+        fail(f"{unpriced[0]}, or run without --max-cost")
     try:
         preflight_context(ctx)
     except (FatalLLMError, ConfigError) as e:
@@ -370,7 +373,9 @@ def _report(state: dict, run_dir: Path, use_memory: bool = True, tuner: bool = T
         tuned = summary["autotune"]
         table.add_row("autotune", f"{tuned['variants']} configurations over {tuned['rewrites_tuned']} kernels; best = "
                       f"{tuned['best_rewrite_speedup'] or 1.0:.3f}x rewrite x {tuned['best_autotune_gain']:.3f}x autotune")
-    table.add_row("tokens / cost", f"{spent['input_tokens']:,} in, {spent['output_tokens']:,} out, ${spent['cost_usd']:.4f}")
+    unpriced = f" ({spent['unpriced_calls']} unpriced calls counted as $0)" if spent.get("unpriced_calls") else ""
+    table.add_row("tokens / cost",
+                  f"{spent['input_tokens']:,} in, {spent['output_tokens']:,} out, ${spent['cost_usd']:.4f}{unpriced}")
     lessons = len(state.get("insights", []))
     if use_memory and not lessons and best.get("timer") == "interpreter_wall":
         table.add_row("insights stored", "0: interpreter timings are noise, not lessons (--learn-from-interpreter "

@@ -45,12 +45,13 @@ def timer_label(timer: str | None) -> str | None:
 
 def candidate_counts(candidates: dict[str, dict], baseline_id: str = "baseline") -> tuple[int, dict[str, int]]:
     """How many candidates were evaluated, and by status: every candidate except the baseline
-    (the summary's `candidates_evaluated`); what the bar and the final summary both show."""
+    (the summary's `candidates_evaluated`); what the bar and the final summary both show. A
+    call the budget did not pay for (`not_sent`) is counted by status, not as evaluated."""
     statuses: dict[str, int] = {}
     for cid, cand in candidates.items():
         if cid != baseline_id and cand.get("status"):
             statuses[cand["status"]] = statuses.get(cand["status"], 0) + 1
-    return sum(statuses.values()), statuses
+    return sum(n for status, n in statuses.items() if status != "not_sent"), statuses
 
 
 def short_reason(error: str | None, width: int = 110) -> str:
@@ -316,7 +317,8 @@ class RunView:
             parts.append(flight)
         if self.usage:
             spent = totals(self.usage)
-            parts.append(f"{spent['input_tokens'] + spent['output_tokens']:,} tok · ${spent['cost_usd']:.4f}")
+            cost = "unpriced" if spent.get("unpriced_calls") and not spent["cost_usd"] else f"${spent['cost_usd']:.4f}"
+            parts.append(f"{spent['input_tokens'] + spent['output_tokens']:,} tok · {cost}")
         return " · ".join(parts)
 
     def _iteration_line(self) -> Text:

@@ -100,7 +100,8 @@ def selector(state: RunState, runtime: Runtime[RunContext]) -> dict:
                if h.get("event") == "planner_skipped" and h.get("iteration") == state["iteration"]]
     if reason is None and skipped:  # the budget could not pay for a plan: another iteration would not either
         reason = f"budget spent: {skipped[-1]['error']}"
-    record = {"iteration": state["iteration"], "evaluated": len(children),
+    record = {"iteration": state["iteration"],
+              "evaluated": sum(candidates[c].get("status") != "not_sent" for c in children),
               "verified": sum(candidates[c]["status"] == "verified" for c in children),
               "best_id": best["id"], "best_speedup": best.get("speedup"), "beam": beam,
               "tokens": spent["input_tokens"] + spent["output_tokens"], "cost_usd": spent["cost_usd"]}

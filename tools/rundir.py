@@ -294,7 +294,8 @@ def run_summary(state: dict) -> dict:
         "best_pct_of_copy": best.get("pct_of_copy"), "beam": beam,
         # why a finished run failed (a fatal model error, no planner call ever answered), else null
         "failure": run_failure(state),
-        "candidates_evaluated": len(candidates) - 1, "statuses": statuses, "usage": spent,
+        "candidates_evaluated": len(candidates) - 1 - statuses.get("not_sent", 0), "statuses": statuses,
+        "usage": spent,
         "iterations": state.get("history", []), "insights": len(state.get("insights", [])),
         "autotune": autotune_summary(candidates, best),
         "note": ("timer interpreter_wall: CPU Triton-interpreter times, not GPU performance"

@@ -242,3 +242,19 @@ def test_eval_with_a_larger_t_extends_finished_tasks(tmp_path):
     summary = json.loads((out / "rmsnorm" / "summary.json").read_text())
     assert (summary["iteration"], summary["stop_reason"]) == (2, "reached T=2 iterations")
     assert json.loads((out / "rmsnorm" / "run.json").read_text())["context"]["iterations"] == 2
+
+
+def test_a_cost_budget_with_an_unpriced_model_is_refused_before_any_work(softmax_task, tmp_path):
+    proc = run_cli("optimize", str(softmax_task), "--model", "vllm:big", "--max-cost", "1", "--device", "cpu",
+                   "--run-dir", str(tmp_path / "run"))
+    assert_clean_error(proc, "vllm:big (planner, executor, fixer, summarizer) has no price",
+                       '[prices] "vllm:big"', "run without --max-cost")
+    assert not (tmp_path / "run").exists()
+
+
+def test_calls_the_budget_did_not_pay_for_are_not_counted_as_evaluated():
+    from accelopt.graph.progress import candidate_counts
+
+    candidates = {"baseline": {"status": "verified"}, "a": {"status": "no_code"}, "b": {"status": "not_sent"},
+                  "c": {"status": "not_sent"}}
+    assert candidate_counts(candidates) == (1, {"no_code": 1, "not_sent": 2})
