@@ -164,7 +164,9 @@ def import_flashinfer(
         help="Dataset root the safetensors paths are relative to (default: found from the workloads file)")] = None,
     atol: Opt[Optional[float], typer.Option(help="As `flashinfer-bench run --atol` (default 1e-2)")] = None,
     rtol: Opt[Optional[float], typer.Option(help="As `flashinfer-bench run --rtol` (default 1e-2)")] = None,
-    baseline: Opt[Optional[Path], typer.Option(help="A Triton kernel to start from (else: from scratch)")] = None,
+    baseline: Opt[Optional[Path], typer.Option(
+        help="A Triton kernel to start from: a Python module, or a FlashInfer-Bench Solution JSON for this "
+             "Definition (else: from scratch)")] = None,
 ) -> None:
     """A FlashInfer-Bench Definition and its Workloads as an accelopt task."""
     import json
@@ -173,8 +175,8 @@ def import_flashinfer(
     from accelopt.tools.task import TaskError
 
     try:
-        task_dir = import_definition(definition, workloads, out, dataset=dataset, atol=atol, rtol=rtol)
-        _copy_baseline(baseline, task_dir)
+        task_dir = import_definition(definition, workloads, out, dataset=dataset, atol=atol, rtol=rtol,
+                                     baseline=baseline)
         shimmed = adapt_baseline(task_dir)
     except TaskError as e:
         fail(str(e))

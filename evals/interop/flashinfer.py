@@ -12,6 +12,7 @@ an evaluator accelopt has no equivalent for are refused (flashinfer_schema.fib_j
 
 from __future__ import annotations
 
+import ast
 import copy
 import importlib.util
 import json
@@ -21,28 +22,33 @@ from pathlib import Path
 
 from accelopt.evals.interop.flashinfer_data import BlobStore, confined, dataset_root, definition_dataset_root
 from accelopt.evals.interop.flashinfer_export import export_run
-from accelopt.evals.interop.flashinfer_schema import (FLOAT_DTYPES, Definition, Judging, Paging, fib_judging,
-                                                      find_paging, read_definition, read_workloads, slug,
-                                                      workload_entry)
+from accelopt.evals.interop.flashinfer_schema import (FLOAT_DTYPES, Definition, Judging, Paging, Solution,
+                                                      fib_judging, find_paging, parse_solution, read_definition,
+                                                      read_workloads, slug, workload_entry)
 from accelopt.evals.interop.flashinfer_shrink import Plan, plan_interpreter, save_blob
+from accelopt.tools import pyparse
 from accelopt.tools.task import TaskError, load_task, read_utf8
 
-__all__ = ["import_definition", "export_run", "adapt_baseline", "workload_entry"]
+__all__ = ["import_definition", "export_run", "adapt_baseline", "baseline_source", "workload_entry"]
 
 TEMPLATE = Path(__file__).with_name("flashinfer_reference.py")
 SHIM_MARK = "# accelopt shim"
+ENTRY_MARK = "# accelopt entry point"
+TASK_ENTRY_POINT = "run"
 GEMM_OPS = ("gemm",)
 
 
 def import_definition(definition_path: str | Path, workloads_path: str | Path | None, out_dir: str | Path,
                       *, seeds: int = 3, dataset: str | Path | None = None, atol: float | None = None,
-                      rtol: float | None = None) -> Path:
+                      rtol: float | None = None, baseline: str | Path | None = None) -> Path:
     """Write an accelopt task directory for a FlashInfer-Bench Definition and its Workloads.
     `dataset`: the dataset root the workloads' safetensors paths are relative to (default: found
-    from the workloads file's place in a dataset layout). `atol`/`rtol`: as `flashinfer-bench run`."""
+    from the workloads file's place in a dataset layout). `atol`/`rtol`: as `flashinfer-bench run`.
+    `baseline`: a Python kernel module or a Solution JSON for this Definition (baseline_source)."""
     definition_path = Path(definition_path)
     definition = read_definition(definition_path)
     judging = fib_judging(definition)
+    kernel = baseline_source(baseline, definition) if baseline is not None else None  # refused before writing
     judging = judging.model_copy(update={k: v for k, v in (("atol", atol), ("rtol", rtol)) if v is not None})
     rows, root = _workloads(definition_path, definition, workloads_path, dataset)
     rows, blobs = _confine_blobs(definition, rows, root)  # refused before anything is written
@@ -69,8 +75,90 @@ def import_definition(definition_path: str | Path, workloads_path: str | Path | 
         if failure:  # the reference itself cannot run this workload on the CPU
             plan.gpu_only = f"the Definition's reference fails on its CPU workload: {failure}"
             _write_task(out, definition, judging, paging, rows, interpreter, plan, seeds)
+    if kernel is not None:
+        (out / "baseline.py").write_text(kernel)
     load_task(out)  # the same validation every task gets
     return out
+
+
+def baseline_source(path: str | Path, definition: Definition, entry_point: str = TASK_ENTRY_POINT) -> str:
+    """baseline.py's text for a baseline file: a Python kernel module as it is, or a FlashInfer-Bench
+    Solution (JSON) for this Definition: its one Python source, its entry point callable as
+    `entry_point`. Anything else is refused in one line (TaskError), before the task is written."""
+    path = Path(path)
+    if not path.is_file():
+        raise TaskError(f"baseline kernel not found: {path}")
+    text = read_utf8(path)
+    if path.suffix.lower() == ".json" or text.lstrip().startswith(("{", "[")):
+        return _solution_source(parse_solution(text, path), path, definition, entry_point)
+    tree = _parse(text, f"{path}: neither a Python kernel module nor a FlashInfer-Bench Solution JSON")
+    if entry_point not in _functions(tree):
+        raise TaskError(f"{path}: a Python module with no top-level function {entry_point}(...), the task's entry "
+                        "point")
+    return text
+
+
+def _solution_source(solution: Solution, path: Path, definition: Definition, entry_point: str) -> str:
+    what = f"{path}: Solution {solution.name}"
+    if solution.definition != definition.name:
+        raise TaskError(f"{what} is for Definition {solution.definition}, not {definition.name} (the one imported)")
+    if solution.spec.language.lower() != "triton":
+        raise TaskError(f"{what} is written in {solution.spec.language}: a baseline is a Triton kernel in one Python "
+                        "module (spec.language triton)")
+    if solution.spec.destination_passing_style:
+        raise TaskError(f"{what} is destination-passing (it writes into output tensors it is given): accelopt's "
+                        f"{entry_point} returns its outputs, and no adapter is written for it")
+    if len(solution.sources) > 1:
+        raise TaskError(f"{what} has {len(solution.sources)} source files ({', '.join(s.path for s in solution.sources)})"
+                        ": an accelopt baseline is one Python module")
+    entry, symbol = solution.entry_file, solution.entry_symbol
+    if not entry.endswith(".py"):
+        raise TaskError(f"{what}: its entry file {entry} is not a Python module")
+    source = solution.sources[0].content
+    tree = _parse(source, f"{what}: {entry} is not Python")
+    names = _top_level_names(tree)
+    if symbol not in names:
+        raise TaskError(f"{what}: its entry point {solution.spec.entry_point} names nothing {entry} defines")
+    if symbol == entry_point and symbol in _functions(tree):
+        return source
+    if symbol != entry_point and entry_point in names:
+        raise TaskError(f"{what}: {entry} defines its own {entry_point} besides the entry point {symbol}; the task "
+                        f"calls {entry_point}")
+    target = symbol if symbol != entry_point else f"_fib_{entry_point}"
+    alias = f"{target} = {symbol}\n\n\n" if symbol == entry_point else ""  # an assigned or imported `run`
+    return source.rstrip() + f"""
+
+
+{ENTRY_MARK}: the Solution's {solution.spec.entry_point}, called as the task's {entry_point}
+{alias}def {entry_point}(*inputs):
+    return {target}(*inputs)
+"""
+
+
+def _parse(source: str, refusal: str):
+    try:
+        return pyparse.parse(source)
+    except SyntaxError as e:
+        raise TaskError(f"{refusal} (syntax error at line {e.lineno}: {e.msg})") from None
+    except ValueError as e:  # a NUL byte
+        raise TaskError(f"{refusal} ({e})") from None
+
+
+def _functions(tree) -> set[str]:
+    return {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+
+
+def _top_level_names(tree) -> set[str]:
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return names
 
 
 def adapt_baseline(task_dir: str | Path) -> bool:
@@ -175,7 +263,7 @@ def _write_task(out: Path, definition: Definition, judging: Judging, paging: Pag
         "backend": "triton",
         "dtype": _task_dtype(definition),
         "flops_kind": "tensor" if definition.op_type in GEMM_OPS else "vector",
-        "entry_point": "run",
+        "entry_point": TASK_ENTRY_POINT,
         "workloads": [workload_entry(w, i) for i, w in enumerate(rows)],
         "interpreter_workloads": interpreter,
         "seeds": seeds,

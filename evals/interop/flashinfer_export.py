@@ -21,8 +21,9 @@ from pathlib import Path
 
 from accelopt.evals.interop import read_summary
 from accelopt.evals.interop.flashinfer_data import BlobStore, confined
-from accelopt.evals.interop.flashinfer_schema import (APPLY_MAX_ERRORS, REPORT_BEST_MAX_ERRORS, Definition,
-                                                      read_definition, slug, workload_entry)
+from accelopt.evals.interop.flashinfer_schema import (APPLY_MAX_ERRORS, NULLABLE_LISTS, REPORT_BEST_MAX_ERRORS,
+                                                      BuildSpec, Definition, Solution, SourceFile, read_definition,
+                                                      slug, workload_entry)
 from accelopt.tools.task import Task, TaskError, load_task
 
 # reference_kernel.py's loader: a "kernel" that is the task's PyTorch reference.
@@ -104,10 +105,10 @@ def export_run(run_dir: str | Path, out_dir: str | Path, *, author: str = "accel
 def solution_dict(definition: Definition, source: str, *, name: str, author: str, hardware: str, description: str,
                   entry_point: str = "run") -> dict:
     # value-returning: the kernel returns its outputs (a tuple in the Definition's order)
-    return {"name": name, "definition": definition.name, "author": author, "description": description,
-            "spec": {"language": "triton", "target_hardware": [hardware], "entry_point": f"main.py::{entry_point}",
-                     "dependencies": [], "destination_passing_style": False},
-            "sources": [{"path": "main.py", "content": source}]}
+    spec = BuildSpec(language="triton", target_hardware=[hardware], entry_point=f"main.py::{entry_point}",
+                     dependencies=[], destination_passing_style=False)
+    return Solution(name=name, definition=definition.name, author=author, description=description, spec=spec,
+                    sources=[SourceFile(path="main.py", content=source)]).model_dump()
 
 
 def _task_definition(task_dir: Path) -> Definition:
@@ -208,7 +209,16 @@ def _write_definition(dataset: Path, definition: Definition, source: Path) -> No
         return
     path = dataset / "definitions" / definition.op_type / f"{definition.name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(source.read_text())
+    path.write_text(_definition_text(source))
+
+
+def _definition_text(source: Path) -> str:
+    """The Definition as imported, verbatim, unless it gives an optional list as null (the published
+    datasets do), which flashinfer-bench's own model refuses: then those lists are written empty."""
+    text = source.read_text()
+    data = json.loads(text)
+    nulls = {k: [] for k in NULLABLE_LISTS if k in data and data[k] is None}
+    return json.dumps({**data, **nulls}, indent=2) + "\n" if nulls else text
 
 
 def _write_workloads(dataset: Path, definition: Definition, rows: list[dict], data: Path) -> None:

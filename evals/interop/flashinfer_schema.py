@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ValidationError, field_validator, model_validator
 
 from accelopt.tools.task import TaskError, read_utf8
 
@@ -29,6 +29,9 @@ REPORT_BEST_MAX_ERRORS = (1e-2, 1e-2)
 APPLY_MAX_ERRORS = (1e-2, 1e-5)
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 INDEX_DTYPES = ("int32", "int64", "int16", "int8")
+# A Definition's optional lists, which the published datasets (flashinfer-trace, and AccelOpt's copies of it)
+# write as null when absent; flashinfer-bench 0.1.2's own model refuses null there. Null means empty.
+NULLABLE_LISTS = ("tags", "constraints")
 
 
 class Axis(BaseModel):
@@ -52,6 +55,11 @@ class Definition(BaseModel):
     description: str | None = None
     tags: list[str] = []
     constraints: list[str] = []
+
+    @field_validator(*NULLABLE_LISTS, mode="before")
+    @classmethod
+    def _null_is_empty(cls, value: Any) -> Any:
+        return [] if value is None else value
 
     @property
     def var_axes(self) -> list[str]:
@@ -109,6 +117,79 @@ def read_workloads(path: Path, definition: Definition) -> list[dict]:
         _check_workload(workload, definition, f"{path}:{number}")
         rows.append(workload)
     return rows
+
+
+class SourceFile(BaseModel):
+    path: str
+    content: str
+
+    @model_validator(mode="after")
+    def _relative(self) -> SourceFile:
+        if not self.path or Path(self.path).is_absolute() or ".." in Path(self.path).parts:
+            raise ValueError(f"source path {self.path!r} must be relative, inside the solution")
+        return self
+
+
+class BuildSpec(BaseModel):
+    language: str  # triton, python, cuda, cpp, tilelang: checked by who reads it, so a refusal can name it
+    target_hardware: list[str] = []
+    entry_point: str  # "<file>::<function>"
+    dependencies: list[str] = []
+    # FlashInfer-Bench 0.1.2 defaults to True, but the published Solutions predate the field and return
+    # their outputs: absent means what they do.
+    destination_passing_style: bool = False
+
+    @field_validator("target_hardware", "dependencies", mode="before")
+    @classmethod
+    def _null_is_empty(cls, value: Any) -> Any:
+        return [] if value is None else value
+
+    @field_validator("entry_point")
+    @classmethod
+    def _file_and_function(cls, value: str) -> str:
+        if value.count("::") != 1 or not all(value.split("::")):
+            raise ValueError(f"entry_point {value!r} is not '<file>::<function>'")
+        return value
+
+
+class Solution(BaseModel):
+    """A FlashInfer-Bench Solution: what the exporter writes (solution_dict) and a baseline may be."""
+    name: str
+    definition: str
+    author: str
+    description: str | None = None
+    spec: BuildSpec
+    sources: list[SourceFile]
+
+    @model_validator(mode="after")
+    def _entry_file_in_sources(self) -> Solution:
+        paths = [s.path for s in self.sources]
+        if len(set(paths)) != len(paths):
+            raise ValueError("duplicate source paths")
+        if self.entry_file not in paths:
+            raise ValueError(f"entry file {self.entry_file} is not among the sources")
+        return self
+
+    @property
+    def entry_file(self) -> str:
+        return self.spec.entry_point.split("::")[0]
+
+    @property
+    def entry_symbol(self) -> str:
+        return self.spec.entry_point.split("::")[1]
+
+
+def parse_solution(text: str, where: Path) -> Solution:
+    """A Solution from JSON text; TaskError, one line, when it is not one."""
+    try:
+        return Solution.model_validate(json.loads(text))
+    except json.JSONDecodeError as e:
+        raise TaskError(f"{where}: invalid JSON at line {e.lineno}: {e.msg}") from None
+    except ValidationError as e:
+        first = e.errors()[0]
+        where_in = ".".join(map(str, first["loc"])) or "(top level)"
+        raise TaskError(f"{where}: a JSON file but not a FlashInfer-Bench Solution: {where_in}: "
+                        f"{first['msg'].removeprefix('Value error, ')}") from None
 
 
 def _check_workload(workload: dict, definition: Definition, where: str) -> None:
