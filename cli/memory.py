@@ -86,9 +86,11 @@ def search(query: str, memory: MemoryDir = None, memory_url: MemoryUrl = None,
 def show(insight_id: str, memory: MemoryDir = None, memory_url: MemoryUrl = None,
          embedder: EmbedderOpt = DEFAULT_EMBEDDER) -> None:
     """One insight, whole, as JSON."""
-    insight = _open(memory, memory_url, embedder, embed=False).get(insight_id)
-    if insight is None:
-        fail(f"no insight {insight_id}", code=1)
+    store = _open(memory, memory_url, embedder, embed=False)
+    insight = store.get(insight_id)
+    if insight is None:  # a mistyped id is bad input: exit 2, with where the ids are
+        where = f" --memory-url {memory_url}" if memory_url else f" --memory {memory}" if memory else ""
+        fail(f"no insight {insight_id!r} in {store.location}: `accelopt memory list{where}` shows the ids")
     console.print_json(insight.model_dump_json())
 
 

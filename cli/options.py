@@ -61,15 +61,26 @@ CreateMemory = Opt[bool, typer.Option("--create-memory", help="Start a new insig
                                                               "none (else a missing directory is an error: a typo)")]
 
 # Budgets: per run (under `eval`, per task).
-MaxTokens = Opt[Optional[int], typer.Option(help="Token budget per run (eval: per task)")]
-MaxCost = Opt[Optional[float], typer.Option(help="$ budget per run (eval: per task)")]
-MaxWall = Opt[Optional[float], typer.Option(help="Wall-clock budget per run in seconds (eval: per task)")]
+def _positive_budget(param: typer.CallbackParam, value: float | None) -> float | None:
+    """A budget of zero or less (or nan) would stop a run before it starts: refused in one `error:` line."""
+    if value is not None and not value > 0:
+        from accelopt.cli.memory import fail
+
+        fail(f"{param.opts[0]} {value:g}: a budget must be greater than 0 (leave the flag out for no budget)")
+    return value
+
+
+MaxTokens = Opt[Optional[int], typer.Option(callback=_positive_budget, help="Token budget per run (eval: per task)")]
+MaxCost = Opt[Optional[float], typer.Option(callback=_positive_budget, help="$ budget per run (eval: per task)")]
+MaxWall = Opt[Optional[float], typer.Option(callback=_positive_budget,
+                                            help="Wall-clock budget per run in seconds (eval: per task)")]
 EvalTimeout = Opt[Optional[float], typer.Option(show_default="300", help="Per-candidate evaluation limit in seconds")]
 
 # Where evaluations run: the local pool, or a Ray cluster (pip install "accelopt[ray]").
+# Help is rich markup: a literal [word] is written \\[word], else it vanishes (tests/unit/test_cli_startup.py).
 Cluster = Opt[Optional[Literal["local", "ray"]], typer.Option(
     show_default="local", help="local (one judge per GPU of this host) or ray (evaluation actors on every GPU of a "
-                               "Ray cluster; --ray-address, $ACCELOPT_RAY_ADDRESS or [cluster] in accelopt.toml, "
+                               "Ray cluster; --ray-address, $ACCELOPT_RAY_ADDRESS or \\[cluster] in accelopt.toml, "
                                "else auto)")]
 RayAddress = Opt[Optional[str], typer.Option(help="Ray cluster to evaluate on: auto, ray://HOST:10001 or HOST:6379 "
                                                   "(implies --cluster ray)")]

@@ -258,3 +258,30 @@ def test_calls_the_budget_did_not_pay_for_are_not_counted_as_evaluated():
     candidates = {"baseline": {"status": "verified"}, "a": {"status": "no_code"}, "b": {"status": "not_sent"},
                   "c": {"status": "not_sent"}}
     assert candidate_counts(candidates) == (1, {"no_code": 1, "not_sent": 2})
+
+
+@pytest.mark.parametrize("command,flag,value", [("optimize", "--max-cost", "-5"), ("optimize", "--max-tokens", "0"),
+                                                ("optimize", "--max-wall", "-1.5"), ("eval", "--max-cost", "0")])
+def test_a_budget_of_zero_or_less_is_refused(tmp_path, command, flag, value):
+    proc = run_cli(command, str(tmp_path / "nope"), flag, value)
+    assert_clean_error(proc, f"{flag} {value}: a budget must be greater than 0")
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_memory_show_of_an_unknown_id_names_it_and_how_to_list_them(tmp_path):
+    store = tmp_path / "memory"
+    store.mkdir()
+    proc = run_cli("memory", "show", "nosuchid", "--memory", str(store))
+    assert_clean_error(proc, "no insight 'nosuchid'", f"accelopt memory list --memory {store}")
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_the_tuner_on_a_task_without_a_baseline_is_refused_before_any_work(softmax_task, tmp_path):
+    """A task with no baseline.py (a KernelBench import) needs a first kernel written from the
+    reference: the tuner cannot, so the run is refused before judges start or the run dir is claimed."""
+    (softmax_task / "baseline.py").unlink()
+    run_dir = tmp_path / "run"
+    proc = run_cli("optimize", str(softmax_task), "--model", "tuner", "--device", "cpu", "--no-memory",
+                   "--run-dir", str(run_dir))
+    assert_clean_error(proc, "task softmax has no baseline.py", "--seed inductor", "--model")
+    assert len(proc.stderr.strip().splitlines()) == 1 and not run_dir.exists()

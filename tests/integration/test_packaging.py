@@ -11,16 +11,34 @@ import pytest
 from tests.conftest import ROOT
 
 
-def test_the_wheel_installs_one_namespace(tmp_path):
+def _build_wheel(tmp_path):
+    """The wheel `pip wheel` builds, and what the build printed."""
     pytest.importorskip("setuptools")
     # built from a copy of the tracked files (3 MB), so the build leaves nothing in the repository
     source = tmp_path / "source"
     for name in subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.splitlines():
         (source / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, source / name)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(source),
-                    "-w", str(tmp_path / "wheel")], check=True, capture_output=True, timeout=300)
-    wheel = next((tmp_path / "wheel").glob("accelopt-*.whl"))
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                            str(source), "-w", str(tmp_path / "wheel")], check=True, capture_output=True, text=True,
+                           timeout=300)
+    return next((tmp_path / "wheel").glob("accelopt-*.whl")), built.stdout + built.stderr
+
+
+def test_the_build_warns_of_nothing_and_packages_every_task_file(tmp_path):
+    """The data folders (tasks, prompts, realworld solutions) are package-data, not packages that
+    setuptools warns of one by one (~1,650 lines of BuildBackendWarning in `make demo`)."""
+    wheel, output = _build_wheel(tmp_path)
+    assert [line for line in output.splitlines() if "BuildBackendWarning" in line] == []
+    names = set(zipfile.ZipFile(wheel).namelist())
+    tracked = subprocess.run(["git", "ls-files", "evals/tasks", "evals/nkibench", "evals/realworld", "nodes/prompts"],
+                             cwd=ROOT, capture_output=True, text=True, check=True).stdout.splitlines()
+    missing = [name for name in tracked if f"accelopt/{name}" not in names]
+    assert tracked and missing == []  # e.g. the realworld tasks' data/*.safetensors inputs
+
+
+def test_the_wheel_installs_one_namespace(tmp_path):
+    wheel, _ = _build_wheel(tmp_path)
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")} == {"accelopt"}
     for path in ("accelopt/cli/app.py", "accelopt/graph/builder.py", "accelopt/nodes/records.py",
