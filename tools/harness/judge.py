@@ -62,6 +62,7 @@ READY_TIMEOUT_S = 120.0
 MAX_REPS = 40
 TIMING_SEED = 100       # timing inputs: never among the checked seeds
 AFTER_SEED = 500        # the check after timing: inputs never seen before
+SIGNED_SEED = 700       # the widened draw (Judge.wider): the task's inputs, non-negative ones given signs
 # Timing rounds: at least MIN, then until every comparison is decided (stats.decided), at most MAX.
 # The interpreter runs its minimum only: its times are a CPU emulation's wall clock, and more
 # rounds of it buy nothing.
@@ -923,6 +924,44 @@ class Judge:
                 self._give_back_gpu_memory(req)
         return checked
 
+    def wider(self, box, req, ref, deadline: float) -> str | None:
+        """A task may draw only values >= 0 for an input its reference is defined on everywhere
+        (KernelBench's torch.rand): a kernel computing abs where the reference is ReLU passes every
+        such draw. So per workload, one more draw of the task's own inputs, each floating input
+        that came out all >= 0 given random signs; where the reference's outputs on it are finite
+        (it is defined there), the kernel must match them. Returns the evidence, or None when no
+        input was widened (the task's draws already have both signs)."""
+        torch = self.torch
+        widened = []
+        for workload in req["workloads"]:
+            seed = req["seed_offset"] + SIGNED_SEED
+            inputs, _ = self.prepare(ref, req, workload, seed, expect=False)
+            signs = torch.Generator(device="cpu").manual_seed(seed)
+            flipped = [_signed(torch, t, signs) if _non_negative(torch, t) else None for t in inputs]
+            if not any(t is not None for t in flipped):
+                continue
+            inputs = tuple(t if f is None else f for t, f in zip(inputs, flipped))
+            where = (f"workload {workload['name']} seed {seed} with the signs of its non-negative inputs "
+                     "drawn at random")
+            try:
+                expected = self.expected(ref, req, inputs, where)
+            except Reject:
+                continue  # the reference is not defined there: nothing to hold the kernel to
+            if not _finite(torch, expected):
+                continue
+            try:
+                self._check_call(box, req, ref, inputs, expected, where, deadline, -1, None)
+            except Reject as r:
+                if r.status in ("wrong_output", "nan", "shape_mismatch", "dtype_mismatch"):
+                    raise Reject(r.status, f"correct on the task's own draws (every value >= 0 in some inputs), "
+                                           f"wrong where the reference is defined too: {r.error}") from None
+                raise
+            widened.append(workload["name"])
+            del inputs, expected
+            self._give_back_gpu_memory(req)
+        return (f"correct with signed values in the inputs the task draws only >= 0 ({', '.join(widened)})"
+                if widened else None)
+
     def _give_back_gpu_memory(self, req: dict) -> None:
         """What this process's caching allocator freed goes back to the GPU: the sandboxes, in other
         processes, allocate from the same device. Inputs handed to a sandbox stay allocated here
@@ -1178,6 +1217,10 @@ class Judge:
         evidence.append(f"correct on {checked} fresh input sets, outputs poisoned, inputs unchanged, "
                         "identical calls agree")
         if not req.get("trusted"):
+            widened = self.wider(box, req, ref, deadline)
+            if widened:
+                evidence.append(widened)
+        if not req.get("trusted"):
             self._next_step("ghost")
             evidence.append(self.ghost(box, req, ref, deadline))
             evidence.append("every checked call traced: no compute outside the kernel's Triton launches "
@@ -1262,6 +1305,23 @@ class Judge:
                 "compare": {k: v for k, v in timings.items() if k not in ("candidate", COPY)},
                 "copy": timings.get(COPY, {}), "device_name": device_name, "rounds": rounds,
                 "evidence": evidence, "kernels_seen": sorted(self.seen), "phases_s": self.phases}
+
+
+def _non_negative(torch, t) -> bool:
+    return (isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > 1
+            and bool((t >= 0).all()) and bool((t > 0).any()))
+
+
+def _signed(torch, t, generator):
+    """`t` with each value's sign drawn at random (a fixed generator: the same draw every time)."""
+    signs = torch.randint(0, 2, tuple(t.shape), generator=generator).to(t.device, t.dtype) * 2 - 1
+    return t * signs
+
+
+def _finite(torch, value) -> bool:
+    values = value if isinstance(value, (tuple, list)) else [value]
+    return all(not (isinstance(v, torch.Tensor) and v.is_floating_point()) or bool(torch.isfinite(v).all())
+               for v in values)
 
 
 def _comparator_failed(name: str, f: SandboxFailure) -> Reject:
