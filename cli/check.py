@@ -27,7 +27,8 @@ ROUNDS_STOPPED = {"decided": "every comparison decided", "cap": "the cap, some c
 
 def check(
     task_dir: Opt[Path, typer.Argument(help="Task directory (task.json, reference.py, baseline.py)")],
-    kernel: Opt[Path, typer.Argument(help="The kernel module to judge (its entry point is the task's)")],
+    kernel: Opt[Path, typer.Argument(help="The kernel module to judge (its entry point is the task's; for a "
+                                          "task imported from KernelBench, a solution defining ModelNew)")],
     against: Opt[Optional[Path], typer.Option(help="Time against this kernel instead of the task's baseline")] = None,
     device: Opt[DeviceName, typer.Option(help="auto, cuda (refused where no GPU is visible), or cpu (Triton "
                                                "interpreter: correctness, no GPU times)")] = "auto",
@@ -49,13 +50,23 @@ def check(
     refusal = device_refusal(device) or run_refusal(task, device)
     if refusal:
         fail(refusal)
+    from accelopt.tools.kernelbench_solution import adapt  # a KernelBench solution (ModelNew) gets its entry point
+
     compare = {}
-    if against is not None:
-        compare["against"] = against.read_text()
-    elif task.baseline_source:
+    text = kernel.read_text()
+    try:
+        source = adapt(task.root, text, task.spec.entry_point)
+        if against is not None:
+            compare["against"] = adapt(task.root, against.read_text(), task.spec.entry_point)
+    except TaskError as e:
+        fail(str(e))
+    if against is None and task.baseline_source:
         compare["baseline"] = task.baseline_source
-    result = backend_for(task).evaluate(task, kernel.read_text(), device=None if device == "auto" else device,
+    result = backend_for(task).evaluate(task, source, device=None if device == "auto" else device,
                                         timeout_s=timeout, compare=compare, trusted=False)
+    if source != text:  # static advice on the entry point accelopt appended is not about the user's file
+        lines = len(text.splitlines())
+        result.findings = [f for f in result.findings if f.line is None or f.line <= lines]
     if as_json:
         typer.echo(json.dumps(result.model_dump(mode="json")))
     else:

@@ -201,6 +201,9 @@ def load_task(task_dir: str | Path) -> Task:
     baseline_path = root / "baseline.py"
     baseline_source = read_utf8(baseline_path) if baseline_path.is_file() else None
     if baseline_source is not None:
+        from accelopt.tools.kernelbench_solution import adapt  # a KernelBench solution (ModelNew) gets its entry point
+
+        baseline_source = adapt(root, baseline_source, spec.entry_point)
         _require_functions(baseline_path, baseline_source, (spec.entry_point,))
     return Task(root=str(root.resolve()), spec=spec, reference_source=reference_source,
                 baseline_source=baseline_source)

@@ -4,7 +4,9 @@ accelopt task; the best kernel goes back out as a KernelBench solution (`ModelNe
 The kernel's entry point receives the forward inputs followed by the Model's state (parameters,
 buffers, tensor attributes), so weights stay data and a kernel cannot bake them in. The exported
 ModelNew subclasses the problem's Model, so KernelBench's seeded construction gives it the very
-same weights, and forwards them to the kernel.
+same weights, and forwards them to the kernel. A KernelBench solution (ModelNew, no `run`) given to
+`accelopt check` or as the baseline gets a `run` (tools/kernelbench_solution.py) that builds ModelNew
+as KernelBench does, with the Model's weights (kernelbench_reference.ModelNewEntry).
 
 Every number the problem's module-level size assignments bind is a knob (kernelbench_sizes.py).
 The GPU workload is the problem as written; the CPU interpreter's workload is shrunk automatically

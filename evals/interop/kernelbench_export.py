@@ -16,6 +16,8 @@ from pathlib import Path
 
 from accelopt.tools import pyparse
 from accelopt.evals.interop import read_summary
+from accelopt.tools.kernelbench_solution import MARK as MODEL_NEW_MARK
+from accelopt.tools.kernelbench_solution import original
 from accelopt.tools.task import TaskError, load_task
 
 REFERENCE_MARK = "accelopt_task_reference"  # reference_kernel.py's module: the PyTorch reference, not a kernel
@@ -53,7 +55,10 @@ def _without_docstrings(source: str) -> str:
 
 
 def solution_source(task_dir: str | Path, kernel_source: str) -> str:
-    """A KernelBench solution file: the problem (for Model and its sizes), the kernel, and ModelNew."""
+    """A KernelBench solution file: the problem (for Model and its sizes), the kernel, and ModelNew;
+    a kernel that is itself a KernelBench solution (a ModelNew given as the baseline) as it was given."""
+    if MODEL_NEW_MARK in kernel_source:
+        return original(kernel_source)
     task_dir = Path(task_dir)
     problem = task_dir / "problem.py"
     if not problem.is_file():

@@ -503,3 +503,180 @@ def test_traceable_for_is_one_graph_over_the_arguments_with_the_reference_output
     assert "level1_33_BatchNorm" in refused and "level2_33_Gemm_Scale_BatchNorm" in refused
     assert "level1_1_Square_matrix_multiplication_" in traced and "level2_1_Conv2D_ReLU_BiasAdd" in traced
     assert len(traced) >= 20, (traced, refused)
+
+
+# A KernelBench solution as KernelBench users have it: ModelNew, its Triton kernel in the same file.
+SCALED_LINEAR_PROBLEM = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """A linear layer whose outputs are scaled by a learned vector."""
+
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+        self.scale = nn.Parameter(torch.randn(out_features))
+
+    def forward(self, x):
+        return self.linear(x) * self.scale
+
+
+batch_size = 8
+in_features = 24
+out_features = 16
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_features)]
+
+
+def get_init_inputs():
+    return [in_features, out_features]
+'''
+
+MODEL_NEW_SOLUTION = '''import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def linear_scale_kernel(x_ptr, w_ptr, b_ptr, s_ptr, y_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                        BLOCK_K: tl.constexpr):
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        rk = k0 + tl.arange(0, BLOCK_K)
+        a = tl.load(x_ptr + rm[:, None] * K + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
+        b = tl.load(w_ptr + rn[None, :] * K + rk[:, None], mask=(rn[None, :] < N) & (rk[:, None] < K), other=0.0)
+        acc += tl.dot(a, b, input_precision="ieee")
+    acc += tl.load(b_ptr + rn, mask=rn < N, other=0.0)[None, :]
+    acc *= tl.load(s_ptr + rn, mask=rn < N, other=0.0)[None, :]
+    tl.store(y_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+        self.scale = nn.Parameter(torch.randn(out_features))
+
+    def forward(self, x):
+        M, K = x.shape
+        N = self.linear.weight.shape[0]
+        y = torch.empty((M, N), dtype=x.dtype, device=x.device)
+        grid = (triton.cdiv(M, 16), triton.cdiv(N, 16))
+        linear_scale_kernel[grid](x, self.linear.weight, self.linear.bias, self.scale, y, M, N, K,
+                                  BLOCK_M=16, BLOCK_N=16, BLOCK_K=16)
+        return y
+'''
+# KernelBench's seeded construction gives this ModelNew another scale than the Model's: its own weights.
+MODEL_NEW_OWN_WEIGHTS = MODEL_NEW_SOLUTION.replace("nn.Parameter(torch.randn(out_features))",
+                                                   "nn.Parameter(torch.rand(out_features) + 0.5)")
+# The same ModelNew returning what torch computes: launching its kernel too does not make it a kernel.
+MODEL_NEW_IN_TORCH = MODEL_NEW_SOLUTION.replace("        return y\n", "        return self.linear(x) * self.scale\n")
+
+
+def _check(task_dir, solution) -> tuple[int, dict]:
+    proc = subprocess.run([sys.executable, "-m", "accelopt", "check", str(task_dir), str(solution), "--device", "cpu",
+                           "--json"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert lines, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return proc.returncode, json.loads(lines[-1])
+
+
+@pytest.fixture
+def scaled_linear(tmp_path):
+    (tmp_path / "scaled_linear.py").write_text(SCALED_LINEAR_PROBLEM)
+    return import_problem(tmp_path / "scaled_linear.py", tmp_path / "scaled_linear_task")
+
+
+def test_a_kernelbench_solution_is_checked_with_the_models_weights(scaled_linear, tmp_path):
+    """`accelopt check TASK solution.py` on a KernelBench solution (ModelNew with its Triton kernel,
+    no `run`): verified on the judge's seeds, each with the state of a Model built under that seed,
+    which ModelNew, built once under KernelBench's seed, can only match with the Model's weights.
+    A ModelNew whose __init__ draws its scale otherwise keeps its own, as under KernelBench's
+    seeded construction, and is wrong."""
+    solution, own = tmp_path / "solution.py", tmp_path / "own_weights.py"
+    solution.write_text(MODEL_NEW_SOLUTION)
+    own.write_text(MODEL_NEW_OWN_WEIGHTS)
+    code, result = _check(scaled_linear, solution)
+    assert code == 0 and result["status"] == "verified", result["error"]
+    assert any("ghost replay" in e for e in result["evidence"])
+    lines = len(MODEL_NEW_SOLUTION.splitlines())  # no advice about the entry point accelopt appended
+    assert all(f["line"] is None or f["line"] <= lines for f in result["findings"]), result["findings"]
+    code, result = _check(scaled_linear, own)
+    assert code == 1 and result["status"] == "wrong_output", result
+    assert "max abs err" in result["error"]
+
+
+def test_a_kernelbench_solution_computing_in_torch_is_still_refused(scaled_linear):
+    from accelopt.tools.kernelbench_solution import adapt
+
+    task = load_task(scaled_linear)
+    result = evaluate(task, adapt(task.root, MODEL_NEW_IN_TORCH, "run"), device="cpu", rounds=1)
+    assert result.status == "cheat_suspected" and "compute outside the Triton launches" in result.error, result.error
+
+
+class _BatchNormNew(torch.nn.Module):  # torch in forward: called directly here, never judged
+    def __init__(self, num_features):
+        super().__init__()
+        self.bn = torch.nn.BatchNorm2d(num_features=num_features)
+
+    def forward(self, x):
+        return self.bn(x)
+
+
+class _LinearReluNew(torch.nn.Module):
+    """Names of its own for the Linear's weight and bias, drawn as nn.Linear draws them."""
+
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        linear = torch.nn.Linear(in_features, out_features)
+        self.weight = torch.nn.Parameter(linear.weight.detach().clone())
+        self.bias = torch.nn.Parameter(linear.bias.detach().clone())
+
+    def forward(self, x):
+        return torch.relu(x @ self.weight.t() + self.bias)
+
+
+@pytest.mark.parametrize("relative, model_new, tied", [
+    ("level1/33_BatchNorm.py", _BatchNormNew,  # zero biases and running means: tied by name
+     [("parameter", "bn", "weight", 0), ("parameter", "bn", "bias", 1), ("buffer", "bn", "running_mean", 2),
+      ("buffer", "bn", "running_var", 3), ("buffer", "bn", "num_batches_tracked", 4)]),
+    ("linear_relu.py", _LinearReluNew, [("parameter", "", "weight", 0), ("parameter", "", "bias", 1)]),
+])
+def test_model_new_takes_each_calls_model_state_where_its_seeded_weights_are_the_models(tmp_path, relative,
+                                                                                        model_new, tied):
+    """The entry point a KernelBench solution gets (reference.py's model_new_entry): ModelNew's
+    tensors equal to the Model's under the same seed are the Model's, found by value (other names
+    too), and every call computes with the state it is handed, which stays untouched."""
+    task_dir = import_problem(KB / relative, tmp_path / "t")
+    judge = _module(task_dir / "reference.py", "kb_judge_side_model_new")
+    kernel = _module(task_dir / "reference.py", "kb_kernel_side_model_new")
+    entry = kernel.model_new_entry(model_new)
+    assert [e["ties"] for e in entry.built.values()] == [tied]
+    params = load_task(task_dir).spec.interpreter_workloads[0].params
+    for seed in (0, 1, 7):
+        args = judge.make_inputs(params, seed, "cpu", "float32")
+        before = [a.clone() for a in args]
+        torch.testing.assert_close(entry(*args), judge.reference(*args), rtol=1e-5, atol=1e-5)
+        assert all(torch.equal(a, b) for a, b in zip(args, before))
+
+
+def test_a_kernelbench_solution_as_baseline_gets_its_entry_point_and_exports_as_written(scaled_linear, tmp_path):
+    from accelopt.evals.interop.kernelbench_export import solution_source
+    from accelopt.tools.kernelbench_solution import MARK, adapt
+
+    (scaled_linear / "baseline.py").write_text(MODEL_NEW_SOLUTION)
+    task = load_task(scaled_linear)
+    assert task.baseline_source.startswith(MODEL_NEW_SOLUTION.rstrip()) and MARK in task.baseline_source
+    assert "def run(*inputs_and_state)" in task.baseline_source
+    assert solution_source(scaled_linear, task.baseline_source) == MODEL_NEW_SOLUTION  # already a KernelBench file
+    with_run = MODEL_NEW_SOLUTION + "\n\ndef run(x, *state):\n    return x\n"
+    assert adapt(task.root, with_run, "run") == with_run  # a module with the entry point is left alone
+    other = tmp_path / "not_kernelbench"
+    other.mkdir()
+    assert adapt(other, MODEL_NEW_SOLUTION, "run") == MODEL_NEW_SOLUTION  # no problem.py: not a KernelBench task
