@@ -270,7 +270,7 @@ class RunView:
         counts = {stage: 0 for stage in (*STAGES, "done")}
         for stage in self.branches.values():
             counts[stage] = counts.get(stage, 0) + 1
-        counts["writing kernels"] = max(self.plans * self.ctx.samples - len(self.branches), 0)
+        counts["writing kernels"] = max(self.plans * self.ctx.kernels_per_plan() - len(self.branches), 0)
         return counts
 
     def description(self) -> str:

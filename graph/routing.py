@@ -51,7 +51,7 @@ def to_samples(state: RunState, runtime: Runtime[RunContext]) -> list[Send] | st
         return "selector"  # a planner met a fatal model error: the selector ends the run
     baseline = compact(state["candidates"][state["baseline_id"]])
     plans = state.get("plans", [])
-    pairs = [(j, k) for k in range(ctx.samples) for j in range(len(plans))]
+    pairs = [(j, k) for k in range(ctx.kernels_per_plan()) for j in range(len(plans))]
     pairs = sorted(pairs[:affordable(totals(state.get("usage") or []), Limits(ctx.max_tokens, ctx.max_cost_usd),
                                      "executor", len(pairs))])
     sends = [Send("candidate", {"task_dir": state["task_dir"], "run_dir": state.get("run_dir"),

@@ -96,6 +96,11 @@ class RunContext:
         """The context as plain data (run.json): every field but the code-only chat models."""
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "chat_models"}
 
+    def kernels_per_plan(self) -> int:
+        """K, except under the tuner: it writes one kernel per plan, the same every time, so a
+        second sample would evaluate a copy (whatever entry point built the context: CLI, Studio)."""
+        return 1 if self.model_spec("executor").provider == "tuner" else self.samples
+
     def model_spec(self, role: str) -> ModelSpec:
         """The role's model: its [models.ROLE] settings over [models.default], field by field; for
         a chat model given in code, its own name and endpoint with the role's retry settings."""

@@ -63,8 +63,9 @@ def test_review_pauses_then_an_edited_list_replaces_the_plans(tmp_path, caplog):
     assert not graph.get_state(config).next and state["stop_reason"] == "reached T=1 iterations"
     assert [p["id"] for p in state["plans"]] == ["i1.m0.p1", "i1.m0.p2"]
     assert state["plans"][0]["text"].endswith("(reviewed)") and state["plans"][1]["moves"] == proposed[0]["moves"]
-    # exactly one candidate per sample of each kept plan; the dropped plan wrote none
-    assert iteration_one(state["candidates"]) == {"i1.m0.p1.k0", "i1.m0.p1.k1", "i1.m0.p2.k0", "i1.m0.p2.k1"}
+    # exactly one candidate for each kept plan (the tuner writes one kernel per plan, whatever K);
+    # the dropped plan wrote none
+    assert iteration_one(state["candidates"]) == {"i1.m0.p1.k0", "i1.m0.p2.k0"}
     assert {state["candidates"][c]["plan_id"] for c in iteration_one(state["candidates"])} == {"i1.m0.p1", "i1.m0.p2"}
 
 

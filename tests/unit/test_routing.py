@@ -40,12 +40,16 @@ def test_k_samples_per_plan_and_the_selector_when_no_plan_came():
              "candidates": {"baseline": cand("baseline"), "a": cand("a")},
              "plans": [{"id": "i1.m0.p0", "parent_id": "a", "text": "x"},
                        {"id": "i1.m0.p1", "parent_id": "baseline", "text": "y"}]}
-    sends = to_samples(state, runtime(samples=3))
+    sends = to_samples(state, runtime(samples=3, model="vllm:coder"))
     assert len(sends) == 6 and {s.node for s in sends} == {"candidate"}
     assert [s.arg["sample"] for s in sends[:3]] == [0, 1, 2]
     assert sends[0].arg["parent"]["id"] == "a" and sends[3].arg["parent"]["id"] == "baseline"
     assert all(s.arg["baseline"]["id"] == "baseline" for s in sends)
-    assert to_samples({**state, "plans": []}, runtime(samples=3)) == "selector"
+    assert to_samples({**state, "plans": []}, runtime(samples=3, model="vllm:coder")) == "selector"
+    # the tuner writes the same kernel for every sample: one per plan, however the context was made
+    # (Studio's form defaults K to 2; the CLI already chose 1)
+    tuned = to_samples(state, runtime(samples=3))
+    assert [s.arg["sample"] for s in tuned] == [0, 0] and len({s.arg["plan"]["id"] for s in tuned}) == 2
 
 
 @pytest.mark.parametrize("status, fixes, F, autotune, expected", [
@@ -82,13 +86,14 @@ def test_the_samples_sent_are_those_the_budget_pays_for():
              "candidates": {"baseline": cand("baseline")}, "usage": usage,
              "plans": [{"id": f"i2.m0.p{j}", "parent_id": "baseline", "text": "x"} for j in range(3)]}
     # 900 spent of 2400: three executor calls of 500 fit, of the six asked for; one sample of every plan first
-    sends = to_samples(state, runtime(samples=2, max_tokens=2400))
+    llm = {"model": "vllm:coder"}
+    sends = to_samples(state, runtime(samples=2, max_tokens=2400, **llm))
     assert [(s.arg["plan"]["id"], s.arg["sample"]) for s in sends] == [("i2.m0.p0", 0), ("i2.m0.p1", 0),
                                                                         ("i2.m0.p2", 0)]
-    assert len(to_samples(state, runtime(samples=2))) == 6
-    assert to_samples(state, runtime(samples=2, max_tokens=1300)) == "selector"
+    assert len(to_samples(state, runtime(samples=2, **llm))) == 6
+    assert to_samples(state, runtime(samples=2, max_tokens=1300, **llm)) == "selector"
     ledger("budget-run").fail("executor model x at y: 401 Unauthorized — check the API key")
-    assert to_samples(state, runtime(samples=2)) == "selector"  # a fatal error: straight to the selector
+    assert to_samples(state, runtime(samples=2, **llm)) == "selector"  # a fatal error: straight to the selector
 
 
 def test_each_iteration_syncs_the_run_ledger_from_the_state():
