@@ -1308,8 +1308,12 @@ class Judge:
 
 
 def _non_negative(torch, t) -> bool:
-    return (isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > 1
-            and bool((t >= 0).all()) and bool((t > 0).any()))
+    """A float input of the usual widths (not fp8/fp4: their comparisons and products are not
+    defined everywhere) whose every value is >= 0, some > 0."""
+    if not (isinstance(t, torch.Tensor) and t.dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+            and t.numel() > 1):
+        return False
+    return bool((t >= 0).all()) and bool((t > 0).any())
 
 
 def _signed(torch, t, generator):
