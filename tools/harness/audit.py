@@ -54,7 +54,10 @@ def start(task: Task, source: str, gpu: str | None = None) -> Profiling | None:
     if shutil.which("ncu") is None:
         return None
     workloads = [w.name for w in task.spec.workloads_for("cuda")][:MAX_WORKLOADS]
-    return Profiling(task, source, workloads, metrics=AUDIT_METRICS, gpu=gpu)
+    try:
+        return Profiling(task, source, workloads, metrics=AUDIT_METRICS, gpu=gpu)
+    except OSError:  # could not start: a winner's audit starts its own process then, as before
+        return None
 
 
 def audit(task: Task, source: str, result: EvalResult, *, timeout_s: float = TIMEOUT_S,

@@ -106,8 +106,8 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
             raw = judge.request(request, timeout_s)
             result = _result(task, raw, device, dtype)
             result.findings = advice
-            # where the seconds went beyond the judge's own steps: waiting for a judge (its start,
-            # another request), the re-check on fresh inputs, the audit
+            # where the seconds went beyond the judge's own steps: waiting for the judge (its
+            # start), the re-check on fresh inputs, the audit
             result.phases_s["judge_wait"] = round(max(0.0, time.monotonic() - asked - sum(result.phases_s.values())), 3)
             if result.ok:
                 began = time.monotonic()
