@@ -936,8 +936,8 @@ class Judge:
         for workload in req["workloads"]:
             seed = req["seed_offset"] + SIGNED_SEED
             inputs, _ = self.prepare(ref, req, workload, seed, expect=False)
-            signs = torch.Generator(device="cpu").manual_seed(seed)
-            flipped = [_signed(torch, t, signs) if _non_negative(torch, t) else None for t in inputs]
+            flipped = [_signed(torch, t, seed * 1000 + i) if _non_negative(torch, t) else None
+                       for i, t in enumerate(inputs)]
             if not any(t is not None for t in flipped):
                 continue
             inputs = tuple(t if f is None else f for t, f in zip(inputs, flipped))
@@ -1316,10 +1316,13 @@ def _non_negative(torch, t) -> bool:
     return bool((t >= 0).all()) and bool((t > 0).any())
 
 
-def _signed(torch, t, generator):
-    """`t` with each value's sign drawn at random (a fixed generator: the same draw every time)."""
-    signs = torch.randint(0, 2, tuple(t.shape), generator=generator).to(t.device, t.dtype) * 2 - 1
-    return t * signs
+def _signed(torch, t, seed: int):
+    """`t` with each value's sign drawn at random, the same draw for the same seed. Made on the
+    tensor's own device in its own dtype, one extra tensor of its size at most (a KernelBench
+    input is 6 GB: an int64 mask on the host would be 48)."""
+    generator = torch.Generator(device=t.device).manual_seed(seed)
+    out = torch.empty_like(t).bernoulli_(0.5, generator=generator)
+    return out.mul_(2).sub_(1).mul_(t)
 
 
 def _finite(torch, value) -> bool:
