@@ -123,6 +123,10 @@ class Means:
         return (own[0] // own[2] if own else prompt_estimate), output
 
 
+def _call_spend(tokens_in: int, tokens_out: int, prices: tuple[float, float], output_cap: int | None = None) -> Spend:
+    return Spend(tokens_in + tokens_out, (tokens_in * prices[0] + tokens_out * prices[1]) / 1e6, output_cap)
+
+
 class RunLedger:
     """One run's running spend, shared by its branches; every method is thread-safe."""
 
@@ -161,19 +165,18 @@ class RunLedger:
         with self._lock:
             tokens_in, tokens_out = self.means.call(role, prompt_estimate)
             in_flight = Spend(self.spent.tokens + self.reserved.tokens, self.spent.cost_usd + self.reserved.cost_usd)
+            short = False
             if self.limits.max_tokens is None and self.limits.max_cost_usd is None:
-                more = Spend(tokens_in + tokens_out, (tokens_in * prices[0] + tokens_out * prices[1]) / 1e6)
+                more = _call_spend(tokens_in, tokens_out, prices)
             else:
                 ceiling = max_output or max(OUTPUT_CEILING_MIN, OUTPUT_CEILING_CALLS * tokens_out)
-                room = self.limits.output_room(in_flight, tokens_in, prices)
-                cap = int(min(ceiling, room))
-                if cap < max(MIN_OUTPUT, tokens_out // 2):
-                    more = Spend(tokens_in + max(MIN_OUTPUT, tokens_out // 2),
-                                 (tokens_in * prices[0] + max(MIN_OUTPUT, tokens_out // 2) * prices[1]) / 1e6)
-                    return None, self.limits.refusal(in_flight, more) or "the budget left cannot pay for a reply"
-                more = Spend(tokens_in + cap, (tokens_in * prices[0] + cap * prices[1]) / 1e6,
-                             output_cap=cap if cap < ceiling or max_output is None else None)
-            refusal = self.limits.refusal(in_flight, more)
+                cap = int(min(ceiling, self.limits.output_room(in_flight, tokens_in, prices)))
+                least = min(ceiling, max(MIN_OUTPUT, tokens_out // 2))  # shorter, the reply would be cut off
+                short = cap < least
+                more = _call_spend(tokens_in, max(cap, least), prices,
+                                   output_cap=cap if cap < ceiling or max_output is None else None)
+            refusal = self.limits.refusal(in_flight, more) or (
+                "the budget left cannot pay for a whole reply" if short else None)
             if refusal is not None:
                 return None, refusal
             self.reserved.add(more.tokens, more.cost_usd)
