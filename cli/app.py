@@ -129,11 +129,11 @@ def optimize(
         fail(str(e))
     if seed_capture is not None and not seed_capture.is_file():
         fail(f"--seed-capture {seed_capture}: no such file")
-    if (task.baseline_source is None and task.spec.backend == "triton" and ctx.seed != "inductor"
-            and ctx.model_spec("executor").provider == "tuner"):  # else nodes/setup.py stops it after setup
-        fail(f"task {task.name} has no baseline.py, so its first kernel must be written from the reference, and the "
-             "tuner (no LLM) only retunes existing kernels: use an LLM (--model PROVIDER:NAME), start from "
-             "torch.compile's kernels on a GPU (--seed inductor), or add a baseline.py to the task")
+    from accelopt.nodes.seeding import nothing_to_start_from
+
+    refusal = nothing_to_start_from(task, ctx)  # before any setup (setup says the same to graph.invoke)
+    if refusal:
+        fail(refusal)
     refusal = o.cluster_refusal(ctx.ray_address) if ctx.ray_address else o.device_refusal(ctx.device)
     if refusal:
         fail(refusal)

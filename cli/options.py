@@ -86,11 +86,12 @@ RayAddress = Opt[Optional[str], typer.Option(help="Ray cluster to evaluate on: a
                                                   "(implies --cluster ray)")]
 
 # Seeds: candidates made without a model (nodes/seeding.py).
-SeedName = Literal["none", "inductor"]
+SeedName = Literal["auto", "none", "inductor"]
 SeedModeName = Literal["default", "max-autotune-no-cudagraphs", "max-autotune-triton"]
 Seed = Opt[Optional[SeedName], typer.Option(
-    show_default="none", help="inductor: also start from torch.compile's own Triton kernels for the reference "
-                              "(compiled on this machine's GPU), judged like any candidate")]
+    show_default="auto", help="inductor: also start from torch.compile's own Triton kernels for the reference "
+                              "(compiled on this machine's GPU), judged like any candidate; auto: only for a task "
+                              "with no baseline.py under the tuner, on a GPU")]
 SeedMode = Opt[Optional[SeedModeName], typer.Option(
     show_default="default", help="torch.compile mode of the Inductor seed; max-autotune-triton keeps matmuls in "
                                  "Triton templates instead of cuBLAS")]

@@ -28,7 +28,7 @@ from rich.text import Text
 
 from accelopt.nodes.context import RunContext
 from accelopt.nodes.records import leads_parent
-from accelopt.tools.harness.result import FIXABLE, TIMER_LIVE
+from accelopt.tools.harness.result import FIXABLE, NOT_EVALUATED, TIMER_LIVE
 from accelopt.tools.llm import totals
 
 log = logging.getLogger("accelopt")
@@ -46,12 +46,13 @@ def timer_label(timer: str | None) -> str | None:
 def candidate_counts(candidates: dict[str, dict], baseline_id: str = "baseline") -> tuple[int, dict[str, int]]:
     """How many candidates were evaluated, and by status: every candidate except the baseline
     (the summary's `candidates_evaluated`); what the bar and the final summary both show. A
-    call the budget did not pay for (`not_sent`) is counted by status, not as evaluated."""
+    call the budget did not pay for (`not_sent`) and a program already evaluated (`duplicate`) are
+    counted by status, not as evaluated."""
     statuses: dict[str, int] = {}
     for cid, cand in candidates.items():
         if cid != baseline_id and cand.get("status"):
             statuses[cand["status"]] = statuses.get(cand["status"], 0) + 1
-    return sum(n for status, n in statuses.items() if status != "not_sent"), statuses
+    return sum(n for status, n in statuses.items() if status not in NOT_EVALUATED), statuses
 
 
 def short_reason(error: str | None, width: int = 110) -> str:

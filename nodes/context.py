@@ -82,9 +82,10 @@ class RunContext:
     review_plans: bool = field(default=False, metadata={
         "description": "Pause after the planners (interrupt) with the iteration's plans; resume with the list to run "
                        "(edited, fewer, or [] to skip the iteration)"})
-    seed: Literal["none", "inductor"] = field(default="none", metadata={
+    seed: Literal["auto", "none", "inductor"] = field(default="auto", metadata={
         "description": "inductor: also start from torch.compile's own Triton kernels for the reference (needs a "
-                       "CUDA GPU, or seed_capture), judged like any candidate and kept in the beam when they verify"})
+                       "CUDA GPU, or seed_capture), judged like any candidate and kept in the beam when they verify; "
+                       "auto: only where the tuner has no baseline.py to start from and a GPU or capture is there"})
     seed_mode: Literal["default", "max-autotune-no-cudagraphs", "max-autotune-triton"] = field(
         default="default", metadata={"description": "torch.compile mode of the Inductor seed; max-autotune-triton "
                                                     "keeps matmuls in Triton templates instead of cuBLAS"})

@@ -66,6 +66,7 @@ class Candidate(TypedDict, total=False):
     # --- the harness's verdict (with_measurement)
     status: str | None      # verified, compile_error, wrong_output, cheat_suspected, no_code, llm_error, ...
     error: str | None
+    duplicate_of: str       # status duplicate: the candidate that evaluated the same program first
     device: str
     device_name: str | None
     timer: str | None       # cuda_event | interpreter_wall

@@ -5,6 +5,9 @@ captured on the GPU (or read from `seed_capture`, a capture made earlier), judge
 candidate, and kept in the beam when they verify, labelled with their origin. Where Inductor
 leaves a matmul to cuBLAS, the seed is captured again with its Triton templates. A seed that cannot
 be made or fails its check is reported and the run goes on from the baseline.
+By default (`seed = "auto"`) a task with no baseline.py under the tuner (an imported FlashInfer-Bench
+or KernelBench problem) starts from the seed wherever it can be made: the tuner has nothing else
+to start from.
 """
 
 from __future__ import annotations
@@ -15,12 +18,39 @@ from pathlib import Path
 from accelopt.nodes.context import RunContext
 from accelopt.nodes.records import Candidate, seed_candidate, with_measurement
 from accelopt.nodes.services import measure
+from accelopt.tools.harness.runner import gpu_count
 from accelopt.tools.inductor_capture import CaptureError, capture_in_subprocess
 from accelopt.tools.inductor_seed import TEMPLATES_MODE, SeedRefused, seed_source
 from accelopt.tools.rundir import write_candidate
 from accelopt.tools.task import Task
 
 CAPTURE_FILE = "inductor_capture.json"  # in the run dir, per mode: a resumed run does not compile again
+
+
+def _tuner_without_baseline(task: Task, ctx: RunContext) -> bool:
+    return (task.baseline_source is None and task.spec.backend == "triton"
+            and ctx.model_spec("executor").provider == "tuner")
+
+
+def seeds_from_inductor(task: Task, ctx: RunContext) -> bool:
+    """Whether setup seeds from torch.compile's kernels: asked for (`inductor`), or by default
+    (`auto`) where the tuner has no baseline to start from and a GPU (or a capture) can give one."""
+    if ctx.seed != "auto":
+        return ctx.seed == "inductor"
+    return _tuner_without_baseline(task, ctx) and (
+        ctx.seed_capture is not None or (ctx.device != "cpu" and gpu_count() > 0))
+
+
+def nothing_to_start_from(task: Task, ctx: RunContext) -> str | None:
+    """One line on why a run of this task has no kernel to start from (no baseline.py, the tuner
+    writes no kernel from scratch, and no seed can be made), or None. Said before any setup."""
+    if not _tuner_without_baseline(task, ctx) or seeds_from_inductor(task, ctx):
+        return None
+    why = ("--seed none was given" if ctx.seed == "none" else "--device cpu was given" if ctx.device == "cpu"
+           else "no CUDA GPU is visible here")
+    return (f"task {task.name} has no baseline.py and the tuner (no LLM) only retunes existing kernels; on a GPU "
+            f"it starts from torch.compile's kernels, but {why}: run it on a GPU, give a capture made on one "
+            "(--seed-capture), use an LLM (--model PROVIDER:NAME), or add a baseline.py to the task")
 
 
 def inductor_seed(task: Task, ctx: RunContext, baseline: Candidate, run_dir: str) -> tuple[Candidate | None, str]:

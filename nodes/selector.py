@@ -17,6 +17,7 @@ from accelopt.nodes.context import RunContext
 from accelopt.nodes.records import leads_parent
 from accelopt.nodes.state import RunState
 from accelopt.tools.budget import Spend, ledger, next_step
+from accelopt.tools.harness.result import NOT_EVALUATED
 from accelopt.tools.llm import endpoint, totals
 
 
@@ -101,7 +102,7 @@ def selector(state: RunState, runtime: Runtime[RunContext]) -> dict:
     if reason is None and skipped:  # the budget could not pay for a plan: another iteration would not either
         reason = f"budget spent: {skipped[-1]['error']}"
     record = {"iteration": state["iteration"],
-              "evaluated": sum(candidates[c].get("status") != "not_sent" for c in children),
+              "evaluated": sum(candidates[c].get("status") not in NOT_EVALUATED for c in children),
               "verified": sum(candidates[c]["status"] == "verified" for c in children),
               "best_id": best["id"], "best_speedup": best.get("speedup"), "beam": beam,
               "tokens": spent["input_tokens"] + spent["output_tokens"], "cost_usd": spent["cost_usd"]}

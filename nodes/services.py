@@ -4,6 +4,7 @@ profiler, autotune), and the memory store (recall, summarizer)."""
 
 from __future__ import annotations
 
+import ast
 import itertools
 from collections.abc import Callable
 from functools import lru_cache
@@ -19,6 +20,7 @@ from accelopt.tools.codeparse import plan_title
 from accelopt.tools.harness.kernel_profile import profile_kernel
 from accelopt.tools.llm_spec import BudgetExceeded
 from accelopt.tools.policy import Kernel, PolicyError
+from accelopt.tools.pyparse import parse
 from accelopt.tools.runcache import RunCache, device_fingerprint, digest
 from accelopt.tools.task import Task
 from accelopt.tools.tracing import traced_evaluation
@@ -63,7 +65,13 @@ def measure(task: Task, source: str, ctx: RunContext, *, baseline: dict | None, 
     the interpreter (its times are not performance: records.leads_parent says what ranks there). With a run
     directory, a result measured before (e.g. before a crash) is reused, never measured again.
     A real evaluation (not a cached one) is announced on the run's custom stream (`emit`): its
-    start, the cluster node it went to, its end."""
+    start, the cluster node it went to, its end. A candidate whose program (its source up to
+    comments and layout) another candidate of the run evaluated first is not evaluated again: it
+    comes back `duplicate`, naming that candidate, whatever policy wrote it."""
+    first = RunCache(run_dir).claim("programs", program_key(source), candidate_id) if candidate_id else None
+    if first is not None and first != candidate_id:
+        return {"status": "duplicate", "duplicate_of": first,
+                "error": f"the same program as {first}, already evaluated in this run: not evaluated again"}
     device = None if ctx.device == "auto" else ctx.device
     compare = {}
     if baseline is not None:
@@ -95,6 +103,15 @@ def measure(task: Task, source: str, ctx: RunContext, *, baseline: dict | None, 
     cache.log_evaluation(key, {"status": fields["status"], "device": fields["device"],
                                **({"node": fields["node"]} if fields.get("node") else {})})
     return fields
+
+
+def program_key(source: str) -> str:
+    """What makes two sources one program: the syntax tree, not comments or layout (the source
+    itself where it does not parse)."""
+    try:
+        return digest(ast.dump(parse(source)))
+    except (SyntaxError, ValueError):
+        return digest(source)
 
 
 def _measure(task: Task, source: str, ctx: RunContext, device: str | None, compare: dict, baseline: dict | None,

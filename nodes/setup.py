@@ -22,7 +22,7 @@ from accelopt.nodes.context import RunContext
 from accelopt.nodes.records import baseline_candidate, with_measurement
 from accelopt.nodes.state import RunState
 from accelopt.nodes.common import task_of
-from accelopt.nodes.seeding import inductor_seed
+from accelopt.nodes.seeding import inductor_seed, nothing_to_start_from, seeds_from_inductor
 from accelopt.nodes.services import emit, measure
 from accelopt.tools.backends import run_refusal
 from accelopt.tools.harness.reference_kernel import reference_source
@@ -40,11 +40,10 @@ def setup(state: RunState, runtime: Runtime[RunContext]) -> dict:
     if refusal:  # before any model call: no tokens are spent on a task this machine cannot run
         return {"stop_reason": refusal}
     from_scratch = task.baseline_source is None
-    seeding = runtime.context.seed == "inductor"
-    if from_scratch and not seeding and runtime.context.model_spec("executor").provider == "tuner":
-        return {"stop_reason": f"task {task.name} has no baseline.py, so the first kernel must be written from the "
-                               "reference, and the tuner policy only retunes existing kernels: configure an LLM "
-                               "(--model), add a baseline.py, or start from torch.compile's kernels (--seed inductor)"}
+    seeding = seeds_from_inductor(task, runtime.context)
+    refusal = nothing_to_start_from(task, runtime.context)
+    if refusal:
+        return {"stop_reason": refusal}
     run_dir = state.get("run_dir") or str(new_default_run_dir(task.name))
     if not (Path(run_dir) / "run.json").is_file():  # the CLI wrote its own; a graph run's is written here
         Path(run_dir).mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,8 @@ exact:
 - `cache/llm/<hash>.json`: a model reply and its usage record, keyed by the model, the messages
   and the candidate id (so K samples of one plan stay K distinct calls). A resumed branch gets
   the same reply, so it rebuilds the same kernel, and its tokens are counted once.
+- `cache/programs/<hash>`: which candidate first evaluated a program (its source up to comments
+  and layout), so that no program is evaluated twice in a run, across parallel branches and resumes.
 Every real harness evaluation is also appended to `evaluations.jsonl`, an audit log that says
 what was measured and when.
 """
@@ -63,6 +65,27 @@ class RunCache:
         tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_text(json.dumps(value))
         os.replace(tmp, path)  # atomic: a kill leaves the old file or the new one, never half
+
+    def claim(self, kind: str, key: str, owner: str) -> str:
+        """The first owner ever recorded for `key`: `owner` when this call is the first (or when the
+        run has no directory), else whoever claimed it before, in this process or an earlier one.
+        Exclusive creation, so two threads or processes claiming at once get one answer."""
+        if self.root is None:
+            return owner
+        path = self.root / kind / key
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            for _ in range(100):  # the claimant may be between creating the file and writing its name
+                first = path.read_text().strip()
+                if first:
+                    return first
+                time.sleep(0.01)
+            return path.read_text().strip() or owner  # torn by a kill between create and write
+        with os.fdopen(fd, "w") as f:
+            f.write(owner)
+        return owner
 
     def log_evaluation(self, key: str, record: dict) -> None:
         if self.root is None:

@@ -14,6 +14,7 @@ import os
 import time
 from pathlib import Path
 
+from accelopt.tools.harness.result import NOT_EVALUATED
 from accelopt.tools.llm_spec import totals
 
 RUN_FORMAT = 1  # run.json "format": bump when a run directory can no longer be resumed by older code
@@ -294,7 +295,7 @@ def run_summary(state: dict) -> dict:
         "best_pct_of_copy": best.get("pct_of_copy"), "beam": beam,
         # why a finished run failed (a fatal model error, no planner call ever answered), else null
         "failure": run_failure(state),
-        "candidates_evaluated": len(candidates) - 1 - statuses.get("not_sent", 0), "statuses": statuses,
+        "candidates_evaluated": len(candidates) - 1 - sum(statuses.get(s, 0) for s in NOT_EVALUATED), "statuses": statuses,
         "usage": spent,
         "iterations": state.get("history", []), "insights": len(state.get("insights", [])),
         "autotune": autotune_summary(candidates, best),

@@ -283,5 +283,5 @@ def test_the_tuner_on_a_task_without_a_baseline_is_refused_before_any_work(softm
     run_dir = tmp_path / "run"
     proc = run_cli("optimize", str(softmax_task), "--model", "tuner", "--device", "cpu", "--no-memory",
                    "--run-dir", str(run_dir))
-    assert_clean_error(proc, "task softmax has no baseline.py", "--seed inductor", "--model")
+    assert_clean_error(proc, "task softmax has no baseline.py", "--device cpu was given", "--seed-capture", "--model")
     assert len(proc.stderr.strip().splitlines()) == 1 and not run_dir.exists()

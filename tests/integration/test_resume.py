@@ -71,7 +71,7 @@ def test_a_run_killed_mid_iteration_resumes_without_losing_or_repeating_an_evalu
     # Every candidate evaluated before the kill is in the final state, with the same measurement.
     assert set(before) <= set(cands)
     for cid, record in before.items():
-        assert cands[cid]["status"] == record["status"] and cands[cid]["workloads"] == record["workloads"]
+        assert cands[cid]["status"] == record["status"] and cands[cid].get("workloads") == record.get("workloads")
     # No kernel went through the harness twice: one audit line per distinct evaluation.
     keys = [json.loads(line)["key"] for line in (run_dir / "evaluations.jsonl").read_text().splitlines()]
-    assert len(keys) == len(set(keys)) == len(cands)
+    assert len(keys) == len(set(keys)) == sum(c["status"] != "duplicate" for c in cands.values())

@@ -174,3 +174,29 @@ print("ok")
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
                           env={**__import__("os").environ, "TRITON_INTERPRET": "1"})
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+
+
+def test_a_task_without_baseline_under_the_tuner_seeds_from_inductor_by_default_on_a_gpu(softmax_task, monkeypatch):
+    """An imported problem (no baseline.py) under the tuner: seeded on a GPU by default; on a CPU,
+    one line says why nothing can start, before any setup. An explicit choice is kept."""
+    from accelopt.nodes import seeding
+    from accelopt.nodes.context import RunContext
+    from accelopt.tools.task import load_task
+
+    with_baseline = load_task(softmax_task)
+    (softmax_task / "baseline.py").unlink()
+    task = load_task(softmax_task)
+    monkeypatch.setattr(seeding, "gpu_count", lambda: 1)
+    assert seeding.seeds_from_inductor(task, RunContext()) and seeding.nothing_to_start_from(task, RunContext()) is None
+    assert not seeding.seeds_from_inductor(task, RunContext(seed="none"))
+    assert "--seed none was given" in seeding.nothing_to_start_from(task, RunContext(seed="none"))
+    assert "--device cpu was given" in seeding.nothing_to_start_from(task, RunContext(device="cpu"))
+    # an LLM writes the first kernel from the reference: no seed unless asked for
+    llm = RunContext(model="openai:some-model")
+    assert not seeding.seeds_from_inductor(task, llm) and seeding.nothing_to_start_from(task, llm) is None
+    monkeypatch.setattr(seeding, "gpu_count", lambda: 0)
+    assert "no CUDA GPU is visible here" in seeding.nothing_to_start_from(task, RunContext())
+    assert seeding.seeds_from_inductor(task, RunContext(device="cpu", seed_capture="capture.json"))
+    # a task with its baseline is not seeded unless asked for
+    monkeypatch.setattr(seeding, "gpu_count", lambda: 1)
+    assert not seeding.seeds_from_inductor(with_baseline, RunContext())
