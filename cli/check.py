@@ -1,5 +1,6 @@
 """`accelopt check TASK_DIR KERNEL.py [--against OTHER.py] [--json]`: judge one kernel as a
-user would, through the same harness as a run. Exit 0 verified, 1 rejected, 2 bad input."""
+user would, through the same harness as a run. `accelopt check TASKS/ SOLUTIONS/`: every task's
+solution, and fast_p over the suite (evals/check_suite.py). Exit 0 verified, 1 rejected, 2 bad input."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from accelopt.cli.memory import fail
 from accelopt.cli.options import DeviceName, device_refusal
 
 if TYPE_CHECKING:
+    from accelopt.evals.check_suite import SuiteVerdict
     from accelopt.tools.harness.result import EvalResult
+    from accelopt.tools.task import Task
 
 Opt = Annotated
 # Why the judge's timing rounds stopped (result.RoundsRun.stopped), in words.
@@ -23,23 +26,39 @@ ROUNDS_STOPPED = {"decided": "every comparison decided", "cap": "the cap, some c
                   "stalled": "more rounds no longer narrowed an undecided comparison",
                   "interpreter": "the interpreter's fixed count", "no_comparators": "nothing to compare",
                   "time_limit": "the evaluation's time limit"}
+COMPARATOR_NAMES = {"eager": "eager PyTorch", "torch_compile": "torch.compile"}
 
 
 def check(
-    task_dir: Opt[Path, typer.Argument(help="Task directory (task.json, reference.py, baseline.py)")],
+    task_dir: Opt[Path, typer.Argument(help="Task directory (task.json, reference.py, baseline.py), or a folder of "
+                                            "task directories to check a folder of solutions against")],
     kernel: Opt[Path, typer.Argument(help="The kernel module to judge (its entry point is the task's; for a "
-                                          "task imported from KernelBench, a solution defining ModelNew)")],
+                                          "task imported from KernelBench, a solution defining ModelNew), or a "
+                                          "folder of solutions (<task>.py, or KernelBench's "
+                                          "level_<L>_problem_<P>_sample_<S>_kernel.py)")],
     against: Opt[Optional[Path], typer.Option(help="Time against this kernel instead of the task's baseline")] = None,
+    versus_torch: Opt[bool, typer.Option(
+        "--versus-torch", help="Also time eager PyTorch and torch.compile of the reference in the same rounds "
+                               "(the comparators when the task has no baseline and no --against is given)")] = False,
+    sample: Opt[int, typer.Option(help="Folder of KernelBench solutions: which sample of each problem")] = 0,
     device: Opt[DeviceName, typer.Option(help="auto, cuda (refused where no GPU is visible), or cpu (Triton "
                                                "interpreter: correctness, no GPU times)")] = "auto",
     timeout: Opt[float, typer.Option(help="Evaluation limit in seconds")] = 300.0,
     as_json: Opt[bool, typer.Option("--json", help="Print the whole result as one JSON object")] = False,
 ) -> None:
     """Judge one kernel: verdict and reasons, static findings, per-workload times with spread,
-    speedup against the baseline (or --against), % of peak."""
-    from accelopt.tools.backends import backend_for, run_refusal
+    speedup against the baseline (or --against, or the PyTorch reference: eager and torch.compile),
+    % of peak. Given two folders, judge each task's solution and report fast_p over the suite."""
     from accelopt.tools.task import TaskError, load_task
 
+    refusal = device_refusal(device)
+    if refusal:
+        fail(refusal)
+    if task_dir.is_dir() and not (task_dir / "task.json").is_file() and kernel.is_dir():
+        if against is not None:
+            fail("--against judges one kernel: give a task directory and a kernel file")
+        check_suite(task_dir, kernel, sample, device, timeout, as_json)
+        return
     try:
         task = load_task(task_dir)
     except TaskError as e:
@@ -47,31 +66,99 @@ def check(
     for path in (kernel, against):
         if path is not None and not path.is_file():
             fail(f"{path}: no such file")
-    refusal = device_refusal(device) or run_refusal(task, device)
-    if refusal:
-        fail(refusal)
-    from accelopt.tools.kernelbench_solution import adapt  # a KernelBench solution (ModelNew) gets its entry point
-
-    compare = {}
-    text = kernel.read_text()
     try:
-        source = adapt(task.root, text, task.spec.entry_point)
-        if against is not None:
-            compare["against"] = adapt(task.root, against.read_text(), task.spec.entry_point)
+        result = judge(task, kernel, against, versus_torch, device, timeout)
     except TaskError as e:
         fail(str(e))
-    if against is None and task.baseline_source:
-        compare["baseline"] = task.baseline_source
-    result = backend_for(task).evaluate(task, source, device=None if device == "auto" else device,
-                                        timeout_s=timeout, compare=compare, trusted=False)
-    if source != text:  # static advice on the entry point accelopt appended is not about the user's file
-        lines = len(text.splitlines())
-        result.findings = [f for f in result.findings if f.line is None or f.line <= lines]
     if as_json:
         typer.echo(json.dumps(result.model_dump(mode="json")))
     else:
         show(result, kernel)
     raise typer.Exit(0 if result.ok else 1)
+
+
+def judge(task: Task, kernel: Path, against: Path | None, versus_torch: bool, device: str,
+          timeout: float) -> EvalResult:
+    """The kernel's evaluation, timed against --against, else the task's baseline, and against the
+    PyTorch reference where there is neither or --versus-torch asks (eager; torch.compile too on a
+    GPU: on the CPU interpreter it would time Inductor's C++ against an interpreted kernel).
+    TaskError: the task cannot run here, or a source is not a kernel of this task."""
+    from accelopt.tools.backends import backend_for, run_refusal
+    from accelopt.tools.harness.reference_kernel import reference_source, torch_comparators
+    from accelopt.tools.harness.runner import gpu_count
+    from accelopt.tools.kernelbench_solution import adapt  # a KernelBench solution (ModelNew) gets its entry point
+    from accelopt.tools.task import TaskError
+
+    refusal = run_refusal(task, device)
+    if refusal:
+        raise TaskError(refusal)
+    compare = {}
+    text = kernel.read_text()
+    source = adapt(task.root, text, task.spec.entry_point)
+    if against is not None:
+        compare["against"] = adapt(task.root, against.read_text(), task.spec.entry_point)
+    if against is None and task.baseline_source:
+        compare["baseline"] = task.baseline_source
+    if versus_torch or not compare:
+        on_gpu = device == "cuda" or (device == "auto" and gpu_count() > 0)
+        compare.update(torch_comparators(task) if on_gpu else {"eager": reference_source(task)})
+    result = backend_for(task).evaluate(task, source, device=None if device == "auto" else device,
+                                        timeout_s=timeout, compare=compare, trusted=False)
+    if source != text:  # static advice on the entry point accelopt appended is not about the user's file
+        lines = len(text.splitlines())
+        result.findings = [f for f in result.findings if f.line is None or f.line <= lines]
+    return result
+
+
+def check_suite(tasks_dir: Path, solutions_dir: Path, sample: int, device: str, timeout: float,
+                as_json: bool) -> None:
+    from accelopt.evals.check_suite import SolutionVerdict, pair_solutions, suite_verdict, verdict_of
+    from accelopt.tools.task import TaskError
+
+    try:
+        pairings = pair_solutions(tasks_dir, solutions_dir, sample)
+    except TaskError as e:
+        fail(str(e))
+    console = Console(stderr=as_json)
+    results = []
+    for n, pairing in enumerate(pairings, 1):
+        if pairing.solution is None:
+            results.append(verdict_of(pairing.task, None, None))
+            continue
+        console.print(f"[{n}/{len(pairings)}] {pairing.task.name}: {pairing.solution.name}", markup=False,
+                      highlight=False)
+        try:
+            result = judge(pairing.task, pairing.solution, None, True, device, timeout)
+        except TaskError as e:  # this task or file, not the suite: said on its line
+            results.append(SolutionVerdict(task=pairing.task.name, solution=str(pairing.solution),
+                                           status="refused", error=str(e)))
+            continue
+        results.append(verdict_of(pairing.task, pairing.solution, result))
+    suite = suite_verdict(results)
+    if as_json:
+        typer.echo(suite.model_dump_json())
+    else:
+        show_suite(suite, console)
+    raise typer.Exit(0 if suite.correct == suite.tasks else 1)
+
+
+def show_suite(suite: SuiteVerdict, console: Console) -> None:
+    from accelopt.tools.harness.result import TIMER_NAMES
+
+    table = Table(title=f"{suite.correct} of {suite.tasks} correct"
+                  + (f" ({TIMER_NAMES.get(suite.timer, suite.timer)})" if suite.timer else ""))
+    for column in ("task", "solution", "status", "vs eager", "vs torch.compile"):
+        table.add_column(column, overflow="fold")
+    for r in suite.results:
+        speed = [f"{r.speedup[k]:.2f}x ({r.interval[k][0]:.2f}-{r.interval[k][1]:.2f})" if k in r.speedup else "-"
+                 for k in ("eager", "torch_compile")]
+        table.add_row(r.task, Path(r.solution).name if r.solution else "-", r.status, *speed)
+    console.print(table)
+    for name, shares in suite.fast_p.items():
+        known = ", ".join(f"fast_{p.rstrip('0').rstrip('.') or '0'} {v:.0%}" for p, v in shares.items() if v is not None)
+        console.print(f"  vs {COMPARATOR_NAMES[name]}: {known}", markup=False, highlight=False)
+    if suite.note:
+        console.print(f"  {suite.note}", markup=False, highlight=False)
 
 
 def show(result: EvalResult, kernel: Path) -> None:

@@ -604,6 +604,8 @@ def test_a_kernelbench_solution_is_checked_with_the_models_weights(scaled_linear
     own.write_text(MODEL_NEW_OWN_WEIGHTS)
     code, result = _check(scaled_linear, solution)
     assert code == 0 and result["status"] == "verified", result["error"]
+    # no baseline: timed against the PyTorch reference, as KernelBench does (eager alone on the interpreter)
+    assert set(result["versus"]) == {"eager"}
     assert any("ghost replay" in e for e in result["evidence"])
     lines = len(MODEL_NEW_SOLUTION.splitlines())  # no advice about the entry point accelopt appended
     assert all(f["line"] is None or f["line"] <= lines for f in result["findings"]), result["findings"]
@@ -680,3 +682,79 @@ def test_a_kernelbench_solution_as_baseline_gets_its_entry_point_and_exports_as_
     other = tmp_path / "not_kernelbench"
     other.mkdir()
     assert adapt(other, MODEL_NEW_SOLUTION, "run") == MODEL_NEW_SOLUTION  # no problem.py: not a KernelBench task
+
+
+DOUBLE_PROBLEM = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return x * 2
+
+
+def get_inputs():
+    return [torch.randn(64)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+TRIPLE_SOLUTION = '''import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 3, mask=offs < n)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = torch.empty_like(x)
+        scale_kernel[(triton.cdiv(x.numel(), 64),)](x, y, x.numel(), BLOCK=64)
+        return y
+'''
+
+
+def test_a_folder_of_solutions_is_judged_against_a_folder_of_tasks_with_fast_p(scaled_linear, tmp_path):
+    """`accelopt check TASKS/ SOLUTIONS/`: each task's solution (by task name, or by KernelBench's file
+    name through the level and problem id an imported task records) against the PyTorch reference;
+    fast_p over all tasks, a task with no solution or a wrong one counted as not correct."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from accelopt.cli.app import app
+
+    tasks, solutions = tmp_path / "suite", tmp_path / "solutions"
+    tasks.mkdir(), solutions.mkdir()
+    shutil.copytree(scaled_linear, tasks / "scaled_linear")
+    (tmp_path / "level1").mkdir()
+    (tmp_path / "level1" / "7_Double.py").write_text(DOUBLE_PROBLEM)
+    import_problem(tmp_path / "level1" / "7_Double.py", tasks / "double")
+    (tmp_path / "level1" / "8_Double_again.py").write_text(DOUBLE_PROBLEM)
+    import_problem(tmp_path / "level1" / "8_Double_again.py", tasks / "unsolved", name="unsolved")
+    (solutions / "scaled_linear.py").write_text(MODEL_NEW_SOLUTION)
+    (solutions / "level_1_problem_7_sample_0_kernel.py").write_text(TRIPLE_SOLUTION)  # wrong: x * 3
+    (solutions / "level_1_problem_7_sample_1_kernel.py").write_text(MODEL_NEW_SOLUTION)  # another sample
+    out = CliRunner().invoke(app, ["check", str(tasks), str(solutions), "--device", "cpu", "--json"])
+    assert out.exit_code == 1, out.output
+    suite = json.loads(out.stdout.strip().splitlines()[-1])
+    status = {r["task"]: r["status"] for r in suite["results"]}
+    assert status == {"scaled_linear": "verified", "7_Double": "wrong_output", "unsolved": "missing"}, suite
+    assert suite["tasks"] == 3 and suite["correct"] == 1 and suite["timer"] == "interpreter_wall"
+    # interpreter times are not performance: fast_0 (the share correct) only
+    assert suite["fast_p"]["eager"]["0.0"] == pytest.approx(1 / 3) and suite["fast_p"]["eager"]["1.0"] is None
+    assert "not GPU times" in suite["note"]
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "level_1_problem_9_sample_0_kernel.py").write_text(TRIPLE_SOLUTION)
+    out = CliRunner().invoke(app, ["check", str(tasks), str(tmp_path / "other"), "--device", "cpu"])
+    assert out.exit_code == 2 and "no solution matches a task" in out.output
