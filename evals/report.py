@@ -6,6 +6,13 @@ candidates/*/result.json, torch_compile.json.
 Interpreter timings (timer interpreter_wall) are CPU Triton-interpreter wall times: the page says
 so in its header and beside every such number, and never mixes them with GPU figures.
 
+Every figure comes from one evaluation, the candidate and its comparators timed interleaved in
+the same rounds: a kernel's times at another moment (the baseline's at setup) can differ by more
+than the effect measured (on the interpreter by half and more). So the best kernel's times per workload are its own
+evaluation's, the baseline's beside them the same rounds' (`compared_us`), torch.compile's the
+standing evaluation's with the best's time from that one; candidates and the lineage are shown as
+their speedups over the baseline, each measured with it.
+
 The speedup interval a run records (`versus.baseline.ci_low/ci_high`) is the harness's bootstrap
 interval of the median over timing rounds; over 5 rounds or fewer (2 on the interpreter, 3 to 5
 on a GPU, which runs more until the comparison is decided) it is exactly the range, min to max, of the per-round speedups, and is labelled so
@@ -17,9 +24,12 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel, computed_field
+
+from accelopt.tools.harness import stats
 
 # re-exported: the report modules and evals/runs.py read these names from here
 from accelopt.tools.harness.result import TIMER_NAMES, TIMER_SHORT, interval_coverage, interval_label  # noqa: F401
@@ -45,24 +55,60 @@ TIMERS, TIMERS_SHORT = TIMER_NAMES, TIMER_SHORT
 
 
 class Timing(BaseModel):
-    """One kernel's time on one workload, as the report shows it."""
+    """One kernel's time on one workload, as the report shows it. iqr_us and round_medians_us are
+    None / empty where the evaluation kept only the median (a comparator's: compared_us)."""
 
     median_us: float
     iqr_us: float | None = None
+    round_medians_us: list[float] = []
     flops: float | None = None
     bytes: float | None = None
 
 
+class Speedup(BaseModel):
+    """A speedup measured in one evaluation: the comparator's time over the kernel's, both timed
+    interleaved in the same rounds, with the harness's interval (interval_label says what kind).
+    No interval where the evaluation recorded none (a per-workload ratio of medians)."""
+
+    speedup: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    rounds: int | None = None
+    faster: bool | None = None  # the interval lies above the noise floor (never on the interpreter)
+
+    @property
+    def text(self) -> str:
+        if self.speedup is None:
+            return "-"
+        interval = interval_text(self.ci_low, self.ci_high, self.rounds) if self.ci_low is not None else None
+        return f"{self.speedup:.3f}x" + (f" [{interval}]" if interval else "")
+
+
 class CandidatePoint(BaseModel):
-    """One evaluated candidate: its own evaluation's latency (geomean over workloads of the
-    medians), or none when it failed."""
+    """One evaluated candidate: its speedup over the baseline as its own evaluation measured it
+    (interleaved with the baseline), or none when it was not verified."""
 
     id: str
     iteration: int
     status: str
     kind: str | None = None
-    latency_us: float | None = None
     speedup: float | None = None
+    vs_baseline: Speedup | None = None
+
+
+class LineageStep(BaseModel):
+    """One kernel on the way from the baseline to the best: the plan that produced it, and its
+    speedups over the baseline and over the kernel it changed, each from its own evaluation."""
+
+    id: str
+    iteration: int
+    kind: str | None = None
+    parent_id: str | None = None
+    plan_title: str | None = None
+    fix_of: str | None = None      # a repair of this failed attempt, written for the same plan
+    status: str | None = None
+    vs_baseline: Speedup
+    vs_parent: Speedup
 
 
 class TaskRow(BaseModel):
@@ -92,6 +138,7 @@ class TaskRow(BaseModel):
     vs_torch_compile_high: float | None = None
     vs_torch_compile_rounds: int | None = None
     torch_compile_over_baseline: float | None = None
+    vs_eager: Speedup | None = None        # best kernel / eager PyTorch, the standing evaluation's
     torch_compile_note: str | None = None  # why there is no torch.compile figure (it failed)
     iterations: int = 0
     tokens: int = 0
@@ -99,7 +146,14 @@ class TaskRow(BaseModel):
     history: list[tuple[int, float]] = []
     best_by_iteration: list[tuple[int, str]] = []  # the run's best after each iteration
     candidates: list[CandidatePoint] = []
-    workloads: dict[str, dict[str, Timing]] = {}   # baseline, best, torch_compile, eager -> workload -> time
+    lineage: list[LineageStep] = []                # baseline first, the best kernel last
+    # The best kernel's own evaluation: "best", and "baseline" timed in the same rounds (medians
+    # only); when the best is the baseline, its own evaluation. Never the baseline's setup times.
+    workloads: dict[str, dict[str, Timing]] = {}
+    # torch_compile.json's evaluation (GPU): "best", "torch_compile", "eager", timed in the same rounds
+    standing: dict[str, dict[str, Timing]] = {}
+    # comparator (baseline, torch_compile, eager) -> workload -> the best's speedup, within one evaluation
+    by_workload: dict[str, dict[str, Speedup]] = {}
     flops_kind: str | None = None                  # task.json's: which compute roof applies
     provenance: dict[str, str | None] = {}
     baseline_source: str | None = None
@@ -156,6 +210,68 @@ def interval_text(low: float | None, high: float | None, rounds: int | None) -> 
     return f"{low:.3f}–{high:.3f}, {interval_label(rounds)}"
 
 
+def versus(candidate: dict, against: str) -> Speedup:
+    """The candidate against "baseline" or "parent", from its own evaluation's rounds (a child of
+    the baseline was compared with it once: that comparison is both)."""
+    compared = candidate.get("versus") or {}
+    vs = compared.get(against) or (compared.get("baseline") if against == "parent" and candidate.get("parent_id")
+                                   == "baseline" else None) or {}
+    if against == "baseline" and candidate.get("id") == "baseline":
+        return Speedup(speedup=1.0)
+    speedup = vs.get("speedup")
+    if speedup is None:
+        speedup = candidate.get("speedup") if against == "baseline" else candidate.get("speedup_vs_parent")
+    return Speedup(speedup=speedup, ci_low=vs.get("ci_low"), ci_high=vs.get("ci_high"), rounds=vs.get("rounds"),
+                   faster=vs.get("faster"))
+
+
+def chain(best_id: str | None, read: Callable[[str], dict | None]) -> list[dict]:
+    """The best kernel's records back to the baseline by parent_id, baseline first; a missing
+    record or a cycle ends the walk."""
+    out: list[dict] = []
+    seen: set[str] = set()
+    here = read(best_id) if best_id else None
+    while here is not None and here.get("id") not in seen:
+        out.append(here)
+        seen.add(here["id"])
+        here = read(here["parent_id"]) if here.get("parent_id") else None
+    return out[::-1]
+
+
+def lineage_steps(records: list[dict]) -> list[LineageStep]:
+    return [LineageStep(id=c["id"], iteration=c.get("iteration") or 0, kind=c.get("kind"), parent_id=c.get("parent_id"),
+                        plan_title=c.get("plan_title"), fix_of=c.get("fix_of"), status=c.get("status"),
+                        vs_baseline=versus(c, "baseline"),
+                        vs_parent=versus(c, "parent") if c.get("parent_id") else Speedup())
+            for c in records]
+
+
+def per_workload(kernel: dict[str, Timing], other: dict[str, Timing]) -> dict[str, Speedup]:
+    """Per workload, other's time over the kernel's, both from one evaluation: where both kept
+    their round medians, the harness's statistic on that workload alone (median over rounds, its
+    interval); else the ratio of the medians, with no interval."""
+    out = {}
+    for name, t in kernel.items():
+        o = other.get(name)
+        if o is None or not t.median_us:
+            continue
+        ratios = stats.round_ratios({name: t.round_medians_us}, {name: o.round_medians_us})
+        if ratios:
+            iv = stats.interval(ratios)
+            out[name] = Speedup(speedup=iv.speedup, ci_low=iv.low, ci_high=iv.high, rounds=iv.rounds)
+        else:
+            out[name] = Speedup(speedup=o.median_us / t.median_us)
+    return out
+
+
+def best_per_iteration(row: TaskRow) -> list[tuple[int, CandidatePoint]]:
+    """The run's best after each iteration, with its speedup over the baseline as measured in
+    its own evaluation (the baseline itself at 1.0x). The figure the headline quotes, so the
+    curve ends where the headline does."""
+    by_id = {c.id: c for c in row.candidates}
+    return [(it, by_id[b]) for it, b in row.best_by_iteration if b in by_id and by_id[b].speedup is not None]
+
+
 def _read(path: Path) -> dict | None:
     try:
         return json.loads(path.read_text()) if path.is_file() else None
@@ -184,8 +300,24 @@ def _verdict(best_id: str, speedup: float | None, vs: dict, timer: str | None = 
 
 
 def _timings(workloads: dict | None) -> dict[str, Timing]:
-    return {name: Timing(median_us=t["median_us"], iqr_us=t.get("iqr_us"), flops=t.get("flops"),
-                         bytes=t.get("bytes")) for name, t in (workloads or {}).items() if t.get("median_us")}
+    return {name: Timing(median_us=t["median_us"], iqr_us=t.get("iqr_us"), round_medians_us=t.get("round_medians_us")
+                         or [], flops=t.get("flops"), bytes=t.get("bytes"))
+            for name, t in (workloads or {}).items() if t.get("median_us")}
+
+
+def _same_rounds(best: dict, baseline: dict) -> dict[str, dict[str, Timing]]:
+    """The best kernel's evaluation: its own times and the baseline's medians from the same rounds
+    (with the best's FLOP and byte counts: the reference's, the same for both). The best being
+    the baseline, its own evaluation; a record without compared_us (older runs) shows the best
+    alone rather than the baseline's times from another moment."""
+    if best.get("id") == "baseline":
+        own = _timings(baseline.get("workloads"))
+        return {"baseline": own, "best": own} if own else {}
+    mine = _timings(best.get("workloads"))
+    theirs = (best.get("compared_us") or {}).get("baseline") or {}
+    base = {w: Timing(median_us=us, flops=mine[w].flops if w in mine else None,
+                      bytes=mine[w].bytes if w in mine else None) for w, us in theirs.items() if us}
+    return {k: v for k, v in (("baseline", base), ("best", mine)) if v}
 
 
 def _candidates(run_dir: Path) -> list[CandidatePoint]:
@@ -194,10 +326,12 @@ def _candidates(run_dir: Path) -> list[CandidatePoint]:
         c = _read(path)
         if not c:
             continue
-        points.append(CandidatePoint(id=c.get("id") or path.parent.name, iteration=c.get("iteration") or 0,
+        c.setdefault("id", path.parent.name)
+        verified = c.get("status") == "verified"
+        vs = versus(c, "baseline") if verified else None
+        points.append(CandidatePoint(id=c["id"], iteration=c.get("iteration") or 0,
                                      status=c.get("status") or "unknown", kind=c.get("kind"),
-                                     latency_us=latency(c.get("workloads") or {})[0] if c.get("status") == "verified"
-                                     else None, speedup=c.get("speedup")))
+                                     speedup=vs.speedup if vs else None, vs_baseline=vs))
     return sorted(points, key=lambda p: (p.iteration, p.id))
 
 
@@ -262,13 +396,10 @@ def load_row(run_dir: Path) -> TaskRow:
     best = _read(run_dir / "candidates" / summary["best_id"] / "result.json") or {}
     baseline = _read(run_dir / "candidates" / "baseline" / "result.json") or {}
     best_us, best_spread = latency(best.get("workloads") or {})
-    # the baseline as timed in the same interleaved rounds as the best kernel, when it was
-    same_rounds = (best.get("compared_us") or {}).get("baseline")
-    if same_rounds:
-        base_us = geomean(list(same_rounds.values()))
-        base_spread = latency(baseline.get("workloads") or {})[1]
-    else:
-        base_us, base_spread = latency(baseline.get("workloads") or {})
+    same = _same_rounds(best, baseline)
+    base_us = geomean([t.median_us for t in (same.get("baseline") or {}).values()])
+    # the baseline's spread in the best's rounds is not recorded (compared_us: medians only)
+    base_spread = best_spread if summary["best_id"] == "baseline" else None
     vs = (best.get("versus") or {}).get("baseline") or {}
     speedup = summary.get("best_speedup") or 1.0
     usage = summary.get("usage") or {}
@@ -289,13 +420,19 @@ def load_row(run_dir: Path) -> TaskRow:
         best_by_iteration=[(0, "baseline")] + [(h["iteration"], h["best_id"]) for h in summary.get("iterations", [])
                                                if h.get("best_id")],
         candidates=_candidates(run_dir),
-        workloads={k: v for k, v in (("baseline", _timings(baseline.get("workloads"))),
-                                     ("best", _timings(best.get("workloads")))) if v},
+        lineage=lineage_steps(chain(summary["best_id"], lambda cid: _read(run_dir / "candidates" / cid /
+                                                                              "result.json"))),
+        workloads=same,
         flops_kind=_flops_kind(summary.get("task_dir") or run.get("task_dir")),
         provenance=provenance(run, summary, run_dir, summary.get("device_name"), timer),
         baseline_source=_text(run_dir / "candidates" / "baseline" / "kernel.py"),
         best_source=_text(run_dir / "best_kernel.py"))
     _with_torch_compile(row, _read(run_dir / "torch_compile.json"))
+    if summary["best_id"] != "baseline" and {"best", "baseline"} <= set(row.workloads):
+        row.by_workload["baseline"] = per_workload(row.workloads["best"], row.workloads["baseline"])
+    for name in ("torch_compile", "eager"):
+        if "best" in row.standing and name in row.standing:
+            row.by_workload[name] = per_workload(row.standing["best"], row.standing[name])
     return row
 
 
@@ -311,14 +448,18 @@ def _with_torch_compile(row: TaskRow, record: dict | None) -> None:
     row.vs_torch_compile = versus["speedup"]
     row.vs_torch_compile_low, row.vs_torch_compile_high = versus.get("ci_low"), versus.get("ci_high")
     row.vs_torch_compile_rounds = versus.get("rounds")
+    eager = (record.get("versus") or {}).get("eager")
+    if eager:
+        row.vs_eager = Speedup(speedup=eager.get("speedup"), ci_low=eager.get("ci_low"), ci_high=eager.get("ci_high"),
+                               rounds=eager.get("rounds"), faster=eager.get("faster"))
     if row.speedup:
         row.torch_compile_over_baseline = row.speedup / row.vs_torch_compile
     spread = record.get("workloads") or {}  # medians with IQR, in files written since the report shows them
-    for name in ("torch_compile", "eager"):
+    for name in ("best", "torch_compile", "eager"):
         if spread.get(name):
-            row.workloads[name] = _timings(spread[name])
+            row.standing[name] = _timings(spread[name])
         elif (record.get("median_us") or {}).get(name):
-            row.workloads[name] = {w: Timing(median_us=us) for w, us in record["median_us"][name].items()}
+            row.standing[name] = {w: Timing(median_us=us) for w, us in record["median_us"][name].items()}
 
 
 def load_rows(path: Path) -> list[TaskRow]:
@@ -417,6 +558,9 @@ def build_report(path: str | Path, out_dir: str | Path | None = None) -> Path:
     plots = make_plots(rows)
     out = Path(out_dir) if out_dir else path
     (out / "plots").mkdir(parents=True, exist_ok=True)
+    for stale in (out / "plots").glob("*.png"):  # an earlier build's figure that this one no longer draws
+        if stale.stem not in plots:
+            stale.unlink()
     for key, plot in plots.items():
         (out / "plots" / f"{key}.png").write_bytes(plot.png)
     data = {"figures": {**figures, "fast_p": {str(k): v for k, v in figures["fast_p"].items()}},

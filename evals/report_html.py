@@ -1,7 +1,10 @@
 """The report as one self-contained HTML page: plain HTML and CSS, figures inlined as PNG data
 URIs, no script and nothing fetched. Provenance first, then the verdicts (interpreter timings,
 torch.compile), the suite's figures, one row per task, the overview figures, and a section per
-task with its roofline, its candidates, its workloads and the diff of its best kernel."""
+task with its candidates, the best kernel's lineage, its workloads, its roofline and its diff.
+
+Every table fits a 1280 px window: few columns (a wide one is split in two), long values
+wrapped in their cells, never one long line."""
 
 from __future__ import annotations
 
@@ -10,11 +13,14 @@ import difflib
 import html
 import time
 
-from accelopt.evals.report import (TIMERS, TaskRow, interval_coverage, interval_label, interval_text)
+from accelopt.evals.report import (TIMERS, TIMERS_SHORT, Speedup, TaskRow, Timing, interval_coverage, interval_label,
+                                   interval_text)
 from accelopt.evals.report_plots import Plot, plot_key, roofline_refusal
 
+# Tables wrap inside the page: a long value breaks within its cell rather than widening the table.
 CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1250px;color:#222}
-table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}
+table{border-collapse:collapse;font-size:13px;margin:1em 0;max-width:100%}
+td,th{border:1px solid #ccc;padding:3px 7px;text-align:right;overflow-wrap:anywhere;vertical-align:top}
 th{background:#f0f0f0}td:first-child,th:first-child{text-align:left}table.prov td{text-align:left}
 .warn{background:#fff3cd;padding:.6em;border:1px solid #e0c060}.bad{background:#fde2e2;padding:.6em;border:1px solid #d08080}
 .note{color:#555;font-size:13px}tr.interp td{background:#f7f7fb}.tag{font-size:11px;color:#775;white-space:nowrap}
@@ -125,55 +131,126 @@ def _label_class(r: TaskRow) -> str:
     return "o-" + (r.verdict if r.correct and r.verdict else r.outcome).replace(" ", "-")
 
 
-def _task_table(rows: list[TaskRow]) -> str:
-    head = ["task", "outcome", "timer", "baseline µs", "spread", "best µs", "spread", "speedup", "interval",
-            "vs torch.compile", "% peak", "% achievable", "% of same-size copy", "iterations", "tokens", "$"]
+def _table(head: list[str], rows: list[list[str]], row_cls: list[str] | None = None) -> str:
+    """One table: head and cells are HTML already escaped."""
     out = ["<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"]
+    for i, cells in enumerate(rows):
+        tr = f"<tr class='{row_cls[i]}'>" if row_cls and row_cls[i] else "<tr>"
+        out.append(tr + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    return "".join(out) + "</table>"
+
+
+INTERP_TAG = " <span class='tag'>CPU interpreter</span>"
+
+
+def _speedup_cell(s: Speedup | None, tag: str = "") -> str:
+    """A speedup, and under it, smaller, its interval and what kind it is."""
+    if s is None or s.speedup is None:
+        return "–"
+    cell = f"{s.speedup:.3f}x{tag}"
+    if s.ci_low is not None:
+        cell += f"<br><span class='note'>{html.escape(interval_text(s.ci_low, s.ci_high, s.rounds))}</span>"
+    return cell
+
+
+def _task_table(rows: list[TaskRow]) -> str:
+    """Two tables: what each task's run came to, then its times and % of peak."""
+    outcomes, times, classes = [], [], []
     for r in rows:
-        interp = " <span class='tag'>CPU interpreter</span>" if r.interpreter else ""
+        interp = INTERP_TAG if r.interpreter else ""
+        link = f"<a href='#{plot_key('task', r.task)}'>{html.escape(r.task)}</a>"
         outcome = f"<span class='{_label_class(r)}'>{html.escape(r.label)}</span>"
         if r.note and not r.correct:
             outcome += f" ({html.escape(r.note)})"
         versus = "–"
         if r.vs_torch_compile is not None:
-            versus = _fmt(r.vs_torch_compile, ".3f", "x") + (" <b>slower</b>" if r.vs_torch_compile < 1 else "")
+            versus = _speedup_cell(Speedup(speedup=r.vs_torch_compile, ci_low=r.vs_torch_compile_low,
+                                           ci_high=r.vs_torch_compile_high, rounds=r.vs_torch_compile_rounds))
+            versus += " <b>slower</b>" if r.vs_torch_compile < 1 else ""
         elif r.interpreter:
             versus = "n/a (CPU)"
+        speedup = _speedup_cell(Speedup(speedup=r.speedup, ci_low=r.ci_low, ci_high=r.ci_high,
+                                        rounds=r.interval_rounds), interp) if r.correct else "–"
+        outcomes.append([link, outcome, speedup, versus, html.escape(TIMERS_SHORT.get(r.timer or "", r.timer or "–")),
+                         str(r.iterations), f"{r.tokens:,}", f"{r.cost_usd:.4f}"])
         base_label = " (ref)" if r.baseline_kind == "reference" else ""
-        cells = [f"<a href='#{plot_key('task', r.task)}'>{html.escape(r.task)}</a>", outcome,
-                 html.escape(TIMERS.get(r.timer or "", r.timer or "–")),
-                 _fmt(r.baseline_us, ".1f") + base_label + interp if r.baseline_us else "–",
-                 _fmt(r.baseline_spread_pct, ".1f", "%"), _fmt(r.best_us, ".1f") + interp if r.best_us else "–",
-                 _fmt(r.best_spread_pct, ".1f", "%"),
-                 _fmt(r.speedup, ".3f", "x") + interp if r.correct else "–",
-                 interval_text(r.ci_low, r.ci_high, r.interval_rounds),
-                 versus, _fmt(r.pct_peak, ".1f", "%"), _fmt(r.pct_achievable, ".1f", "%"),
-                 _fmt(r.pct_of_copy, ".1f", "%"), str(r.iterations), f"{r.tokens:,}", f"{r.cost_usd:.4f}"]
-        out.append(f"<tr class='{'interp' if r.interpreter else ''}'>" + "".join(f"<td>{c}</td>" for c in cells)
-                   + "</tr>")
-    out.append("</table>")
+        times.append([link, _fmt(r.baseline_us, ".1f") + base_label + interp if r.baseline_us else "–",
+                      _fmt(r.best_us, ".1f") + interp if r.best_us else "–", _fmt(r.best_spread_pct, ".1f", "%"),
+                      _fmt(r.pct_peak, ".1f", "%"), _fmt(r.pct_achievable, ".1f", "%"),
+                      _fmt(r.pct_of_copy, ".1f", "%")])
+        classes.append("interp" if r.interpreter else "")
+    return (_table(["task", "outcome", "speedup over the baseline", "vs torch.compile", "timer", "iterations",
+                    "tokens", "$"], outcomes, row_cls=classes)
+            + _table(["task", "baseline µs (in the best's rounds)", "best µs", "best's spread (IQR/median)", "% peak",
+                      "% achievable", "% of same-size copy"], times, row_cls=classes)
+            + "<p class='note'>Times: geomean over workloads of the median, both from the best kernel's own "
+              "evaluation, in which it was timed interleaved with the baseline (the baseline's spread there is not "
+              "recorded).</p>")
+
+
+def _time_cell(t: Timing | None) -> str:
+    return "–" if t is None else f"{t.median_us:.1f}" + (f" ± {t.iqr_us:.1f}" if t.iqr_us else "")
+
+
+def _workload_tables(r: TaskRow) -> str:
+    """Per workload, one table per evaluation: the best against the baseline in the best's own
+    evaluation, and against torch.compile and eager PyTorch in the standing one (GPU)."""
+    unit = "µs, CPU interpreter" if r.interpreter else "µs"
+    out = []
+    own = r.workloads.get("best") or {}
+    base = r.workloads.get("baseline") or {}
+    if own:
+        same = r.best_id == "baseline"
+        rows = []
+        for name, t in own.items():
+            cells = [html.escape(name), _fmt(t.flops, ".3g"), _fmt(t.bytes, ".3g"),
+                     _fmt(t.flops / t.bytes if t.flops and t.bytes else None, ".3g")]
+            if not same:
+                cells.append(_time_cell(base.get(name)))
+            cells.append(_time_cell(t))
+            if not same:
+                cells.append(_speedup_cell((r.by_workload.get("baseline") or {}).get(name)))
+            rows.append(cells)
+        head = ["workload", "FLOPs", "bytes", "FLOP/byte"] + (
+            [f"median of the baseline itself ± IQR ({unit})"] if same else
+            [f"baseline median ({unit})", f"best median ± IQR ({unit})", "best / baseline"])
+        what = ("the baseline's own evaluation (it is the best kernel)" if same else
+                f"the best kernel's evaluation ({html.escape(r.best_id or '')}), timed interleaved with the baseline "
+                "in the same rounds; the baseline's IQR there is not recorded. A ratio of medians over all calls "
+                "need not equal the speedup, the median over rounds of each round's ratio: the interval says how "
+                "much rounds differed")
+        out.append(f"<p class='note'>Per workload, in {what}.</p>" + _table(head, rows))
+    if r.standing.get("best"):
+        keys = [k for k in ("torch_compile", "eager") if r.standing.get(k)]
+        rows = []
+        for name, t in r.standing["best"].items():
+            rows.append([html.escape(name), _time_cell(t)] + [_time_cell(r.standing[k].get(name)) for k in keys]
+                        + [_speedup_cell((r.by_workload.get(k) or {}).get(name)) for k in keys])
+        label = {"torch_compile": "torch.compile", "eager": "eager"}
+        head = (["workload", f"best median ± IQR ({unit})"] + [f"{label[k]} median ± IQR ({unit})" for k in keys]
+                + [f"best / {label[k]}" for k in keys])
+        out.append("<p class='note'>Per workload, in the standing evaluation: the best kernel timed interleaved with "
+                   "torch.compile(reference) and eager PyTorch in the same rounds (its times here are not those of "
+                   "the table above: another evaluation).</p>" + _table(head, rows))
     return "".join(out)
 
 
-def _workload_table(r: TaskRow) -> str:
-    """Per workload: FLOPs, bytes, intensity and the medians with their IQR."""
-    names = list((r.workloads.get("best") or r.workloads.get("baseline") or {}).keys())
-    series = [k for k in ("baseline", "best", "torch_compile", "eager") if r.workloads.get(k)]
-    unit = "µs (CPU interpreter)" if r.interpreter else "µs"
-    head = ["workload", "FLOPs", "bytes", "FLOP/byte"] + [f"{k.replace('_', '.')} median ± IQR, {unit}"
-                                                         for k in series]
-    out = ["<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"]
-    for name in names:
-        ref = (r.workloads.get("best") or {}).get(name) or (r.workloads.get("baseline") or {}).get(name)
-        flops, nbytes = (ref.flops, ref.bytes) if ref else (None, None)
-        cells = [html.escape(name), _fmt(flops, ".3g"), _fmt(nbytes, ".3g"),
-                 _fmt(flops / nbytes if flops and nbytes else None, ".3g")]
-        for k in series:
-            t = r.workloads[k].get(name)
-            cells.append("–" if t is None else f"{t.median_us:.1f}" + (f" ± {t.iqr_us:.1f}" if t.iqr_us else ""))
-        out.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    out.append("</table>")
-    return "".join(out)
+def _lineage_table(r: TaskRow) -> str:
+    rows = []
+    for n, s in enumerate(r.lineage):
+        plan = html.escape(s.plan_title or ("(start)" if s.id == "baseline" else "–"))
+        if s.fix_of:
+            plan += f" <span class='note'>(repair of {html.escape(s.fix_of)})</span>"
+        parent = _speedup_cell(s.vs_parent) if s.parent_id and s.parent_id != "baseline" else "–"
+        rows.append([str(n), html.escape(s.id), str(s.iteration), plan, _speedup_cell(s.vs_baseline), parent])
+    return _table(["step", "kernel", "iteration", "plan", "vs baseline", "vs its parent"], rows)
+
+
+def _figure(plots: dict[str, Plot], kind: str, task: str, title: str, note: str = "") -> str:
+    key = plot_key(kind, task)
+    if key not in plots:
+        return ""
+    return f"<div><h3>{title}</h3>" + _img(key, plots[key]) + (f"<p class='note'>{note}</p>" if note else "") + "</div>"
 
 
 def _task_section(r: TaskRow, plots: dict[str, Plot]) -> str:
@@ -192,23 +269,28 @@ def _task_section(r: TaskRow, plots: dict[str, Plot]) -> str:
                    f"torch.compile: {html.escape(tc)}.</p>")
     if not r.correct:
         return "".join(out)
+    if r.interpreter:
+        out.append("<p class='note'>CPU Triton-interpreter wall times: they check the pipeline, not performance; "
+                   "every speedup below is a ratio of CPU emulation times.</p>")
     refusal = roofline_refusal(r)
     key = plot_key("roofline", r.task)
-    out.append("<div class='grid'><div><h3>Roofline</h3>" + (_img(key, plots[key]) if key in plots else
-                                                             f"<p class='note'>{html.escape(refusal or '')}</p>")
-               + "</div>")
-    key = plot_key("latency", r.task)
-    if key in plots:
-        out.append("<div><h3>Latency per iteration</h3>" + _img(key, plots[key]) + "<p class='note'>Each point is "
-                   "one candidate's own evaluation; the run ranks kernels by interleaved rounds against the baseline, "
-                   "so its best is not always the lowest point.</p></div>")
-    out.append("</div>")
-    key = plot_key("workloads", r.task)
-    if key in plots:
-        out.append("<h3>Latency per workload</h3><div class='grid'>" + _img(key, plots[key]) + "<div>"
-                   + _workload_table(r) + "<p class='note'>Baseline and best: each kernel's own evaluation; "
-                   "torch.compile and eager: the best kernel's interleaved comparison with them. IQR: interquartile "
-                   "range of the timed calls.</p></div></div>")
+    roof = ("<div><h3>Roofline</h3>" + (_img(key, plots[key]) if key in plots else
+                                        f"<p class='note'>{html.escape(refusal or '')}</p>") + "</div>")
+    lead = "25% in every round on the CPU interpreter" if r.interpreter else "its interval above the noise floor"
+    standing = "; over torch.compile and eager PyTorch, the standing evaluation" if r.standing else ""
+    out.append("<div class='grid'>"
+               + _figure(plots, "candidates", r.task, "Every candidate against the baseline",
+                         "Each point is one candidate's speedup over the baseline, measured in its own evaluation "
+                         "(timed interleaved with the baseline), whiskers its interval; the line is the run's best "
+                         "after each iteration, ending at the headline's figure. A kernel becomes the run's best only "
+                         f"with a lead over its parent beyond noise ({lead}), so a point may lie above the line.")
+               + _figure(plots, "lineage", r.task, "Lineage of the best kernel")
+               + _figure(plots, "workloads", r.task, "Speedup per workload",
+                         f"Each ratio is from one evaluation: over the baseline, the best kernel's own{standing}.")
+               + roof + "</div>")
+    if len(r.lineage) > 1:
+        out.append(f"<h3>How {html.escape(r.best_id or '')} came from the baseline</h3>" + _lineage_table(r))
+    out.append("<h3>Per workload</h3>" + _workload_tables(r))
     if r.best_id == "baseline":
         out.append("<h3>Best kernel against the baseline</h3><p class='note'>The best kernel is the baseline itself: "
                    "no candidate beat it.</p>")

@@ -1,20 +1,28 @@
 """The report's matplotlib figures, as PNG bytes: suite overviews (best speedup per iteration,
 speedup bars with their intervals, cost when anything cost money, fast_p) and per task a
-roofline, the latency of every candidate per iteration, and each workload's latency with its
-spread. Figures of different timers are never drawn together; interpreter figures say so in
-their titles."""
+roofline, every candidate's speedup over the baseline per iteration, the best kernel's lineage
+from the baseline, and its speedup per workload. Figures of different timers are never drawn
+together; interpreter figures say so in their titles.
+
+A figure never sets times from different evaluations side by side: speedups are drawn as each
+evaluation measured them (the kernel and its comparator timed interleaved in the same rounds),
+with the recorded interval as whiskers (report.py says why)."""
 
 from __future__ import annotations
 
 import io
 import math
 import re
+from collections.abc import Sequence
 from typing import NamedTuple
 
-from accelopt.evals.report import (INTERPRETER, TaskRow, fast_p, interval_label, timer_groups)
+from accelopt.evals.report import (INTERPRETER, LineageStep, Speedup, TaskRow, best_per_iteration, fast_p,
+                                   interval_label, timer_groups)
 from accelopt.tools.roofline import DevicePeak, lookup_peak
 
-BLUE, ORANGE, GREY, RED, GREEN = "#3070c0", "#e08a20", "#999999", "#c03030", "#40a060"
+BLUE, ORANGE, GREY, RED, GREEN, PURPLE = "#3070c0", "#e08a20", "#999999", "#c03030", "#40a060", "#8060b0"
+NICE_SPEEDUPS = (0.05, 0.1, 0.2, 0.5, 0.67, 0.8, 0.9, 0.95, 1.05, 1.1, 1.25, 1.5, 2, 5, 10, 20)
+LABEL_WIDTH = 46  # characters of a plan title per line in the lineage figure (two lines at most)
 
 
 class Plot(NamedTuple):
@@ -58,14 +66,18 @@ def make_plots(rows: list[TaskRow]) -> dict[str, Plot]:
     for r in rows:
         if not r.correct:
             continue
+        tag = timer_tag(r.timer)
         if roofline_refusal(r) is None:
             plots[plot_key("roofline", r.task)] = Plot(roofline(r), f"{r.task}: roofline", r.task)
-        if any(c.latency_us for c in r.candidates):
-            plots[plot_key("latency", r.task)] = Plot(latency_per_iteration(r), f"{r.task}: latency of every "
-                                                      "candidate per iteration", r.task)
-        if r.workloads:
-            plots[plot_key("workloads", r.task)] = Plot(workload_latency(r), f"{r.task}: latency per workload",
-                                                        r.task)
+        if any(c.speedup is not None for c in r.candidates):
+            plots[plot_key("candidates", r.task)] = Plot(candidate_speedups(r), f"{r.task}: every candidate's "
+                                                         f"speedup over the baseline, per iteration{tag}", r.task)
+        if len(r.lineage) > 1:
+            plots[plot_key("lineage", r.task)] = Plot(lineage_figure(r), f"{r.task}: the best kernel's lineage "
+                                                      f"from the baseline{tag}", r.task)
+        if any(r.by_workload.values()):
+            plots[plot_key("workloads", r.task)] = Plot(workload_speedups(r), f"{r.task}: the best kernel's "
+                                                        f"speedup per workload{tag}", r.task)
     return plots
 
 
@@ -141,23 +153,41 @@ def speedup_bars(done: list[TaskRow], tag: str) -> bytes:
             ax.annotate(f"{v:.3f}x", (xv + width / 2, v), fontsize=7, ha="left", va="center", xytext=(2, 0),
                         textcoords="offset points")
         extremes += vs + [v for v in lo + hi if v]
-    span = max(abs(math.log(v)) for v in extremes if v > 0) * 1.25 or math.log(1.1)
-    span = max(span, math.log(1.1))
-    ax.set_yscale("log")
-    ax.set_ylim(math.exp(-span), math.exp(span))
-    ax.axhline(1.0, color="#333333", lw=0.9)
+    _log_speedup_axis(ax, extremes)
     ax.set_xticks(x, [r.task for r in done], rotation=30, ha="right", fontsize=8)
     ax.set_xlim(-0.7, len(done) - 0.3)
     rounds = sorted({n for r in done for n in (r.interval_rounds, r.vs_torch_compile_rounds) if n})
     whisker = ", ".join(interval_label(n) for n in rounds) or "no interval recorded"
     ax.set(ylabel="speedup (x, log scale; above 1: faster)", title=f"Best kernel per task{tag}\nwhiskers: {whisker}")
-    from matplotlib.ticker import FuncFormatter
-
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
-    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}x" if span < math.log(2.5) else ""))
-    ax.tick_params(axis="y", which="minor", labelsize=7)
     ax.legend(fontsize=8)
     return _png(fig)
+
+
+def _log_speedup_axis(ax, values: list[float], axis: str = "y") -> None:
+    """A log speedup axis symmetric about 1.0x (above: faster), wide enough for `values`, with a
+    line at 1.0x and ticks written as speedups."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter
+
+    span = max([abs(math.log(v)) for v in values if v and v > 0] + [0.0]) * 1.25
+    span = max(span, math.log(1.1))
+    scale, limit, which = ((ax.set_yscale, ax.set_ylim, ax.yaxis) if axis == "y" else
+                           (ax.set_xscale, ax.set_xlim, ax.xaxis))
+    scale("log")
+    limit(math.exp(-span), math.exp(span))
+    (ax.axhline if axis == "y" else ax.axvline)(1.0, color="#333333", lw=0.9)
+    which.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
+    if span < math.log(40):  # a few round speedups on either side, where the decades leave none
+        which.set_minor_locator(FixedLocator([v for v in NICE_SPEEDUPS if math.exp(-span) < v < math.exp(span)
+                                              and abs(math.log(v)) >= 0.08 * span]))  # none crowding 1x
+        which.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
+    else:
+        which.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+    ax.tick_params(axis=axis, which="minor", labelsize=7)
+
+
+def _whisker_note(speedups: Sequence[Speedup | None]) -> str:
+    rounds = sorted({s.rounds for s in speedups if s is not None and s.rounds and s.ci_low is not None})
+    return ", ".join(interval_label(n) for n in rounds) or "no interval recorded"
 
 
 # ---------------------------------------------------------------- per task
@@ -186,8 +216,9 @@ def _compute_roofs(peak: DevicePeak, kind: str) -> tuple[float, float | None]:
 
 def roofline(row: TaskRow) -> bytes:
     """Each workload's arithmetic intensity (reference FLOPs / bytes) against the throughput the
-    kernel reached (FLOPs / median time), for the baseline, the best and torch.compile, under the
-    device's bandwidth and compute ceilings (datasheet solid, measured achievable dashed)."""
+    kernel reached (FLOPs / median time), under the device's bandwidth and compute ceilings
+    (datasheet solid, measured achievable dashed): the baseline and the best from the best's
+    evaluation (same rounds), torch.compile from the standing evaluation, labelled so."""
     plt = _pyplot()
     peak = lookup_peak(row.device_name or "")
     assert peak is not None
@@ -199,14 +230,16 @@ def roofline(row: TaskRow) -> bytes:
               for name, t in (row.workloads.get(series) or {}).items() if t.flops and t.bytes}
 
     def points(series: str) -> dict[str, tuple[float, float]]:
+        timings = row.standing.get(series) if series == "torch_compile" else row.workloads.get(series)
         return {name: (counts[name][0] / counts[name][1], counts[name][0] / (t.median_us * 1e-6))
-                for name, t in (row.workloads.get(series) or {}).items() if name in counts and t.median_us}
+                for name, t in (timings or {}).items() if name in counts and t.median_us}
 
     # marker: which kernel; colour: which workload (workloads of one task often share an intensity)
     from matplotlib.lines import Line2D
 
     colors = {name: plt.get_cmap("tab10")(i % 10) for i, name in enumerate(counts)}
-    kernels = [("baseline", "o", "baseline"), ("best", "^", "best"), ("torch_compile", "s", "torch.compile(reference)")]
+    kernels = [("baseline", "o", "baseline (the best's evaluation)"), ("best", "^", "best"),
+               ("torch_compile", "s", "torch.compile(reference) (standing evaluation)")]
     handles = []
     for series, marker, label in kernels:
         found = points(series)
@@ -244,83 +277,149 @@ def roofline(row: TaskRow) -> bytes:
     return _png(fig)
 
 
-def latency_per_iteration(row: TaskRow) -> bytes:
-    """Every candidate's latency by iteration (its own evaluation), failed ones marked along the
-    bottom, the baseline's as a line and the run's best after each iteration as a step line."""
-    plt = _pyplot()
-    from matplotlib.transforms import blended_transform_factory
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    by_id = {c.id: c for c in row.candidates}
+def _spots(row: TaskRow) -> dict[str, float]:
+    """Each candidate's x: its iteration, an iteration's candidates side by side around it."""
     crowd: dict[int, int] = {}
     for c in row.candidates:
         crowd[c.iteration] = crowd.get(c.iteration, 0) + 1
     seen: dict[int, int] = {}
-    ok_x, ok_y, bad_x, where = [], [], [], {}
-    for c in row.candidates:  # an iteration's candidates side by side, centred on it
+    where = {}
+    for c in row.candidates:
         n = seen[c.iteration] = seen.get(c.iteration, -1) + 1
-        x = where[c.id] = c.iteration + (n - (crowd[c.iteration] - 1) / 2) * min(0.08, 0.6 / crowd[c.iteration])
-        if c.latency_us:
-            ok_x.append(x)
-            ok_y.append(c.latency_us)
-        else:
-            bad_x.append(x)
-    ax.scatter(ok_x, ok_y, color=BLUE, s=22, label="verified", zorder=3)
-    if bad_x:
+        where[c.id] = c.iteration + (n - (crowd[c.iteration] - 1) / 2) * min(0.08, 0.6 / crowd[c.iteration])
+    return where
+
+
+def candidate_speedups(row: TaskRow) -> bytes:
+    """Every candidate's speedup over the baseline by iteration, each as its own evaluation measured
+    it (timed interleaved with the baseline) with its interval as whiskers; candidates that were
+    not verified along the bottom; the run's best after each iteration as a step line, ending
+    at the figure the headline quotes."""
+    plt = _pyplot()
+    from matplotlib.transforms import blended_transform_factory
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    where = _spots(row)
+    ok = [c for c in row.candidates if c.speedup is not None and c.id != "baseline"]
+    values: list[float] = []
+    if ok:
+        vs = [c.vs_baseline or Speedup(speedup=c.speedup) for c in ok]
+        ys = [v.speedup or 1.0 for v in vs]
+        ax.errorbar([where[c.id] for c in ok], ys, yerr=_whiskers(ys, [v.ci_low for v in vs], [v.ci_high for v in vs]),
+                    fmt="o", color=BLUE, ms=4, capsize=2, elinewidth=0.8, label="verified candidate", zorder=3)
+        values += ys + [x for v in vs for x in (v.ci_low, v.ci_high) if x]
+    bad = [where[c.id] for c in row.candidates if c.speedup is None]
+    if bad:
         below = blended_transform_factory(ax.transData, ax.transAxes)
-        ax.scatter(bad_x, [0.04] * len(bad_x), marker="x", color=RED, s=30, transform=below, zorder=3,
-                   label=f"failed ({len(bad_x)}, no time)")
-    steps = [(it, by_id[b].latency_us) for it, b in row.best_by_iteration if b in by_id and by_id[b].latency_us]
+        ax.scatter(bad, [0.04] * len(bad), marker="x", color=RED, s=30, transform=below, zorder=3,
+                   label=f"not verified ({len(bad)}, no speedup)")
+    steps = best_per_iteration(row)
     if steps:
-        xs, ys = zip(*steps)
-        ax.step(list(xs) + [max(row.iterations, xs[-1]) + 0.3], list(ys) + [ys[-1]], where="post", color=GREEN,
-                lw=1.5, label="the run's best so far")
-    base = by_id.get("baseline")
-    if base and base.latency_us:
-        ax.axhline(base.latency_us, color=GREY, ls="--", lw=0.9, label="baseline")
-    if row.best_id in by_id and by_id[row.best_id].latency_us:
-        ax.scatter([where[row.best_id]], [by_id[row.best_id].latency_us], marker="*", s=140,
-                   color=GREEN, zorder=4, label=f"best ({row.best_id})")
-    if ok_y and max(ok_y) / min(ok_y) > 8:
-        ax.set_yscale("log")
+        xs, ys = [it for it, _ in steps], [c.speedup or 1.0 for _, c in steps]
+        ax.step(xs + [max(row.iterations, xs[-1]) + 0.3], ys + [ys[-1]], where="post", color=GREEN, lw=1.5,
+                label="the run's best after each iteration")
+        values += ys
+    best = next((c for c in row.candidates if c.id == row.best_id), None)
+    if best is not None and best.speedup is not None:
+        ax.scatter([where[best.id]], [best.speedup], marker="*", s=140, color=GREEN, zorder=4,
+                   label=f"best ({best.id}): {best.speedup:.3f}x")
+    _log_speedup_axis(ax, values)
     ax.xaxis.get_major_locator().set_params(integer=True)
-    unit = "µs, CPU interpreter wall time" if row.interpreter else "µs"
-    ax.set(xlabel="iteration", ylabel=f"latency ({unit})\ngeomean over workloads of the median",
-           title=f"{row.task}: every candidate{timer_tag(row.timer)}")
+    ax.set(xlabel="iteration", ylabel="speedup over the baseline (x, log scale)\neach kernel timed interleaved with it",
+           title=f"{row.task}: every candidate against the baseline{timer_tag(row.timer)}\nwhiskers: "
+                 f"{_whisker_note([c.vs_baseline for c in ok])}")
     ax.legend(fontsize=7)
     return _png(fig)
 
 
-def workload_latency(row: TaskRow) -> bytes:
-    """Per workload, the median latency of the baseline, the best and torch.compile (and eager
-    PyTorch) with whiskers one IQR long, centred on the median (the quartiles are not recorded)."""
+def _step_label(n: int, step: LineageStep) -> str:
+    import textwrap
+
+    title = step.plan_title or ("(start)" if step.id == "baseline" else "(no plan recorded)")
+    if step.fix_of:
+        title += f" (repair of {step.fix_of})"
+    lines = textwrap.wrap(title, LABEL_WIDTH) or [""]
+    if len(lines) > 2:
+        lines = [lines[0], lines[1][: LABEL_WIDTH - 1] + "…"]
+    return "\n".join([f"{n}. {step.id}"] + lines)
+
+
+def lineage_figure(row: TaskRow) -> bytes:
+    """The best kernel's lineage from the baseline, one bar per step (baseline at the top): the
+    step's plan title, its speedup over the baseline from its own evaluation with the interval
+    as whiskers, and its speedup over the kernel it changed."""
     plt = _pyplot()
-    names = list((row.workloads.get("best") or row.workloads.get("baseline") or {}).keys())
-    series = [(k, label, color) for k, label, color in (
-        ("baseline", "baseline" + (" (PyTorch reference)" if row.baseline_kind == "reference" else ""), GREY),
-        ("best", "best", BLUE), ("torch_compile", "torch.compile(reference)", ORANGE),
-        ("eager", "eager PyTorch", "#8060b0")) if row.workloads.get(k)]
-    fig, ax = plt.subplots(figsize=(max(5.5, 1.3 * len(names) + 2.5), 4))
-    width = 0.5 / max(len(series), 1)
-    values = []
+    steps = row.lineage
+    fig, ax = plt.subplots(figsize=(8.5, 1.4 + 0.62 * len(steps)))
+    ys = [len(steps) - 1 - i for i in range(len(steps))]
+    vals = [s.vs_baseline.speedup or 1.0 for s in steps]
+    colors = [GREY if s.id == "baseline" else GREEN if s.id == row.best_id else BLUE for s in steps]
+    ax.barh(ys, [v - 1.0 for v in vals], left=1.0, height=0.55, color=colors,
+            xerr=_whiskers(vals, [s.vs_baseline.ci_low for s in steps], [s.vs_baseline.ci_high for s in steps]),
+            capsize=3, ecolor="#333333")
+    extremes = vals + [x for s in steps for x in (s.vs_baseline.ci_low, s.vs_baseline.ci_high) if x]
+    _log_speedup_axis(ax, extremes, axis="x")
+    for y, v, s in zip(ys, vals, steps):
+        text = "baseline" if s.id == "baseline" else s.vs_baseline.text.replace(", range over", ",").replace(
+            ", bootstrap 95% interval over", ", 95% over")
+        if s.id != "baseline" and s.vs_parent.speedup is not None and s.parent_id != "baseline":
+            text += f"; {s.vs_parent.speedup:.3f}x its parent"
+        edge = max([v] + [x for x in (s.vs_baseline.ci_high,) if x])
+        ax.annotate(text, (edge, y), fontsize=7, va="center", xytext=(4, 0), textcoords="offset points")
+    ax.set_yticks(ys, [_step_label(n, s) for n, s in enumerate(steps)], fontsize=7)
+    ax.set_ylim(-0.6, len(steps) - 0.4)
+    ax.set(xlabel="speedup over the baseline (x, log scale; each step's own evaluation, interleaved with it)",
+           title=f"{row.task}: how {row.best_id} came from the baseline{timer_tag(row.timer)}\nwhiskers: "
+                 f"{_whisker_note([s.vs_baseline for s in steps])}")
+    return _png(fig)
+
+
+WORKLOAD_SERIES = (  # comparator, legend (which evaluation), colour
+    ("baseline", "best / baseline (the best kernel's evaluation)", BLUE),
+    ("torch_compile", "best / torch.compile(reference) (standing evaluation)", ORANGE),
+    ("eager", "best / eager PyTorch (standing evaluation)", PURPLE))
+
+
+def workload_speedups(row: TaskRow) -> bytes:
+    """Per workload, the best kernel's speedup over each comparator, each ratio from one
+    evaluation (over the baseline: the best's own; over torch.compile and eager PyTorch: the
+    standing one), with whiskers where both kept their rounds; then all workloads together,
+    the verdicts with their recorded intervals."""
+    plt = _pyplot()
+    names = list(dict.fromkeys(w for per in row.by_workload.values() for w in per))
+    overall = {"baseline": Speedup(speedup=row.speedup, ci_low=row.ci_low, ci_high=row.ci_high,
+                                   rounds=row.interval_rounds),
+               "torch_compile": Speedup(speedup=row.vs_torch_compile, ci_low=row.vs_torch_compile_low,
+                                        ci_high=row.vs_torch_compile_high, rounds=row.vs_torch_compile_rounds),
+               "eager": row.vs_eager or Speedup()}
+    series = [(k, label, color) for k, label, color in WORKLOAD_SERIES if row.by_workload.get(k)]
+    groups = names + ["all workloads\n(geomean, as the headline)"]
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(groups) + 2.5), 4.4))
+    width = 0.7 / max(len(series), 1)
+    extremes: list[float] = []
+    shown: list[Speedup] = []
     for i, (key, label, color) in enumerate(series):
-        timings = row.workloads[key]
-        xs, ys, errs = [], [], []
-        for j, name in enumerate(names):
-            t = timings.get(name)
-            if t:
-                xs.append(j + (i - (len(series) - 1) / 2) * width)
-                ys.append(t.median_us)
-                errs.append((t.iqr_us or 0.0) / 2)
-        ax.errorbar(xs, ys, yerr=errs, fmt="o", color=color, capsize=4, label=label, ms=5)
-        values += ys
-    if values and max(values) / min(values) > 8:
-        ax.set_yscale("log")
-    else:  # a linear axis starts at zero, so the gaps between kernels look as large as they are
-        ax.set_ylim(bottom=0)
-    ax.set_xticks(range(len(names)), names, rotation=20, ha="right", fontsize=8)
-    unit = "µs, CPU interpreter wall time" if row.interpreter else "µs"
-    ax.set(ylabel=f"median latency ({unit})", title=f"{row.task}: per workload, whiskers one IQR long"
-           + timer_tag(row.timer))
-    ax.legend(fontsize=7, loc="lower right")
+        cells = [row.by_workload[key].get(n) for n in names] + [overall[key]]
+        xs = [j + (i - (len(series) - 1) / 2) * width for j, c in enumerate(cells) if c and c.speedup]
+        got = [c for c in cells if c is not None and c.speedup]
+        vs = [c.speedup or 1.0 for c in got]
+        ax.bar(xs, [v - 1.0 for v in vs], bottom=1.0, width=width, color=color, label=label)
+        spread = [(x, c) for x, c in zip(xs, got) if c.ci_low is not None]  # no cap where none was measured
+        if spread:
+            ax.errorbar([x for x, _ in spread], [c.speedup or 1.0 for _, c in spread], fmt="none", capsize=3,
+                        ecolor="#333333", yerr=_whiskers([c.speedup or 1.0 for _, c in spread],
+                                                         [c.ci_low for _, c in spread], [c.ci_high for _, c in spread]))
+        for xv, v in zip(xs, vs):
+            ax.annotate(f"{v:.3g}x", (xv, v), fontsize=6, ha="center", va="bottom" if v >= 1 else "top",
+                        xytext=(0, 2 if v >= 1 else -2), textcoords="offset points")
+        extremes += vs + [x for c in got for x in (c.ci_low, c.ci_high) if x]
+        shown += got
+    _log_speedup_axis(ax, extremes)
+    ax.set_xticks(range(len(groups)), groups, rotation=20, ha="right", fontsize=8)
+    ax.set_xlim(-0.6, len(groups) - 0.4)
+    ax.set(ylabel="speedup of the best kernel (x, log scale)",
+           title=f"{row.task}: the best kernel per workload{timer_tag(row.timer)}\nwhiskers: {_whisker_note(shown)}"
+                 + ("; none where only the comparator's median was kept" if any(c.ci_low is None for c in shown)
+                    else ""))
+    ax.legend(fontsize=7)
     return _png(fig)

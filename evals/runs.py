@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pydantic import BaseModel
 
-from accelopt.evals.report import OUTCOMES, TIMERS, TaskRow, interval_text, load_row
+from accelopt.evals.report import (OUTCOMES, TIMERS, LineageStep, Speedup, TaskRow, chain, lineage_steps,
+                                   load_row, versus)
 from accelopt.tools.rundir import LOCK_FILE
 
 if TYPE_CHECKING:
@@ -48,22 +49,9 @@ class NotARunDir(ValueError):
     """A path that holds no accelopt run; the message says what it is instead."""
 
 
-class Interval(BaseModel):
-    """A speedup with the harness's interval over interleaved rounds (report.interval_label says
-    what kind: with 5 rounds or fewer, the range of the rounds)."""
-
-    speedup: float | None = None
-    ci_low: float | None = None
-    ci_high: float | None = None
-    rounds: int | None = None
-    faster: bool | None = None  # the interval lies above the noise floor (never on the interpreter)
-
-    @property
-    def text(self) -> str:
-        if self.speedup is None:
-            return "-"
-        interval = interval_text(self.ci_low, self.ci_high, self.rounds) if self.ci_low is not None else None
-        return f"{self.speedup:.3f}x" + (f" [{interval}]" if interval else "")
+# A speedup with the harness's interval over interleaved rounds (report.interval_label says what
+# kind: with 5 rounds or fewer, the range of the rounds); the report's record, under show's name.
+Interval = Speedup
 
 
 class BeamMember(BaseModel):
@@ -74,21 +62,12 @@ class BeamMember(BaseModel):
     vs_baseline: Interval
 
 
-class Step(BaseModel):
-    """One kernel on the way from the baseline to the best: the plan that produced it, and where
-    it stood when it was measured (against the baseline, and against the kernel it changed)."""
+class Step(LineageStep):
+    """One kernel on the way from the baseline to the best (the report's lineage step), with the
+    plan's id and text as the run last held it."""
 
-    id: str
-    iteration: int
-    kind: str | None = None
-    parent_id: str | None = None
     plan_id: str | None = None
-    plan_title: str | None = None
     plan: str | None = None        # the plan's text (the planner's, or the autotune move); None for the baseline
-    fix_of: str | None = None      # a repair of this failed attempt, written for the same plan
-    status: str | None = None
-    vs_baseline: Interval
-    vs_parent: Interval
 
 
 class RunView(BaseModel):
@@ -232,21 +211,6 @@ def _text(path: Path) -> str | None:
         return None
 
 
-def _interval(candidate: dict, versus: str) -> Interval:
-    """The candidate against its baseline or its parent, from its own evaluation's rounds (a child
-    of the baseline was compared with it once: that comparison is both)."""
-    compared = candidate.get("versus") or {}
-    vs = compared.get(versus) or (compared.get("baseline") if versus == "parent" and candidate.get("parent_id")
-                                  == "baseline" else None) or {}
-    if versus == "baseline" and candidate.get("id") == "baseline":
-        return Interval(speedup=1.0)
-    speedup = vs.get("speedup")
-    if speedup is None:
-        speedup = candidate.get("speedup") if versus == "baseline" else candidate.get("speedup_vs_parent")
-    return Interval(speedup=speedup, ci_low=vs.get("ci_low"), ci_high=vs.get("ci_high"), rounds=vs.get("rounds"),
-                    faster=vs.get("faster"))
-
-
 def _model(meta: dict) -> str | None:
     ctx = meta.get("context") or {}
     if not ctx:
@@ -382,7 +346,7 @@ def list_run(run_dir: Path) -> RunListing:
         best_id = run.beam_ids[0] if run.beam_ids else run.row.best_id
         best = run.candidate(best_id) if best_id else None
         return RunListing(**common, note=run.stop_reason, best_id=best_id,
-                          best_speedup=_interval(best, "baseline").speedup if best else None,
+                          best_speedup=versus(best, "baseline").speedup if best else None,
                           cost_usd=run.usage()[1])
     finally:
         run.close()
@@ -407,34 +371,24 @@ def _view(run: _Run) -> RunView:
     common = _common(run)
     beam = [c for c in (run.candidate(cid) for cid in run.beam_ids) if c]
     members = [BeamMember(id=c["id"], iteration=c.get("iteration") or 0, status=c.get("status"), kind=c.get("kind"),
-                          vs_baseline=_interval(c, "baseline")) for c in beam]
-    chain: list[dict] = []
-    seen: set[str] = set()
-    here = beam[0] if beam else None
-    while here is not None and here["id"] not in seen:  # the best kernel back to the baseline
-        chain.append(here)
-        seen.add(here["id"])
-        here = run.candidate(here["parent_id"]) if here.get("parent_id") else None
-    chain.reverse()
+                          vs_baseline=versus(c, "baseline")) for c in beam]
+    steps = chain(beam[0]["id"], run.candidate) if beam else []  # the baseline to the best kernel
     plans: dict[str, dict] = {}
-    wanted = {c["plan_id"] for c in chain if c.get("plan_id") and not c.get("plan_text")}
+    wanted = {c["plan_id"] for c in steps if c.get("plan_id") and not c.get("plan_text")}
     if wanted and run.checkpoint is not None:
         try:
             plans = run.checkpoint.plans(wanted)
         except Exception as e:  # noqa: BLE001 - the rest of the view stands without the plans' text
             run.notes.append(f"plans unreadable from the checkpoint ({type(e).__name__}); titles shown")
-    lineage = [Step(id=c["id"], iteration=c.get("iteration") or 0, kind=c.get("kind"), parent_id=c.get("parent_id"),
-                    plan_id=c.get("plan_id"), plan_title=c.get("plan_title"),
+    lineage = [Step(**step.model_dump(), plan_id=c.get("plan_id"),
                     plan=c.get("plan_text") or (plans.get(c.get("plan_id") or "") or {}).get("text")
-                    or c.get("plan_title"),
-                    fix_of=c.get("fix_of"), status=c.get("status"), vs_baseline=_interval(c, "baseline"),
-                    vs_parent=_interval(c, "parent") if c.get("parent_id") else Interval())
-               for c in chain]
+                    or c.get("plan_title"))
+               for step, c in zip(lineage_steps(steps), steps)]
     diff = None
-    if chain and chain[0].get("source") is not None and chain[-1].get("source") is not None:
+    if steps and steps[0].get("source") is not None and steps[-1].get("source") is not None:
         diff = "\n".join(difflib.unified_diff(
-            chain[0]["source"].splitlines(), chain[-1]["source"].splitlines(),
-            f"{chain[0]['id']}/kernel.py", f"{chain[-1]['id']}/kernel.py", lineterm=""))
+            steps[0]["source"].splitlines(), steps[-1]["source"].splitlines(),
+            f"{steps[0]['id']}/kernel.py", f"{steps[-1]['id']}/kernel.py", lineterm=""))
     tokens, cost = run.usage()
     candidates = ((run.ck or {}).get("candidates") or {}) if run.ck is not None else None
     evaluated = len(candidates) - 1 if candidates else sum(
@@ -443,5 +397,5 @@ def _view(run: _Run) -> RunView:
     return RunView(**common, task_dir=run.meta.get("task_dir") or (run.summary or {}).get("task_dir"),
                    state_text=STATES[run.state], stop_reason=run.stop_reason, held_by=run.held_by,
                    device_name=device, candidates_evaluated=max(evaluated, 0), tokens=tokens, cost_usd=cost,
-                   best_id=beam[0]["id"] if beam else None, best=_interval(beam[0], "baseline") if beam else None,
+                   best_id=beam[0]["id"] if beam else None, best=versus(beam[0], "baseline") if beam else None,
                    beam=members, lineage=lineage, diff=diff, notes=run.notes)

@@ -1,19 +1,24 @@
 """The report: `accelopt eval` over a small suite on the CPU with the report rebuilt from disk, and
 the page's content checked on run directories written here the way a GPU run writes them."""
 
+import html
 import io
 import json
 import re
 import shutil
 import subprocess
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from accelopt.cli.app import app
-from accelopt.evals.report import TaskRow, build_report, fast_p, interval_label, load_rows, suite_figures
-from accelopt.evals.report_html import diff_html
+from accelopt.evals.report import (TaskRow, best_per_iteration, build_report, fast_p, interval_label, load_rows,
+                                   suite_figures)
+from accelopt.evals.report_html import diff_html, render_html
+from accelopt.evals import report_plots
+from accelopt.evals.report_plots import LABEL_WIDTH, _step_label
 from tests.conftest import ROOT, TASKS
 
 runner = CliRunner()
@@ -23,6 +28,7 @@ H100 = "NVIDIA H100 80GB HBM3"
 ENV = {"accelopt": "0.1.0", "torch": "2.11.0+cu130", "triton": "3.6.0", "python": "3.12.3",
        "git_commit": "0123456789abcdef0123456789abcdef01234567", "git_dirty": False}
 # rmsnorm's GPU workloads: FLOPs and bytes as the reference counts them (fp16, 4 FLOPs an element)
+ROUNDS = (0.98, 1.0, 1.01, 0.99, 1.02)  # each round's median, as a share of the median
 WORKLOADS = {"T4096_H4096": (4096 * 4096 * 4.0, 4096 * 4096 * 4.0 + 8192), "T2048_H8192": (2048 * 8192 * 4.0,
                                                                                             2048 * 8192 * 4.0 + 16384)}
 
@@ -38,7 +44,7 @@ def _suite(tmp_path):
 def _timing(us: float, flops: float, nbytes: float, timer: str) -> dict:
     metric = "interpreter_wall" if timer == "interpreter_wall" else "gpu_span"
     return {"median_us": us, "iqr_us": us * 0.04, "samples": 50, "metric": metric,
-            "round_medians_us": [us * f for f in (0.98, 1.0, 1.01, 0.99, 1.02)], "flops": flops, "bytes": nbytes}
+            "round_medians_us": [us * f for f in ROUNDS], "flops": flops, "bytes": nbytes}
 
 
 def _write(path: Path, data) -> None:
@@ -105,8 +111,9 @@ def write_run(run_dir: Path, *, speedup: float | None, interval=(0.97, 1.03), ro
                                          "rounds": 5, "faster": vs_tc * 0.98 > 1, "slower": vs_tc * 1.01 < 1},
                        "eager": {"speedup": 2.0, "ci_low": 1.9, "ci_high": 2.1, "rounds": 5}},
             "median_us": {"best": {w: us for w in WORKLOADS}, "torch_compile": {w: us * vs_tc for w in WORKLOADS}},
-            "workloads": {"torch_compile": {w: {"median_us": us * vs_tc, "iqr_us": 1.0} for w in WORKLOADS},
-                          "eager": {w: {"median_us": us * 2, "iqr_us": 2.0} for w in WORKLOADS}}})
+            "workloads": {name: {w: {"median_us": us * f, "iqr_us": f, "round_medians_us": [us * f * g for g in ROUNDS]}
+                                 for w in WORKLOADS} for name, f in (("best", 1.0), ("torch_compile", vs_tc),
+                                                                     ("eager", 2.0))}})
     return run_dir
 
 
@@ -157,7 +164,8 @@ def test_a_gpu_suite_page_tells_the_truth(gpu_suite):
     assert "slower than torch.compile beyond noise: the best kernel runs at 0.800x of torch.compile(reference)" in text
     assert "The best kernels are slower than torch.compile</b>: geomean 0.849x" in text
     # a roofline per verified GPU task, every candidate per iteration, workloads with spread; no $0 cost plot
-    for key in ("roofline_fast", "roofline_flat", "latency_fast", "workloads_fast", "per_task", "fast_p"):
+    for key in ("roofline_fast", "roofline_flat", "candidates_fast", "lineage_fast", "workloads_fast", "per_task",
+                "fast_p"):
         assert _decodes((gpu_suite / "plots" / f"{key}.png").read_bytes()), key
         assert f"alt='{key}'" in text
     assert not (gpu_suite / "plots" / "speedup_vs_cost.png").exists() and "No cost figure" in text
@@ -217,6 +225,234 @@ def test_report_prints_the_headline_numbers_before_the_page(gpu_suite):
     assert "skipped: NKI unavailable" in table and "95%" not in table
 
 
+# ---------------------------------------------------------------- one evaluation per figure, the lineage
+
+SETUP_US = 12.345  # the baseline's own evaluation at setup: another moment, never set beside the best
+
+
+def write_interpreter_run(run_dir: Path, steps, failed: int = 1) -> Path:
+    """A finished interpreter run as the demo leaves one. `steps`: (id, iteration, parent, plan title, the
+    kernel's µs and the baseline's µs in the kernel's own evaluation, speedup, interval, vs parent); the
+    last is the best. Each evaluation ran at its own moment, so absolute times do not compare across them."""
+    task_dir = run_dir.parent / "tasks" / run_dir.name
+    if not task_dir.exists():
+        shutil.copytree(TASKS / "rmsnorm", task_dir)
+    _write(run_dir / "run.json", {"format": 1, "task_dir": str(task_dir), "created": "2026-11-25T15:14:30+0000",
+                                  "environment": ENV, "context": {"beams": 2, "plans": 2, "samples": 1,
+                                                                  "iterations": 2, "model": "tuner"}})
+    timer, names = "interpreter_wall", {"T4_H64": (1028.0, 1152.0), "T3_H200": (2403.0, 2800.0)}
+
+    def timings(us: float) -> dict:
+        return {w: {**_timing(us, f, b, timer), "round_medians_us": [us * 1.1, us * 0.9]}
+                for w, (f, b) in names.items()}
+
+    _write(run_dir / "candidates" / "baseline" / "result.json", {
+        "id": "baseline", "iteration": 0, "parent_id": None, "status": "verified", "timer": timer, "kind": "kernel",
+        "device_name": "cpu (Triton interpreter)", "workloads": timings(SETUP_US), "speedup": 1.0})
+    _write(run_dir / "candidates" / "baseline" / "kernel.py", BASELINE)
+    for cid, iteration, parent, title, own_us, base_us, speedup, (low, high), vs_parent in steps:
+        versus = {"baseline": {"speedup": speedup, "ci_low": low, "ci_high": high, "rounds": 2, "faster": False}}
+        if vs_parent is not None:
+            versus["parent"] = {"speedup": vs_parent, "ci_low": vs_parent * 0.9, "ci_high": vs_parent * 1.1,
+                                "rounds": 2, "faster": False}
+        _write(run_dir / "candidates" / cid / "result.json", {
+            "id": cid, "iteration": iteration, "parent_id": parent, "plan_title": title, "status": "verified",
+            "timer": timer, "kind": "kernel", "device_name": "cpu (Triton interpreter)", "workloads": timings(own_us),
+            "versus": versus, "speedup": speedup, "speedup_vs_parent": vs_parent or speedup,
+            "compared_us": {"baseline": {w: base_us for w in names}}})
+        _write(run_dir / "candidates" / cid / "kernel.py", BASELINE.replace("num_warps=4", f"num_warps={iteration}"))
+    for n in range(failed):
+        _write(run_dir / "candidates" / f"i2.m1.p{n}.k0" / "result.json",
+               {"id": f"i2.m1.p{n}.k0", "iteration": 2, "parent_id": steps[0][0], "status": "wrong_output"})
+    best = steps[-1]
+    _write(run_dir / "best_kernel.py", BASELINE.replace("num_warps=4", f"num_warps={best[1]}"))
+    by_iteration = {step[1]: step for step in steps}
+    _write(run_dir / "summary.json", {
+        "task_dir": str(task_dir), "iteration": 2, "stop_reason": "reached T=2 iterations", "best_id": best[0],
+        "best_speedup": best[6], "baseline_kind": "kernel", "timer": timer, "device_name": "cpu (Triton interpreter)",
+        "usage": {}, "iterations": [{"iteration": it, "best_id": step[0], "best_speedup": step[6]}
+                                    for it, step in sorted(by_iteration.items())]})
+    return run_dir
+
+
+# The issue's run: each step faster than the baseline in its own evaluation, each evaluated at a slower
+# moment than the last (absolute times 20, then 38 µs, against the baseline's 12.3 µs at setup).
+DEMO_STEPS = [("i1.m0.p0.k0", 1, "baseline", "BLOCK 256 -> 512", 20.0, 22.0, 1.10, (1.05, 1.15), None),
+              ("i2.m0.p1.k0", 2, "i1.m0.p0.k0", "num_warps 4 -> 8", 38.0, 43.7, 1.149, (1.1, 1.2), 1.04)]
+
+
+def test_every_figure_of_the_best_comes_from_its_own_evaluation(tmp_path):
+    run = write_interpreter_run(tmp_path / "demo", DEMO_STEPS)
+    row = load_rows(run)[0]
+    # the baseline beside the best is the one timed in the best's rounds, never its setup times
+    assert {t.median_us for t in row.workloads["baseline"].values()} == {43.7}
+    assert {t.median_us for t in row.workloads["best"].values()} == {38.0}
+    assert row.baseline_us == pytest.approx(43.7) and row.best_us == pytest.approx(38.0)
+    assert row.baseline_spread_pct is None  # not recorded in those rounds: not borrowed from setup
+    assert all(s.speedup == pytest.approx(43.7 / 38.0) for s in row.by_workload["baseline"].values())
+    # the best so far is a speedup as measured, never an absolute time from another moment: it never steps
+    # down (in latency: up) and ends at the headline's figure
+    best = [c.speedup for _, c in best_per_iteration(row)]
+    assert best == [1.0, 1.10, 1.149] and best[-1] == row.speedup
+    assert [c.vs_baseline.ci_low for c in row.candidates if c.id == "i2.m0.p1.k0"] == [1.1]
+    text = _page_text(build_report(run))
+    assert not re.search(r"(?<![\d.])12\.3(?!\d)", text)  # the setup time (12.3 µs) is nowhere on the page
+    per_workload = text.split("<h3>Per workload</h3>")[1].split("<h3>")[0]
+    assert "43.7" in per_workload and "38.0 ± 1.5" in per_workload and "1.150x" in per_workload
+    assert "baseline median (µs, CPU interpreter)" in per_workload
+    # every figure of the task is labelled as interpreter time, and drawn
+    for key in ("candidates_demo", "lineage_demo", "workloads_demo"):
+        assert _decodes((run / "plots" / f"{key}.png").read_bytes()), key
+        caption = text.split(f"alt='{key}'")[1].split("</figcaption>")[0]
+        assert "CPU interpreter wall time: not GPU performance" in caption, key
+    assert not any(p.name.startswith("latency_") for p in (run / "plots").iterdir())
+
+
+def test_the_best_so_far_line_as_drawn_never_steps_down(tmp_path, monkeypatch):
+    """Three iterations, each best evaluated at a slower moment (20, 30, 45 µs: the line the page drew
+    before, in absolute time, stepped up) and each faster than the baseline in its own evaluation."""
+    steps = DEMO_STEPS[:1] + [("i2.m0.p1.k0", 2, "i1.m0.p0.k0", "b", 30.0, 36.0, 1.2, (1.1, 1.3), 1.09),
+                              ("i3.m0.p0.k0", 3, "i2.m0.p1.k0", "c", 45.0, 58.5, 1.3, (1.2, 1.4), 1.08)]
+    row = load_rows(write_interpreter_run(tmp_path / "r", steps))[0]
+    drawn = {}
+    monkeypatch.setattr(report_plots, "_png", lambda fig: drawn.setdefault("fig", fig) and b"")
+    report_plots.candidate_speedups(row)
+    ax = drawn["fig"].axes[0]
+    line = next(ln for ln in ax.get_lines() if ln.get_label() == "the run's best after each iteration")
+    ys = list(line.get_ydata())
+    assert ys == sorted(ys) and ys[0] == 1.0 and ys[-1] == row.speedup == 1.3
+    # each verified candidate is drawn at its speedup over the baseline, its interval as whiskers
+    assert "speedup over the baseline" in ax.get_ylabel() and ax.get_yscale() == "log"
+    assert "CPU interpreter wall time: not GPU performance" in ax.get_title()
+
+
+def test_the_lineage_figure_and_table(tmp_path):
+    long_title = ("Split the reduction over two program instances per row and combine partial sums with an "
+                  "atomic add so that long rows use more of the machine")
+    steps = [DEMO_STEPS[0], ("i2.m0.p1.k0.f1", 2, "i1.m0.p0.k0", long_title, 38.0, 43.7, 1.149, (1.1, 1.2), 1.04)]
+    run = write_interpreter_run(tmp_path / "lin", steps)
+    fixed = json.loads((run / "candidates" / "i2.m0.p1.k0.f1" / "result.json").read_text())
+    _write(run / "candidates" / "i2.m0.p1.k0.f1" / "result.json", {**fixed, "fix_of": "i2.m0.p1.k0"})
+    row = load_rows(run)[0]
+    assert [s.id for s in row.lineage] == ["baseline", "i1.m0.p0.k0", "i2.m0.p1.k0.f1"]
+    assert [s.plan_title for s in row.lineage] == [None, "BLOCK 256 -> 512", long_title]
+    assert row.lineage[1].vs_baseline.speedup == 1.10 and row.lineage[1].vs_baseline.ci_high == 1.15
+    assert row.lineage[1].vs_parent.speedup == 1.10  # a child of the baseline: one comparison is both
+    assert row.lineage[2].vs_parent.speedup == 1.04 and row.lineage[2].fix_of == "i2.m0.p1.k0"
+    # the figure's labels: the step, its kernel, its plan in at most two lines
+    label = _step_label(2, row.lineage[2]).splitlines()
+    assert label[0] == "2. i2.m0.p1.k0.f1" and len(label) == 3 and label[2].endswith("…")
+    assert all(len(line) <= LABEL_WIDTH for line in label)
+    text = _page_text(build_report(run))
+    assert _decodes((run / "plots" / "lineage_lin.png").read_bytes()) and "alt='lineage_lin'" in text
+    table = text.split("<h3>How i2.m0.p1.k0.f1 came from the baseline</h3>")[1].split("</table>")[0]
+    assert "BLOCK 256 -&gt; 512" in table and html.escape(long_title) in table and "(repair of i2.m0.p1.k0)" in table
+    assert "1.100x<br><span class='note'>1.050–1.150, range over 2 rounds</span>" in table
+    assert "1.040x<br>" in table  # the second step against its parent
+    # a run whose best is the baseline has no lineage to draw
+    flat = write_run(tmp_path / "e" / "flat", speedup=None)
+    assert [s.id for s in load_rows(flat)[0].lineage] == ["baseline"]
+    build_report(flat)
+    assert not (flat / "plots" / "lineage_flat.png").exists() and not (flat / "plots" / "workloads_flat.png").exists()
+
+
+# ---------------------------------------------------------------- the page fits a 1280 px window
+
+PAGE_PX = 1280 - 2 * 32  # the window less the body's 2em margins (16 px font)
+CHAR_PX, CELL_PX = 7.8, 15  # 13 px text at most 0.6 em a character; padding and border of a cell
+
+
+class _Tables(HTMLParser):
+    """Every table of a page as rows of cells, each cell its unbreakable runs of text: words, and the
+    whole of a no-wrap tag (`.tag`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables: list[list[list[list[str]]]] = []
+        self.cell: list[str] | None = None
+        self.nowrap = 0
+
+    def handle_starttag(self, tag, attrs):
+        classes = (dict(attrs).get("class") or "").split()
+        if tag == "table":
+            self.tables.append([])
+        elif tag == "tr" and self.tables:
+            self.tables[-1].append([])
+        elif tag in ("td", "th") and self.tables:
+            self.cell = [""]
+            self.tables[-1][-1].append(self.cell)
+        elif tag == "span" and self.nowrap:
+            self.nowrap += 1
+        elif tag == "span" and "tag" in classes:
+            self.nowrap = 1
+            if self.cell is not None:
+                self.cell.append("")
+        elif tag == "br" and self.cell is not None:
+            self.cell.append("")
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th"):
+            self.cell = None
+        elif tag == "span" and self.nowrap:
+            self.nowrap -= 1
+            if not self.nowrap and self.cell is not None:
+                self.cell.append("")
+
+    def handle_data(self, data):
+        if self.cell is None:
+            return
+        if self.nowrap:
+            self.cell[-1] += data
+        else:
+            words = data.split(" ")
+            self.cell[-1] += words[0]
+            self.cell.extend(words[1:])
+
+
+def min_widths(page: str) -> list[float]:
+    """Each table's narrowest width in px (its min-content width): per column its longest unbreakable run,
+    whatever overflow-wrap may still break."""
+    parser = _Tables()
+    parser.feed(page)
+    widths = []
+    for table in parser.tables:
+        columns: dict[int, float] = {}
+        for row in table:
+            for i, cell in enumerate(row):
+                runs = max((len(r) for r in cell), default=0)
+                columns[i] = max(columns.get(i, 0.0), runs * CHAR_PX + CELL_PX)
+        widths.append(sum(columns.values()))
+    return widths
+
+
+OLD_SUMMARY = (  # the 16-column table the page had: one interpreter row, as the demo's report showed it
+    "<table><tr>" + "".join(f"<th>{h}</th>" for h in (
+        "task", "outcome", "timer", "baseline µs", "spread", "best µs", "spread", "speedup", "interval",
+        "vs torch.compile", "% peak", "% achievable", "% of same-size copy", "iterations", "tokens", "$"))
+    + "</tr><tr><td>rmsnorm</td><td>verified on the CPU interpreter</td><td>CPU Triton-interpreter wall time</td>"
+    "<td>25381.1 <span class='tag'>CPU interpreter</span></td><td>8.5%</td>"
+    "<td>23745.5 <span class='tag'>CPU interpreter</span></td><td>50.1%</td>"
+    "<td>1.013x <span class='tag'>CPU interpreter</span></td><td>0.815–1.210, range over 2 rounds</td>"
+    "<td>n/a (CPU)</td><td>–</td><td>–</td><td>–</td><td>2</td><td>0</td><td>0.0000</td></tr></table>")
+
+
+def test_every_table_fits_a_1280px_window(gpu_suite, tmp_path):
+    # the measure sees a table that runs off: the one the summary was
+    assert min_widths(OLD_SUMMARY)[0] > PAGE_PX
+    write_run(gpu_suite / "level3_29_SwinMLP_long_task_name", speedup=1.5, interval=(1.4, 1.6), vs_tc=1.1, cost=0.3)
+    write_interpreter_run(tmp_path / "cpu" / "demo", DEMO_STEPS)
+    for path in (gpu_suite, tmp_path / "cpu" / "demo"):
+        rows = load_rows(path)  # the page's tables without its figures: drawing them is the slow part
+        page = render_html("tables", rows, suite_figures(rows), {})
+        widths = min_widths(page)
+        assert len(widths) >= 5 and max(widths) <= PAGE_PX, widths
+        css = page.split("<style>")[1].split("</style>")[0]
+        # and what the measure cannot see (a long word in a cell) still wraps inside the page
+        assert re.search(r"td,th\{[^}]*overflow-wrap:anywhere", css) and "max-width:100%" in css
+        assert "white-space:nowrap" not in css.split(".tag{")[0]  # only the short tags never wrap
+
+
+
 def test_interval_labels():
     assert interval_label(2) == "range over 2 rounds" and interval_label(5) == "range over 5 rounds"
     assert interval_label(20) == "bootstrap 95% interval over 20 rounds"
@@ -250,7 +486,8 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or \
     ("/usr/bin/chromium" if Path("/usr/bin/chromium").is_file() else None)
 # After load, the page's body says how many of its images decoded; the report itself has no script.
 PROBE = ("<script>addEventListener('load',()=>{const i=[...document.images];document.body.dataset.decoded="
-         "i.filter(x=>x.complete&&x.naturalWidth>0).length+'/'+i.length})</script>")
+         "i.filter(x=>x.complete&&x.naturalWidth>0).length+'/'+i.length;"
+         "document.body.dataset.wide=document.documentElement.scrollWidth})</script>")
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (/usr/bin/chromium), which CI does not install: "
@@ -262,12 +499,15 @@ def test_the_page_renders_in_headless_chromium(gpu_suite, tmp_path):
     flags = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
              "--disable-component-update", "--disable-sync", "--no-first-run",
              f"--user-data-dir={tmp_path / 'profile'}"]
-    dom = subprocess.run(flags + ["--virtual-time-budget=10000", "--dump-dom", probe.as_uri()], capture_output=True,
-                         text=True, timeout=180).stdout
+    dom = subprocess.run(flags + ["--window-size=1280,2000", "--virtual-time-budget=10000", "--dump-dom",
+                                  probe.as_uri()], capture_output=True, text=True, timeout=180).stdout
     images = page.read_text().count("<img ")
     assert images >= 8 and f'data-decoded="{images}/{images}"' in dom, dom[-2000:]
+    wide = re.search(r'data-wide="(\d+)"', dom)
+    assert wide and int(wide.group(1)) <= 1280, dom[-2000:]  # nothing runs off a 1280 px window
     for heading in ("Provenance", "Summary", "Suite figures", "Task: fast", "Task: flat", "Roofline",
-                    "Latency per iteration", "Latency per workload", "Best kernel against the baseline"):
+                    "Every candidate against the baseline", "Lineage of the best kernel", "Speedup per workload",
+                    "Best kernel against the baseline"):
         assert f">{heading}</h" in dom, heading
     shot = tmp_path / "shot.png"
     subprocess.run(flags + ["--window-size=1250,2000", f"--screenshot={shot}", page.as_uri()], capture_output=True,
@@ -298,8 +538,12 @@ def test_eval_writes_a_report_and_resumes_by_skipping_finished_tasks(tmp_path):
     assert all(t["label"].split()[0] in table for t in rows.values()), table
     if any(t["ci_low"] is not None for t in rows.values()):  # a kernel beat the baseline: its interval is shown
         assert "range over 2 rounds" in page
-    for plot in ("speedup_per_iteration", "per_task", "fast_p", "latency_rmsnorm", "workloads_softmax"):
+    for plot in ("speedup_per_iteration", "per_task", "fast_p", "candidates_rmsnorm", "candidates_softmax"):
         assert (out / "plots" / f"{plot}.png").read_bytes()[:8] == PNG
+    for task, row in rows.items():  # a best that is not the baseline: its lineage and its workloads against it
+        if row["outcome"] == "optimized" and row["best_id"] != "baseline":
+            assert (out / "plots" / f"lineage_{task}.png").is_file()
+            assert (out / "plots" / f"workloads_{task}.png").is_file()
     assert not (out / "plots" / "speedup_vs_cost.png").exists()  # the tuner spent nothing
     assert rows["rmsnorm"]["outcome"] == "optimized" and rows["rmsnorm"]["iterations"] == 2
     assert rows["rmsnorm"]["provenance"]["accelopt"] and rows["rmsnorm"]["provenance"]["torch"]  # recorded at run time
