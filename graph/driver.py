@@ -18,7 +18,7 @@ from accelopt.nodes.context import RunContext
 from accelopt.tools.budget import ledger
 from accelopt.tools.llm import totals
 from accelopt.tools.rundir import lock_run_dir, run_summary, write_summary
-from accelopt.tools.tracing import flush_traces
+from accelopt.tools.tracing import flush_traces, task_label
 
 
 PlanReviewer = Callable[[list[dict]], list[dict]]  # the iteration's plans -> the plans to run
@@ -172,7 +172,7 @@ def _task_metadata(meta: dict) -> dict:
     if not meta:
         return {}
     ctx = meta.get("context") or {}
-    return {"task": Path(meta.get("task_dir", "")).name,
+    return {"task": task_label(meta.get("task_dir") or ""),
             **{k: ctx.get(k) for k in ("beams", "plans", "samples", "fixes", "iterations", "model", "device")}}
 
 

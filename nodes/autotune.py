@@ -21,6 +21,7 @@ from accelopt.nodes.state import CandidateState
 from accelopt.nodes.common import task_of
 from accelopt.nodes.services import measure
 from accelopt.tools.rundir import write_candidate
+from accelopt.tools.tracing import label_run
 from accelopt.tools.tunables import apply_config, config_of, describe_moves, format_config, neighbours, pins, unpinned
 
 
@@ -28,6 +29,7 @@ def autotune(state: CandidateState, runtime: Runtime[RunContext]) -> dict:
     ctx = runtime.context
     task = task_of(state["task_dir"])
     rewrite = dict(state["current"])
+    label_run(rewrite["id"])
     best = rewrite
     # a kernel whose autotuner picks at run time was not measured as any one configuration
     seen = {frozenset(config_of(s).items()) for s in (rewrite["source"], state["parent"]["source"]) if not unpinned(s)}

@@ -13,11 +13,13 @@ from accelopt.nodes.services import fill_attempt, new_attempt
 from accelopt.nodes.policies import policy_for
 from accelopt.nodes.state import CandidateState
 from accelopt.tools.policy import WriteRequest
+from accelopt.tools.tracing import label_run
 
 
 def executor(state: CandidateState, runtime: Runtime[RunContext]) -> dict:
     parent = state["parent"]
     attempt = new_attempt(state, f"{state['plan']['id']}.k{state['sample']}", None, 0)
+    label_run(attempt["id"])
     request = WriteRequest(task=task_of(state["task_dir"]), iteration=state["iteration"], candidate_id=attempt["id"],
                            source=None if parent.get("kind") == "reference" else parent["source"],
                            plan=plan_draft(state["plan"]))

@@ -13,6 +13,7 @@ from accelopt.nodes.records import plan_draft
 from accelopt.nodes.services import fill_attempt, new_attempt
 from accelopt.nodes.state import CandidateState
 from accelopt.tools.policy import FixRequest
+from accelopt.tools.tracing import label_run
 
 
 def fixer(state: CandidateState, runtime: Runtime[RunContext]) -> dict:
@@ -20,6 +21,7 @@ def fixer(state: CandidateState, runtime: Runtime[RunContext]) -> dict:
     fixes = state["fixes"] + 1
     root_id = failed["id"].split(".f")[0]
     attempt = new_attempt(state, f"{root_id}.f{fixes}", failed["id"], fixes)
+    label_run(attempt["id"])
     request = FixRequest(task=task_of(state["task_dir"]), iteration=state["iteration"], candidate_id=attempt["id"],
                          plan=plan_draft(state["plan"]),
                          parent_source=None if parent.get("kind") == "reference" else parent["source"],

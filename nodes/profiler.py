@@ -10,6 +10,7 @@ from accelopt.nodes.records import with_measurement
 from accelopt.nodes.services import measure
 from accelopt.nodes.state import CandidateState
 from accelopt.tools.rundir import write_candidate
+from accelopt.tools.tracing import label_run
 
 
 def profiler(state: CandidateState, runtime: Runtime[RunContext]) -> dict:
@@ -19,4 +20,5 @@ def profiler(state: CandidateState, runtime: Runtime[RunContext]) -> dict:
                                                     baseline=state["baseline"], parent=state["parent"],
                                                     run_dir=state.get("run_dir"), candidate_id=current["id"]))
     write_candidate(state.get("run_dir"), current)
+    label_run(current["id"], current)  # a failed candidate is its run's error in a trace
     return {"current": current, "candidates": {current["id"]: current}}
