@@ -28,7 +28,7 @@ from rich.text import Text
 
 from accelopt.nodes.context import RunContext
 from accelopt.nodes.records import leads_parent
-from accelopt.tools.harness.result import FIXABLE, NOT_EVALUATED, TIMER_LIVE
+from accelopt.tools.harness.result import FIXABLE, NOT_EVALUATED, TIMER_LIVE, short_reason
 from accelopt.tools.llm import totals
 
 log = logging.getLogger("accelopt")
@@ -53,18 +53,6 @@ def candidate_counts(candidates: dict[str, dict], baseline_id: str = "baseline")
         if cid != baseline_id and cand.get("status"):
             statuses[cand["status"]] = statuses.get(cand["status"], 0) + 1
     return sum(n for status, n in statuses.items() if status not in NOT_EVALUATED), statuses
-
-
-def short_reason(error: str | None, width: int = 110) -> str:
-    """One line of why a candidate failed: a traceback's exception line, else the first line."""
-    lines = [line.strip() for line in (error or "").splitlines() if line.strip()]
-    if not lines:
-        return ""
-    line = lines[0]
-    if any(line.startswith("Traceback") for line in lines):
-        raised = [line for line in lines if re.match(r"^[\w.]+(Error|Exception|Exit|Interrupt)\b", line)]
-        line = (raised or lines)[-1]
-    return line if len(line) <= width else line[:width - 1] + "…"
 
 
 def _latency_us(cand: dict) -> float | None:

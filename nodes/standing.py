@@ -16,6 +16,7 @@ from accelopt.nodes.common import task_of
 from accelopt.nodes.context import RunContext
 from accelopt.nodes.services import measure_against_torch
 from accelopt.nodes.state import RunState
+from accelopt.tools.harness.result import short_reason
 from accelopt.tools.rundir import write_summary
 
 
@@ -43,8 +44,8 @@ def versus_torch_compile(state: RunState, best: dict, ctx: RunContext) -> dict:
         (Path(state["run_dir"]) / "torch_compile.json").write_text(json.dumps(record, indent=2))
     versus = (record.get("versus") or {}).get("torch_compile")
     if not versus:
-        why = (record.get("error") or record.get("status") or "no result").strip().splitlines()
-        return {"not_measured": f"the timing with torch.compile failed ({record.get('status')}): {why[0][:300]}"}
+        why = short_reason(record.get("error"), width=300) or "no result"  # the exception, not the traceback's top
+        return {"not_measured": f"the timing with torch.compile failed ({record.get('status')}): {why}"}
     verdict = "faster" if versus["faster"] else "slower" if versus["slower"] else "within noise"
     eager = (record.get("versus") or {}).get("eager") or {}
     return {"speedup": versus["speedup"], "ci_low": versus["ci_low"], "ci_high": versus["ci_high"],

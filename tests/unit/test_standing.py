@@ -30,3 +30,14 @@ def test_a_comparator_that_failed_is_reported_with_its_status(monkeypatch, tmp_p
     assert got == {"not_measured": "the timing with torch.compile failed (compile_error): Inductor could not "
                                    "compile the reference"}
     assert (tmp_path / "torch_compile.json").is_file()  # the report shows the failure too
+
+
+def test_a_comparator_that_raised_is_reported_by_its_exception_not_the_tracebacks_top(monkeypatch, tmp_path):
+    error = ("while timing (comparator 'torch_compile', not the kernel under test): warm-up before timing:\n"
+             "Traceback (most recent call last):\n  File \"x.py\", line 1, in run\n"
+             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 6.00 GiB")
+    monkeypatch.setattr(node, "measure_against_torch", lambda *a, **k: {"status": "runtime_error", "error": error})
+    monkeypatch.setattr(node, "task_of", lambda task_dir: None)
+    got = node.versus_torch_compile({"task_dir": "t", "run_dir": str(tmp_path)}, GPU_BEST, RunContext())
+    assert got["not_measured"].endswith("(runtime_error): torch.OutOfMemoryError: CUDA out of memory. Tried to "
+                                        "allocate 6.00 GiB")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel
@@ -185,3 +186,15 @@ def interval_label(rounds: int | None) -> str:
 def interval_coverage(rounds: int | None) -> float | None:
     """The probability that the min-max range of `rounds` rounds covers their distribution's median."""
     return 1 - 2 * 0.5 ** rounds if rounds and rounds <= RANGE_MAX_ROUNDS else None
+
+
+def short_reason(error: str | None, width: int = 110) -> str:
+    """One line of why an evaluation failed: a traceback's exception line, else the first line."""
+    lines = [line.strip() for line in (error or "").splitlines() if line.strip()]
+    if not lines:
+        return ""
+    line = lines[0]
+    if any(line.startswith("Traceback") for line in lines):
+        raised = [line for line in lines if re.match(r"^[\w.]+(Error|Exception|Exit|Interrupt)\b", line)]
+        line = (raised or lines)[-1]
+    return line if len(line) <= width else line[:width - 1] + "…"
