@@ -1,8 +1,8 @@
 """accelopt: one import namespace over the repository's top-level folders.
 
-The design keeps `graph/`, `nodes/`, `tools/`, `memory/`, `cli/` and `evals/` at the top of the
-repository. An install maps them under `accelopt.` (pyproject's package-dir), so nothing with a
-generic name lands in site-packages. In a plain checkout (no install, e.g. PYTHONPATH=.), the
+The design keeps `graph/`, `nodes/`, `policies/`, `tools/`, `memory/`, `cli/` and `evals/` at the
+top of the repository. An install maps them under `accelopt.` (pyproject's package-dir), so
+nothing with a generic name lands in site-packages. In a plain checkout (no install, e.g. PYTHONPATH=.), the
 repository root joins this package's path so that `accelopt.graph` finds `./graph` the same way.
 """
 

@@ -30,6 +30,7 @@ from accelopt.memory.embedder import MemoryStoreError
 
 if TYPE_CHECKING:
     from accelopt.nodes.context import RunContext
+    from accelopt.tools.run_record import NotMeasured, TorchCompileStanding
 
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False,
                   help="accelopt: a self-improving, LLM-driven kernel optimizer.")
@@ -341,7 +342,7 @@ def doctor() -> None:
 def _report(state: dict, run_dir: Path, use_memory: bool = True, tuner: bool = True) -> None:
     from accelopt.graph.progress import candidate_counts
     from accelopt.tools.llm_spec import totals
-    from accelopt.tools.rundir import run_failure, run_summary
+    from accelopt.tools.run_record import RunSummary, run_failure, run_summary
 
     candidates = state.get("candidates") or {}
     if not state.get("beam"):  # setup stopped the run: no task baseline, or a broken one
@@ -362,7 +363,8 @@ def _report(state: dict, run_dir: Path, use_memory: bool = True, tuner: bool = T
         table.add_row("% of peak", f"{best['pct_peak']:.1f}% datasheet, {best.get('pct_achievable') or 0:.1f}% "
                                    f"achievable{copy}")
     if best.get("timer") == "cuda_event":
-        table.add_row("vs torch.compile", _versus_torch_compile(state.get("summary") or {}))
+        standing = RunSummary.model_validate(state["summary"]).versus_torch_compile if state.get("summary") else None
+        table.add_row("vs torch.compile", _versus_torch_compile(standing))
     for note in state.get("notes") or []:
         table.add_row("note", note)
     if best.get("evidence"):
@@ -374,10 +376,10 @@ def _report(state: dict, run_dir: Path, use_memory: bool = True, tuner: bool = T
     evaluated, statuses = candidate_counts(candidates, state.get("baseline_id") or "baseline")
     table.add_row("candidates (baseline not counted)", f"{evaluated} evaluated" + (": " if statuses else "")
                   + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())))
-    if summary["autotune"]:
-        tuned = summary["autotune"]
-        table.add_row("autotune", f"{tuned['variants']} configurations over {tuned['rewrites_tuned']} kernels; best = "
-                      f"{tuned['best_rewrite_speedup'] or 1.0:.3f}x rewrite x {tuned['best_autotune_gain']:.3f}x autotune")
+    if summary.autotune:
+        tuned = summary.autotune
+        table.add_row("autotune", f"{tuned.variants} configurations over {tuned.rewrites_tuned} kernels; best = "
+                      f"{tuned.best_rewrite_speedup or 1.0:.3f}x rewrite x {tuned.best_autotune_gain:.3f}x autotune")
     unpriced = f" ({spent['unpriced_calls']} unpriced calls counted as $0)" if spent.get("unpriced_calls") else ""
     table.add_row("tokens / cost",
                   f"{spent['input_tokens']:,} in, {spent['output_tokens']:,} out, ${spent['cost_usd']:.4f}{unpriced}")
@@ -409,7 +411,7 @@ def _next_steps(task_dir: str, run_dir: Path, tuner: bool) -> str:
 def _html_report(run_dir: Path) -> None:
     """The run's report.html (plots, the best kernel's diff, provenance); a report that cannot be
     built is a warning, never a failed run."""
-    from accelopt.evals.report import build_report
+    from accelopt.evals.reporting.report import build_report
 
     try:
         page = build_report(run_dir)
@@ -424,7 +426,7 @@ def _interval(best: dict) -> str:
     """The best's interval against the baseline, named for what it is; its figure comes from its own
     interleaved rounds with the baseline, so it can differ from a line printed while it was measured
     against its parent."""
-    from accelopt.evals.report import interval_text
+    from accelopt.evals.reporting.rows import interval_text
 
     vs = (best.get("versus") or {}).get("baseline") or {}
     if vs.get("ci_low") is None:
@@ -441,15 +443,15 @@ def _stored_text(insights: list[dict]) -> str:
     return f"{len(insights) - merged} new, {merged} merged into lessons already stored (more support)"
 
 
-def _versus_torch_compile(summary: dict) -> str:
+def _versus_torch_compile(cmp: TorchCompileStanding | NotMeasured | None) -> str:
     """The best kernel timed interleaved with torch.compile(reference) at the run's end (the
     standing node: summary.json versus_torch_compile, torch_compile.json)."""
-    cmp = summary.get("versus_torch_compile") or {"not_measured": "the run ended before its standing was measured"}
-    if "speedup" not in cmp:
-        return f"not measured: {cmp['not_measured']}"
-    eager = f"; {cmp['eager']:.3f}x vs eager PyTorch" if cmp.get("eager") else ""
-    return (f"{cmp['speedup']:.3f}x [{cmp['ci_low']:.3f}, {cmp['ci_high']:.3f}] over {cmp['rounds']} rounds: "
-            f"{cmp['verdict']}{eager}")
+    from accelopt.tools.run_record import TorchCompileStanding
+
+    if not isinstance(cmp, TorchCompileStanding):  # none yet, or why there is none
+        return f"not measured: {cmp.not_measured if cmp else 'the run ended before its standing was measured'}"
+    eager = f"; {cmp.eager:.3f}x vs eager PyTorch" if cmp.eager else ""
+    return f"{cmp.speedup:.3f}x [{cmp.ci_low:.3f}, {cmp.ci_high:.3f}] over {cmp.rounds} rounds: {cmp.verdict}{eager}"
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """`accelopt check TASK_DIR KERNEL.py [--against OTHER.py] [--json]`: judge one kernel as a
 user would, through the same harness as a run. `accelopt check TASKS/ SOLUTIONS/`: every task's
-solution, and fast_p over the suite (evals/check_suite.py). Exit 0 verified, 1 rejected, 2 bad input."""
+solution, and fast_p over the suite (evals/reporting/check_suite.py). Exit 0 verified, 1 rejected, 2 bad input."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from accelopt.cli.memory import fail
 from accelopt.cli.options import DeviceName, device_refusal
 
 if TYPE_CHECKING:
-    from accelopt.evals.check_suite import SuiteVerdict
+    from accelopt.evals.reporting.check_suite import SuiteVerdict
     from accelopt.tools.harness.result import EvalResult
     from accelopt.tools.task import Task
 
@@ -112,7 +112,7 @@ def judge(task: Task, kernel: Path, against: Path | None, versus_torch: bool, de
 
 def check_suite(tasks_dir: Path, solutions_dir: Path, sample: int, device: str, timeout: float,
                 as_json: bool) -> None:
-    from accelopt.evals.check_suite import SolutionVerdict, pair_solutions, suite_verdict, verdict_of
+    from accelopt.evals.reporting.check_suite import SolutionVerdict, pair_solutions, suite_verdict, verdict_of
     from accelopt.tools.task import TaskError
 
     try:

@@ -64,7 +64,7 @@ def eval_suite(
 
     Exit 0 when every task ran (a task skipped with its reason included), 1 when any failed or
     stopped at setup (e.g. a baseline that fails its own check), after the table; 2 for bad usage."""
-    from accelopt.evals.report import build_report, load_rows
+    from accelopt.evals.reporting.report import build_report, load_rows
     from accelopt.evals.suite import resolve_suite, run_suite, suite_tasks
     from accelopt.graph.config import load_context, preflight_context
     from accelopt.tools.llm_spec import ConfigError, FatalLLMError
@@ -118,7 +118,7 @@ def print_headline(rows: list, title: str) -> None:
     """The headline numbers of runs, as `eval` ends and as `report` prints them: per task its outcome,
     speedup with its interval (named for what it is), against torch.compile and timer, then the
     geomean per timer (GPU and interpreter figures never pooled)."""
-    from accelopt.evals.report import headline, suite_figures
+    from accelopt.evals.reporting.report import headline, suite_figures
 
     cells, geomeans = headline(rows, suite_figures(rows))
     table = Table(title=title)
@@ -135,7 +135,7 @@ def report(path: Opt[Path, typer.Argument(help="A run directory or an eval direc
            out: Opt[Optional[Path], typer.Option(help="Where to write (default: PATH)")] = None) -> None:
     """Rebuild report.html, report.json and plots/ from what is on disk, and print the headline
     numbers: per task its outcome, speedup with its interval, against torch.compile, and timer."""
-    from accelopt.evals.report import build_report, load_rows
+    from accelopt.evals.reporting.report import build_report, load_rows
 
     if not path.is_dir():
         fail(f"{path} is not a directory")

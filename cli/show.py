@@ -1,5 +1,5 @@
 """`accelopt show RUN_DIR [--json]` (one run at a glance) and `accelopt runs [DIR] [--json]` (runs
-side by side). Rendering only: what a run directory holds is read by `evals/runs.py`."""
+side by side). Rendering only: what a run directory holds is read by `evals/reporting/runs.py`."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from rich.text import Text
 from accelopt.cli.memory import fail
 
 if TYPE_CHECKING:
-    from accelopt.evals.runs import RunListing, RunView
+    from accelopt.evals.reporting.runs import RunListing, RunView
 
 SHOW_JSON_HELP = (
     "Print one JSON object and nothing else: run_dir, task, task_dir, state (finished | running | "
@@ -46,7 +46,7 @@ def show(run_dir: Annotated[Path, typer.Argument(help="A run directory (runs/TAS
     """One run at a glance: task, device and timer, outcome, the beam, how the best kernel came
     from the baseline (each step's plan and speedup), and its diff against the baseline.
     Exit 2 when RUN_DIR is not a run directory."""
-    from accelopt.evals.runs import NotARunDir, load_run
+    from accelopt.evals.reporting.runs import NotARunDir, load_run
 
     try:
         view = load_run(run_dir)
@@ -120,12 +120,10 @@ def runs(directory: Annotated[Optional[Path], typer.Argument(
          as_json: Annotated[bool, typer.Option("--json", help=RUNS_JSON_HELP)] = False) -> None:
     """Runs side by side: run directory, task, when it started, iterations done of T, best speedup
     (and what timed it), outcome, model and cost. Exit 2 when DIR does not exist."""
-    import os
+    from accelopt.evals.reporting.runs import list_runs
+    from accelopt.tools import settings
 
-    from accelopt.evals.runs import list_runs
-    from accelopt.tools.rundir import RUNS_DIR_ENV
-
-    root = directory if directory is not None else Path(os.environ.get(RUNS_DIR_ENV) or "runs")
+    root = directory if directory is not None else settings.runs_dir()
     if not root.is_dir():
         fail(f"{root}: no such directory" if not root.exists() else f"{root} is a file, not a folder of runs")
     listed = list_runs(root)

@@ -16,7 +16,7 @@ TASKS = Path(__file__).with_name("tasks")
 
 
 def main() -> None:
-    from accelopt.evals.report import interval_label
+    from accelopt.evals.reporting.rows import interval_label
     from accelopt.tools.harness.reference_kernel import torch_comparators
     from accelopt.tools.harness.runner import evaluate
     from accelopt.tools.task import load_task

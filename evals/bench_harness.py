@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import time
 from pathlib import Path
 
+from accelopt.tools import settings
 from accelopt.tools.harness.pool import make_pool
 from accelopt.tools.harness.kernel_profile import profile_kernel
 from accelopt.tools.harness.runner import evaluate, gpu_count
@@ -219,7 +219,7 @@ def main() -> None:
                         help="scaling: the local pool's judges, or Ray's evaluation actors (pip install accelopt[ray])")
     parser.add_argument("--ray-address", default=None, help="with --cluster ray (default: $ACCELOPT_RAY_ADDRESS or auto)")
     args = parser.parse_args()
-    address = args.ray_address or os.environ.get("ACCELOPT_RAY_ADDRESS") or "auto"
+    address = args.ray_address or settings.ray_address() or "auto"
     report = {}
     modes = tuple(m for m in args.modes.split(",") if m)
     for name, fn in (("robustness", robustness), ("fidelity", fidelity), ("throughput", lambda: throughput(modes=modes)),

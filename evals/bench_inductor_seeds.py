@@ -5,7 +5,7 @@ convolution that Inductor leaves to a library is seeded from its Triton template
 harness, timed interleaved in the same rounds with: the task's baseline kernel (if it has one),
 torch.compile of the reference (default mode), eager PyTorch, and, when `--tuned DIR` holds
 DIR/<task>.py, the best kernel of a seeded tuner run. Speedups are comparator time / seed time
-(>1: the seed is faster). Where one of the tuner's source rewrites (tools/rewrites.py) applies to
+(>1: the seed is faster). Where one of the tuner's source rewrites (policies/rewrites.py) applies to
 the seed, the rewritten seed gets an evaluation of its own, checked like any candidate, with the
 seed among its comparators (row["rewrites"]). The captures (torch.compile in its own process,
 mostly CPU work) run `--jobs` at a time before any timing; the evaluations then run one after another.
@@ -23,11 +23,11 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from accelopt.policies.rewrites import applicable
 from accelopt.tools.harness.reference_kernel import torch_comparators
 from accelopt.tools.harness.runner import evaluate
 from accelopt.tools.inductor_capture import CaptureError, capture_in_subprocess
 from accelopt.tools.inductor_seed import SeedRefused, seed_source
-from accelopt.tools.rewrites import applicable
 from accelopt.tools.task import load_task
 
 TASKS = Path(__file__).resolve().parent / "tasks"

@@ -16,6 +16,7 @@ from accelopt.nodes.context import RunContext
 from accelopt.graph.driver import drive
 from accelopt.tools.harness.runner import detect_device
 from accelopt.tools.backends import run_refusal
+from accelopt.tools.run_record import load_summary
 from accelopt.tools.rundir import read_run_meta, save_run_meta, write_run_meta
 from accelopt.tools.task import Task, TaskError, load_task
 
@@ -58,19 +59,18 @@ def _task_name(task_dir: Path) -> str:
 def is_finished(run_dir: Path) -> bool:
     if any((run_dir / m).is_file() for m in DONE_MARKERS):
         return True
-    summary = run_dir / "summary.json"
-    return summary.is_file() and json.loads(summary.read_text()).get("stop_reason") is not None
+    summary = load_summary(run_dir)
+    return summary is not None and summary.stop_reason is not None
 
 
 def extends(run_dir: Path, ctx: RunContext) -> bool:
     """A task that finished by reaching its T, rerun with a larger T: it goes on from its last beam
     (graph/driver reopens it) instead of being skipped as finished."""
-    summary = run_dir / "summary.json"
-    if any((run_dir / m).is_file() for m in DONE_MARKERS) or not summary.is_file() \
+    summary = load_summary(run_dir)
+    if any((run_dir / m).is_file() for m in DONE_MARKERS) or summary is None \
             or not (run_dir / "checkpoints.sqlite").is_file():
         return False
-    data = json.loads(summary.read_text())
-    return str(data.get("stop_reason") or "").startswith("reached T=") and (data.get("iteration") or 0) < ctx.iterations
+    return (summary.stop_reason or "").startswith("reached T=") and summary.iteration < ctx.iterations
 
 
 def run_suite(suite: Path, out: Path, ctx: RunContext, tasks: list[Path], console: Console) -> None:

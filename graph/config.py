@@ -19,9 +19,10 @@ accelopt.toml:
     "gpt-4.1" = [2.0, 8.0]
     "vllm:openai/gpt-oss-120b" = [0.1, 0.5]
 
-Environment: ACCELOPT_MODEL, ACCELOPT_BASE_URL, ACCELOPT_<ROLE>_MODEL, ACCELOPT_<ROLE>_BASE_URL,
-ACCELOPT_CONFIG, ACCELOPT_RAY_ADDRESS ([cluster] ray_address = "auto"; `--cluster ray`: evaluation
-on a Ray cluster, tools/harness/ray_pool.py). Flags: model, base_url, <role>_model, <role>_base_url and RunContext's fields.
+Environment (read through tools/settings.py): ACCELOPT_MODEL, ACCELOPT_BASE_URL, ACCELOPT_<ROLE>_MODEL,
+ACCELOPT_<ROLE>_BASE_URL, ACCELOPT_CONFIG, ACCELOPT_RAY_ADDRESS ([cluster] ray_address = "auto"; `--cluster
+ray`: evaluation on a Ray cluster, tools/harness/ray_pool.py). Flags: model, base_url, <role>_model,
+<role>_base_url and RunContext's fields.
 
 A role's settings inherit [models.default] field by field (nodes/context.inherit).
 """
@@ -29,12 +30,12 @@ A role's settings inherit [models.default] field by field (nodes/context.inherit
 from __future__ import annotations
 
 import dataclasses
-import os
 import tomllib
 from pathlib import Path
 from typing import Any
 
 from accelopt.nodes.context import RunContext
+from accelopt.tools import settings
 from accelopt.tools.llm_spec import (GIVEN, ROLES, ConfigError, ModelSpec, check_model_settings, endpoint,
                                      unknown_key, validate_spec)
 
@@ -56,7 +57,7 @@ def load_context(config_file: Path | None = None, **flags: Any) -> tuple[RunCont
     values: dict[str, Any] = {}
     role_models: dict[str, dict] = {}
     data: dict = {}
-    path = config_file or (Path(os.environ["ACCELOPT_CONFIG"]) if os.environ.get("ACCELOPT_CONFIG") else None)
+    path = config_file or settings.config_file()
     if path is None and Path("accelopt.toml").is_file():
         path = Path("accelopt.toml")
     if path is not None:
@@ -64,33 +65,33 @@ def load_context(config_file: Path | None = None, **flags: Any) -> tuple[RunCont
         _refuse_unknown(data, _TABLES, f"{path} (top level)")
         _refuse_unknown(data.get("run", {}), _RUN_KEYS, f"{path} [run]")
         values.update(data.get("run", {}))
-        for role, settings in (data.get("models") or {}).items():
+        for role, table in (data.get("models") or {}).items():
             if role not in (*ROLES, "default"):
                 raise ConfigError(f"{path}: unknown model role [models.{role}]: use default, {', '.join(ROLES)}")
-            if not isinstance(settings, dict):
+            if not isinstance(table, dict):
                 raise ConfigError(f"{path}: models.{role} must be a table: [models.{role}] with model = \"...\"")
-            check_model_settings(settings, f"{path} [models.{role}]")
-            role_models[role] = dict(settings)
+            check_model_settings(table, f"{path} [models.{role}]")
+            role_models[role] = dict(table)
         cluster = data.get("cluster") or {}
         if set(cluster) - {"ray_address"}:
             raise ConfigError(f"{path}: unknown [cluster] setting(s): {', '.join(sorted(set(cluster) - {'ray_address'}))}"
                               " (use ray_address = \"auto\" or \"ray://host:10001\")")
         if cluster.get("ray_address"):
             values["ray_address"] = cluster["ray_address"]
-    if os.environ.get("ACCELOPT_RAY_ADDRESS"):
-        values["ray_address"] = os.environ["ACCELOPT_RAY_ADDRESS"]
+    if settings.ray_address():
+        values["ray_address"] = settings.ray_address()
 
     prices = _prices(data.get("prices") or {}, path) if path is not None else {}
 
     default = role_models.get("default", {})
-    if os.environ.get("ACCELOPT_MODEL"):
-        default["model"] = os.environ["ACCELOPT_MODEL"]
-    if os.environ.get("ACCELOPT_BASE_URL"):
-        default["base_url"] = os.environ["ACCELOPT_BASE_URL"]
+    if settings.model():
+        default["model"] = settings.model()
+    if settings.base_url():
+        default["base_url"] = settings.base_url()
     for role in ROLES:
-        for key in ("model", "base_url"):
-            if os.environ.get(f"ACCELOPT_{role.upper()}_{key.upper()}"):
-                role_models.setdefault(role, {})[key] = os.environ[f"ACCELOPT_{role.upper()}_{key.upper()}"]
+        for key, value in (("model", settings.role_model(role)), ("base_url", settings.role_base_url(role))):
+            if value:
+                role_models.setdefault(role, {})[key] = value
 
     if flags.get("model"):
         default["model"] = flags["model"]

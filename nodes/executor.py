@@ -10,9 +10,9 @@ from accelopt.nodes.common import task_of
 from accelopt.nodes.context import RunContext
 from accelopt.nodes.records import plan_draft
 from accelopt.nodes.services import fill_attempt, new_attempt
-from accelopt.nodes.policies import policy_for
 from accelopt.nodes.state import CandidateState
-from accelopt.tools.policy import WriteRequest
+from accelopt.policies.choice import policy_for
+from accelopt.policies.interface import WriteRequest
 from accelopt.tools.tracing import label_run
 
 

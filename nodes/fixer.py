@@ -7,12 +7,12 @@ from langgraph.runtime import Runtime
 
 from accelopt.nodes.common import task_of
 from accelopt.nodes.context import RunContext
-from accelopt.nodes.measurements import describe_findings
-from accelopt.nodes.policies import policy_for
 from accelopt.nodes.records import plan_draft
 from accelopt.nodes.services import fill_attempt, new_attempt
 from accelopt.nodes.state import CandidateState
-from accelopt.tools.policy import FixRequest
+from accelopt.policies.choice import policy_for
+from accelopt.policies.interface import FixRequest
+from accelopt.policies.measurement_text import describe_findings
 from accelopt.tools.tracing import label_run
 
 

@@ -18,12 +18,12 @@ from langgraph.types import Overwrite, interrupt
 from accelopt.memory.schema import Insight
 from accelopt.nodes.common import task_of
 from accelopt.nodes.context import RunContext
-from accelopt.nodes.measurements import describe
-from accelopt.nodes.policies import policy_for
 from accelopt.nodes.records import Plan, plan_record
 from accelopt.nodes.state import PlannerInput, RunState
+from accelopt.policies.choice import policy_for
+from accelopt.policies.interface import PlanRequest, PolicyError
+from accelopt.policies.measurement_text import describe
 from accelopt.tools.llm import BudgetExceeded
-from accelopt.tools.policy import PlanRequest, PolicyError
 
 
 def planner(state: PlannerInput, runtime: Runtime[RunContext]) -> dict:

@@ -10,7 +10,7 @@ from typing import Any, Literal, cast
 
 from typing_extensions import TypedDict  # pydantic accepts it on every Python
 
-from accelopt.tools.policy import PlanDraft
+from accelopt.policies.interface import PlanDraft
 
 CandidateKind = Literal["kernel", "reference", "autotuned", "inductor_seed"]
 
@@ -28,7 +28,7 @@ class Plan(TypedDict, total=False):
     text: str
     moves: dict[str, list[int]]  # launch-tunable moves, knob -> [from, to] (the tuner's plans; else empty)
     configs: list[dict[str, int]]  # a shorter @triton.autotune list to write (the tuner's plans; else absent)
-    rewrite: str            # a source rewrite by name (the tuner's plans, tools/rewrites.py; else absent)
+    rewrite: str            # a source rewrite by name (the tuner's plans, policies/rewrites.py; else absent)
     insight_ids: list[str]  # the recalled insights the planner saw
 
 

@@ -15,11 +15,11 @@ from accelopt.nodes.context import RunContext
 from accelopt.nodes.measurements import mean_pct
 from accelopt.nodes.records import Candidate, attempt
 from accelopt.nodes.state import CandidateState
+from accelopt.policies.interface import Kernel, PolicyError
+from accelopt.policies.replies import plan_title
 from accelopt.tools.backends import RayTritonBackend, backend_for
-from accelopt.tools.codeparse import plan_title
 from accelopt.tools.harness.kernel_profile import profile_kernel
 from accelopt.tools.llm_spec import BudgetExceeded
-from accelopt.tools.policy import Kernel, PolicyError
 from accelopt.tools.pyparse import parse
 from accelopt.tools.runcache import RunCache, device_fingerprint, digest
 from accelopt.tools.task import Task

@@ -17,15 +17,15 @@ from accelopt.nodes.context import RunContext
 from accelopt.nodes.services import measure_against_torch
 from accelopt.nodes.state import RunState
 from accelopt.tools.harness.result import short_reason
-from accelopt.tools.rundir import write_summary
+from accelopt.tools.run_record import RunSummary, write_summary
 
 
 def standing(state: RunState, runtime: Runtime[RunContext]) -> dict:
-    summary = dict(state["summary"])
     best = state["candidates"][state["beam"][0]]
-    summary["versus_torch_compile"] = versus_torch_compile(state, best, runtime.context)
+    summary = RunSummary.model_validate({**state["summary"],
+                                         "versus_torch_compile": versus_torch_compile(state, best, runtime.context)})
     write_summary(state.get("run_dir"), summary, None)
-    return {"summary": summary}
+    return {"summary": summary.dump()}
 
 
 def versus_torch_compile(state: RunState, best: dict, ctx: RunContext) -> dict:

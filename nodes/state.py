@@ -10,7 +10,7 @@ from typing import Annotated, Any
 # typing_extensions' TypedDict: pydantic (Studio's schemas) refuses typing's below Python 3.12
 from typing_extensions import NotRequired, TypedDict
 
-from accelopt.tools.policy import MeasuredKernel
+from accelopt.policies.interface import MeasuredKernel
 
 
 def merge_dicts(left: dict | None, right: dict | None) -> dict:

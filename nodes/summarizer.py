@@ -10,19 +10,19 @@ import difflib
 from langgraph.runtime import Runtime
 from pydantic import ValidationError
 
-from accelopt.tools import pyparse
-from accelopt.nodes.context import RunContext
-from accelopt.nodes.records import ahead, leads_parent, trails_parent
-from accelopt.nodes.state import RunState
 from accelopt.memory.features import kernel_class
 from accelopt.memory.schema import Evidence, Insight, Provenance, Recipe
 from accelopt.nodes.common import task_of
-from accelopt.nodes.policies import policy_for
+from accelopt.nodes.context import RunContext
+from accelopt.nodes.records import ahead, leads_parent, trails_parent
 from accelopt.nodes.services import open_store
-from accelopt.tools.codeparse import plan_title
-from accelopt.tools.policy import LessonDraft, PolicyError, SummarizeRequest
-from accelopt.tools.tunables import apply_config, config_of
+from accelopt.nodes.state import RunState
+from accelopt.policies.choice import policy_for
+from accelopt.policies.interface import LessonDraft, PolicyError, SummarizeRequest
+from accelopt.policies.replies import plan_title
+from accelopt.tools import pyparse
 from accelopt.tools.rundir import append_insights
+from accelopt.tools.tunables import apply_config, config_of
 
 POSITIVE = 1.04         # child over parent, and beyond noise
 NEGATIVE = 1 / 1.15     # child regressed this much

@@ -16,6 +16,7 @@ import ast
 from pathlib import Path
 
 from accelopt.tools import pyparse
+from accelopt.tools.task_error import TaskError
 
 MARK = "# ---- accelopt: KernelBench ModelNew as the task's entry point ----"
 _ENTRY = '''
@@ -68,8 +69,6 @@ def is_solution(source: str, entry_point: str) -> bool:
 def adapt(task_root: str | Path, source: str, entry_point: str) -> str:
     """`source` as a kernel module of the task: a KernelBench solution of a task imported from
     KernelBench gets its entry point; anything else is returned as it is."""
-    from accelopt.tools.task import TaskError
-
     root = Path(task_root).resolve()
     if not (root / "problem.py").is_file() or not is_solution(source, entry_point):
         return source

@@ -2,7 +2,7 @@
 
 Every OpenAI-compatible endpoint (OpenAI, vLLM, SGLang, Ollama) goes through langchain-openai's
 ChatOpenAI with the Chat Completions API. The `tuner` provider names the local no-LLM policy
-(tools/tuner.py), which is not a chat model; `given` labels a chat model given in code.
+(policies/tuner.py), which is not a chat model; `given` labels a chat model given in code.
 
 A failed call is one of three kinds. Transient (429, 5xx, timeouts, a malformed 200 body) is
 retried, honouring Retry-After up to a cap, within the spec's attempts and total wait. Fatal
@@ -57,7 +57,7 @@ def build_chat_model(spec: ModelSpec) -> BaseChatModel:
 
 def _make(spec: ModelSpec) -> BaseChatModel:
     if spec.provider == "tuner":
-        raise ConfigError("the tuner is a policy, not a chat model (nodes/policies.policy_for)")
+        raise ConfigError("the tuner is a policy, not a chat model (policies/choice.policy_for)")
     from langchain_openai import ChatOpenAI
 
     kwargs: dict[str, Any] = {

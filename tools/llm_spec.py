@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import difflib
 import logging
-import os
 import re
 from typing import Any
 from urllib.parse import urlparse
 
 from pydantic import BaseModel
 
+from accelopt.tools import settings
 from accelopt.tools.pricing import known_price
+from accelopt.tools.settings import ConfigError  # defined with the settings: a setting that cannot work is one
 
 log = logging.getLogger("accelopt")
 
@@ -34,10 +35,6 @@ OPENAI_URL = "https://api.openai.com/v1"
 PROVIDERS = ("openai", *_LOCAL_SERVERS, "tuner")
 GIVEN = "given"  # the provider of a chat model given in code (RunContext.chat_models)
 _LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0"}
-
-
-class ConfigError(ValueError):
-    """Configuration that cannot work; the message says what to change."""
 
 
 class LLMCallError(RuntimeError):
@@ -152,7 +149,7 @@ def endpoint(spec: ModelSpec) -> str:
     """The base URL calls go to."""
     if spec.provider == GIVEN:
         return spec.base_url or "(a chat model given in code)"
-    return (spec.base_url or _LOCAL_SERVERS.get(spec.provider) or os.environ.get("OPENAI_BASE_URL")
+    return (spec.base_url or _LOCAL_SERVERS.get(spec.provider) or settings.openai_base_url()
             or OPENAI_URL).rstrip("/")
 
 
@@ -175,21 +172,22 @@ def validate_spec(spec: ModelSpec) -> None:
 
 
 def _key_names(spec: ModelSpec) -> list[str]:
-    return [spec.api_key_env] if spec.api_key_env else ["ACCELOPT_API_KEY", "OPENAI_API_KEY"]
+    return list(settings.api_key_names(spec.api_key_env))
 
 
 def _key_source(spec: ModelSpec) -> str | None:
     """The environment variable the key comes from, or None when none is set."""
-    return next((name for name in _key_names(spec) if os.environ.get(name)), None)
+    found = settings.api_key(spec.api_key_env)
+    return found[0] if found else None
 
 
 _placeholder_logged: set[str] = set()
 
 
 def _api_key(spec: ModelSpec) -> str:
-    source = _key_source(spec)
-    if source:
-        return os.environ[source]
+    found = settings.api_key(spec.api_key_env)
+    if found:
+        return found[1]
     url = endpoint(spec)
     names = " or ".join(_key_names(spec))
     if spec.provider == "openai" and not is_local(url):  # a hosted API: a placeholder would only earn a 401

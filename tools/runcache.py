@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from accelopt.tools import settings
+
 HARNESS_VERSION = "2"  # bump when measurements change meaning: old cache entries stop matching
 # (2: GPU calls bracketed by marker kernels, not split at the longest fills)
 
@@ -37,9 +39,9 @@ def digest(value: Any) -> str:
 def device_fingerprint(requested: str) -> dict:
     """What decides which device a run measures on, known without touching CUDA here."""
     return {"requested": requested, "host": platform.node(),
-            "visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "harness": HARNESS_VERSION,
+            "visible": settings.cuda_visible_devices(), "harness": HARNESS_VERSION,
             # the NKI backend's chip (its % of peak) and cores come from the environment
-            "trainium": os.environ.get("ACCELOPT_TRAINIUM"), "neuron_cores": os.environ.get("ACCELOPT_NEURON_CORES")}
+            "trainium": settings.as_given(settings.TRAINIUM), "neuron_cores": settings.as_given(settings.NEURON_CORES)}
 
 
 class RunCache:

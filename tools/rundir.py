@@ -1,4 +1,5 @@
-"""The run directory: every candidate as it is evaluated, the best kernel, and summary.json.
+"""The run directory: run.json, its lock, and every candidate as it is evaluated (summary.json and
+the best kernel: tools/run_record.py).
 
 Files are written as soon as there is something to write, so a run killed at any moment
 leaves every evaluated candidate on disk.
@@ -9,13 +10,9 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import math
 import os
 import time
 from pathlib import Path
-
-from accelopt.tools.harness.result import NOT_EVALUATED
-from accelopt.tools.llm_spec import totals
 
 RUN_FORMAT = 1  # run.json "format": bump when a run directory can no longer be resumed by older code
 TASK_FILES = ("task.json", "reference.py", "baseline.py")  # what a run's measurements depend on
@@ -71,7 +68,7 @@ def _git_commit(root: Path) -> dict:
 
 
 def save_run_meta(run_dir: Path, meta: dict) -> None:
-    _atomic_write(Path(run_dir) / "run.json", json.dumps(meta, indent=2))
+    atomic_write(Path(run_dir) / "run.json", json.dumps(meta, indent=2))
 
 
 def read_run_meta(run_dir: Path) -> dict:
@@ -224,7 +221,7 @@ def check_checkpoint(run_dir: Path) -> None:
         raise RunDirError(f"{path} is corrupt or empty ({e}); {advice}") from None
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(text)
@@ -236,17 +233,9 @@ def write_candidate(run_dir: str | None, candidate: dict) -> None:
         return
     folder = Path(run_dir) / "candidates" / candidate["id"]
     if candidate.get("source"):
-        _atomic_write(folder / "kernel.py", candidate["source"])
+        atomic_write(folder / "kernel.py", candidate["source"])
     record = {k: v for k, v in candidate.items() if k != "source"}
-    _atomic_write(folder / "result.json", json.dumps(record, indent=2))
-
-
-def write_summary(run_dir: str | None, summary: dict, best_source: str | None) -> None:
-    if not run_dir:
-        return
-    _atomic_write(Path(run_dir) / "summary.json", json.dumps(summary, indent=2))
-    if best_source:
-        _atomic_write(Path(run_dir) / "best_kernel.py", best_source)
+    atomic_write(folder / "result.json", json.dumps(record, indent=2))
 
 
 def append_insights(run_dir: str | None, insights: list) -> None:
@@ -258,66 +247,3 @@ def append_insights(run_dir: str | None, insights: list) -> None:
     with path.open("a") as f:
         for insight in insights:
             f.write(insight.model_dump_json() + "\n")
-
-
-def run_failure(state: dict) -> str | None:
-    """One line when the run failed: a fatal model error stopped it, or every planner call failed
-    so that nothing was ever evaluated; None for a run that searched."""
-    if state.get("fatal"):
-        return str(state["fatal"])
-    failed = [h for h in state.get("history") or [] if h.get("event") == "planner_failed"]
-    searched = any(c.get("iteration") for c in (state.get("candidates") or {}).values())
-    if failed and not searched:
-        return (f"every planner call failed ({len(failed)} calls), so nothing was evaluated; "
-                f"the last: {failed[-1].get('error')}")
-    return None
-
-
-def run_summary(state: dict) -> dict:
-    """summary.json: written by the record node at the end of every iteration."""
-    candidates, beam = state["candidates"], state["beam"]
-    best = candidates[beam[0]]
-    spent = totals(state.get("usage", []))
-    statuses: dict[str, int] = {}
-    for c in candidates.values():
-        statuses[c["status"]] = statuses.get(c["status"], 0) + 1
-    return {
-        "task_dir": state["task_dir"], "iteration": state["iteration"], "stop_reason": state.get("stop_reason"),
-        "best_id": best["id"], "best_speedup": best.get("speedup"),
-        # "kernel": speedups are against the task's baseline.py; "reference": a from-scratch run,
-        # against the eager PyTorch reference
-        "baseline_kind": candidates[state["baseline_id"]].get("kind", "kernel"),
-        "best_speedup_vs_parent": best.get("speedup_vs_parent"), "best_parent_id": best.get("parent_id"),
-        "timer": best.get("timer"),
-        "device_name": best.get("device_name"), "best_pct_peak": best.get("pct_peak"),
-        "best_pct_achievable": best.get("pct_achievable"),
-        # memory-bound workloads: % of the speed of a device copy of the same bytes, same rounds
-        "best_pct_of_copy": best.get("pct_of_copy"), "beam": beam,
-        # why a finished run failed (a fatal model error, no planner call ever answered), else null
-        "failure": run_failure(state),
-        "candidates_evaluated": len(candidates) - 1 - sum(statuses.get(s, 0) for s in NOT_EVALUATED), "statuses": statuses,
-        "usage": spent,
-        "iterations": state.get("history", []), "insights": len(state.get("insights", [])),
-        "autotune": autotune_summary(candidates, best),
-        "note": ("timer interpreter_wall: CPU Triton-interpreter times, not GPU performance"
-                 if best.get("timer") == "interpreter_wall" else None),
-    }
-
-
-def autotune_summary(candidates: dict[str, dict], best: dict) -> dict | None:
-    """What --autotune added, apart from the rewrites: per tuned rewrite, the best variant's
-    speedup over the rewrite (both against the baseline); and the best kernel's split."""
-    tuned = [c for c in candidates.values() if c.get("autotune")]
-    if not tuned:
-        return None
-    gains = [c["autotune"]["gain"] for c in tuned if c["autotune"].get("gain")]
-    origin = candidates.get(best.get("autotune_of") or "")
-    return {
-        "rewrites_tuned": len(tuned), "variants": sum(c["autotune"]["tried"] for c in tuned),
-        "gain_geomean": math.exp(sum(math.log(g) for g in gains) / len(gains)) if gains else None,
-        "best_is_autotuned": origin is not None,
-        # best speedup = rewrite speedup x autotune gain
-        "best_rewrite_speedup": origin.get("speedup") if origin else best.get("speedup"),
-        "best_autotune_gain": ((best.get("speedup") or 0) / origin["speedup"]
-                               if origin and origin.get("speedup") else 1.0),
-    }

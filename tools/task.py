@@ -28,6 +28,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from accelopt.tools import pyparse
+from accelopt.tools.kernelbench_solution import adapt  # a KernelBench solution (ModelNew) gets its entry point
+from accelopt.tools.task_error import TaskError  # its home is a leaf: kernelbench_solution raises it too
 
 REFERENCE_FUNCTIONS = ("make_inputs", "reference", "flops", "bytes_moved")
 # Trainium's roofline splits compute between the TensorEngine and the Vector/Scalar engines.
@@ -48,10 +50,6 @@ NAME_MAX = 128
 # every other integer param is a size and must be positive.
 NOT_A_SIZE = re.compile(r"(^|_)(pad|padding|offset|shift|start|begin|stop|end|seed|causal|row|index|idx|axis|dim|"
                         r"min|max|value|val|bias|flag|mode)\d*($|_|\[)", re.IGNORECASE)
-
-
-class TaskError(ValueError):
-    """A task directory that cannot be used; the message says what to fix."""
 
 
 class Workload(BaseModel):
@@ -201,8 +199,6 @@ def load_task(task_dir: str | Path) -> Task:
     baseline_path = root / "baseline.py"
     baseline_source = read_utf8(baseline_path) if baseline_path.is_file() else None
     if baseline_source is not None:
-        from accelopt.tools.kernelbench_solution import adapt  # a KernelBench solution (ModelNew) gets its entry point
-
         baseline_source = adapt(root, baseline_source, spec.entry_point)
         _require_functions(baseline_path, baseline_source, (spec.entry_point,))
     return Task(root=str(root.resolve()), spec=spec, reference_source=reference_source,

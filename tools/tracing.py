@@ -31,7 +31,6 @@ import functools
 import hashlib
 import inspect
 import logging
-import os
 import re
 import threading
 import time
@@ -41,6 +40,7 @@ from typing import Any, Callable
 
 from langsmith import Client
 
+from accelopt.tools import settings
 from accelopt.tools.harness.result import NOT_EVALUATED
 from accelopt.tools.task import load_task
 
@@ -57,7 +57,7 @@ log = logging.getLogger("accelopt.tracing")
 
 
 def tracing_enabled() -> bool:
-    return any(os.environ.get(v, "").lower() == "true" for v in ("LANGSMITH_TRACING", "LANGCHAIN_TRACING_V2"))
+    return settings.langsmith_tracing()
 
 
 # ---------------------------------------------------------------- payloads

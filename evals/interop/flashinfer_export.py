@@ -24,6 +24,7 @@ from accelopt.evals.interop.flashinfer_data import BlobStore, confined
 from accelopt.evals.interop.flashinfer_schema import (APPLY_MAX_ERRORS, NULLABLE_LISTS, REPORT_BEST_MAX_ERRORS,
                                                       BuildSpec, Definition, Solution, SourceFile, read_definition,
                                                       slug, workload_entry)
+from accelopt.tools.run_record import RunSummary
 from accelopt.tools.task import Task, TaskError, load_task
 
 # reference_kernel.py's loader: a "kernel" that is the task's PyTorch reference.
@@ -52,14 +53,14 @@ def export_run(run_dir: str | Path, out_dir: str | Path, *, author: str = "accel
     """Write the run's best kernel as a Solution, with Traces, into the dataset at out_dir."""
     run_dir, dataset = Path(run_dir), Path(out_dir)
     summary = read_summary(run_dir)
-    best = json.loads((run_dir / "candidates" / summary["best_id"] / "result.json").read_text())
+    best = json.loads((run_dir / "candidates" / summary.best_id / "result.json").read_text())
     source = (run_dir / "best_kernel.py").read_text()
     if best.get("kind") == "reference" or REFERENCE_MARK in source:
         raise TaskError(f"{run_dir}: the best is still the task's PyTorch reference (no Triton kernel beat it); "
                         "there is no kernel to export as a Solution")
     if best.get("status") != "verified":
         raise TaskError(f"{run_dir}: the best candidate {best['id']} is {best.get('status')}, not verified")
-    task_dir = Path(summary["task_dir"])
+    task_dir = Path(summary.task_dir)
     definition = _task_definition(task_dir)
     task = load_task(task_dir)
     rows = [json.loads(line) for line in (task_dir / "workloads.jsonl").read_text().splitlines() if line.strip()]
@@ -130,10 +131,10 @@ def _real_row(params: dict | None, workload_name: str, rows: list[dict]) -> dict
 
 # ---------------------------------------------------------------- timings
 
-def _timing(run_dir: Path, summary: dict, best: dict, task: Task, source: str) -> Timing:
+def _timing(run_dir: Path, summary: RunSummary, best: dict, task: Task, source: str) -> Timing:
     names = list(best["workloads"])
     errors = (best.get("max_abs_err") or 0.0, best.get("max_rel_err") or 0.0)
-    if summary.get("baseline_kind") == "reference":
+    if summary.baseline_kind == "reference":
         baseline = json.loads((run_dir / "candidates" / "baseline" / "result.json").read_text())
         interleaved = (best.get("compared_us") or {}).get("baseline") or {}
         latencies = {}

@@ -113,7 +113,7 @@ def _kernel_of(run: Path) -> str:
     if not kernel.is_file():
         raise TaskError(f"{run} has no best_kernel.py")
     source = kernel.read_text()
-    best = run / "candidates" / str(summary.get("best_id")) / "result.json"
+    best = run / "candidates" / summary.best_id / "result.json"
     kind = json.loads(best.read_text()).get("kind") if best.is_file() else None
     if kind == "reference" or REFERENCE_MARK in source:
         raise TaskError(f"{run}: the best is still the task's PyTorch reference (no Triton kernel beat it); "
@@ -132,7 +132,7 @@ def export_run(run_dir: str | Path, out: str | Path, sample_id: int = 0) -> Expo
     for run in runs:
         try:
             kernel = _kernel_of(run)
-            task_dir = Path(read_summary(run)["task_dir"])
+            task_dir = Path(read_summary(run).task_dir)
             target = out if out.suffix == ".py" else out / solution_name(_origin(task_dir), sample_id)
             text = solution_source(task_dir, kernel)
         except TaskError as e:

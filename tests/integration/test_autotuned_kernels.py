@@ -14,10 +14,10 @@ import pytest
 from accelopt.nodes import autotune as autotune_node
 from accelopt.nodes import services
 from accelopt.nodes.context import RunContext
-from accelopt.tools.policy import PlanRequest, WriteRequest
+from accelopt.policies.interface import PlanRequest, WriteRequest
+from accelopt.policies.tuner import TunerPolicy
 from accelopt.tools.task import load_task
 from accelopt.tools.tunables import autotune_space, config_of, neighbours, pins
-from accelopt.tools.tuner import TunerPolicy
 from tests.conftest import FIXTURES, TASKS
 
 pytestmark = pytest.mark.slow

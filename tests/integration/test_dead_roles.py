@@ -13,7 +13,7 @@ import time
 import pytest
 
 from accelopt.tools.budget import DEAD_AFTER, RunLedger
-from accelopt.tools.rundir import run_failure
+from accelopt.tools.run_record import run_failure
 from tests.conftest import ROOT, TASKS
 from tests.openai_server import OK, Answer, ScriptedOpenAIServer
 from tests.scripted import reply_for

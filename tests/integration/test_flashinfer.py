@@ -20,7 +20,8 @@ from typer.testing import CliRunner
 from accelopt.cli.app import app
 from accelopt.tools.harness.reference_kernel import reference_source
 from accelopt.tools.harness.runner import evaluate
-from accelopt.tools.rundir import run_summary, write_candidate, write_summary
+from accelopt.tools.run_record import run_summary, write_summary
+from accelopt.tools.rundir import write_candidate
 from accelopt.tools.task import TaskError, load_task
 from tests.conftest import FIXTURES
 

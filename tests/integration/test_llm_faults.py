@@ -12,7 +12,7 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
 from accelopt.graph.builder import build_graph
-from accelopt.tools.rundir import run_failure
+from accelopt.tools.run_record import run_failure
 from accelopt.nodes.context import RunContext
 from accelopt.tools.llm import (FatalLLMError, LLMCallError, ModelSpec, build_chat_model, call_model, preflight,
                                 retry_after_s)
@@ -305,7 +305,7 @@ def test_a_fatal_error_stops_the_run_with_its_line_and_summary(tmp_path, softmax
     assert len(server.requests) <= 3  # planner, then at most one 401 per sample: no retries, no fixer
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["stop_reason"] == out["stop_reason"] and summary["failure"] == line
-    from accelopt.evals.report import load_row
+    from accelopt.evals.reporting.report import load_row
 
     row = load_row(run_dir)  # the report (and `eval`'s exit) count it as failed, not optimized
     assert row.outcome == "failed" and row.note == line and not row.correct

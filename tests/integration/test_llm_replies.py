@@ -23,15 +23,16 @@ from openai.types import CompletionUsage
 from openai.types.chat import ChatCompletion, ChatCompletionMessage
 from openai.types.chat.chat_completion import Choice
 
-from accelopt.nodes import policies
 from accelopt.nodes.common import task_of
-from accelopt.nodes.services import fill_attempt
-from accelopt.nodes.policies import LESSON_SCHEMA, PLANS_SCHEMA, LLMPolicy
 from accelopt.nodes.records import attempt
-from accelopt.tools.codeparse import plan_title
+from accelopt.nodes.services import fill_attempt
+from accelopt.policies import structured_output
+from accelopt.policies.interface import (FixRequest, Kernel, PlanDraft, PlanRequest, PolicyError, SummarizeRequest,
+                                         WriteRequest)
+from accelopt.policies.llm import LLMPolicy
+from accelopt.policies.replies import plan_title
+from accelopt.policies.structured_output import LESSON_SCHEMA, PLANS_SCHEMA
 from accelopt.tools.llm import ModelSpec, build_chat_model
-from accelopt.tools.policy import (FixRequest, Kernel, PlanDraft, PlanRequest, PolicyError, SummarizeRequest,
-                                   WriteRequest)
 from tests.scripted import BASELINE, GOOD, INSIGHT, PLANS
 
 PLAN = PlanDraft("### Plan 1: exp2 with more warps\nUse exp2 with a folded log2(e) scale and 8 warps per row.")
@@ -291,6 +292,6 @@ def test_fill_attempt_keeps_no_code_and_kernels_as_they_are():
 @pytest.fixture(autouse=True)
 def _fresh_endpoints():
     """Each test starts with no endpoint known to refuse a schema."""
-    policies._TEXT_ONLY.clear()
+    structured_output.TEXT_ONLY.clear()
     yield
-    policies._TEXT_ONLY.clear()
+    structured_output.TEXT_ONLY.clear()

@@ -163,7 +163,7 @@ def test_paraphrases_do_not_crowd_out_other_lessons(store):
 
 
 def test_an_unusable_summarizer_reply_still_yields_a_lesson():
-    from accelopt.nodes.policies import parse_lesson
+    from accelopt.policies.replies import parse_lesson
     from accelopt.nodes.summarizer import build_insight
 
     parent = {"id": "p", "source": "x = tl.exp(x)\n", "workloads": {"w": {"bound": "memory"}}}

@@ -1,6 +1,6 @@
 """`graph.stream(..., stream_mode="messages")` streams every role's reply as it is written, the
 executor's and fixer's too (they run inside the `candidate` subgraph, whose model calls LangGraph's
-messages stream drops unless asked for subgraphs: nodes/policies.streamed_to_the_graph), through
+messages stream drops unless asked for subgraphs: policies/answering.streamed_to_the_graph), through
 the real ChatOpenAI client against a scripted OpenAI-compatible server that streams (SSE)."""
 
 from __future__ import annotations

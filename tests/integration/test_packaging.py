@@ -31,7 +31,7 @@ def test_the_build_warns_of_nothing_and_packages_every_task_file(tmp_path):
     wheel, output = _build_wheel(tmp_path)
     assert [line for line in output.splitlines() if "BuildBackendWarning" in line] == []
     names = set(zipfile.ZipFile(wheel).namelist())
-    tracked = subprocess.run(["git", "ls-files", "evals/tasks", "evals/nkibench", "evals/realworld", "nodes/prompts"],
+    tracked = subprocess.run(["git", "ls-files", "evals/tasks", "evals/nkibench", "evals/realworld", "policies/prompts"],
                              cwd=ROOT, capture_output=True, text=True, check=True).stdout.splitlines()
     missing = [name for name in tracked if f"accelopt/{name}" not in names]
     assert tracked and missing == []  # e.g. the realworld tasks' data/*.safetensors inputs
@@ -42,8 +42,8 @@ def test_the_wheel_installs_one_namespace(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")} == {"accelopt"}
     for path in ("accelopt/cli/app.py", "accelopt/graph/builder.py", "accelopt/nodes/records.py",
-                 "accelopt/nodes/prompts/planner.txt", "accelopt/tools/harness/judge.py",
-                 "accelopt/memory/store.py", "accelopt/evals/tasks/softmax/task.json"):
+                 "accelopt/policies/interface.py", "accelopt/policies/prompts/planner.txt",
+                 "accelopt/tools/harness/judge.py", "accelopt/memory/store.py", "accelopt/evals/tasks/softmax/task.json"):
         assert path in names, path
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile", "--target",

@@ -131,7 +131,9 @@ def test_kill_9_of_the_driver_leaves_no_actor(cluster):
     try:
         ids = json.loads(driver.stdout.readline())
         assert ids
-        alive = {a.actor_id: a for a in list_actors(filters=[("class_name", "=", "EvaluationActor")], limit=1000)}
+        # the address: without it the state API gives up where this machine runs other clusters too
+        alive = {a.actor_id: a for a in list_actors(address=c.address, filters=[("class_name", "=", "EvaluationActor")],
+                                                     limit=1000)}
         assert all(alive[i].state == "ALIVE" for i in ids)
         pids = [alive[i].pid for i in ids]
     finally:
@@ -139,7 +141,8 @@ def test_kill_9_of_the_driver_leaves_no_actor(cluster):
         driver.wait()
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        states = {a.actor_id: a.state for a in list_actors(filters=[("class_name", "=", "EvaluationActor")],
+        states = {a.actor_id: a.state for a in list_actors(address=c.address,
+                                                           filters=[("class_name", "=", "EvaluationActor")],
                                                            limit=1000) if a.actor_id in ids}
         if all(s == "DEAD" for s in states.values()) and len(states) == len(ids):
             break

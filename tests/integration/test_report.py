@@ -14,11 +14,11 @@ import pytest
 from typer.testing import CliRunner
 
 from accelopt.cli.app import app
-from accelopt.evals.report import (TaskRow, best_per_iteration, build_report, fast_p, interval_label, load_rows,
-                                   suite_figures)
-from accelopt.evals.report_html import diff_html, render_html
-from accelopt.evals import report_plots
-from accelopt.evals.report_plots import LABEL_WIDTH, _step_label
+from accelopt.evals.reporting import report_plots
+from accelopt.evals.reporting.report import build_report, load_rows, suite_figures
+from accelopt.evals.reporting.report_html import diff_html, render_html
+from accelopt.evals.reporting.report_plots import LABEL_WIDTH, _step_label
+from accelopt.evals.reporting.rows import TaskRow, best_per_iteration, fast_p, interval_label
 from tests.conftest import ROOT, TASKS
 
 runner = CliRunner()

@@ -10,7 +10,9 @@ import sys
 import time
 
 import pytest
+from pydantic import BaseModel
 
+from accelopt.tools.run_record import NotMeasured, RunSummary, load_summary
 from tests.conftest import ROOT, TASKS
 from tests.integration.test_cli_errors import assert_clean_error, run_cli
 
@@ -53,6 +55,30 @@ def _read(path) -> str:
         return path.read_text()
     except OSError:
         return ""
+
+
+def _parts(record: BaseModel):
+    """The record and every record nested in it."""
+    yield record
+    for value in record.__dict__.values():
+        for item in value if isinstance(value, list) else value.values() if isinstance(value, dict) else [value]:
+            if isinstance(item, BaseModel):
+                yield from _parts(item)
+
+
+def test_the_summary_a_real_run_writes_round_trips_through_its_model(finished):
+    """summary.json as the record and standing nodes of a CPU-interpreter run wrote it: read into
+    the model, every key is one the model names (none carried as an unknown extra), and written
+    back it is the same JSON."""
+    _, run_dir = finished
+    data = json.loads((run_dir / "summary.json").read_text())
+    record = load_summary(run_dir)
+    assert isinstance(record, RunSummary) and record.dump() == data
+    assert [type(p).__name__ for p in _parts(record) if p.model_extra] == []
+    assert record.timer == "interpreter_wall" and record.stop_reason == "reached T=1 iterations"
+    assert record.usage.calls == 0 and record.iteration == 1 and [h.iteration for h in record.iterations] == [1]
+    # the standing node's answer on the interpreter (a resume of the finished run rewrites the file without it)
+    assert "versus_torch_compile" not in data or isinstance(record.versus_torch_compile, NotMeasured)
 
 
 def test_a_lock_held_by_another_process_is_refused_and_a_dead_holder_leaves_none(finished, tmp_path):

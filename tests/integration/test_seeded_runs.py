@@ -8,7 +8,7 @@ import pytest
 
 from accelopt.graph.builder import build_graph
 from accelopt.nodes.context import RunContext
-from accelopt.tools.rewrites import CHUNKWISE_ONLINE_SOFTMAX, chunkwise_online_softmax
+from accelopt.policies.rewrites import CHUNKWISE_ONLINE_SOFTMAX, chunkwise_online_softmax
 from tests.conftest import FIXTURES
 
 pytestmark = pytest.mark.slow

@@ -6,7 +6,7 @@ import pytest
 from rich.console import Console
 
 from accelopt.cli.check import show_suite
-from accelopt.evals.check_suite import SolutionVerdict, suite_verdict
+from accelopt.evals.reporting.check_suite import SolutionVerdict, suite_verdict
 
 
 def _gpu(task, status, eager=None, compiled=None):

@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from accelopt.graph.config import load_context
-from accelopt.tools.rundir import run_failure
+from accelopt.tools.run_record import run_failure
 from accelopt.nodes.context import RunContext
 from accelopt.nodes.selector import budget_reason
 from accelopt.tools.llm import ConfigError, ModelSpec, completion_limit_field, totals

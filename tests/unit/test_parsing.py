@@ -4,10 +4,9 @@ from langchain_core.messages import AIMessage
 
 from tests.scripted import BASELINE, BROKEN, GOOD
 from tests.conftest import FIXTURES
-from accelopt.nodes.policies import parse_lesson
-from accelopt.tools.codeparse import (Reply, code_from_tool_calls, decode_reply, encode_reply, extract_kernel,
-                                      find_kernel, last_object_with, plan_title, reply_of, split_plans,
-                                      strip_reasoning)
+from accelopt.policies.replies import (Reply, code_from_tool_calls, decode_reply, encode_reply, extract_kernel,
+                                       find_kernel, last_object_with, parse_lesson, plan_title, reply_of,
+                                       split_plans, strip_reasoning)
 
 
 def test_extract_kernel_variants():

@@ -15,11 +15,12 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 
 from accelopt.memory.schema import Evidence, Insight, Provenance
 from accelopt.nodes.context import RunContext
-from accelopt.nodes.measurements import TRIED_LIMIT, describe
-from accelopt.nodes.policies import LLMPolicy
+from accelopt.nodes.measurements import TRIED_LIMIT
+from accelopt.policies.interface import (FixRequest, MeasuredKernel, PlanDraft, PlanRequest, SummarizeRequest,
+                                         WriteRequest)
+from accelopt.policies.llm import LLMPolicy
+from accelopt.policies.measurement_text import describe
 from accelopt.tools.llm import ModelSpec
-from accelopt.tools.policy import (FixRequest, MeasuredKernel, PlanDraft, PlanRequest, SummarizeRequest,
-                                   WriteRequest)
 from accelopt.tools.task import Task, load_task
 from tests.conftest import FIXTURES
 from tests.scripted import INSIGHT, PLANS, fenced

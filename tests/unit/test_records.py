@@ -32,7 +32,7 @@ def test_a_measurement_attaches_in_one_way_and_only_declared_fields():
 def test_measured_kernels_carry_per_workload_speedups_and_plans_their_config_lists():
     from accelopt.nodes.measurements import measured_kernels
     from accelopt.nodes.records import plan_draft, plan_record
-    from accelopt.tools.policy import PlanDraft
+    from accelopt.policies.interface import PlanDraft
 
     timed = {"w1": {"median_us": 10.0}, "w2": {"median_us": 4.0}}
     candidates = {

@@ -10,11 +10,11 @@ import os
 import subprocess
 import sys
 
+from accelopt.policies.interface import FixRequest, MeasuredKernel, PlanRequest, WriteRequest
+from accelopt.policies.rewrites import CHUNK_HELPER, CHUNKWISE_ONLINE_SOFTMAX, chunkwise_online_softmax
+from accelopt.policies.tuner import TunerPolicy
 from accelopt.tools.inductor_seed import _HEADER as HEADER, seed_source  # a seed's imports
-from accelopt.tools.policy import FixRequest, MeasuredKernel, PlanRequest, WriteRequest
-from accelopt.tools.rewrites import CHUNK_HELPER, CHUNKWISE_ONLINE_SOFTMAX, chunkwise_online_softmax
 from accelopt.tools.task import load_task
-from accelopt.tools.tuner import TunerPolicy
 from tests.conftest import FIXTURES, TASKS
 
 SOFTMAX_SEED = seed_source(json.loads((FIXTURES / "inductor" / "softmax.default.json").read_text())).source

@@ -20,7 +20,7 @@ def test_noise_is_not_a_win_and_the_best_is_never_lost():
 def test_planner_branches_see_the_profile_and_speedup_interval():
     """What the planner's prompt shows comes from the compact member sent to its branch."""
     from accelopt.nodes.state import compact
-    from accelopt.nodes.measurements import describe
+    from accelopt.policies.measurement_text import describe
 
     member = {"id": "a", "source": "...", "status": "verified", "timer": "cuda_event", "speedup": 1.3,
               "workloads": {"w": {"median_us": 10.0, "iqr_us": 0.1, "samples": 30, "metric": "gpu_span"}},

@@ -1,16 +1,17 @@
 """The tuner policy and the tunables it moves: discovery, AST edits, planning from recalled
 recipes (as data) and from what was already measured, fixing, and the lessons it writes. The
-tuner reads typed requests (tools/policy.py); no prompt text reaches it."""
+tuner reads typed requests (policies/interface.py); no prompt text reaches it."""
 
 import ast
 
 from accelopt.memory.features import kernel_class
 from accelopt.memory.schema import Evidence, Insight, Provenance, Recipe
 from accelopt.nodes.summarizer import recipe_of
-from accelopt.tools.policy import FixRequest, MeasuredKernel, PlanDraft, PlanRequest, SummarizeRequest, WriteRequest
+from accelopt.policies.interface import (FixRequest, MeasuredKernel, PlanDraft, PlanRequest, SummarizeRequest,
+                                         WriteRequest)
+from accelopt.policies.tuner import TunerPolicy
 from accelopt.tools.task import load_task
 from accelopt.tools.tunables import apply_config, config_of, neighbours
-from accelopt.tools.tuner import TunerPolicy
 from tests.conftest import TASKS
 
 RMSNORM = (TASKS / "rmsnorm" / "baseline.py").read_text()

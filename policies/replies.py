@@ -279,6 +279,19 @@ def as_text(value: Any, sep: str = " ") -> str:
     return "" if value is None else str(value)
 
 
+# ---------------------------------------------------------------- lessons
+
+LESSON_KEYS = ("title", "lesson", "bottleneck", "kernel_class", "before", "after")
+
+
+def parse_lesson(reply: str) -> dict[str, str]:
+    """The lesson fields of a summarizer reply's last JSON object (empty when there is none)."""
+    data = last_object_with(reply, LESSON_KEYS)
+    fields = {k: as_text(data[k], "\n" if k in ("before", "after") else ", " if k != "lesson" else " ")
+              for k in LESSON_KEYS if k in data}
+    return {k: v for k, v in fields.items() if v.strip() not in ("", "unknown")}
+
+
 # ---------------------------------------------------------------- plans
 
 _HEADER_WORDS = r"(?:optimi[sz]ation\s+)?(?:plan|option|approach|proposal|idea|strategy|optimi[sz]ation)"

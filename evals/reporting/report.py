@@ -1,7 +1,8 @@
 """Reports: one row per task, suite-level figures (geomean speedup, fast_p, cost per speedup),
-matplotlib plots (`report_plots.py`) and a single self-contained HTML page (`report_html.py`).
-Everything is rebuilt from run directories on disk: run.json (context, provenance), summary.json,
-candidates/*/result.json, torch_compile.json.
+matplotlib plots (`report_plots.py`) and a single self-contained HTML page (`report_html.py`); the
+rows' records are `rows.py`'s. Everything is rebuilt from run directories on disk: run.json
+(context, provenance), summary.json (read through tools/run_record.py), candidates/*/result.json,
+torch_compile.json.
 
 Interpreter timings (timer interpreter_wall) are CPU Triton-interpreter wall times: the page says
 so in its header and beside every such number, and never mixes them with GPU figures.
@@ -22,177 +23,16 @@ on a GPU, which runs more until the comparison is decided) it is exactly the ran
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pydantic import BaseModel, computed_field
-
+from accelopt.evals.reporting.report_html import render_html
+from accelopt.evals.reporting.report_plots import make_plots
+from accelopt.evals.reporting.rows import (INTERPRETER, TIMERS, TIMERS_SHORT, CandidatePoint, LineageStep, Speedup,
+                                           TaskRow, Timing, fast_p, geomean, interval_text, timer_groups)
 from accelopt.tools.harness import stats
-
-# re-exported: the report modules and evals/runs.py read these names from here
-from accelopt.tools.harness.result import TIMER_NAMES, TIMER_SHORT, interval_coverage, interval_label  # noqa: F401
-
-FAST_P = (0.0, 0.5, 0.8, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0)
-
-# A task's `outcome` says how its run ended: "optimized" (the search finished with a verified best
-# kernel), stopped, skipped, failed, running. For a finished search its `verdict` says what the
-# best kernel is worth, and only "faster" (beyond the noise of the interleaved rounds) is shown as
-# optimized: a run whose best is still its baseline found no faster kernel. A run on the CPU
-# interpreter is none of these: its times are a CPU emulation's wall clock, not performance.
-VERDICTS = {
-    "faster": "optimized (faster beyond noise)",
-    "within noise": "faster, within noise",
-    "no faster kernel": "no faster kernel found",
-    "slower": "best kernel slower than baseline",
-    "interpreter": "verified on the CPU interpreter, which cannot tell faster from slower",
-}
-OUTCOMES = {"optimized": "search finished", "stopped": "stopped", "skipped": "skipped", "failed": "failed",
-            "running": "running"}
-INTERPRETER = "interpreter_wall"
-TIMERS, TIMERS_SHORT = TIMER_NAMES, TIMER_SHORT
-
-
-class Timing(BaseModel):
-    """One kernel's time on one workload, as the report shows it. iqr_us and round_medians_us are
-    None / empty where the evaluation kept only the median (a comparator's: compared_us)."""
-
-    median_us: float
-    iqr_us: float | None = None
-    round_medians_us: list[float] = []
-    flops: float | None = None
-    bytes: float | None = None
-
-
-class Speedup(BaseModel):
-    """A speedup measured in one evaluation: the comparator's time over the kernel's, both timed
-    interleaved in the same rounds, with the harness's interval (interval_label says what kind).
-    No interval where the evaluation recorded none (a per-workload ratio of medians)."""
-
-    speedup: float | None = None
-    ci_low: float | None = None
-    ci_high: float | None = None
-    rounds: int | None = None
-    faster: bool | None = None  # the interval lies above the noise floor (never on the interpreter)
-
-    @property
-    def text(self) -> str:
-        if self.speedup is None:
-            return "-"
-        interval = interval_text(self.ci_low, self.ci_high, self.rounds) if self.ci_low is not None else None
-        return f"{self.speedup:.3f}x" + (f" [{interval}]" if interval else "")
-
-
-class CandidatePoint(BaseModel):
-    """One evaluated candidate: its speedup over the baseline as its own evaluation measured it
-    (interleaved with the baseline), or none when it was not verified."""
-
-    id: str
-    iteration: int
-    status: str
-    kind: str | None = None
-    speedup: float | None = None
-    vs_baseline: Speedup | None = None
-
-
-class LineageStep(BaseModel):
-    """One kernel on the way from the baseline to the best: the plan that produced it, and its
-    speedups over the baseline and over the kernel it changed, each from its own evaluation."""
-
-    id: str
-    iteration: int
-    kind: str | None = None
-    parent_id: str | None = None
-    plan_title: str | None = None
-    fix_of: str | None = None      # a repair of this failed attempt, written for the same plan
-    status: str | None = None
-    vs_baseline: Speedup
-    vs_parent: Speedup
-
-
-class TaskRow(BaseModel):
-    task: str
-    run_dir: str
-    outcome: str                       # a key of OUTCOMES: how the run ended
-    verdict: str | None = None         # a key of VERDICTS, for a finished search: what its best is worth
-    note: str | None = None            # stop reason, skip reason, or error line
-    timer: str | None = None
-    device_name: str | None = None
-    baseline_kind: str = "kernel"      # "reference": a from-scratch run
-    baseline_us: float | None = None   # geomean over workloads of the median
-    baseline_spread_pct: float | None = None  # worst IQR/median over workloads
-    best_us: float | None = None
-    best_spread_pct: float | None = None
-    best_id: str | None = None
-    best_kind: str | None = None
-    speedup: float | None = None
-    ci_low: float | None = None        # the harness's interval; see interval_label
-    ci_high: float | None = None
-    interval_rounds: int | None = None
-    pct_peak: float | None = None
-    pct_achievable: float | None = None
-    pct_of_copy: float | None = None  # memory-bound workloads: % of a same-size device copy's speed
-    vs_torch_compile: float | None = None  # best kernel / torch.compile(reference), >1: we are faster
-    vs_torch_compile_low: float | None = None
-    vs_torch_compile_high: float | None = None
-    vs_torch_compile_rounds: int | None = None
-    torch_compile_over_baseline: float | None = None
-    vs_eager: Speedup | None = None        # best kernel / eager PyTorch, the standing evaluation's
-    torch_compile_note: str | None = None  # why there is no torch.compile figure (it failed)
-    iterations: int = 0
-    tokens: int = 0
-    cost_usd: float = 0.0
-    history: list[tuple[int, float]] = []
-    best_by_iteration: list[tuple[int, str]] = []  # the run's best after each iteration
-    candidates: list[CandidatePoint] = []
-    lineage: list[LineageStep] = []                # baseline first, the best kernel last
-    # The best kernel's own evaluation: "best", and "baseline" timed in the same rounds (medians
-    # only); when the best is the baseline, its own evaluation. Never the baseline's setup times.
-    workloads: dict[str, dict[str, Timing]] = {}
-    # torch_compile.json's evaluation (GPU): "best", "torch_compile", "eager", timed in the same rounds
-    standing: dict[str, dict[str, Timing]] = {}
-    # comparator (baseline, torch_compile, eager) -> workload -> the best's speedup, within one evaluation
-    by_workload: dict[str, dict[str, Speedup]] = {}
-    flops_kind: str | None = None                  # task.json's: which compute roof applies
-    provenance: dict[str, str | None] = {}
-    baseline_source: str | None = None
-    best_source: str | None = None
-
-    @property
-    def correct(self) -> bool:
-        return self.outcome == "optimized" and self.speedup is not None
-
-    @property
-    def interpreter(self) -> bool:
-        return self.timer == INTERPRETER
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def label(self) -> str:
-        """The outcome as the page and the terminal say it."""
-        if self.outcome == "optimized" and self.verdict:
-            return VERDICTS[self.verdict] + (" (the best is torch.compile's own kernel, the Inductor seed)"
-                                             if self.best_kind == "inductor_seed" else "")
-        return OUTCOMES.get(self.outcome, self.outcome)
-
-    @property
-    def torch_compile_line(self) -> str | None:
-        """One sentence on the best kernel against torch.compile(reference), or None without one."""
-        if self.vs_torch_compile is None:
-            return self.torch_compile_note
-        interval = f" [{interval_text(self.vs_torch_compile_low, self.vs_torch_compile_high, self.vs_torch_compile_rounds)}]" \
-            if self.vs_torch_compile_low is not None else ""
-        if self.vs_torch_compile < 1:
-            beyond = " beyond noise" if self.vs_torch_compile_high is not None and self.vs_torch_compile_high < 1 else ""
-            return (f"slower than torch.compile{beyond}: the best kernel runs at {self.vs_torch_compile:.3f}x of "
-                    f"torch.compile(reference){interval}")
-        return f"faster than torch.compile: {self.vs_torch_compile:.3f}x{interval}"
-
-
-def geomean(values: list[float | None] | list[float]) -> float | None:
-    positive = [v for v in values if v and v > 0]
-    return math.exp(sum(map(math.log, positive)) / len(positive)) if positive else None
+from accelopt.tools.run_record import IterationEvent, IterationRecord, load_summary
 
 
 def latency(workloads: dict) -> tuple[float | None, float | None]:
@@ -202,12 +42,6 @@ def latency(workloads: dict) -> tuple[float | None, float | None]:
     medians = [t["median_us"] for t in workloads.values()]
     spread = max((t["iqr_us"] / t["median_us"] * 100 for t in workloads.values() if t["median_us"]), default=None)
     return geomean(medians), spread
-
-
-def interval_text(low: float | None, high: float | None, rounds: int | None) -> str:
-    if low is None or high is None:
-        return "–"
-    return f"{low:.3f}–{high:.3f}, {interval_label(rounds)}"
 
 
 def versus(candidate: dict, against: str) -> Speedup:
@@ -262,14 +96,6 @@ def per_workload(kernel: dict[str, Timing], other: dict[str, Timing]) -> dict[st
         else:
             out[name] = Speedup(speedup=o.median_us / t.median_us)
     return out
-
-
-def best_per_iteration(row: TaskRow) -> list[tuple[int, CandidatePoint]]:
-    """The run's best after each iteration, with its speedup over the baseline as measured in
-    its own evaluation (the baseline itself at 1.0x). The figure the headline quotes, so the
-    curve ends where the headline does."""
-    by_id = {c.id: c for c in row.candidates}
-    return [(it, by_id[b]) for it, b in row.best_by_iteration if b in by_id and by_id[b].speedup is not None]
 
 
 def _read(path: Path) -> dict | None:
@@ -340,8 +166,7 @@ def _flops_kind(task_dir: str | None) -> str | None:
     return (spec or {}).get("flops_kind", "vector") if spec is not None else None
 
 
-def provenance(run: dict, summary: dict | None, run_dir: Path, device_name: str | None,
-               timer: str | None) -> dict[str, str | None]:
+def provenance(run: dict, run_dir: Path, device_name: str | None, timer: str | None) -> dict[str, str | None]:
     """What a reader needs to trust or reproduce the numbers: when, with what software, on what,
     how hard it searched and who wrote the kernels. None where the run did not record it (runs
     from before run.json held `created` and `environment`)."""
@@ -384,56 +209,59 @@ def load_row(run_dir: Path) -> TaskRow:
         if (run_dir / marker).is_file():
             return TaskRow(task=name, run_dir=str(run_dir), outcome=outcome,
                            note=(_read(run_dir / marker) or {}).get("reason"),
-                           provenance=provenance(run, None, run_dir, None, None) if run else {})
+                           provenance=provenance(run, run_dir, None, None) if run else {})
     if (run_dir / "error.txt").is_file():
         last = (run_dir / "error.txt").read_text().strip().splitlines()[-1:]
         return TaskRow(task=name, run_dir=str(run_dir), outcome="failed", note=" ".join(last),
-                       provenance=provenance(run, None, run_dir, None, None) if run else {})
-    summary = _read(run_dir / "summary.json")
+                       provenance=provenance(run, run_dir, None, None) if run else {})
+    summary = load_summary(run_dir)
     if summary is None:
         return TaskRow(task=name, run_dir=str(run_dir), outcome="running", note="no finished iteration yet")
-    name = Path(summary["task_dir"]).name
-    best = _read(run_dir / "candidates" / summary["best_id"] / "result.json") or {}
+    name = Path(summary.task_dir).name
+    best = _read(run_dir / "candidates" / summary.best_id / "result.json") or {}
     baseline = _read(run_dir / "candidates" / "baseline" / "result.json") or {}
     best_us, best_spread = latency(best.get("workloads") or {})
     same = _same_rounds(best, baseline)
     base_us = geomean([t.median_us for t in (same.get("baseline") or {}).values()])
     # the baseline's spread in the best's rounds is not recorded (compared_us: medians only)
-    base_spread = best_spread if summary["best_id"] == "baseline" else None
+    base_spread = best_spread if summary.best_id == "baseline" else None
     vs = (best.get("versus") or {}).get("baseline") or {}
-    speedup = summary.get("best_speedup") or 1.0
-    usage = summary.get("usage") or {}
-    timer = summary.get("timer")
+    speedup = summary.best_speedup or 1.0
+    timer = summary.timer
     row = TaskRow(
         task=name, run_dir=str(run_dir),
-        outcome="failed" if summary.get("failure") else "optimized" if summary.get("stop_reason") else "running",
-        verdict=_verdict(summary["best_id"], speedup, vs, timer),
-        note=summary.get("failure") or summary.get("stop_reason"), timer=timer, device_name=summary.get("device_name"),
-        baseline_kind=summary.get("baseline_kind", "kernel"), baseline_us=base_us, baseline_spread_pct=base_spread,
-        best_us=best_us, best_spread_pct=best_spread, best_id=summary["best_id"], best_kind=best.get("kind"),
+        outcome="failed" if summary.failure else "optimized" if summary.stop_reason else "running",
+        verdict=_verdict(summary.best_id, speedup, vs, timer),
+        note=summary.failure or summary.stop_reason, timer=timer, device_name=summary.device_name,
+        baseline_kind=summary.baseline_kind, baseline_us=base_us, baseline_spread_pct=base_spread,
+        best_us=best_us, best_spread_pct=best_spread, best_id=summary.best_id, best_kind=best.get("kind"),
         speedup=speedup, ci_low=vs.get("ci_low"), ci_high=vs.get("ci_high"), interval_rounds=vs.get("rounds"),
-        pct_peak=summary.get("best_pct_peak"), pct_achievable=summary.get("best_pct_achievable"),
-        pct_of_copy=summary.get("best_pct_of_copy"),
-        iterations=summary.get("iteration") or 0,
-        tokens=usage.get("input_tokens", 0) + usage.get("output_tokens", 0), cost_usd=usage.get("cost_usd", 0.0),
-        history=[(0, 1.0)] + [(h["iteration"], h.get("best_speedup") or 1.0) for h in summary.get("iterations", [])],
-        best_by_iteration=[(0, "baseline")] + [(h["iteration"], h["best_id"]) for h in summary.get("iterations", [])
-                                               if h.get("best_id")],
+        pct_peak=summary.best_pct_peak, pct_achievable=summary.best_pct_achievable,
+        pct_of_copy=summary.best_pct_of_copy, iterations=summary.iteration,
+        tokens=summary.usage.input_tokens + summary.usage.output_tokens, cost_usd=summary.usage.cost_usd,
+        history=[(0, 1.0)] + [(h.iteration, _best_speedup(h) or 1.0) for h in summary.iterations],
+        best_by_iteration=[(0, "baseline")] + [(h.iteration, h.best_id) for h in summary.iterations
+                                               if isinstance(h, IterationRecord) and h.best_id],
         candidates=_candidates(run_dir),
-        lineage=lineage_steps(chain(summary["best_id"], lambda cid: _read(run_dir / "candidates" / cid /
-                                                                              "result.json"))),
+        lineage=lineage_steps(chain(summary.best_id, lambda cid: _read(run_dir / "candidates" / cid /
+                                                                         "result.json"))),
         workloads=same,
-        flops_kind=_flops_kind(summary.get("task_dir") or run.get("task_dir")),
-        provenance=provenance(run, summary, run_dir, summary.get("device_name"), timer),
+        flops_kind=_flops_kind(summary.task_dir or run.get("task_dir")),
+        provenance=provenance(run, run_dir, summary.device_name, timer),
         baseline_source=_text(run_dir / "candidates" / "baseline" / "kernel.py"),
         best_source=_text(run_dir / "best_kernel.py"))
     _with_torch_compile(row, _read(run_dir / "torch_compile.json"))
-    if summary["best_id"] != "baseline" and {"best", "baseline"} <= set(row.workloads):
+    if summary.best_id != "baseline" and {"best", "baseline"} <= set(row.workloads):
         row.by_workload["baseline"] = per_workload(row.workloads["best"], row.workloads["baseline"])
     for name in ("torch_compile", "eager"):
         if "best" in row.standing and name in row.standing:
             row.by_workload[name] = per_workload(row.standing["best"], row.standing[name])
     return row
+
+
+def _best_speedup(entry: IterationRecord | IterationEvent) -> float | None:
+    """The best's speedup after an iteration (a planner event, in the history beside them, has none)."""
+    return entry.best_speedup if isinstance(entry, IterationRecord) else None
 
 
 def _with_torch_compile(row: TaskRow, record: dict | None) -> None:
@@ -471,20 +299,6 @@ def load_rows(path: Path) -> list[TaskRow]:
     if not rows:
         raise FileNotFoundError(f"{path} holds no accelopt run (run.json) nor eval directory of runs")
     return rows
-
-
-def fast_p(rows: list[TaskRow], ps=FAST_P) -> dict[float, float]:
-    """Share of all tasks that are correct and faster than p (KernelBench's fast_p)."""
-    return {p: sum(1 for r in rows if r.correct and r.speedup > p) / len(rows) for p in ps}
-
-
-def timer_groups(rows: list[TaskRow]) -> dict[str | None, list[TaskRow]]:
-    """Rows by timer: figures of different timers (GPU, CPU interpreter) are never pooled. A task
-    with no timer (skipped, failed) belongs to every group: it counts among the tasks of fast_p."""
-    timers = sorted({r.timer for r in rows if r.timer})
-    if len(timers) <= 1:
-        return {timers[0] if timers else None: rows}
-    return {t: [r for r in rows if r.timer in (t, None)] for t in timers}
 
 
 def _group_figures(rows: list[TaskRow]) -> dict:
@@ -549,9 +363,6 @@ def headline(rows: list[TaskRow], figures: dict) -> tuple[list[list[str]], list[
 
 def build_report(path: str | Path, out_dir: str | Path | None = None) -> Path:
     """Write report.html, report.json and plots/*.png for a run or eval directory; return the page."""
-    from accelopt.evals.report_html import render_html
-    from accelopt.evals.report_plots import make_plots
-
     path = Path(path)
     rows = load_rows(path)
     figures = suite_figures(rows)

@@ -1,5 +1,5 @@
 """The tuner: a deterministic local policy (`--model tuner`) behind the policy interface
-(tools/policy.py). It reads typed requests, never prompt text, and moves a kernel's launch
+(interface.py). It reads typed requests, never prompt text, and moves a kernel's launch
 tunables (tools/tunables.py): num_warps, num_stages, tl.constexpr tile sizes.
 
 - plan: first the configurations that recalled lessons reached on kernels of the same class and
@@ -10,7 +10,7 @@ tunables (tools/tunables.py): num_warps, num_stages, tl.constexpr tile sizes.
   configuration first and those they warned against last. Never a configuration measured already.
   A kernel whose @triton.autotune list still picks at run time: first each configuration of the
   list pinned (in list order, one plan each), then the same moves from the fastest pinned one.
-- rewrites: a source rewrite of a known pattern (tools/rewrites.py: Inductor's element-wise online
+- rewrites: a source rewrite of a known pattern (rewrites.py: Inductor's element-wise online
   softmax made chunk-wise) is planned first, once per beam member whose source has the pattern.
 - write: applies the plan's moves to the source (AST edits), or its rewrite.
 - fix: a failed multi-knob move drops its largest step (on a resource error, the largest growth);
@@ -31,9 +31,9 @@ import re
 
 from accelopt.memory.features import kernel_class
 from accelopt.memory.schema import Insight, Recipe
-from accelopt.tools import rewrites
-from accelopt.tools.policy import (FixRequest, Kernel, LessonDraft, PlanDraft, PlanRequest, Plans, SummarizeRequest,
-                                   WriteRequest)
+from accelopt.policies import rewrites
+from accelopt.policies.interface import (FixRequest, Kernel, LessonDraft, PlanDraft, PlanRequest, Plans,
+                                         SummarizeRequest, WriteRequest)
 from accelopt.tools.tunables import (IMPLICIT_DEFAULTS, additive, apply_config, config_of, describe_moves, format_config,
                                      limits, neighbours, pins, steps, why_untunable, write_configs)
 

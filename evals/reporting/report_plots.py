@@ -16,8 +16,8 @@ import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from accelopt.evals.report import (INTERPRETER, LineageStep, Speedup, TaskRow, best_per_iteration, fast_p,
-                                   interval_label, timer_groups)
+from accelopt.evals.reporting.rows import (INTERPRETER, LineageStep, Speedup, TaskRow, best_per_iteration, fast_p,
+                                           interval_label, timer_groups)
 from accelopt.tools.roofline import DevicePeak, lookup_peak
 
 BLUE, ORANGE, GREY, RED, GREEN, PURPLE = "#3070c0", "#e08a20", "#999999", "#c03030", "#40a060", "#8060b0"

@@ -1,6 +1,6 @@
 """What `accelopt show` and `accelopt runs` print: one run at a glance, and runs side by side.
 
-Read from what a run directory holds, through the readers that already exist: `evals/report.load_row`
+Read from what a run directory holds, through the readers that already exist: `report.load_row`
 (summary.json, candidates/*/result.json, the markers an eval leaves: skipped.json, stopped.json,
 error.txt), run.json, candidates/ID/kernel.py, and the checkpoint (checkpoints.sqlite, opened read
 only), which is the run's own state: the beam, the stop reason and the history when summary.json
@@ -20,12 +20,13 @@ import json
 import os
 import sqlite3
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast
 
 from pydantic import BaseModel
 
-from accelopt.evals.report import (OUTCOMES, TIMERS, LineageStep, Speedup, TaskRow, chain, lineage_steps,
-                                   load_row, versus)
+from accelopt.evals.reporting.report import chain, lineage_steps, load_row, versus
+from accelopt.evals.reporting.rows import OUTCOMES, TIMERS, LineageStep, Speedup, TaskRow
+from accelopt.tools.run_record import RunSummary, load_summary
 from accelopt.tools.rundir import LOCK_FILE
 
 if TYPE_CHECKING:
@@ -49,9 +50,9 @@ class NotARunDir(ValueError):
     """A path that holds no accelopt run; the message says what it is instead."""
 
 
-# A speedup with the harness's interval over interleaved rounds (report.interval_label says what
+# A speedup with the harness's interval over interleaved rounds (rows.interval_label says what
 # kind: with 5 rounds or fewer, the range of the rounds); the report's record, under show's name.
-Interval = Speedup
+Interval: TypeAlias = Speedup
 
 
 class BeamMember(BaseModel):
@@ -78,8 +79,8 @@ class RunView(BaseModel):
     task_dir: str | None = None
     state: RunState
     state_text: str
-    outcome: str                   # evals/report's outcome key: optimized (search finished), stopped, skipped, ...
-    verdict: str | None = None     # evals/report's verdict for a finished search: faster, within noise, ...
+    outcome: str                   # the report's outcome key: optimized (search finished), stopped, skipped, ...
+    verdict: str | None = None     # the report's verdict for a finished search: faster, within noise, ...
     outcome_text: str              # the outcome in words (for a finished search, the verdict's)
     stop_reason: str | None = None  # why the run ended (or the skip, stop or failure reason)
     held_by: str | None = None     # a running run: its lock's holder ("accelopt pid N (started ...)")
@@ -231,12 +232,12 @@ class _Run:
         self.dir = run_dir
         self.meta = _json(run_dir / "run.json") or {}
         self.row: TaskRow = load_row(run_dir)
-        self.summary = _json(run_dir / "summary.json")
+        self.summary: RunSummary | None = load_summary(run_dir)
         self.notes: list[str] = []
         self.checkpoint: Checkpoint | None = None
         self.ck: dict | None = None
         marker = self.row.outcome in ("skipped", "stopped", "failed")
-        settled = self.summary is not None and self.summary.get("stop_reason") is not None
+        settled = self.summary is not None and self.summary.stop_reason is not None
         if (run_dir / "checkpoints.sqlite").is_file() and not marker and (with_checkpoint or not settled):
             try:
                 self.checkpoint = Checkpoint(run_dir, self.meta)
@@ -251,9 +252,9 @@ class _Run:
         if marker:
             self.state = cast(RunState, self.row.outcome)
             return
-        source = self.ck if self.ck is not None else self.summary or {}
-        self.stop_reason = source.get("stop_reason")
-        if self.stop_reason and not source.get("beam"):
+        self.stop_reason = self.ck.get("stop_reason") if self.ck is not None \
+            else self.summary.stop_reason if self.summary else None
+        if self.stop_reason and not self.beam_ids:
             self.state = "stopped"  # setup ended it: no baseline to start from, or a broken one
         elif self.stop_reason:
             self.state = "finished"
@@ -267,16 +268,17 @@ class _Run:
         return {"stopped": "stopped", "running": "running", "interrupted": "running"}.get(self.state, self.row.outcome)
 
     @property
-    def history(self) -> list[dict]:
+    def iterations_seen(self) -> list[int]:
+        """The iterations its history holds: the checkpoint's, else summary.json's."""
         if self.ck is not None:
-            return list(self.ck.get("history") or [])
-        return list((self.summary or {}).get("iterations") or [])
+            return [h.get("iteration") or 0 for h in self.ck.get("history") or []]
+        return [h.iteration for h in self.summary.iterations] if self.summary else []
 
     @property
     def beam_ids(self) -> list[str]:
         if self.ck is not None:
             return list(self.ck.get("beam") or [])
-        return list((self.summary or {}).get("beam") or [])
+        return list(self.summary.beam) if self.summary else []
 
     def usage(self) -> tuple[int, float]:
         """Tokens and $ so far: the checkpoint's ledger when it was read, else summary.json's."""
@@ -326,7 +328,7 @@ def _outcome_text(run: _Run) -> str:
 
 def _common(run: _Run) -> dict[str, Any]:
     row, ctx = run.row, run.meta.get("context") or {}
-    done = max((h.get("iteration") or 0 for h in run.history), default=row.iterations)
+    done = max(run.iterations_seen, default=row.iterations)
     timer = row.timer
     if timer is None and run.ck is not None:  # no summary yet: the baseline's measurement says
         timer = ((run.ck.get("candidates") or {}).get("baseline") or {}).get("timer")
@@ -394,7 +396,7 @@ def _view(run: _Run) -> RunView:
     evaluated = len(candidates) - 1 if candidates else sum(
         1 for p in (run.dir / "candidates").glob("*/result.json") if p.parent.name != "baseline")
     device = run.row.device_name or (beam[0].get("device_name") if beam else None)
-    return RunView(**common, task_dir=run.meta.get("task_dir") or (run.summary or {}).get("task_dir"),
+    return RunView(**common, task_dir=run.meta.get("task_dir") or (run.summary.task_dir if run.summary else None),
                    state_text=STATES[run.state], stop_reason=run.stop_reason, held_by=run.held_by,
                    device_name=device, candidates_evaluated=max(evaluated, 0), tokens=tokens, cost_usd=cost,
                    best_id=beam[0]["id"] if beam else None, best=versus(beam[0], "baseline") if beam else None,

@@ -1,8 +1,8 @@
 """The policy interface: what the planner, executor, fixer and summarizer ask of a policy, and
 what comes back, as typed records.
 
-Two policies implement it: an LLM (nodes/policies.py renders prompts from the requests and parses
-the replies) and the tuner (tools/tuner.py reads the requests directly). The nodes build the
+Two policies implement it: an LLM (llm.py renders prompts from the requests and parses the
+replies) and the tuner (tuner.py reads the requests directly). The nodes build the
 requests and turn the results into candidates, plans and insights; no policy sees graph state,
 and no prompt text is an interface.
 
@@ -49,7 +49,7 @@ class PlanDraft:
     moves: dict[str, tuple[int, int]] = field(default_factory=dict)
     # a shorter @triton.autotune list to write instead of moves (the tuner: per-workload winners)
     configs: tuple[dict[str, int], ...] = ()
-    rewrite: str = ""  # a source rewrite to apply instead (the tuner: tools/rewrites.py, by name)
+    rewrite: str = ""  # a source rewrite to apply instead (the tuner: rewrites.py, by name)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,211 @@
+"""The run record, summary.json: its model, built from the graph's state, written, and read back.
+
+summary.json is a published run format: its keys and their meaning stay. Fields added since the
+first runs (marked below) have defaults, so a file written by an older accelopt still loads. The
+graph's state keeps the record as a plain dict (`RunSummary.dump()`): state stays JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from accelopt.tools.harness.result import NOT_EVALUATED
+from accelopt.tools.llm_spec import totals
+from accelopt.tools.rundir import atomic_write
+
+SUMMARY_FILE = "summary.json"
+
+
+class Record(BaseModel):
+    # keys this version does not know (a newer accelopt's) are kept, not dropped, when a record is
+    # read and written again
+    model_config = ConfigDict(extra="allow")
+
+
+class UsageBucket(Record):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    calls: int = 0
+
+
+class UsageTotals(UsageBucket):
+    """`tools/llm_spec.totals` of the run's ledger."""
+
+    estimated_calls: int = 0  # added: calls counted from an estimate
+    unpriced_calls: int = 0   # added: calls of a model with no price, counted as $0
+    by_role: dict[str, UsageBucket] = {}
+    by_iteration: dict[str, UsageBucket] = {}  # added
+    by_candidate: dict[str, UsageBucket] = {}  # added
+
+
+class IterationRecord(Record):
+    """The selector's record of a finished iteration."""
+
+    iteration: int
+    evaluated: int = 0
+    verified: int = 0
+    best_id: str | None = None
+    best_speedup: float | None = None
+    beam: list[str] = []
+    tokens: int = 0
+    cost_usd: float = 0.0
+
+
+class IterationEvent(Record):
+    """A planner call that failed, was skipped for the budget, or answered no plan."""
+
+    iteration: int
+    event: str  # planner_failed | planner_skipped | planner_empty
+    member: str | None = None
+    error: str | None = None
+
+
+# an entry with `event` is an event, any other an iteration's record
+Iteration = Annotated[IterationEvent | IterationRecord, Field(union_mode="left_to_right")]
+
+
+class AutotuneSummary(Record):
+    """What --autotune added apart from the rewrites: best speedup = rewrite speedup x autotune gain."""
+
+    rewrites_tuned: int
+    variants: int
+    gain_geomean: float | None = None
+    best_is_autotuned: bool
+    best_rewrite_speedup: float | None = None
+    best_autotune_gain: float
+
+
+class TorchCompileStanding(Record):
+    """The best kernel timed interleaved with torch.compile(reference) (speedups > 1: the best is faster)."""
+
+    speedup: float
+    ci_low: float | None = None
+    ci_high: float | None = None
+    rounds: int | None = None
+    verdict: str  # faster | slower | within noise
+    eager: float | None = None  # over eager PyTorch
+    device_name: str | None = None
+
+
+class NotMeasured(Record):
+    not_measured: str  # why there is no standing against torch.compile
+
+
+Standing = Annotated[TorchCompileStanding | NotMeasured, Field(union_mode="left_to_right")]
+
+
+class RunSummary(Record):
+    """summary.json. Written by the record node at the end of every iteration; the standing node
+    adds versus_torch_compile at the run's end (absent from the file until then)."""
+
+    task_dir: str
+    iteration: int = 0
+    stop_reason: str | None = None  # null while the run goes on
+    best_id: str
+    best_speedup: float | None = None
+    # added. "kernel": speedups are against the task's baseline.py; "reference": a from-scratch run,
+    # against the eager PyTorch reference
+    baseline_kind: str = "kernel"
+    best_speedup_vs_parent: float | None = None  # added
+    best_parent_id: str | None = None            # added
+    timer: str | None = None
+    device_name: str | None = None
+    best_pct_peak: float | None = None
+    best_pct_achievable: float | None = None
+    # added. memory-bound workloads: % of the speed of a device copy of the same bytes, same rounds
+    best_pct_of_copy: float | None = None
+    beam: list[str] = []
+    # added. why a finished run failed (a fatal model error, no planner call ever answered), else null
+    failure: str | None = None
+    candidates_evaluated: int = 0  # the baseline and programs never evaluated not counted
+    statuses: dict[str, int] = {}
+    usage: UsageTotals = UsageTotals()
+    iterations: list[Iteration] = []  # the state's history
+    insights: int = 0
+    autotune: AutotuneSummary | None = None  # added; null without --autotune
+    note: str | None = None
+    versus_torch_compile: Standing | None = None  # added
+
+    def dump(self) -> dict:
+        """The record as summary.json holds it (and the graph's state)."""
+        exclude = {"versus_torch_compile"} if self.versus_torch_compile is None else None
+        # python mode: json.dumps writes the numbers as before (an infinite speedup as Infinity, not null)
+        return self.model_dump(exclude=exclude)
+
+
+def load_summary(run_dir: str | Path) -> RunSummary | None:
+    """The run directory's summary.json; None where it has none (no iteration finished yet) or it
+    cannot be read as a run record."""
+    path = Path(run_dir) / SUMMARY_FILE
+    try:
+        return RunSummary.model_validate(json.loads(path.read_text())) if path.is_file() else None
+    except (OSError, ValueError):  # pydantic's ValidationError is a ValueError
+        return None
+
+
+def write_summary(run_dir: str | None, summary: RunSummary, best_source: str | None) -> None:
+    """summary.json, and best_kernel.py where the source is given (nothing without a run directory)."""
+    if not run_dir:
+        return
+    atomic_write(Path(run_dir) / SUMMARY_FILE, json.dumps(summary.dump(), indent=2))
+    if best_source:
+        atomic_write(Path(run_dir) / "best_kernel.py", best_source)
+
+
+def run_failure(state: dict) -> str | None:
+    """One line when the run failed: a fatal model error stopped it, or every planner call failed
+    so that nothing was ever evaluated; None for a run that searched."""
+    if state.get("fatal"):
+        return str(state["fatal"])
+    failed = [h for h in state.get("history") or [] if h.get("event") == "planner_failed"]
+    searched = any(c.get("iteration") for c in (state.get("candidates") or {}).values())
+    if failed and not searched:
+        return (f"every planner call failed ({len(failed)} calls), so nothing was evaluated; "
+                f"the last: {failed[-1].get('error')}")
+    return None
+
+
+def run_summary(state: dict) -> RunSummary:
+    """The run record as of the state's last iteration."""
+    candidates, beam = state["candidates"], state["beam"]
+    best = candidates[beam[0]]
+    statuses: dict[str, int] = {}
+    for c in candidates.values():
+        statuses[c["status"]] = statuses.get(c["status"], 0) + 1
+    return RunSummary(
+        task_dir=state["task_dir"], iteration=state["iteration"], stop_reason=state.get("stop_reason"),
+        best_id=best["id"], best_speedup=best.get("speedup"),
+        baseline_kind=candidates[state["baseline_id"]].get("kind", "kernel"),
+        best_speedup_vs_parent=best.get("speedup_vs_parent"), best_parent_id=best.get("parent_id"),
+        timer=best.get("timer"), device_name=best.get("device_name"), best_pct_peak=best.get("pct_peak"),
+        best_pct_achievable=best.get("pct_achievable"), best_pct_of_copy=best.get("pct_of_copy"), beam=beam,
+        failure=run_failure(state),
+        candidates_evaluated=len(candidates) - 1 - sum(statuses.get(s, 0) for s in NOT_EVALUATED),
+        statuses=statuses, usage=UsageTotals.model_validate(totals(state.get("usage", []))),
+        iterations=state.get("history", []), insights=len(state.get("insights", [])),
+        autotune=autotune_summary(candidates, best),
+        note=("timer interpreter_wall: CPU Triton-interpreter times, not GPU performance"
+              if best.get("timer") == "interpreter_wall" else None))
+
+
+def autotune_summary(candidates: dict[str, dict], best: dict) -> AutotuneSummary | None:
+    """What --autotune added, apart from the rewrites: per tuned rewrite, the best variant's
+    speedup over the rewrite (both against the baseline); and the best kernel's split."""
+    tuned = [c for c in candidates.values() if c.get("autotune")]
+    if not tuned:
+        return None
+    gains = [c["autotune"]["gain"] for c in tuned if c["autotune"].get("gain")]
+    origin = candidates.get(best.get("autotune_of") or "")
+    return AutotuneSummary(
+        rewrites_tuned=len(tuned), variants=sum(c["autotune"]["tried"] for c in tuned),
+        gain_geomean=math.exp(sum(math.log(g) for g in gains) / len(gains)) if gains else None,
+        best_is_autotuned=origin is not None,
+        best_rewrite_speedup=origin.get("speedup") if origin else best.get("speedup"),
+        best_autotune_gain=((best.get("speedup") or 0) / origin["speedup"]
+                            if origin and origin.get("speedup") else 1.0))
