@@ -11,7 +11,8 @@ import dataclasses
 import logging
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING
+from typing import Annotated as Opt  # an import alias: mypy takes `Opt = Annotated` for a variable
 
 import typer
 from rich.console import Console
@@ -44,8 +45,6 @@ app.command("seed")(seed)
 app.command("show")(show)
 app.command("runs")(runs)
 console = Console()
-
-Opt = Annotated
 
 
 def _version(value: bool) -> None:
@@ -86,7 +85,7 @@ def optimize(
     summarizer_base_url: o.SummarizerBaseUrl = None,
     no_preflight: o.NoPreflight = False,
     config: o.Config = None,
-    run_dir: Opt[Optional[Path], typer.Option(help="Where to write the run (default: runs/TASK-TIME)")] = None,
+    run_dir: Opt[Path | None, typer.Option(help="Where to write the run (default: runs/TASK-TIME)")] = None,
     device: o.Device = None,
     memory: o.Memory = None,
     memory_url: o.MemoryUrl = None,
@@ -226,9 +225,9 @@ def _check_memory(ctx: RunContext, create: bool, missing_advice: str) -> None:
 
 @app.command()
 def resume(run_dir: Opt[Path, typer.Argument(help="A run directory written by `accelopt optimize`")],
-           iterations: Opt[Optional[int], typer.Option("--iterations", "-T", min=1, help=(
+           iterations: Opt[int | None, typer.Option("--iterations", "-T", min=1, help=(
                "Run until iteration T: more than the run had continues a finished search from its last beam"))] = None,
-           task: Opt[Optional[Path], typer.Option("--task", help="Where the run's task directory is now, if it "
+           task: Opt[Path | None, typer.Option("--task", help="Where the run's task directory is now, if it "
                                                   "moved (it must hold the same task files)")] = None,
            create_memory: Opt[bool, typer.Option("--create-memory", help="Continue with a new, empty insight "
                                                  "store if the run's memory directory is gone")] = False,
@@ -237,8 +236,14 @@ def resume(run_dir: Opt[Path, typer.Argument(help="A run directory written by `a
            ) -> None:
     """Continue a run from its last checkpoint; evaluated candidates are kept."""
     from accelopt.nodes.context import RunContext
-    from accelopt.tools.rundir import (RunDirError, check_checkpoint, lock_run_dir, read_run_meta, resume_task_dir,
-                                       save_run_meta)
+    from accelopt.tools.rundir import (
+        RunDirError,
+        check_checkpoint,
+        lock_run_dir,
+        read_run_meta,
+        resume_task_dir,
+        save_run_meta,
+    )
 
     try:
         meta = read_run_meta(run_dir)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING
+from typing import Annotated as Opt  # an import alias: mypy takes `Opt = Annotated` for a variable
 
 import typer
 from rich.console import Console
@@ -20,7 +21,6 @@ if TYPE_CHECKING:
     from accelopt.tools.harness.result import EvalResult
     from accelopt.tools.task import Task
 
-Opt = Annotated
 # Why the judge's timing rounds stopped (result.RoundsRun.stopped), in words.
 ROUNDS_STOPPED = {"decided": "every comparison decided", "cap": "the cap, some comparison undecided",
                   "stalled": "more rounds no longer narrowed an undecided comparison",
@@ -36,7 +36,7 @@ def check(
                                           "task imported from KernelBench, a solution defining ModelNew), or a "
                                           "folder of solutions (<task>.py, or KernelBench's "
                                           "level_<L>_problem_<P>_sample_<S>_kernel.py)")],
-    against: Opt[Optional[Path], typer.Option(help="Time against this kernel instead of the task's baseline")] = None,
+    against: Opt[Path | None, typer.Option(help="Time against this kernel instead of the task's baseline")] = None,
     versus_torch: Opt[bool, typer.Option(
         "--versus-torch", help="Also time eager PyTorch and torch.compile of the reference in the same rounds "
                                "(the comparators when the task has no baseline and no --against is given)")] = False,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated as Opt  # an import alias: mypy takes `Opt = Annotated` for a variable
 
 import typer
 from rich.console import Console
@@ -16,15 +16,14 @@ from accelopt.cli.interrupt import continue_hint_on_interrupt, rerun_command
 from accelopt.cli.memory import fail
 
 console = Console()
-Opt = Annotated
 import_app = typer.Typer(no_args_is_help=True, help="Import a task from a peer benchmark's format.")
 export_app = typer.Typer(no_args_is_help=True, help="Export a run's best kernel to a peer benchmark's format.")
 
 
 def eval_suite(
     suite: Opt[str, typer.Argument(help="A directory of task directories, or: triton, nkibench")],
-    tasks: Opt[Optional[str], typer.Option(help="Comma-separated task names (default: all)")] = None,
-    out: Opt[Optional[Path], typer.Option(help="Eval directory (default: runs/eval-SUITE-TIME); rerun with the same "
+    tasks: Opt[str | None, typer.Option(help="Comma-separated task names (default: all)")] = None,
+    out: Opt[Path | None, typer.Option(help="Eval directory (default: runs/eval-SUITE-TIME); rerun with the same "
                                                "one to resume, or with a larger -T to extend finished tasks")] = None,
     beams: o.Beams = None,
     plans: o.Plans = None,
@@ -132,7 +131,7 @@ def print_headline(rows: list, title: str) -> None:
 
 
 def report(path: Opt[Path, typer.Argument(help="A run directory or an eval directory")],
-           out: Opt[Optional[Path], typer.Option(help="Where to write (default: PATH)")] = None) -> None:
+           out: Opt[Path | None, typer.Option(help="Where to write (default: PATH)")] = None) -> None:
     """Rebuild report.html, report.json and plots/ from what is on disk, and print the headline
     numbers: per task its outcome, speedup with its interval, against torch.compile, and timer."""
     from accelopt.evals.reporting.report import build_report, load_rows
@@ -158,13 +157,13 @@ def _copy_baseline(baseline: Path | None, task_dir: Path) -> None:
 def import_flashinfer(
     definition: Opt[Path, typer.Argument(help="A FlashInfer-Bench Definition (JSON)")],
     out: Opt[Path, typer.Option(help="Task directory to write")],
-    workloads: Opt[Optional[Path], typer.Option(
+    workloads: Opt[Path | None, typer.Option(
         help="Workloads or workload Traces (JSONL); default: the dataset's workloads/<op_type>/<name>.jsonl")] = None,
-    dataset: Opt[Optional[Path], typer.Option(
+    dataset: Opt[Path | None, typer.Option(
         help="Dataset root the safetensors paths are relative to (default: found from the workloads file)")] = None,
-    atol: Opt[Optional[float], typer.Option(help="As `flashinfer-bench run --atol` (default 1e-2)")] = None,
-    rtol: Opt[Optional[float], typer.Option(help="As `flashinfer-bench run --rtol` (default 1e-2)")] = None,
-    baseline: Opt[Optional[Path], typer.Option(
+    atol: Opt[float | None, typer.Option(help="As `flashinfer-bench run --atol` (default 1e-2)")] = None,
+    rtol: Opt[float | None, typer.Option(help="As `flashinfer-bench run --rtol` (default 1e-2)")] = None,
+    baseline: Opt[Path | None, typer.Option(
         help="A Triton kernel to start from: a Python module, or a FlashInfer-Bench Solution JSON for this "
              "Definition (else: from scratch)")] = None,
 ) -> None:
@@ -191,17 +190,17 @@ def import_flashinfer(
 @import_app.command("kernelbench")
 def import_kernelbench(
     out: Opt[Path, typer.Option(help="Task directory to write; with --level and no --problem, the suite folder")],
-    problem: Opt[Optional[Path], typer.Argument(
+    problem: Opt[Path | None, typer.Argument(
         help="A KernelBench problem file (Model, get_inputs, get_init_inputs); or use --level/--problem/--repo")] = None,
-    level: Opt[Optional[int], typer.Option(help="KernelBench level (with --repo); alone: every problem of it")] = None,
-    problem_id: Opt[Optional[int], typer.Option("--problem", help="Problem id within --level (19: 19_ReLU.py)")]
+    level: Opt[int | None, typer.Option(help="KernelBench level (with --repo); alone: every problem of it")] = None,
+    problem_id: Opt[int | None, typer.Option("--problem", help="Problem id within --level (19: 19_ReLU.py)")]
     = None,
-    repo: Opt[Optional[Path], typer.Option(help="A KernelBench checkout (or its KernelBench/ folder)")] = None,
+    repo: Opt[Path | None, typer.Option(help="A KernelBench checkout (or its KernelBench/ folder)")] = None,
     dtype: Opt[str, typer.Option(help="float32, float16 or bfloat16")] = "float32",
-    interpreter_param: Opt[Optional[list[str]], typer.Option(
+    interpreter_param: Opt[list[str] | None, typer.Option(
         help="NAME=VALUE overriding a size for the CPU interpreter's shapes, e.g. batch_size=4 or "
              "kernel_size[1]=3 (repeatable; default: small sizes found automatically)")] = None,
-    baseline: Opt[Optional[Path], typer.Option(help="A Triton kernel to start from (else: from scratch)")] = None,
+    baseline: Opt[Path | None, typer.Option(help="A Triton kernel to start from (else: from scratch)")] = None,
 ) -> None:
     """A KernelBench problem as an accelopt task (run(*inputs, *state)), or a whole level as a suite."""
     from accelopt.evals.interop.kernelbench import import_problem

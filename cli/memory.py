@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -25,8 +25,8 @@ def fail(message: str, code: int = 2) -> None:
     Console(stderr=True).print(Text.assemble(("error: ", "bold red"), message), soft_wrap=True, highlight=False)
     raise typer.Exit(code)
 
-MemoryDir = Annotated[Optional[Path], typer.Option("--memory", help="Store directory (default: user data dir)")]
-MemoryUrl = Annotated[Optional[str], typer.Option("--memory-url", help="Chroma server, e.g. http://host:8000")]
+MemoryDir = Annotated[Path | None, typer.Option("--memory", help="Store directory (default: user data dir)")]
+MemoryUrl = Annotated[str | None, typer.Option("--memory-url", help="Chroma server, e.g. http://host:8000")]
 EmbedderOpt = Annotated[str, typer.Option("--embedder", help="Sentence-transformers model (offline)")]
 
 

@@ -8,50 +8,50 @@ shown in help are RunContext's (tests/unit/test_cli_startup.py keeps them equal)
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated as Opt  # an import alias: mypy takes `Opt = Annotated` for a variable
+from typing import Any, Literal
 
 import typer
 
-Opt = Annotated
 DeviceName = Literal["auto", "cuda", "cpu"]
 
 # The search shape (B, N, K, F, T) and the launch-configuration search.
-Beams = Opt[Optional[int], typer.Option("--beams", "-B", min=1, show_default="2",
+Beams = Opt[int | None, typer.Option("--beams", "-B", min=1, show_default="2",
                                         help="B: beam width (elitist: the best verified kernel is never dropped)")]
-Plans = Opt[Optional[int], typer.Option("--plans", "-N", min=1, show_default="2", help="N: plans per beam member")]
-Samples = Opt[Optional[int], typer.Option("--samples", "-K", min=1, show_default="2; 1 with the tuner",
+Plans = Opt[int | None, typer.Option("--plans", "-N", min=1, show_default="2", help="N: plans per beam member")]
+Samples = Opt[int | None, typer.Option("--samples", "-K", min=1, show_default="2; 1 with the tuner",
                                           help="K: kernels written per plan")]
-Fixes = Opt[Optional[int], typer.Option("--fixes", "-F", min=0, show_default="2",
+Fixes = Opt[int | None, typer.Option("--fixes", "-F", min=0, show_default="2",
                                         help="F: fix attempts per failed kernel")]
-Iterations = Opt[Optional[int], typer.Option("--iterations", "-T", min=1, show_default="3",
+Iterations = Opt[int | None, typer.Option("--iterations", "-T", min=1, show_default="3",
                                              help="T: iterations (a larger T than a finished run's extends it)")]
-Autotune = Opt[Optional[int], typer.Option(min=0, show_default="0: off",
+Autotune = Opt[int | None, typer.Option(min=0, show_default="0: off",
                                            help="Search up to N launch configurations of each verified kernel")]
 
 # Models: one for every role, or per role; each role's endpoint.
-Model = Opt[Optional[str], typer.Option(
+Model = Opt[str | None, typer.Option(
     help="PROVIDER:NAME for every role: openai:gpt-4.1-mini, vllm:ORG/NAME, sglang:..., ollama:..., or tuner (no LLM; "
          "the default with none configured). Only OpenAI's gpt-*/o1/o3/o4 names may leave out the provider")]
-BaseUrl = Opt[Optional[str], typer.Option(help="OpenAI-compatible endpoint, e.g. http://host:8000/v1")]
-PlannerModel = Opt[Optional[str], typer.Option(help="Model for the planner only (PROVIDER:NAME)")]
-ExecutorModel = Opt[Optional[str], typer.Option(help="Model for the executor only (PROVIDER:NAME)")]
-FixerModel = Opt[Optional[str], typer.Option(help="Model for the fixer only (PROVIDER:NAME)")]
-SummarizerModel = Opt[Optional[str], typer.Option(help="Model for the summarizer only (PROVIDER:NAME)")]
-PlannerBaseUrl = Opt[Optional[str], typer.Option(help="Endpoint for the planner only")]
-ExecutorBaseUrl = Opt[Optional[str], typer.Option(help="Endpoint for the executor only")]
-FixerBaseUrl = Opt[Optional[str], typer.Option(help="Endpoint for the fixer only")]
-SummarizerBaseUrl = Opt[Optional[str], typer.Option(help="Endpoint for the summarizer only")]
+BaseUrl = Opt[str | None, typer.Option(help="OpenAI-compatible endpoint, e.g. http://host:8000/v1")]
+PlannerModel = Opt[str | None, typer.Option(help="Model for the planner only (PROVIDER:NAME)")]
+ExecutorModel = Opt[str | None, typer.Option(help="Model for the executor only (PROVIDER:NAME)")]
+FixerModel = Opt[str | None, typer.Option(help="Model for the fixer only (PROVIDER:NAME)")]
+SummarizerModel = Opt[str | None, typer.Option(help="Model for the summarizer only (PROVIDER:NAME)")]
+PlannerBaseUrl = Opt[str | None, typer.Option(help="Endpoint for the planner only")]
+ExecutorBaseUrl = Opt[str | None, typer.Option(help="Endpoint for the executor only")]
+FixerBaseUrl = Opt[str | None, typer.Option(help="Endpoint for the fixer only")]
+SummarizerBaseUrl = Opt[str | None, typer.Option(help="Endpoint for the summarizer only")]
 NoPreflight = Opt[bool, typer.Option("--no-preflight", help="Skip checking that each endpoint serves its model "
                                                             "before any work")]
-Config = Opt[Optional[Path], typer.Option(help="TOML config file (default: ./accelopt.toml, or $ACCELOPT_CONFIG)")]
+Config = Opt[Path | None, typer.Option(help="TOML config file (default: ./accelopt.toml, or $ACCELOPT_CONFIG)")]
 
 # Where kernels run, and the memory.
-Device = Opt[Optional[DeviceName], typer.Option(
+Device = Opt[DeviceName | None, typer.Option(
     show_default="auto", help="auto (a GPU if there is one), cuda (refused where no GPU is visible), or cpu (Triton "
                               "interpreter: correctness only, times are not GPU performance)")]
-Memory = Opt[Optional[Path], typer.Option(help="Insight store directory (default: the user data dir)")]
-MemoryUrl = Opt[Optional[str], typer.Option(help="Chroma server shared by runs, e.g. http://host:8000")]
-Embedder = Opt[Optional[str], typer.Option(show_default="all-MiniLM-L6-v2",
+Memory = Opt[Path | None, typer.Option(help="Insight store directory (default: the user data dir)")]
+MemoryUrl = Opt[str | None, typer.Option(help="Chroma server shared by runs, e.g. http://host:8000")]
+Embedder = Opt[str | None, typer.Option(show_default="all-MiniLM-L6-v2",
                                            help="Sentence-transformers model for insights (offline)")]
 NoMemory = Opt[bool, typer.Option("--no-memory", help="Neither recall nor store insights")]
 LearnFromInterpreter = Opt[bool, typer.Option(
@@ -70,32 +70,32 @@ def _positive_budget(param: typer.CallbackParam, value: float | None) -> float |
     return value
 
 
-MaxTokens = Opt[Optional[int], typer.Option(callback=_positive_budget, help="Token budget per run (eval: per task)")]
-MaxCost = Opt[Optional[float], typer.Option(callback=_positive_budget, help="$ budget per run (eval: per task)")]
-MaxWall = Opt[Optional[float], typer.Option(callback=_positive_budget,
+MaxTokens = Opt[int | None, typer.Option(callback=_positive_budget, help="Token budget per run (eval: per task)")]
+MaxCost = Opt[float | None, typer.Option(callback=_positive_budget, help="$ budget per run (eval: per task)")]
+MaxWall = Opt[float | None, typer.Option(callback=_positive_budget,
                                             help="Wall-clock budget per run in seconds (eval: per task)")]
-EvalTimeout = Opt[Optional[float], typer.Option(show_default="300", help="Per-candidate evaluation limit in seconds")]
+EvalTimeout = Opt[float | None, typer.Option(show_default="300", help="Per-candidate evaluation limit in seconds")]
 
 # Where evaluations run: the local pool, or a Ray cluster (pip install "accelopt[ray]").
 # Help is rich markup: a literal [word] is written \\[word], else it vanishes (tests/unit/test_cli_startup.py).
-Cluster = Opt[Optional[Literal["local", "ray"]], typer.Option(
+Cluster = Opt[Literal["local", "ray"] | None, typer.Option(
     show_default="local", help="local (one judge per GPU of this host) or ray (evaluation actors on every GPU of a "
                                "Ray cluster; --ray-address, $ACCELOPT_RAY_ADDRESS or \\[cluster] in accelopt.toml, "
                                "else auto)")]
-RayAddress = Opt[Optional[str], typer.Option(help="Ray cluster to evaluate on: auto, ray://HOST:10001 or HOST:6379 "
+RayAddress = Opt[str | None, typer.Option(help="Ray cluster to evaluate on: auto, ray://HOST:10001 or HOST:6379 "
                                                   "(implies --cluster ray)")]
 
 # Seeds: candidates made without a model (nodes/seeding.py).
 SeedName = Literal["auto", "none", "inductor"]
 SeedModeName = Literal["default", "max-autotune-no-cudagraphs", "max-autotune-triton"]
-Seed = Opt[Optional[SeedName], typer.Option(
+Seed = Opt[SeedName | None, typer.Option(
     show_default="auto", help="inductor: also start from torch.compile's own Triton kernels for the reference "
                               "(compiled on this machine's GPU), judged like any candidate; auto: only for a task "
                               "with no baseline.py under the tuner, on a GPU")]
-SeedMode = Opt[Optional[SeedModeName], typer.Option(
+SeedMode = Opt[SeedModeName | None, typer.Option(
     show_default="default", help="torch.compile mode of the Inductor seed; max-autotune-triton keeps matmuls in "
                                  "Triton templates instead of cuBLAS")]
-SeedCapture = Opt[Optional[Path], typer.Option(
+SeedCapture = Opt[Path | None, typer.Option(
     help="An Inductor capture made earlier on a GPU (`accelopt seed --capture-out`), used instead of compiling")]
 
 # The defaults shown above, as RunContext has them (a unit test compares the two).

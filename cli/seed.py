@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated as Opt  # an import alias: mypy takes `Opt = Annotated` for a variable
 
 import typer
 from rich.console import Console
@@ -14,17 +14,15 @@ from rich.console import Console
 from accelopt.cli.memory import fail
 from accelopt.cli.options import SeedModeName
 
-Opt = Annotated
-
 
 def seed(
     task_dir: Opt[Path, typer.Argument(help="Task directory (task.json, reference.py)")],
     out: Opt[Path, typer.Option(help="Where to write the seed module")],
     mode: Opt[SeedModeName, typer.Option("--mode", "--seed-mode", help="torch.compile mode; max-autotune-triton keeps matmuls in Triton "
                                               "templates instead of cuBLAS")] = "default",
-    capture: Opt[Optional[Path], typer.Option("--capture", "--seed-capture", help="Convert this capture (made earlier on a GPU) instead of "
+    capture: Opt[Path | None, typer.Option("--capture", "--seed-capture", help="Convert this capture (made earlier on a GPU) instead of "
                                                    "compiling here")] = None,
-    capture_out: Opt[Optional[Path], typer.Option(help="Also keep the capture (JSON) here")] = None,
+    capture_out: Opt[Path | None, typer.Option(help="Also keep the capture (JSON) here")] = None,
 ) -> None:
     """Write TASK_DIR's Inductor seed: the Triton kernels torch.compile generates for its reference
     (on this machine's GPU), with the launch configurations Inductor's autotuner chose."""

@@ -4,7 +4,7 @@ side by side). Rendering only: what a run directory holds is read by `evals/repo
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -114,7 +114,7 @@ def _render_run(view: RunView, console: Console) -> None:
         console.print("The best kernel is still the baseline: no diff.")
 
 
-def runs(directory: Annotated[Optional[Path], typer.Argument(
+def runs(directory: Annotated[Path | None, typer.Argument(
             help="A folder of run directories, an `accelopt eval` directory, or one run directory "
                  "(default: $ACCELOPT_RUNS_DIR, else runs/)", show_default=False)] = None,
          as_json: Annotated[bool, typer.Option("--json", help=RUNS_JSON_HELP)] = False) -> None:

@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 from accelopt.tools import settings
-from accelopt.tools.harness.pool import make_pool
 from accelopt.tools.harness.kernel_profile import profile_kernel
+from accelopt.tools.harness.pool import make_pool
 from accelopt.tools.harness.runner import evaluate, gpu_count
 from accelopt.tools.task import load_task
 

@@ -123,8 +123,8 @@ def main() -> None:
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
         seeds = list(pool.map(seed, names))
     rows = []
-    for name, seed in zip(names, seeds):
-        rows.append(bench_task(root / name, seed, args.tuned, args.timeout))
+    for name, seeded in zip(names, seeds):
+        rows.append(bench_task(root / name, seeded, args.tuned, args.timeout))
         Path(args.out).write_text(json.dumps(rows, indent=1))
         print(json.dumps({k: rows[-1].get(k) for k in ("task", "status", "versus", "refused", "error")}), flush=True)
         for name, measured in rows[-1].get("rewrites", {}).items():

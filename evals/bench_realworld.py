@@ -135,7 +135,12 @@ def pick(pairs: list[dict], only: list[str] | None) -> list[dict]:
         exact = [p for p in pairs if p["name"] == pattern]
         chosen += exact or [p for p in pairs if pattern in p["name"]]
     seen: set[str] = set()
-    return [p for p in chosen if not (p["name"] in seen or seen.add(p["name"]))]
+    unique = []
+    for p in chosen:
+        if p["name"] not in seen:
+            seen.add(p["name"])
+            unique.append(p)
+    return unique
 
 
 def solution_path(pair: dict) -> Path:
@@ -168,7 +173,9 @@ def run_probes(jobs: list[dict], mode: str, per_job_s: float) -> dict[str, dict]
             (Path(tmp) / "jobs.json").write_text(json.dumps(pending))
             cmd = [sys.executable, str(script), str(Path(tmp) / "jobs.json"), mode]
             if mode == "ncu":
-                cmd = [shutil.which("ncu"), "--clock-control", "none", "--metrics", "gpu__time_duration.sum",
+                ncu = shutil.which("ncu")
+                assert ncu is not None  # main probes under ncu only where it is on PATH
+                cmd = [ncu, "--clock-control", "none", "--metrics", "gpu__time_duration.sum",
                        "--nvtx", "--nvtx-include", f"{PROBE_RANGE}/", "--csv", "--page", "raw", *cmd]
             stdout, events, died = _watch(cmd, env, tmp, len(pending), per_job_s)
             finished = set()
@@ -209,8 +216,14 @@ def _watch(cmd: list[str], env: dict, cwd: str, jobs: int, per_job_s: float) -> 
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd, env=env,
                             start_new_session=True)
     lines: queue.Queue = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout] + [lines.put(None)],
-                     daemon=True).start()
+
+    def pump() -> None:
+        assert proc.stdout is not None  # stdout=PIPE
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
     out, events = [], []
     deadline = time.monotonic() + per_job_s + FIRST_JOB_EXTRA_S  # the first job pays for CUDA and torch start
     how = "exited"
@@ -267,7 +280,7 @@ def agreement(harness_us: float | None, independent_us: float | None) -> dict:
 
 # ---------------------------------------------------------------- step 1: the harness
 
-def harness_pair(pair: dict, args, pool) -> tuple[dict, object]:
+def harness_pair(pair: dict, args, pool) -> tuple[dict, dict | None]:
     from accelopt.tools.harness.reference_kernel import reference_source
     from accelopt.tools.harness.runner import evaluate
     from accelopt.tools.task import load_task
@@ -436,7 +449,9 @@ def main(argv: list[str] | None = None) -> int:
                                                                                phases), "results": results},
                                        indent=2, default=str))
 
-    results, jobs, phases = [], [], {}
+    results: list[dict] = []
+    jobs: list[dict] = []
+    phases: dict[str, float] = {}
     for i, pair in enumerate(pairs, 1):
         try:
             r, job = harness_pair(pair, args, pool)

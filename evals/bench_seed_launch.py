@@ -54,8 +54,8 @@ def main() -> None:
             inputs = reference.make_inputs(workload.params, 0, "cuda", task.spec.dtype_for("cuda"))
             result: dict = {}
             for name, fn in functions.items():
-                result[name] = {"plain_us": 1e3 * do_bench(lambda fn=fn: fn(*inputs), rep=200),
-                                "cudagraph_us": 1e3 * do_bench_cudagraph(lambda fn=fn: fn(*inputs), rep=200)}
+                result[name] = {"plain_us": 1e3 * do_bench(lambda fn=fn, inputs=inputs: fn(*inputs), rep=200),
+                                "cudagraph_us": 1e3 * do_bench_cudagraph(lambda fn=fn, inputs=inputs: fn(*inputs), rep=200)}
             out[workload.name] = result
             print(workload.name, json.dumps(result), flush=True)
     args.out.write_text(json.dumps(out, indent=1))

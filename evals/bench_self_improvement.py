@@ -30,8 +30,8 @@ from rich.console import Console  # noqa: E402
 
 from accelopt.evals.reporting.report import latency  # noqa: E402
 from accelopt.evals.reporting.rows import geomean  # noqa: E402
-from accelopt.nodes.context import RunContext  # noqa: E402
 from accelopt.memory.features import kernel_class  # noqa: E402
+from accelopt.nodes.context import RunContext  # noqa: E402
 from accelopt.tools.task import load_task  # noqa: E402
 from accelopt.tools.tunables import config_of  # noqa: E402
 

@@ -12,10 +12,10 @@ from pathlib import Path
 from rich.console import Console
 
 from accelopt.graph.config import context_to_json
-from accelopt.nodes.context import RunContext
 from accelopt.graph.driver import drive
-from accelopt.tools.harness.runner import detect_device
+from accelopt.nodes.context import RunContext
 from accelopt.tools.backends import run_refusal
+from accelopt.tools.harness.runner import detect_device
 from accelopt.tools.run_record import load_summary
 from accelopt.tools.rundir import read_run_meta, save_run_meta, write_run_meta
 from accelopt.tools.task import Task, TaskError, load_task

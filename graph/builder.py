@@ -11,9 +11,7 @@ from __future__ import annotations
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-
 try:  # `langgraph dev` and Studio import this file: a broken environment must say what to do
-    from accelopt.nodes.context import RunContext
     from accelopt.graph.routing import (
         after_profiler,
         after_setup,
@@ -21,8 +19,8 @@ try:  # `langgraph dev` and Studio import this file: a broken environment must s
         to_planners,
         to_samples,
     )
-    from accelopt.nodes.state import CandidateOutput, CandidateState, InputState, OutputState, RunState
     from accelopt.nodes.autotune import autotune
+    from accelopt.nodes.context import RunContext
     from accelopt.nodes.executor import executor
     from accelopt.nodes.fixer import fixer
     from accelopt.nodes.planner import planner, review
@@ -32,6 +30,7 @@ try:  # `langgraph dev` and Studio import this file: a broken environment must s
     from accelopt.nodes.selector import selector
     from accelopt.nodes.setup import setup
     from accelopt.nodes.standing import standing
+    from accelopt.nodes.state import CandidateOutput, CandidateState, InputState, OutputState, RunState
     from accelopt.nodes.summarizer import summarizer
     from accelopt.tools.tracing import configure_tracing
 except ImportError as exc:

@@ -36,8 +36,16 @@ from typing import Any
 
 from accelopt.nodes.context import RunContext
 from accelopt.tools import settings
-from accelopt.tools.llm_spec import (GIVEN, ROLES, ConfigError, ModelSpec, check_model_settings, endpoint,
-                                     unknown_key, validate_spec)
+from accelopt.tools.llm_spec import (
+    GIVEN,
+    ROLES,
+    ConfigError,
+    ModelSpec,
+    check_model_settings,
+    endpoint,
+    unknown_key,
+    validate_spec,
+)
 
 _RUN_KEYS = {f.name for f in dataclasses.fields(RunContext)} - {"role_models", "chat_models", "model", "base_url",
                                                                  "prices"}

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command, Overwrite, Send
@@ -20,7 +21,6 @@ from accelopt.tools.llm import totals
 from accelopt.tools.run_record import RunSummary, run_summary, write_summary
 from accelopt.tools.rundir import lock_run_dir
 from accelopt.tools.tracing import flush_traces, task_label
-
 
 PlanReviewer = Callable[[list[dict]], list[dict]]  # the iteration's plans -> the plans to run
 

@@ -14,8 +14,8 @@ from langgraph.types import Send
 
 from accelopt.graph.config import budget_warnings
 from accelopt.nodes.context import RunContext
-from accelopt.nodes.state import CandidateState, RunState, compact
 from accelopt.nodes.measurements import measured_kernels
+from accelopt.nodes.state import CandidateState, RunState, compact
 from accelopt.tools.budget import Limits, affordable, ledger
 from accelopt.tools.harness.result import FIXABLE
 from accelopt.tools.llm import totals

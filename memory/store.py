@@ -28,10 +28,10 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
-
-import numpy as np
+from typing import Any
 from urllib.parse import urlparse
 
+import numpy as np
 from platformdirs import user_data_dir
 
 from accelopt.memory.embedder import DEFAULT_EMBEDDER, MemoryStoreError, get_embedder
@@ -107,7 +107,7 @@ class InsightStore:
         self.embedder_name = embedder
         self.location = url or str(Path(directory or default_memory_dir()))
         self._lock = threading.RLock()
-        self._collections: dict[str, object] = {}
+        self._collections: dict[str, Any] = {}  # chromadb Collections, by name
         self._pending_recalls: Counter = Counter()  # flushed in batches: a write per recall is slow
         settings = Settings(anonymized_telemetry=False)
         try:

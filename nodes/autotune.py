@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from langgraph.runtime import Runtime
 
+from accelopt.nodes.common import task_of
 from accelopt.nodes.context import RunContext
 from accelopt.nodes.records import AutotuneSummary, autotuned_variant, leads_parent, with_measurement
-from accelopt.nodes.state import CandidateState
-from accelopt.nodes.common import task_of
 from accelopt.nodes.services import measure
+from accelopt.nodes.state import CandidateState
 from accelopt.tools.rundir import write_candidate
 from accelopt.tools.tracing import label_run
 from accelopt.tools.tunables import apply_config, config_of, describe_moves, format_config, neighbours, pins, unpinned

@@ -51,10 +51,10 @@ def unanswered(state: RunState, ctx: RunContext) -> str | None:
         made = [c for c in state["candidates"].values() if c.get("iteration") == n
                 and bool(c.get("fix_of")) == fixes and c.get("status") != "not_sent"]
         calls[role] = (len(made), [c.get("error") for c in made if c.get("status") == "llm_error"])
-    for role, (made, failed) in calls.items():
+    for role, (sent, failed) in calls.items():
         spec = ctx.model_spec(role)
-        if made and len(failed) == made and spec.provider != "tuner":
-            return (f"{role} model {spec.label()} at {endpoint(spec)}: no usable reply to any of its {made} "
+        if sent and len(failed) == sent and spec.provider != "tuner":
+            return (f"{role} model {spec.label()} at {endpoint(spec)}: no usable reply to any of its {sent} "
                     f"call(s) in iteration {n}; the last: {failed[-1]}")
     return None
 

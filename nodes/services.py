@@ -25,7 +25,6 @@ from accelopt.tools.runcache import RunCache, device_fingerprint, digest
 from accelopt.tools.task import Task
 from accelopt.tools.tracing import traced_evaluation
 
-
 # ---------------------------------------------------------------- writing a kernel
 
 def new_attempt(state: CandidateState, attempt_id: str, fix_of: str | None, fix_attempt: int) -> Candidate:

@@ -18,12 +18,12 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
+from accelopt.nodes.common import task_of
 from accelopt.nodes.context import RunContext
 from accelopt.nodes.records import baseline_candidate, with_measurement
-from accelopt.nodes.state import RunState
-from accelopt.nodes.common import task_of
 from accelopt.nodes.seeding import inductor_seed, nothing_to_start_from, seeds_from_inductor
 from accelopt.nodes.services import emit, measure
+from accelopt.nodes.state import RunState
 from accelopt.tools.backends import run_refusal
 from accelopt.tools.harness.reference_kernel import reference_source
 from accelopt.tools.rundir import new_default_run_dir, write_candidate, write_run_meta

@@ -5,10 +5,10 @@ carry reducers; per-iteration accumulators are reset with Overwrite by the recal
 from __future__ import annotations
 
 import operator
-from typing import Annotated, Any
+from typing import Annotated, Any, NotRequired
 
 # typing_extensions' TypedDict: pydantic (Studio's schemas) refuses typing's below Python 3.12
-from typing_extensions import NotRequired, TypedDict
+from typing_extensions import TypedDict
 
 from accelopt.policies.interface import MeasuredKernel
 

@@ -13,9 +13,9 @@ the node turns it into a failed candidate or an empty plan list, never a crash.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NotRequired, Protocol
 
-from typing_extensions import NotRequired, TypedDict
+from typing_extensions import TypedDict
 
 from accelopt.memory.schema import Insight
 from accelopt.tools.task import Task

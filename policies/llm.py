@@ -16,13 +16,39 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
 
 from accelopt.policies.answering import AnsweringModel
-from accelopt.policies.interface import (FixRequest, Kernel, LessonDraft, PlanDraft, PlanRequest, Plans, PolicyError,
-                                         SummarizeRequest, WriteRequest)
+from accelopt.policies.interface import (
+    FixRequest,
+    Kernel,
+    LessonDraft,
+    PlanDraft,
+    PlanRequest,
+    Plans,
+    PolicyError,
+    SummarizeRequest,
+    WriteRequest,
+)
 from accelopt.policies.measurement_text import tried_text
-from accelopt.policies.prompting import (FIX_ADVICE, FIX_DEFAULT, FROM_SCRATCH, LESSON_FORMAT, PLAN_FORMAT,
-                                         fix_attempt, lessons_text, render, task_parts)
-from accelopt.policies.replies import (Reply, code_from_tool_calls, decode_reply, find_kernel, is_complete_python,
-                                       parse_lesson, split_plans, strip_reasoning)
+from accelopt.policies.prompting import (
+    FIX_ADVICE,
+    FIX_DEFAULT,
+    FROM_SCRATCH,
+    LESSON_FORMAT,
+    PLAN_FORMAT,
+    fix_attempt,
+    lessons_text,
+    render,
+    task_parts,
+)
+from accelopt.policies.replies import (
+    Reply,
+    code_from_tool_calls,
+    decode_reply,
+    find_kernel,
+    is_complete_python,
+    parse_lesson,
+    split_plans,
+    strip_reasoning,
+)
 from accelopt.policies.structured_output import LESSON_SCHEMA, PLANS_SCHEMA, REFUSED, TEXT_ONLY, takes_schema
 from accelopt.tools.llm import LLMCallError, ModelSpec, call_model
 from accelopt.tools.task import Task

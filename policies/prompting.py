@@ -5,7 +5,7 @@ measurement_text.py."""
 from __future__ import annotations
 
 import textwrap
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from string import Template
 
@@ -21,7 +21,7 @@ FROM_SCRATCH = ("(There is no Triton kernel yet: this task starts from scratch. 
 SNIPPET_LINES = 8  # of a recalled lesson's before/after code: enough to show the change, no more
 
 
-@lru_cache(maxsize=None)
+@cache
 def _template(name: str) -> Template:
     return Template((PROMPTS / f"{name}.txt").read_text())
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 
 @dataclass(frozen=True)
@@ -95,9 +95,14 @@ def _chunkwise_in(text: str) -> tuple[str, int]:
         body = f"{indent}{acc}_max, {acc}_sum = {CHUNK_HELPER}({acc}_max, {acc}_sum, {found['x']}, {mask})\n"
         text = text.replace(found.group(0), body, 1)
         text = init.sub(lambda m: f"{m['lead']}, 1]{m['rest']}", text, count=1)
-        text = reduce.sub(lambda m: f"{m['out']} = tl.max({acc}_max, 1), tl.sum({acc}_sum, 1)", text, count=1)
+        text = reduce.sub(_reduced(acc), text, count=1)
         count += 1
     return text, count
+
+
+def _reduced(acc: str) -> Callable[[re.Match[str]], str]:
+    """The replacement of the reduction's line: the chunkwise helper's running max and sum of `acc`."""
+    return lambda m: f"{m['out']} = tl.max({acc}_max, 1), tl.sum({acc}_sum, 1)"
 
 
 def _with_helper(source: str) -> str:

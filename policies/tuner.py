@@ -32,10 +32,30 @@ import re
 from accelopt.memory.features import kernel_class
 from accelopt.memory.schema import Insight, Recipe
 from accelopt.policies import rewrites
-from accelopt.policies.interface import (FixRequest, Kernel, LessonDraft, PlanDraft, PlanRequest, Plans,
-                                         SummarizeRequest, WriteRequest)
-from accelopt.tools.tunables import (IMPLICIT_DEFAULTS, additive, apply_config, config_of, describe_moves, format_config,
-                                     limits, neighbours, pins, steps, why_untunable, write_configs)
+from accelopt.policies.interface import (
+    FixRequest,
+    Kernel,
+    LessonDraft,
+    PlanDraft,
+    PlanRequest,
+    Plans,
+    SummarizeRequest,
+    WriteRequest,
+)
+from accelopt.tools.tunables import (
+    IMPLICIT_DEFAULTS,
+    additive,
+    apply_config,
+    config_of,
+    describe_moves,
+    format_config,
+    limits,
+    neighbours,
+    pins,
+    steps,
+    why_untunable,
+    write_configs,
+)
 
 # the harness's error text for a launch that asks for more than the GPU has
 _RESOURCE_ERROR = re.compile(r"(?i)out of resource|shared memory|registers|too many resources")

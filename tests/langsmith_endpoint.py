@@ -93,7 +93,7 @@ class LangSmithEndpoint:
         runs: dict[str, dict] = {}
         with self.lock:
             ops = list(self.ops)
-        for op, run_id, fields in sorted(ops, key=lambda o: o[0] == "patch"):
+        for _op, run_id, fields in sorted(ops, key=lambda o: o[0] == "patch"):
             run = runs.setdefault(run_id, {})
             metadata = {**((run.get("extra") or {}).get("metadata") or {}),
                         **((fields.get("extra") or {}).get("metadata") or {})}

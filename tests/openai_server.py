@@ -9,9 +9,9 @@ import json
 import socket
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable, Sequence
 
 from langchain_core.messages import HumanMessage, SystemMessage
 

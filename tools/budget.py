@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-
-
 # A role whose calls fail this many times in a row (each after its retries) ends the run.
 DEAD_AFTER = 3
 # Under a budget, a call reserves its longest possible reply: the model's max_tokens, else this

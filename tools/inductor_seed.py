@@ -154,7 +154,7 @@ def graph_argument_positions(placeholders: list[str], parameters: list[str]) -> 
         argument = re.fullmatch(r"[lL]_(.+)_", placeholder)
         name = argument.group(1) if argument else ""
         packed = re.fullmatch(rf"{re.escape(star[0])}_(\d+)", name) if star else None
-        out.append(position.get(name) if not packed else star[1] + int(packed.group(1)))
+        out.append(star[1] + int(packed.group(1)) if packed and star else position.get(name))
     return out
 
 
@@ -180,7 +180,8 @@ def _workload_code(record: dict, index: int) -> tuple[str, str]:
     call_name = f"_call_{index}"
     function = ast.FunctionDef(name=call_name, args=ast.arguments(
         posonlyargs=[], args=[ast.arg("args"), ast.arg("_device")], kwonlyargs=[], kw_defaults=[], defaults=[]),
-        body=body or [ast.Pass()], decorator_list=[], returns=None, type_params=[])
+        # type_params: a field from Python 3.12 on, where unparse needs it; 3.11 (and its stubs) has none
+        body=body or [ast.Pass()], decorator_list=[], returns=None, type_params=[])  # type: ignore[call-arg]
     host = ast.unparse(ast.fix_missing_locations(ast.Module(body=[function], type_ignores=[])))
     return "\n\n".join([k.source for k in kernels.values()] + [host]) + "\n", call_name
 
@@ -194,8 +195,8 @@ def _kernels(tree: ast.Module, index: int) -> dict[str, _Kernel]:
         name = node.value.args[0].value  # type: ignore[attr-defined]
         text = node.value.args[1].value  # type: ignore[attr-defined]
         found[node.targets[0].id] = _kernel(name, text, f"{name}_w{index}")  # type: ignore[attr-defined]
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and ast.unparse(node.func) == "async_compile.cuda":
+    for inner in ast.walk(tree):
+        if isinstance(inner, ast.Call) and ast.unparse(inner.func) == "async_compile.cuda":
             raise SeedRefused("Inductor generated a CUDA C++ kernel here, not Triton")
     return found
 

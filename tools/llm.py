@@ -30,10 +30,27 @@ from langchain_core.messages import AIMessage, BaseMessage
 
 from accelopt.tools.budget import estimate_tokens, ledger
 from accelopt.tools.llm_spec import (  # noqa: F401 - re-exported: the light half of this module
-    GIVEN, LIMIT_FIELDS, OPENAI_URL, PROVIDERS, ROLES, BudgetExceeded, ConfigError, FatalLLMError, LLMCallError,
+    GIVEN,
+    LIMIT_FIELDS,
+    OPENAI_URL,
+    PROVIDERS,
+    ROLES,
+    BudgetExceeded,
+    ConfigError,
+    FatalLLMError,
+    LLMCallError,
     ModelSpec,
-    _api_key, _key_names, _key_source, completion_limit_field, endpoint, given_spec, is_local, split_model, totals,
-    validate_spec)
+    _api_key,
+    _key_names,
+    _key_source,
+    completion_limit_field,
+    endpoint,
+    given_spec,
+    is_local,
+    split_model,
+    totals,
+    validate_spec,
+)
 from accelopt.tools.runcache import RunCache, digest
 
 log = logging.getLogger("accelopt")

@@ -69,7 +69,7 @@ class ModelSpec(BaseModel):
     output_price: float | None = None
 
     @classmethod
-    def parse(cls, text: str, **overrides: Any) -> "ModelSpec":
+    def parse(cls, text: str, **overrides: Any) -> ModelSpec:
         check_model_settings(overrides, "the model settings")
         provider, name = split_model(text)
         return cls(model=name, provider=provider, **{k: v for k, v in overrides.items() if v is not None})

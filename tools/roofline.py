@@ -81,5 +81,5 @@ def trainium_percent_of_peak(vector_flops: float, matmul_flops: float, bytes_mov
     peak = TRAINIUM_PEAKS[chip]
     times = {"vector": vector_flops / peak.vector_flops, "matmul": matmul_flops / peak.matmul_flops,
              "memory": bytes_moved / peak.hbm_bytes_per_s}
-    bound = max(times, key=times.get)
+    bound = max(times, key=times.__getitem__)
     return {"pct_peak": 100.0 * times[bound] / measured_s, "bound": bound, "ideal_s": times[bound]}

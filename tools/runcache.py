@@ -20,8 +20,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import threading
 import platform
+import threading
 import time
 from pathlib import Path
 from typing import Any

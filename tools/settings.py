@@ -21,9 +21,10 @@ which import nothing of the package, load it by path (through tools/harness/conf
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 
 class ConfigError(ValueError):

@@ -34,9 +34,9 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from langsmith import Client
 
@@ -278,7 +278,7 @@ class RunLedger:
         with self.lock:
             self.ending = True
             runs, self.open = self.open, {}
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         for run_id, run in runs.items():
             try:
                 self.send(run.client, run_id, functools.partial(

@@ -22,7 +22,9 @@ import ast
 import itertools
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TypeGuard, cast
 
 from accelopt.tools import pyparse
 
@@ -56,15 +58,23 @@ def additive(name: str) -> bool:
     return bool(re.search(r"(?i)stage", name))
 
 
-def _is_int(node: ast.AST) -> bool:
+def _is_int(node: ast.AST | None) -> TypeGuard[ast.Constant]:
     return isinstance(node, ast.Constant) and type(node.value) is int
 
 
-def _launches(tree: ast.AST) -> list[tuple[ast.Call, ast.AST | None]]:
-    """`kernel[grid](...)` calls, each with the function that contains it (None: module level)."""
-    found = []
+def _int_of(node: ast.Constant) -> int:
+    """The value of a constant that `_is_int` accepted."""
+    return cast(int, node.value)
 
-    def visit(node: ast.AST, owner: ast.AST | None) -> None:
+
+Function = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+def _launches(tree: ast.AST) -> list[tuple[ast.Call, Function | None]]:
+    """`kernel[grid](...)` calls, each with the function that contains it (None: module level)."""
+    found: list[tuple[ast.Call, Function | None]] = []
+
+    def visit(node: ast.AST, owner: Function | None) -> None:
         for child in ast.iter_child_nodes(node):
             inner = child if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else owner
             if isinstance(child, ast.Call) and isinstance(child.func, ast.Subscript):
@@ -80,7 +90,7 @@ def _int_assignments(body: list[ast.stmt], nested: bool) -> tuple[dict[str, ast.
     Module level: its own statements only; a function: its nested blocks too, not inner functions."""
     seen: dict[str, list[ast.AST]] = {}
 
-    def visit(stmts: list[ast.AST]) -> None:
+    def visit(stmts: Sequence[ast.AST]) -> None:
         for node in stmts:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
                 continue
@@ -98,7 +108,7 @@ def _int_assignments(body: list[ast.stmt], nested: bool) -> tuple[dict[str, ast.
                 visit(list(ast.iter_child_nodes(node)))
 
     visit(body)
-    consts = {}
+    consts: dict[str, ast.Constant] = {}
     for name, nodes in seen.items():
         node = nodes[0]
         if len(nodes) == 1 and isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None \
@@ -601,7 +611,7 @@ def find_knobs(source: str) -> dict[str, Knob]:
                 scope = local_consts if kw.value.id in local_names else module_consts
                 const = scope.get(kw.value.id)
             if const is not None:
-                knob = knobs.setdefault(kw.arg, Knob(kw.arg, const.value))
+                knob = knobs.setdefault(kw.arg, Knob(kw.arg, _int_of(const)))
                 if all(const is not s for s in knob.sites):
                     knob.sites.append(const)
     passed = {kw.arg for call, _ in launches for kw in call.keywords if kw.arg} | set(space.names if space else ())
@@ -611,12 +621,12 @@ def find_knobs(source: str) -> dict[str, Knob]:
         for arg, default in zip(args, fn.args.defaults):
             if arg.arg not in passed and _is_int(default) and TILE_NAME.search(arg.arg) \
                     and arg.annotation is not None and "constexpr" in ast.unparse(arg.annotation):
-                knobs.setdefault(arg.arg, Knob(arg.arg, default.value, [default]))
+                knobs.setdefault(arg.arg, Knob(arg.arg, _int_of(default), [default]))
     if launches and space is None:  # an autotuned kernel's warps and stages are its configs'
         has_loop = any(isinstance(n, (ast.For, ast.While)) for fn in jitted for n in ast.walk(fn))
-        for name, default in IMPLICIT_DEFAULTS.items():
+        for name, implicit in IMPLICIT_DEFAULTS.items():
             if name not in knobs and (name == "num_warps" or has_loop):
-                knobs[name] = Knob(name, default, launches=[c for c, _ in launches])
+                knobs[name] = Knob(name, implicit, launches=[c for c, _ in launches])
     return knobs
 
 
@@ -666,6 +676,7 @@ def _splice(source: str, edits: list[tuple[int, int, int, int, str]]) -> str:
 def _insertion(source: str, call: ast.Call, keyword: str) -> tuple[int, int, int, int, str]:
     """An edit that adds `keyword` as the launch's last argument, before its closing parenthesis."""
     lines = source.splitlines(keepends=True)
+    assert call.end_lineno is not None and call.end_col_offset is not None  # ast.parse sets both
     line, col = call.end_lineno, call.end_col_offset - 1  # the ')'
     before = "".join(lines[:line - 1]) + lines[line - 1][:col]
     stripped = before.rstrip()

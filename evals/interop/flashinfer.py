@@ -22,9 +22,20 @@ from pathlib import Path
 
 from accelopt.evals.interop.flashinfer_data import BlobStore, confined, dataset_root, definition_dataset_root
 from accelopt.evals.interop.flashinfer_export import export_run
-from accelopt.evals.interop.flashinfer_schema import (FLOAT_DTYPES, Definition, Judging, Paging, Solution,
-                                                      fib_judging, find_paging, parse_solution, read_definition,
-                                                      read_workloads, slug, workload_entry)
+from accelopt.evals.interop.flashinfer_schema import (
+    FLOAT_DTYPES,
+    Definition,
+    Judging,
+    Paging,
+    Solution,
+    fib_judging,
+    find_paging,
+    parse_solution,
+    read_definition,
+    read_workloads,
+    slug,
+    workload_entry,
+)
 from accelopt.evals.interop.flashinfer_shrink import Plan, plan_interpreter, save_blob
 from accelopt.tools import pyparse
 from accelopt.tools.task import TaskError, load_task, read_utf8

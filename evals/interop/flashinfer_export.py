@@ -16,14 +16,23 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from accelopt.evals.interop import read_summary
 from accelopt.evals.interop.flashinfer_data import BlobStore, confined
-from accelopt.evals.interop.flashinfer_schema import (APPLY_MAX_ERRORS, NULLABLE_LISTS, REPORT_BEST_MAX_ERRORS,
-                                                      BuildSpec, Definition, Solution, SourceFile, read_definition,
-                                                      slug, workload_entry)
+from accelopt.evals.interop.flashinfer_schema import (
+    APPLY_MAX_ERRORS,
+    NULLABLE_LISTS,
+    REPORT_BEST_MAX_ERRORS,
+    BuildSpec,
+    Definition,
+    Solution,
+    SourceFile,
+    read_definition,
+    slug,
+    workload_entry,
+)
 from accelopt.tools.run_record import RunSummary
 from accelopt.tools.task import Task, TaskError, load_task
 
@@ -194,7 +203,7 @@ def _trace(definition: Definition, row: dict, solution: str, hardware: str, timi
         log += "; timings are Triton-interpreter wall times on the CPU, not GPU performance"
     return {"definition": definition.name, "workload": row, "solution": solution,
             "evaluation": {
-                "status": "PASSED", "log": log, "timestamp": datetime.now(timezone.utc).isoformat(),
+                "status": "PASSED", "log": log, "timestamp": datetime.now(UTC).isoformat(),
                 "environment": {"hardware": hardware, "libs": libs},
                 "correctness": {"max_absolute_error": timing.max_abs, "max_relative_error": timing.max_rel},
                 "performance": {"latency_ms": latency, "reference_latency_ms": reference,
@@ -218,7 +227,7 @@ def _definition_text(source: Path) -> str:
     datasets do), which flashinfer-bench's own model refuses: then those lists are written empty."""
     text = source.read_text()
     data = json.loads(text)
-    nulls = {k: [] for k in NULLABLE_LISTS if k in data and data[k] is None}
+    nulls: dict[str, list] = {k: [] for k in NULLABLE_LISTS if k in data and data[k] is None}
     return json.dumps({**data, **nulls}, indent=2) + "\n" if nulls else text
 
 

@@ -22,11 +22,11 @@ import re
 import shutil
 from pathlib import Path
 
-from accelopt.tools import pyparse
 from accelopt.evals.interop import kernelbench_reference as kbref
 from accelopt.evals.interop import kernelbench_sizes as kbsizes
 from accelopt.evals.interop.kernelbench_export import export_run, solution_source  # noqa: F401 - re-exported
 from accelopt.evals.interop.kernelbench_shrink import TARGET_ELEMENTS, shrink
+from accelopt.tools import pyparse
 from accelopt.tools.task import TaskError, load_task, read_utf8
 
 HERE = Path(__file__).resolve().parent
@@ -150,6 +150,7 @@ def interpreter_workload(task_dir: Path, problem: kbref.Problem, overrides: dict
             note += (f" The interpreter workload stays above {TARGET_ELEMENTS} elements ({result.elements}): "
                      "the Model's own sizes are fixed in its code.")
         return params, note
+    assert error is not None  # every size tried failed (the history holds at least the sizes first tried)
     if overrides:
         raise TaskError(f"{task_dir.name}: --interpreter-param {_describe_override(overrides)} breaks the Model: "
                         f"{_one_line(error)}")

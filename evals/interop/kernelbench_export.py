@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from accelopt.tools import pyparse
 from accelopt.evals.interop import read_summary
+from accelopt.tools import pyparse
 from accelopt.tools.kernelbench_solution import MARK as MODEL_NEW_MARK
 from accelopt.tools.kernelbench_solution import original
 from accelopt.tools.task import TaskError, load_task

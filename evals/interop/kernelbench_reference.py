@@ -20,6 +20,7 @@ import inspect
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -30,6 +31,7 @@ REAL_RUN_ELEMENTS = 5_000_000  # where the meta device cannot run a Model, a rea
 
 def _load(path: Path, name: str):
     spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None  # a .py path has both
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # torch.compile looks a traced function's module up by name
     spec.loader.exec_module(module)
@@ -207,6 +209,7 @@ _runner: Runner | None = None
 def _the_runner() -> Runner:
     global _runner
     if _runner is None:
+        assert _problem is not None  # an imported task's reference.py comes with its problem.py
         _runner = Runner(_problem, _task_workloads())
     return _runner
 
@@ -420,7 +423,8 @@ def _measure(problem: Problem, dtype: str, quick: bool) -> dict:
     inputs = [x.to(torch_dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
               for x in problem.inputs("meta")]
     state = state_tensors(model)
-    result = {"model": model, "inputs": inputs, "state": state, "outputs": None, "flops": None, "error": None,
+    result: dict[str, Any] = {"model": model, "inputs": inputs, "state": state, "outputs": None, "flops": None,
+                              "error": None,
               "elements": _element_count([*inputs, *state])}
     small = result["elements"] <= REAL_RUN_ELEMENTS
     rnn = any(isinstance(m, torch.nn.RNNBase) for m in model.modules())
@@ -462,6 +466,7 @@ _costs: dict[tuple[str, str], tuple[float, float]] = {}
 def _flops_and_bytes(workload, dtype) -> tuple[float, float]:
     key = (_key(workload), dtype)
     if key not in _costs:
+        assert _problem is not None  # an imported task's reference.py comes with its problem.py
         m = measure(_problem, workload, dtype)
         tensors = [*m["inputs"], *m["state"], *(m["outputs"] or [])]
         moved = sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))

@@ -39,7 +39,7 @@ def level_problems(repo: str | Path, level: int) -> list[Path]:
 def problem_file(repo: str | Path, level: int, problem_id: int) -> Path:
     found = [p for p in level_problems(repo, level) if _number(p) == problem_id]
     if not found:
-        ids = [_number(p) for p in level_problems(repo, level)]
+        ids = [n for p in level_problems(repo, level) if (n := _number(p)) is not None]
         span = f"{min(ids)}..{max(ids)}" if ids else "none"
         raise TaskError(f"level {level} has no problem {problem_id} (ids {span})")
     if len(found) > 1:

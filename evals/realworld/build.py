@@ -251,8 +251,8 @@ def build_task(git_dir: Path, definition: str, family: str, out_root: Path) -> P
     def_path = f"{FLB}/definitions/{family}/{definition}/{definition}.json"
     spec = json.loads(git_show(git_dir, SELECT_COMMIT, def_path))
     index_inputs = [n for n, t in spec["inputs"].items() if t["dtype"] == "int32" and t["shape"] is not None]
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory() as tmp_dir:
+        tmp = Path(tmp_dir)
         (tmp / "definition.json").write_bytes(git_show(git_dir, SELECT_COMMIT, def_path))
         rows = []
         entries = [(u, a, s, False) for u, a, s in WORKLOADS[definition]]
@@ -297,8 +297,8 @@ def main() -> None:
     (HERE / "solutions").mkdir(exist_ok=True)
     (HERE / "tasks").mkdir(exist_ok=True)
     families = {d: f for d, f, *_ in PAIRS if f}
-    for definition, family in sorted(families.items()):
-        build_task(args.git_dir, definition, family, HERE / "tasks")
+    for definition, task_family in sorted(families.items()):
+        build_task(args.git_dir, definition, task_family, HERE / "tasks")
         print("task", definition)
     pairs = []
     for definition, family, solution, model, commit in PAIRS:

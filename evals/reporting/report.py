@@ -29,8 +29,20 @@ from pathlib import Path
 
 from accelopt.evals.reporting.report_html import render_html
 from accelopt.evals.reporting.report_plots import make_plots
-from accelopt.evals.reporting.rows import (INTERPRETER, TIMERS, TIMERS_SHORT, CandidatePoint, LineageStep, Speedup,
-                                           TaskRow, Timing, fast_p, geomean, interval_text, timer_groups)
+from accelopt.evals.reporting.rows import (
+    INTERPRETER,
+    TIMERS,
+    TIMERS_SHORT,
+    CandidatePoint,
+    LineageStep,
+    Speedup,
+    TaskRow,
+    Timing,
+    fast_p,
+    geomean,
+    interval_text,
+    timer_groups,
+)
 from accelopt.tools.harness import stats
 from accelopt.tools.run_record import IterationEvent, IterationRecord, load_summary
 

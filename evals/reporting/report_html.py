@@ -14,8 +14,16 @@ import html
 import time
 
 from accelopt.evals.reporting.report_plots import Plot, plot_key, roofline_refusal
-from accelopt.evals.reporting.rows import (TIMERS, TIMERS_SHORT, Speedup, TaskRow, Timing, interval_coverage,
-                                           interval_label, interval_text)
+from accelopt.evals.reporting.rows import (
+    TIMERS,
+    TIMERS_SHORT,
+    Speedup,
+    TaskRow,
+    Timing,
+    interval_coverage,
+    interval_label,
+    interval_text,
+)
 
 # Tables wrap inside the page: a long value breaks within its cell rather than widening the table.
 CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1250px;color:#222}

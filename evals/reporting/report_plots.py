@@ -16,8 +16,16 @@ import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from accelopt.evals.reporting.rows import (INTERPRETER, LineageStep, Speedup, TaskRow, best_per_iteration, fast_p,
-                                           interval_label, timer_groups)
+from accelopt.evals.reporting.rows import (
+    INTERPRETER,
+    LineageStep,
+    Speedup,
+    TaskRow,
+    best_per_iteration,
+    fast_p,
+    interval_label,
+    timer_groups,
+)
 from accelopt.tools.roofline import DevicePeak, lookup_peak
 
 BLUE, ORANGE, GREY, RED, GREEN, PURPLE = "#3070c0", "#e08a20", "#999999", "#c03030", "#40a060", "#8060b0"
@@ -141,7 +149,7 @@ def speedup_bars(done: list[TaskRow], tag: str) -> bytes:
                        [r.vs_torch_compile_low for r in done], [r.vs_torch_compile_high for r in done],
                        [r.vs_torch_compile_rounds for r in done]))
     extremes = [1.0]
-    for i, (label, color, values, lows, highs, rounds) in enumerate(series):
+    for i, (label, color, values, lows, highs, _rounds) in enumerate(series):
         offset = (i - (len(series) - 1) / 2) * width
         xs = [j + offset for j, v in zip(x, values) if v]
         vs = [v for v in values if v]

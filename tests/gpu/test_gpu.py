@@ -3,9 +3,9 @@ candidate, and evidence only a GPU trace gives (library kernels, side streams, h
 
 import pytest
 
-from tests.conftest import TASKS
 from accelopt.tools.harness.runner import evaluate
 from accelopt.tools.task import load_task
+from tests.conftest import TASKS
 
 pytestmark = pytest.mark.gpu
 # Read here rather than from tests.scripted, which needs langchain: the GPU image lacks it.

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES
 from accelopt.tools.harness.runner import evaluate
 from accelopt.tools.task import load_task
+from tests.conftest import FIXTURES
 
 pytestmark = pytest.mark.slow
 
@@ -126,8 +126,8 @@ def test_cheat_gets_its_verdict(task, path):
 def test_patching_cheats_do_not_contaminate_later_candidates(task):
     """The patching cheats, then an honest and a wrong kernel, all through one judge process: whatever
     the cheats patched must not reach the verdicts of the candidates after them."""
-    from tests.scripted import BASELINE, WRONG
     from accelopt.tools.harness.pool import WorkerPool
+    from tests.scripted import BASELINE, WRONG
 
     pool = WorkerPool("cpu", 1)
     try:

@@ -88,8 +88,8 @@ def test_a_candidate_cannot_write_or_look_outside_its_own_folder(softmax_task, t
 def test_the_probe_can_fail_unconfined(softmax_task, tmp_path, monkeypatch):
     """Without confinement the same kernel is caught escaping: the test above can fail."""
     monkeypatch.setenv(confine.UNCONFINED_ENV, "1")
-    from accelopt.tools.harness.runner import evaluate
     from accelopt.tools.harness.pool import make_pool
+    from accelopt.tools.harness.runner import evaluate
     from accelopt.tools.task import load_task
 
     token = os.urandom(4).hex()

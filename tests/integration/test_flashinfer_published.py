@@ -108,7 +108,7 @@ def test_what_is_no_python_kernel_nor_a_solution_is_refused_at_once(tmp_path):
         "definition.json": (json.loads((FIB / "rmsnorm_h128.json").read_text()),
                             "a JSON file but not a FlashInfer-Bench Solution: definition: Field required"),
     }
-    for name, (content, reason) in cases.items():
+    for name, (content, _reason) in cases.items():
         (tmp_path / name).write_text(json.dumps(content))
     (tmp_path / "kernel.cu").write_text('#include <cuda.h>\n__global__ void run(float* x) {}\n')
     cases["kernel.cu"] = (None, "neither a Python kernel module nor a FlashInfer-Bench Solution JSON (syntax error")

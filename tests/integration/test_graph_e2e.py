@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
-from accelopt.nodes.records import Candidate
 from accelopt.graph.builder import build_graph
 from accelopt.nodes.context import RunContext
+from accelopt.nodes.records import Candidate
 from tests.conftest import ROOT
 from tests.scripted import GOOD, ScriptedChatModel, reply_for
 

@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
-from tests.scripted import BASELINE, BROKEN, WRONG
 from accelopt.tools.harness.runner import evaluate
 from accelopt.tools.task import load_task
+from tests.conftest import ROOT
+from tests.scripted import BASELINE, BROKEN, WRONG
 
 pytestmark = pytest.mark.slow
 
@@ -107,8 +107,8 @@ def test_reference_outputs_are_computed_once_per_workload_and_seed_and_never_lea
     next request still sees the inputs make_inputs made."""
     import shutil
 
-    from tests.conftest import TASKS
     from accelopt.tools.harness.pool import WorkerPool
+    from tests.conftest import TASKS
 
     dst = tmp_path / "softmax"
     shutil.copytree(TASKS / "softmax", dst)
@@ -140,8 +140,8 @@ def test_torch_compile_of_a_reference_that_allocates_is_timed_beside_the_kernel(
     # that allocation in the comparator's calls too, Dynamo traced the poison into the graph
     # and Inductor refused it, so a run on the H100 had no torch.compile figure for this task.
     # Poisoned allocations are for calls whose outputs are checked, the candidate's.
-    from tests.conftest import TASKS
     from accelopt.tools.harness.reference_kernel import torch_comparators
+    from tests.conftest import TASKS
 
     gqa = load_task(TASKS / "gqa_paged_decode")
     result = evaluate(gqa, gqa.baseline_source, device="cpu", compare=torch_comparators(gqa), rounds=1)
@@ -214,8 +214,7 @@ def test_judges_and_sandboxes_die_with_a_run_killed_alone(task):
     import sys
     import time
 
-    from tests.conftest import ROOT
-    from tests.conftest import descendants, still_alive
+    from tests.conftest import ROOT, descendants, still_alive
 
     hang = BASELINE.replace("return out", "import time; time.sleep(600)\n    return out")
     script = ("import sys; from tools.harness.runner import evaluate; from tools.task import load_task; "

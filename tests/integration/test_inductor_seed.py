@@ -28,8 +28,8 @@ def test_the_seed_benchmark_judges_each_rewrite_of_the_seed_against_the_seed(mon
     evaluation of its chunk-wise rewrite, checked like any candidate and timed against the seed.
     Interpreter times, not performance: only the verdicts and the comparators are asserted."""
     from accelopt.evals import bench_inductor_seeds as bench
-    from accelopt.tools.harness.reference_kernel import reference_source
     from accelopt.policies.rewrites import CHUNKWISE_ONLINE_SOFTMAX
+    from accelopt.tools.harness.reference_kernel import reference_source
 
     monkeypatch.setattr(bench, "torch_comparators", lambda task: {"eager": reference_source(task)})
     seed = seed_source(json.loads((FIXTURES / "inductor" / "softmax.default.json").read_text()))

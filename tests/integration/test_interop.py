@@ -10,9 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from accelopt.cli.app import app
-from tests.conftest import ROOT
 from accelopt.tools.harness.runner import _reference_module, evaluate
 from accelopt.tools.task import TaskError, load_task
+from tests.conftest import ROOT
 
 fib = pytest.importorskip("flashinfer_bench.data")
 FIXTURES = ROOT / "tests" / "fixtures"

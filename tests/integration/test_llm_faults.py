@@ -12,10 +12,17 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
 from accelopt.graph.builder import build_graph
-from accelopt.tools.run_record import run_failure
 from accelopt.nodes.context import RunContext
-from accelopt.tools.llm import (FatalLLMError, LLMCallError, ModelSpec, build_chat_model, call_model, preflight,
-                                retry_after_s)
+from accelopt.tools.llm import (
+    FatalLLMError,
+    LLMCallError,
+    ModelSpec,
+    build_chat_model,
+    call_model,
+    preflight,
+    retry_after_s,
+)
+from accelopt.tools.run_record import run_failure
 from tests.openai_server import OK, Answer, ScriptedOpenAIServer, dead_url
 from tests.scripted import reply_for
 

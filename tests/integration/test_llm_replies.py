@@ -27,8 +27,15 @@ from accelopt.nodes.common import task_of
 from accelopt.nodes.records import attempt
 from accelopt.nodes.services import fill_attempt
 from accelopt.policies import structured_output
-from accelopt.policies.interface import (FixRequest, Kernel, PlanDraft, PlanRequest, PolicyError, SummarizeRequest,
-                                         WriteRequest)
+from accelopt.policies.interface import (
+    FixRequest,
+    Kernel,
+    PlanDraft,
+    PlanRequest,
+    PolicyError,
+    SummarizeRequest,
+    WriteRequest,
+)
 from accelopt.policies.llm import LLMPolicy
 from accelopt.policies.replies import plan_title
 from accelopt.policies.structured_output import LESSON_SCHEMA, PLANS_SCHEMA

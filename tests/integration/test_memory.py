@@ -163,8 +163,8 @@ def test_paraphrases_do_not_crowd_out_other_lessons(store):
 
 
 def test_an_unusable_summarizer_reply_still_yields_a_lesson():
-    from accelopt.policies.replies import parse_lesson
     from accelopt.nodes.summarizer import build_insight
+    from accelopt.policies.replies import parse_lesson
 
     parent = {"id": "p", "source": "x = tl.exp(x)\n", "workloads": {"w": {"bound": "memory"}}}
     child = {"id": "c", "source": "x = tl.exp2(x * LOG2E)\n"}

@@ -13,12 +13,12 @@ import pytest
 
 from accelopt.graph.builder import build_graph
 from accelopt.nodes.context import RunContext
-from tests.conftest import FIXTURES, ROOT
-from tests.scripted import ScriptedChatModel
 from accelopt.tools.backends import backend_for
 from accelopt.tools.backends.nki import parse_profile_summary, profile_text
 from accelopt.tools.roofline import trainium_percent_of_peak
 from accelopt.tools.task import load_task
+from tests.conftest import FIXTURES, ROOT
+from tests.scripted import ScriptedChatModel
 
 FIXTURES = FIXTURES
 SILU = ROOT / "evals" / "nkibench" / "silu"
@@ -174,8 +174,8 @@ def test_a_kernel_that_hangs_or_kills_its_process_is_contained(fake_simulator):
 
 
 def test_device_cpu_on_a_trainium_host_is_refused_rather_than_left_untimed(fake_simulator, monkeypatch):
-    from accelopt.tools.backends import run_refusal
     from accelopt.tools.backends import nki as nki_backend
+    from accelopt.tools.backends import run_refusal
 
     monkeypatch.setattr(nki_backend, "neuron_devices", lambda: [Path("/dev/neuron0")])  # as on a trn1 host
     task = load_task(SILU)

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
+from accelopt.tools.pricing import HOSTED_PRICES
 from tests.openai_server import ScriptedOpenAIServer
 from tests.scripted import reply_for
-from accelopt.tools.pricing import HOSTED_PRICES
 
 pytestmark = pytest.mark.slow
 

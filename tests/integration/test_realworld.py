@@ -13,8 +13,8 @@ import re
 
 import pytest
 
-from tests.conftest import ROOT
 from accelopt.tools.task import load_task
+from tests.conftest import ROOT
 
 REALWORLD = ROOT / "evals" / "realworld"
 MANIFEST = json.loads((REALWORLD / "manifest.json").read_text())

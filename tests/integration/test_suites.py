@@ -7,11 +7,10 @@ import shutil
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT, TASKS
-from accelopt.tools.harness.runner import evaluate
+from accelopt.tools.harness.runner import _reference_module, evaluate
 from accelopt.tools.roofline import TRAINIUM_PEAKS, trainium_percent_of_peak
 from accelopt.tools.task import load_task
-from accelopt.tools.harness.runner import _reference_module
+from tests.conftest import ROOT, TASKS
 
 NKIBENCH = ROOT / "evals" / "nkibench"
 TRITON_TASKS = sorted(p.name for p in TASKS.iterdir() if (p / "task.json").is_file())

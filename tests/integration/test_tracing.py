@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
+from accelopt.tools.tracing import MAX_STRING
 from tests.conftest import ROOT, TASKS
 from tests.langsmith_endpoint import LangSmithEndpoint, tracing_env
-from accelopt.tools.tracing import MAX_STRING
 
 pytestmark = pytest.mark.slow
 

@@ -14,9 +14,9 @@ import subprocess
 import sys
 import time
 
+from accelopt.tools.tracing import FLUSH_S, MAX_STRING
 from tests.conftest import ROOT, TASKS
 from tests.langsmith_endpoint import LangSmithEndpoint, closed_port, tracing_env
-from accelopt.tools.tracing import FLUSH_S, MAX_STRING
 
 # A graph whose second node waits in a traced call: Ctrl-C finds the root, the node and the call open.
 WAITING_GRAPH = """

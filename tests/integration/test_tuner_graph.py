@@ -9,14 +9,14 @@ import shutil
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
-from accelopt.nodes.records import Candidate
 from accelopt.graph.builder import build_graph
-from accelopt.nodes.context import RunContext
 from accelopt.memory.features import kernel_class
 from accelopt.memory.schema import Evidence, Insight, Provenance, Recipe
 from accelopt.memory.store import InsightStore
-from tests.conftest import TASKS
+from accelopt.nodes.context import RunContext
+from accelopt.nodes.records import Candidate
 from accelopt.tools.tunables import config_of
+from tests.conftest import TASKS
 
 pytestmark = pytest.mark.slow
 

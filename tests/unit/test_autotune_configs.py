@@ -14,8 +14,17 @@ from accelopt.nodes.summarizer import recipe_of
 from accelopt.policies.interface import FixRequest, MeasuredKernel, PlanDraft, PlanRequest, WriteRequest
 from accelopt.policies.tuner import TunerPolicy
 from accelopt.tools.task import load_task
-from accelopt.tools.tunables import (apply_config, autotune_space, config_of, describe_moves, neighbours, pins,
-                                     unpinned, why_untunable, write_configs)
+from accelopt.tools.tunables import (
+    apply_config,
+    autotune_space,
+    config_of,
+    describe_moves,
+    neighbours,
+    pins,
+    unpinned,
+    why_untunable,
+    write_configs,
+)
 from tests.conftest import FIXTURES, ROOT, TASKS
 
 SOLUTIONS = ROOT / "evals" / "realworld" / "solutions"

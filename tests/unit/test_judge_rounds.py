@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from accelopt.tools.harness import judge as judge_mod
-from accelopt.tools.harness.judge import COPY, Judge, Reject, _ReferenceCache, _Prepared
+from accelopt.tools.harness.judge import COPY, Judge, Reject, _Prepared, _ReferenceCache
 
 WORKLOADS = [{"name": "w1", "params": {"n": 1}}, {"name": "w2", "params": {"n": 2}}]
 

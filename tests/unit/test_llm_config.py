@@ -7,10 +7,10 @@ import logging
 import pytest
 
 from accelopt.graph.config import load_context
-from accelopt.tools.run_record import run_failure
 from accelopt.nodes.context import RunContext
 from accelopt.nodes.selector import budget_reason
 from accelopt.tools.llm import ConfigError, ModelSpec, completion_limit_field, totals
+from accelopt.tools.run_record import run_failure
 from tests.scripted import ScriptedChatModel, reply_for
 
 DEFAULT = ('[models.default]\nmodel = "vllm:openai/gpt-oss-120b"\nbase_url = "http://gpu-box:8000/v1"\n'

@@ -2,11 +2,22 @@
 
 from langchain_core.messages import AIMessage
 
-from tests.scripted import BASELINE, BROKEN, GOOD
+from accelopt.policies.replies import (
+    Reply,
+    code_from_tool_calls,
+    decode_reply,
+    encode_reply,
+    extract_kernel,
+    find_kernel,
+    last_object_with,
+    parse_lesson,
+    plan_title,
+    reply_of,
+    split_plans,
+    strip_reasoning,
+)
 from tests.conftest import FIXTURES
-from accelopt.policies.replies import (Reply, code_from_tool_calls, decode_reply, encode_reply, extract_kernel,
-                                       find_kernel, last_object_with, parse_lesson, plan_title, reply_of,
-                                       split_plans, strip_reasoning)
+from tests.scripted import BASELINE, BROKEN, GOOD
 
 
 def test_extract_kernel_variants():

@@ -16,8 +16,14 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from accelopt.memory.schema import Evidence, Insight, Provenance
 from accelopt.nodes.context import RunContext
 from accelopt.nodes.measurements import TRIED_LIMIT
-from accelopt.policies.interface import (FixRequest, MeasuredKernel, PlanDraft, PlanRequest, SummarizeRequest,
-                                         WriteRequest)
+from accelopt.policies.interface import (
+    FixRequest,
+    MeasuredKernel,
+    PlanDraft,
+    PlanRequest,
+    SummarizeRequest,
+    WriteRequest,
+)
 from accelopt.policies.llm import LLMPolicy
 from accelopt.policies.measurement_text import describe
 from accelopt.tools.llm import ModelSpec

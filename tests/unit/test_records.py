@@ -2,8 +2,8 @@ import re
 
 import pytest
 
-from tests.conftest import ROOT
 from accelopt.nodes.records import Candidate, attempt, autotuned_variant, baseline_candidate, with_measurement
+from tests.conftest import ROOT
 
 DATA = ROOT.joinpath("ARCHITECTURE.md").read_text().split("## Data", 1)[1].split("\n## ", 1)[0]
 

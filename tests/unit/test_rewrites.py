@@ -13,7 +13,8 @@ import sys
 from accelopt.policies.interface import FixRequest, MeasuredKernel, PlanRequest, WriteRequest
 from accelopt.policies.rewrites import CHUNK_HELPER, CHUNKWISE_ONLINE_SOFTMAX, chunkwise_online_softmax
 from accelopt.policies.tuner import TunerPolicy
-from accelopt.tools.inductor_seed import _HEADER as HEADER, seed_source  # a seed's imports
+from accelopt.tools.inductor_seed import _HEADER as HEADER  # a seed's imports
+from accelopt.tools.inductor_seed import seed_source
 from accelopt.tools.task import load_task
 from tests.conftest import FIXTURES, TASKS
 

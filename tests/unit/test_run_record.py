@@ -5,8 +5,17 @@ version does not know are kept; and what every reader gets is attributes, not di
 import json
 
 from accelopt.evals.reporting.report import load_row
-from accelopt.tools.run_record import (AutotuneSummary, IterationEvent, IterationRecord, NotMeasured, RunSummary,
-                                       TorchCompileStanding, load_summary, run_summary, write_summary)
+from accelopt.tools.run_record import (
+    AutotuneSummary,
+    IterationEvent,
+    IterationRecord,
+    NotMeasured,
+    RunSummary,
+    TorchCompileStanding,
+    load_summary,
+    run_summary,
+    write_summary,
+)
 
 # summary.json's keys, in the order the record node writes them (the standing node adds the last)
 KEYS = ["task_dir", "iteration", "stop_reason", "best_id", "best_speedup", "baseline_kind", "best_speedup_vs_parent",

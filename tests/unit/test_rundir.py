@@ -9,7 +9,6 @@ import sys
 import pytest
 from langgraph.types import Overwrite, Send
 
-from tests.conftest import TASKS
 from accelopt.graph.driver import _moved, thread_id
 from accelopt.tools.rundir import (
     RunDirError,
@@ -19,6 +18,7 @@ from accelopt.tools.rundir import (
     resume_task_dir,
     write_run_meta,
 )
+from tests.conftest import TASKS
 
 HOLD = """
 import fcntl, os, sys, time

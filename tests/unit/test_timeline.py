@@ -3,7 +3,6 @@
 from accelopt.tools.task import load_task
 from tests.conftest import TASKS
 
-
 # ------------------------------------------------ the GPU timeline, read without a GPU
 
 MARK = "at::cuda::(anonymous namespace)::spin_kernel(long)"

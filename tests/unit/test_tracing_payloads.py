@@ -4,8 +4,7 @@ import hashlib
 import json
 import threading
 
-from langsmith import Client
-from langsmith import run_trees
+from langsmith import Client, run_trees
 
 from accelopt.tools.tracing import HEAD, MAX_ERROR, MAX_STRING, TracedClient, _why, compact, run_error
 from tests.langsmith_endpoint import LangSmithEndpoint

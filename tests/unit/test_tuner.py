@@ -7,8 +7,14 @@ import ast
 from accelopt.memory.features import kernel_class
 from accelopt.memory.schema import Evidence, Insight, Provenance, Recipe
 from accelopt.nodes.summarizer import recipe_of
-from accelopt.policies.interface import (FixRequest, MeasuredKernel, PlanDraft, PlanRequest, SummarizeRequest,
-                                         WriteRequest)
+from accelopt.policies.interface import (
+    FixRequest,
+    MeasuredKernel,
+    PlanDraft,
+    PlanRequest,
+    SummarizeRequest,
+    WriteRequest,
+)
 from accelopt.policies.tuner import TunerPolicy
 from accelopt.tools.task import load_task
 from accelopt.tools.tunables import apply_config, config_of, neighbours

@@ -17,6 +17,7 @@ import sys
 import tempfile
 import traceback
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -29,6 +30,7 @@ def load_module(name: str, source: str):
     path = Path(tempfile.mkdtemp()) / f"{name}.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None  # a .py path has both
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -116,13 +118,13 @@ def main() -> None:
         return
     workloads = task.spec.workloads if hardware else task.spec.interpreter_workloads
     status, error, worst = check(task, reference, module, api, loaded["candidate"], workloads, task.spec.dtype)
-    result = {"status": status, "error": error, "device": device, "max_rel_err": worst, "timer": None}
+    result: dict[str, Any] = {"status": status, "error": error, "device": device, "max_rel_err": worst, "timer": None}
     if status == "verified" and hardware:
         timings: dict[str, dict] = {name: {} for name in loaded}
         for workload in workloads:
             inputs = reference.make_inputs(workload.params, 0, "cpu", task.spec.dtype)
-            samples = {name: [] for name in loaded}
-            rounds = {name: [] for name in loaded}
+            samples: dict[str, list[float]] = {name: [] for name in loaded}
+            rounds: dict[str, list[float]] = {name: [] for name in loaded}
             for _ in range(job["rounds"]):  # interleaved: every kernel once per round
                 for name, kernel in loaded.items():
                     lat = benchmark_us(module, kernel, inputs, job["warmup"], job["iters"])

@@ -175,6 +175,7 @@ def _load_sibling(name: str, filename: str):
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                                      filename))
+    assert spec is not None and spec.loader is not None  # a .py path has both
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
@@ -274,7 +275,8 @@ class Forked:
     writes its wait status to a pipe this side reads."""
 
     def __init__(self, pid: int, status_fd: int):
-        self.pid, self.status_fd, self.returncode = pid, status_fd, None
+        self.pid, self.status_fd = pid, status_fd
+        self.returncode: int | None = None
 
     def poll(self) -> int | None:
         if self.returncode is None and select.select([self.status_fd], [], [], 0)[0]:
@@ -717,7 +719,7 @@ class _ReferenceCache:
     """Prepared inputs and expected outputs by key, least recently used evicted first, at most
     `limit` bytes in all; an entry larger than the limit is not kept."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.entries: collections.OrderedDict[tuple, _Prepared] = collections.OrderedDict()
         self.sizes: dict[tuple, int] = {}  # as counted when kept: an entry grows once its outputs come
         self.bytes = 0
@@ -772,7 +774,7 @@ def _round_limits(req: dict) -> tuple[int, int]:
 
 
 class Judge:
-    def __init__(self):
+    def __init__(self) -> None:
         import torch
         import torch.multiprocessing as tmp
 
@@ -790,6 +792,7 @@ class Judge:
     def reference(self, path: str):
         if path not in self.references:
             spec = importlib.util.spec_from_file_location(f"accelopt_reference_{len(self.references)}", path)
+            assert spec is not None and spec.loader is not None  # a .py path has both
             module = importlib.util.module_from_spec(spec)
             try:
                 spec.loader.exec_module(module)
@@ -1182,11 +1185,11 @@ class Judge:
             self.boxes = Sandboxes(req["device"], confined=not confine.unconfined())
         self.readable = readable = readable_for(req)
         deadline = time.monotonic() + req["timeout_s"]
-        self.seen: set[str] = set()
+        self.seen = set()
         box = self.boxes.take(readable)
         if req.get("triton_cache"):
             box.seed_cache(req["triton_cache"])
-        self.phases: dict[str, float] = {}  # seconds per finished step: where an evaluation's time goes
+        self.phases = {}  # seconds per finished step: where an evaluation's time goes
         self.step, self.step_began = "load", time.monotonic()
         try:
             return {**self._evaluate(box, req, ref, deadline), "costs": costs}
@@ -1230,9 +1233,11 @@ class Judge:
     def _start_comparators(self, req: dict, ref, deadline: float) -> dict[str, Sandbox]:
         """Every comparator's sandbox (and the copy yardstick's) with its load sent; a new one also
         gets one call per workload (small enough inputs) sent, so its kernels compile now."""
+        sandboxes = self.boxes
+        assert sandboxes is not None  # evaluate starts them first
         sources = {name: (path, req["entry_point"]) for name, path in (req.get("compare") or {}).items()}
         if req.get("copy_yardstick") and req["device"] == "cuda":
-            path = os.path.join(self.boxes.root, "copy_yardstick.py")
+            path = os.path.join(sandboxes.root, "copy_yardstick.py")
             with open(path, "w") as f:
                 f.write(COPY_SOURCE)
             sources[COPY] = (path, "copy_bytes")
@@ -1240,7 +1245,7 @@ class Judge:
         self.warming: list = []
         for name, (path, entry) in sources.items():
             try:
-                other, new = self.boxes.comparator(path, entry, self.readable, deadline)
+                other, new = sandboxes.comparator(path, entry, self.readable, deadline)
                 boxes[name] = other
                 if new:  # loading; its first calls follow the load
                     for workload in req["workloads"] if req["device"] == "cuda" else []:

@@ -241,8 +241,8 @@ def _why(stdout: str, stderr: str) -> str:
     """ncu's own error, else the last line the process wrote to stderr (a Python exception)."""
     lines = [line.strip() for line in f"{stdout}\n{stderr}".splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("==ERROR==")]
-    stderr = [line.strip() for line in stderr.splitlines() if line.strip()]
-    return (errors or stderr or ["no output"])[-1][:300]
+    stderr_lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    return (errors or stderr_lines or ["no output"])[-1][:300]
 
 
 def parse_ncu_csv(text: str) -> list[dict]:

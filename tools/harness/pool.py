@@ -102,19 +102,21 @@ class Worker:
         nonce = secrets.token_hex(8)
         req = {**req, "nonce": nonce, "timeout_s": timeout_s}
         self.stderr_offset = self.stderr_path.stat().st_size if self.stderr_path.exists() else 0
+        proc = self.proc
+        assert proc is not None and proc.stdin is not None and proc.stdout is not None  # _start: piped
         try:
-            self.proc.stdin.write(json.dumps(req) + "\n")
-            self.proc.stdin.flush()
+            proc.stdin.write(json.dumps(req) + "\n")
+            proc.stdin.flush()
         except (BrokenPipeError, OSError):
             return self._died()
         mark = RESULT_MARK + nonce
         while True:
-            ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s + JUDGE_MARGIN_S)
+            ready, _, _ = select.select([proc.stdout], [], [], timeout_s + JUDGE_MARGIN_S)
             if not ready:
                 self.kill()
                 return {"status": "timeout",
                         "error": f"the evaluation did not finish within {timeout_s:.0f} s; its judge was killed"}
-            line = self.proc.stdout.readline()
+            line = proc.stdout.readline()
             if not line:
                 return self._died()
             if line.startswith(mark):
@@ -140,8 +142,8 @@ class WorkerPool:
 
     def __init__(self, device: str, count: int, gpus: list[str] | None = None, fresh_process: bool = False):
         self.fresh_process = fresh_process  # benchmark baseline: a new judge (no warm spares) per request
-        gpus = gpus or [None] * count
-        self.workers = [Worker(device, i, gpus[i]) for i in range(count)]
+        slots: list[str | None] = list(gpus) if gpus else [None] * count
+        self.workers = [Worker(device, i, slots[i]) for i in range(count)]
         self.free: queue.Queue[Worker] = queue.Queue()
         for w in self.workers:
             self.free.put(w)

@@ -46,8 +46,8 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from accelopt.tools.harness.pool import JUDGE_MARGIN_S, WorkerPool
 from accelopt.tools import settings
+from accelopt.tools.harness.pool import JUDGE_MARGIN_S, WorkerPool
 from accelopt.tools.harness.result import EvalResult
 from accelopt.tools.task import Task, load_task
 

@@ -20,8 +20,8 @@ from accelopt.tools.harness import audit as audit_mod
 from accelopt.tools.harness.kernel_profile import Profiling
 from accelopt.tools.harness.pool import get_pool
 from accelopt.tools.harness.result import EvalResult, RoundsRun, WorkloadTiming, compare_rounds
-from accelopt.tools.harness.stats import NOISE_FLOOR
 from accelopt.tools.harness.static_checks import findings, syntax_error
+from accelopt.tools.harness.stats import NOISE_FLOOR
 from accelopt.tools.roofline import lookup_peak, percent_of_peak
 from accelopt.tools.task import Task, TaskError, load_task
 
@@ -280,6 +280,7 @@ def _reference_module(root: str):
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(f"accelopt_ref_{abs(hash(root))}", Path(root) / "reference.py")
+    assert spec is not None and spec.loader is not None  # a .py path has both
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

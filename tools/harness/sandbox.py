@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 ERROR_CHARS = 1500
 FLUSH_BYTES = 256 * 2**20  # larger than any L2: zeroing it before each timed call leaves L2 cold
@@ -228,7 +228,8 @@ def calls_between_marks(gpu: list[tuple[float, float, str]], marker: str | None,
     marks = [k for k, (_, _, name) in enumerate(gpu) if name == marker] if marker else []
     if len(marks) != 2 * reps:
         return [], []
-    calls, names = [], set()
+    calls: list[TimedCall] = []
+    names: set[str] = set()
     for i in range(reps):
         inside = gpu[marks[2 * i] + 1: marks[2 * i + 1]]
         calls.append(TimedCall(gpu[marks[2 * i]][1], [(a, b) for a, b, _ in inside]))
@@ -299,6 +300,7 @@ class Sandbox:
         self.threads = threading.active_count()
         self.original = watched(torch)
         spec = importlib.util.spec_from_file_location("candidate", path)
+        assert spec is not None and spec.loader is not None  # a .py path has both
         module = importlib.util.module_from_spec(spec)
         sys.modules["candidate"] = module  # Triton's JIT looks the module up while compiling
         try:
@@ -467,7 +469,7 @@ class Sandbox:
             except (EOFError, OSError):
                 return
             try:
-                reply = ("ok", getattr(self, op)(**args))
+                reply: tuple[str, Any] | None = ("ok", getattr(self, op)(**args))
                 changed = tampered()
                 if changed:
                     raise Failure("cheat_suspected", f"the kernel replaced the sandbox's own {changed}")
@@ -506,6 +508,7 @@ def _own_code() -> list[tuple[object, str, object]]:
     from multiprocessing.connection import Connection
 
     module = sys.modules[__name__]
+    found: list[tuple[object, str, object]]
     found = [(module, name, obj) for name, obj in vars(module).items()
              if callable(obj) and hasattr(obj, "__code__") and getattr(obj, "__module__", None) == __name__]
     classes = [obj for obj in vars(module).values() if isinstance(obj, type) and obj.__module__ == __name__]

@@ -36,6 +36,7 @@ MAX_MESSAGE = 1 << 20
 
 def _load(name: str, filename: str):
     spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, filename))
+    assert spec is not None and spec.loader is not None  # a .py path has both
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
