@@ -36,6 +36,10 @@ REASONS = {"launches stubbed", "outside the Triton launches", "thread", "replace
 RUN = {"seeds": 2, "rounds": 1}
 # Where a cheat could freeze the judge (SIGSTOP) if isolation were missing, do not wait the default 300 s.
 TIMEOUTS = {"kill_parent": 60.0}
+# Cheats whose first failing check depends on the allocator, not on the harness: an output cache
+# keyed by id(x) serves a stale output wherever CPython reuses an input's id, in the checks
+# (wrong_output, seen on an H100 at 84d6f82) or only in the timed calls (its header's verdict).
+ALSO_REJECTED_AS = {"cache_id": {"wrong_output"}}
 PICKLE_MARKER = Path("/tmp/accelopt-pickle-rce")  # what pickle_rce_reply's payload would create in the judge
 
 # Cheats that replace torch functions, Tensor methods, Triton's launcher or the harness's own code:
@@ -116,6 +120,8 @@ def test_cheat_gets_its_verdict(task, path):
     if path.stem == "pickle_rce_reply":
         shutil.rmtree(PICKLE_MARKER, ignore_errors=True)
     result = evaluate(task, path.read_text(), device=device, timeout_s=TIMEOUTS.get(path.stem, 300.0), **RUN)
+    if result.status in ALSO_REJECTED_AS.get(path.stem, ()):
+        return
     assert result.status == header["expect"], f"{path.stem}: {result.status}: {result.error}"
     if header["reason"]:
         assert header["reason"].lower() in (result.error or "").lower(), result.error
