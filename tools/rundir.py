@@ -14,6 +14,8 @@ import os
 import time
 from pathlib import Path
 
+from accelopt.tools import settings
+
 RUN_FORMAT = 1  # run.json "format": bump when a run directory can no longer be resumed by older code
 TASK_FILES = ("task.json", "reference.py", "baseline.py")  # what a run's measurements depend on
 LOCK_FILE = ".lock"
@@ -108,14 +110,14 @@ def changed_task_files(recorded: dict, task_dir: str | Path) -> list[str]:
     return [n for n in TASK_FILES if recorded.get("files", {}).get(n) != now[n]]
 
 
-RUNS_DIR_ENV = "ACCELOPT_RUNS_DIR"  # where runs given no run directory go (default: ./runs)
+RUNS_DIR_ENV = settings.RUNS_DIR  # where runs given no run directory go (default: ./runs)
 
 
 def default_run_dir(task_name: str) -> Path:
     """runs/TASK-YYYYmmdd-HHMMSS: the run directory of a run that names none (`accelopt optimize`
     without --run-dir; a graph run from Studio or `graph.invoke` without run_dir), under
     $ACCELOPT_RUNS_DIR if set, else ./runs."""
-    return Path(os.environ.get(RUNS_DIR_ENV) or "runs") / f"{task_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return settings.runs_dir() / f"{task_name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
 def new_default_run_dir(task_name: str) -> Path:
