@@ -1,9 +1,12 @@
 """`accelopt memory ...` against a real store."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
+from typer.testing import CliRunner
 
+from accelopt.cli.app import app
 from tests.integration.test_cli_errors import assert_clean_error, run_cli
 from tests.integration.test_memory import GEMM, ROW, insight
 
@@ -12,6 +15,13 @@ pytestmark = pytest.mark.slow
 
 def cli(*args):
     return run_cli(*args, env={"COLUMNS": "250"})  # rich tables wrap to the terminal width
+
+
+def in_process(*args) -> SimpleNamespace:
+    """The same command through typer's runner: the embedder loads once for the test, not once a
+    command (each fresh process spends seconds on it; the first command of the test is a real one)."""
+    result = CliRunner().invoke(app, list(args), env={"COLUMNS": "250"})
+    return SimpleNamespace(returncode=result.exit_code, stdout=result.stdout)
 
 
 def test_memory_commands_round_trip(tmp_path):
@@ -26,27 +36,27 @@ def test_memory_commands_round_trip(tmp_path):
 
     imported = cli("memory", "import", str(shared), *mem)
     assert imported.returncode == 0 and "imported 2 insights" in imported.stdout
-    listing = cli("memory", "list", *mem)
+    listing = in_process("memory", "list", *mem)
     assert "More warps for long rows" in listing.stdout and "Larger tiles for GEMM" in listing.stdout
-    found = cli("memory", "search", "bf16 matmul on tensor cores", "--timer", "cuda_event", *mem)
+    found = in_process("memory", "search", "bf16 matmul on tensor cores", "--timer", "cuda_event", *mem)
     assert "Larger tiles for GEMM" in found.stdout and "More warps" not in found.stdout
     import torch
 
     if not torch.cuda.is_available():  # the default searches this machine's lessons: the interpreter's
-        here = cli("memory", "search", "bf16 matmul on tensor cores", *mem)
+        here = in_process("memory", "search", "bf16 matmul on tensor cores", *mem)
         assert "no triton lessons timed with interpreter_wall match (of 2 in" in " ".join(here.stdout.split())
         assert "--timer cuda_event" in here.stdout
     ident = next(i.id for i, _ in source.all() if i.evidence.task == "rmsnorm")
-    shown = json.loads(cli("memory", "show", ident, *mem).stdout)
+    shown = json.loads(in_process("memory", "show", ident, *mem).stdout)
     assert shown["evidence"]["speedup"] == 1.3
-    stats = json.loads(cli("memory", "stats", "--json", *mem).stdout)
+    stats = json.loads(in_process("memory", "stats", "--json", *mem).stdout)
     assert stats["insights"] == 2 and stats["task"] == {"rmsnorm": 1, "gemm_bf16": 1}
     assert stats["location"] == str(tmp_path / "b")  # the store's path, not "default"
-    tables = " ".join(cli("memory", "stats", *mem).stdout.split())
+    tables = " ".join(in_process("memory", "stats", *mem).stdout.split())
     assert f"2 insights in {tmp_path / 'b'}" in tables and "by task" in tables and "{" not in tables
-    pruned = cli("memory", "prune", "--keep", "1", *mem)
+    pruned = in_process("memory", "prune", "--keep", "1", *mem)
     assert "1 remain" in pruned.stdout
-    exported = cli("memory", "export", str(tmp_path / "out.jsonl"), *mem)
+    exported = in_process("memory", "export", str(tmp_path / "out.jsonl"), *mem)
     assert exported.returncode == 0 and len((tmp_path / "out.jsonl").read_text().splitlines()) == 1
 
 
