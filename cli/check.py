@@ -85,7 +85,7 @@ def judge(task: Task, kernel: Path, against: Path | None, versus_torch: bool, de
     TaskError: the task cannot run here, or a source is not a kernel of this task."""
     from accelopt.tools.backends import backend_for, run_refusal
     from accelopt.tools.harness.reference_kernel import reference_source, torch_comparators
-    from accelopt.tools.harness.runner import gpu_count
+    from accelopt.tools.harness.runner import detect_device
     from accelopt.tools.kernelbench_solution import adapt  # a KernelBench solution (ModelNew) gets its entry point
     from accelopt.tools.task import TaskError
 
@@ -100,7 +100,7 @@ def judge(task: Task, kernel: Path, against: Path | None, versus_torch: bool, de
     if against is None and task.baseline_source:
         compare["baseline"] = task.baseline_source
     if versus_torch or not compare:
-        on_gpu = device == "cuda" or (device == "auto" and gpu_count() > 0)
+        on_gpu = device == "cuda" or (device == "auto" and detect_device() == "cuda")  # where it will run
         compare.update(torch_comparators(task) if on_gpu else {"eager": reference_source(task)})
     result = backend_for(task).evaluate(task, source, device=None if device == "auto" else device,
                                         timeout_s=timeout, compare=compare, trusted=False)

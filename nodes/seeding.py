@@ -18,7 +18,7 @@ from pathlib import Path
 from accelopt.nodes.context import RunContext
 from accelopt.nodes.records import Candidate, seed_candidate, with_measurement
 from accelopt.nodes.services import measure
-from accelopt.tools.harness.runner import gpu_count
+from accelopt.tools.harness.runner import detect_device
 from accelopt.tools.inductor_capture import CaptureError, capture_in_subprocess
 from accelopt.tools.inductor_seed import TEMPLATES_MODE, SeedRefused, seed_source
 from accelopt.tools.rundir import write_candidate
@@ -38,7 +38,7 @@ def seeds_from_inductor(task: Task, ctx: RunContext) -> bool:
     if ctx.seed != "auto":
         return ctx.seed == "inductor"
     return _tuner_without_baseline(task, ctx) and (
-        ctx.seed_capture is not None or (ctx.device != "cpu" and gpu_count() > 0))
+        ctx.seed_capture is not None or (ctx.device != "cpu" and detect_device() == "cuda"))
 
 
 def nothing_to_start_from(task: Task, ctx: RunContext) -> str | None:

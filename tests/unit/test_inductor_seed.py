@@ -186,7 +186,7 @@ def test_a_task_without_baseline_under_the_tuner_seeds_from_inductor_by_default_
     with_baseline = load_task(softmax_task)
     (softmax_task / "baseline.py").unlink()
     task = load_task(softmax_task)
-    monkeypatch.setattr(seeding, "gpu_count", lambda: 1)
+    monkeypatch.setattr(seeding, "detect_device", lambda: "cuda")
     assert seeding.seeds_from_inductor(task, RunContext()) and seeding.nothing_to_start_from(task, RunContext()) is None
     assert not seeding.seeds_from_inductor(task, RunContext(seed="none"))
     assert "--seed none was given" in seeding.nothing_to_start_from(task, RunContext(seed="none"))
@@ -194,9 +194,9 @@ def test_a_task_without_baseline_under_the_tuner_seeds_from_inductor_by_default_
     # an LLM writes the first kernel from the reference: no seed unless asked for
     llm = RunContext(model="openai:some-model")
     assert not seeding.seeds_from_inductor(task, llm) and seeding.nothing_to_start_from(task, llm) is None
-    monkeypatch.setattr(seeding, "gpu_count", lambda: 0)
+    monkeypatch.setattr(seeding, "detect_device", lambda: "cpu")
     assert "no CUDA GPU is visible here" in seeding.nothing_to_start_from(task, RunContext())
     assert seeding.seeds_from_inductor(task, RunContext(device="cpu", seed_capture="capture.json"))
     # a task with its baseline is not seeded unless asked for
-    monkeypatch.setattr(seeding, "gpu_count", lambda: 1)
+    monkeypatch.setattr(seeding, "detect_device", lambda: "cuda")
     assert not seeding.seeds_from_inductor(with_baseline, RunContext())
