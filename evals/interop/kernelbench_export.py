@@ -83,6 +83,11 @@ def static_notes(source: str) -> list[str]:
             for pattern, what in _BYPASS if re.search(pattern, code)]
 
 
+# KernelBench's file name for a problem's solution: what `solution_name` writes and
+# `accelopt check TASKS/ SOLUTIONS/` reads back (evals/reporting/check_suite.py).
+SOLUTION_FILE = re.compile(r"level_(\d+)_problem_(\d+)_sample_(\d+)_kernel\.py")
+
+
 def solution_name(origin: dict | None, sample_id: int) -> str:
     if not origin or "level" not in origin or "problem_id" not in origin:
         raise TaskError("the task does not record its KernelBench level and problem id (imported from a file "

@@ -10,15 +10,14 @@ from a KernelBench checkout records), or by the task's name (`<task>.py`)."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel
 
+from accelopt.evals.interop.kernelbench_export import SOLUTION_FILE
 from accelopt.tools.task import Task, TaskError, load_task
 
-KERNELBENCH_SOLUTION = re.compile(r"level_(\d+)_problem_(\d+)_sample_(\d+)_kernel\.py")
 FAST_P = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)  # KernelBench reports fast_0, fast_1, fast_2 among others
 TORCH_COMPARATORS = ("eager", "torch_compile")
 
@@ -61,7 +60,7 @@ def pair_solutions(tasks_dir: Path, solutions_dir: Path, sample: int = 0) -> lis
         raise TaskError(f"{tasks_dir}: no task folders in it (folders holding a task.json)")
     by_problem: dict[tuple[int, int], Path] = {}
     for path in solutions_dir.glob("*.py"):
-        match = KERNELBENCH_SOLUTION.fullmatch(path.name)
+        match = SOLUTION_FILE.fullmatch(path.name)
         if match and int(match.group(3)) == sample:
             by_problem[(int(match.group(1)), int(match.group(2)))] = path
     pairings = []
