@@ -18,7 +18,7 @@ from accelopt.graph.progress import LiveDisplay
 from accelopt.nodes.context import RunContext
 from accelopt.tools.budget import ledger
 from accelopt.tools.llm import totals
-from accelopt.tools.run_record import RunSummary, run_summary, write_summary
+from accelopt.tools.run_record import run_summary, write_summary
 from accelopt.tools.rundir import lock_run_dir
 from accelopt.tools.tracing import flush_traces, task_label
 
@@ -61,10 +61,7 @@ def drive(ctx: RunContext, run_dir: Path, inputs: dict | None, console: Console,
             # A resume that found the graph already finished ran no `record`: summary.json may
             # still be the one written mid-run (stop_reason null), which eval reads as unfinished.
             # The standing node's figure (torch.compile) lives in the state's summary: kept, not re-measured.
-            summary = run_summary(state)
-            standing = (state.get("summary") or {}).get("versus_torch_compile")
-            if standing is not None:
-                summary = RunSummary.model_validate({**summary.dump(), "versus_torch_compile": standing})
+            summary = run_summary(state).with_standing((state.get("summary") or {}).get("versus_torch_compile"))
             write_summary(state["run_dir"], summary, state["candidates"][state["beam"][0]].get("source"))
         return state
 

@@ -22,8 +22,8 @@ from accelopt.tools.run_record import RunSummary, write_summary
 
 def standing(state: RunState, runtime: Runtime[RunContext]) -> dict:
     best = state["candidates"][state["beam"][0]]
-    summary = RunSummary.model_validate({**state["summary"],
-                                         "versus_torch_compile": versus_torch_compile(state, best, runtime.context)})
+    summary = RunSummary.model_validate(state["summary"]).with_standing(
+        versus_torch_compile(state, best, runtime.context))
     write_summary(state.get("run_dir"), summary, None)
     return {"summary": summary.dump()}
 

@@ -132,6 +132,12 @@ class RunSummary(Record):
     note: str | None = None
     versus_torch_compile: Standing | None = None  # added
 
+    def with_standing(self, standing: dict | None) -> RunSummary:
+        """The record with the standing node's torch.compile figure (unchanged given None)."""
+        if standing is None:
+            return self
+        return RunSummary.model_validate({**self.dump(), "versus_torch_compile": standing})
+
     def dump(self) -> dict:
         """The record as summary.json holds it (and the graph's state)."""
         exclude = {"versus_torch_compile"} if self.versus_torch_compile is None else None
