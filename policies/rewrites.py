@@ -2,6 +2,8 @@
 known code pattern, applied wherever the pattern is found. A rewrite claims no speed-up: its
 candidate is judged like any other, and the beam keeps it only where it measured faster.
 
+`row_groups` (row_groups.py): a one-row-per-program kernel made to take ROW_GROUP rows a program.
+
 `chunkwise_online_softmax`: Inductor writes an online softmax (a row's maximum and its sum of
 exponentials in one pass) as an element-wise combine (`triton_helpers.online_softmax_combine`):
 every lane of the chunk keeps a running maximum of its own, so each element costs two
@@ -20,6 +22,8 @@ import ast
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from accelopt.policies import row_groups
 
 
 @dataclass(frozen=True)
@@ -124,7 +128,16 @@ CHUNKWISE_ONLINE_SOFTMAX = Rewrite(
         "pass over the data, and a plain max and sum at the end.",
     apply=chunkwise_online_softmax)
 
-REWRITES: tuple[Rewrite, ...] = (CHUNKWISE_ONLINE_SOFTMAX,)
+ROW_GROUPS = Rewrite(
+    name="row_groups",
+    title="rewrite: several rows per program (ROW_GROUP, moved by the tuner)",
+    why="(tuner rewrite) The kernel gives each program one row of a 1-D grid. Give each program "
+        f"{row_groups.FIRST_VALUE} consecutive rows in a loop (ROW_GROUP, a module constant the tuner moves "
+        "afterwards; rows past the end are skipped): fewer, longer programs, so a short row no longer "
+        "pays a whole block's scheduling and a lone load's latency.",
+    apply=row_groups.row_groups)
+
+REWRITES: tuple[Rewrite, ...] = (CHUNKWISE_ONLINE_SOFTMAX, ROW_GROUPS)
 BY_NAME = {r.name: r for r in REWRITES}
 
 

@@ -1,0 +1,243 @@
+"""The row-group rewrite: a kernel that gives each program one row (a 1-D grid, one
+`tl.program_id(0)`) is made to give each program `ROW_GROUP` consecutive rows, in a loop.
+
+Why: a row of a small hidden size (FlashInfer-Bench's rmsnorm_h128: 256 bytes) is too little work
+for a whole program: half a million programs each load one short row, and the launch spends its
+time scheduling blocks and waiting on one load at a time. AccelOpt's LLM-written best for that
+task is exactly this change (rows per program, autotuned). Made mechanically:
+
+    row = tl.program_id(0)            _row_group = tl.program_id(0)
+    <body>                      ->    for _row_in_group in range(ROW_GROUP):
+                                          row = _row_group * ROW_GROUP + _row_in_group
+                                          if row < _rows_total:
+                                              <body>
+
+and at each launch the grid `(n,)` becomes `(triton.cdiv(n, ROW_GROUP),)` with `_rows_total=n`.
+`ROW_GROUP` is a module constant passed by name, so the tuner moves it like any tile
+(tools/tunables.py: a `group` knob, 1-64). The `if` keeps the rows past the end untouched, so a
+kernel that updates its outputs in place stays correct. A body that rebinds a name bound before
+the loop (`x_ptr += row * stride`) would carry it into the next row: such a rebinding at the top of
+the body is renamed (`x_ptr_row`), one inside a nested block refuses the rewrite. Refused too:
+kernels under @triton.autotune or @triton.heuristics, kernels with `return`, `tl.num_programs`, a
+second `tl.program_id`, or a launch whose grid is not a one-element tuple.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import re
+
+KNOB = "ROW_GROUP"
+FIRST_VALUE = 4          # where the tuner starts; it steps from here (1-64)
+_TOTAL = "_rows_total"
+_GROUP = "_row_group"
+_INDEX = "_row_in_group"
+_OWN_NAMES = (KNOB, _TOTAL, _GROUP, _INDEX)
+
+
+class _Refused(Exception):
+    pass
+
+
+def row_groups(source: str) -> str | None:
+    """The module with every one-row-per-program kernel made to take ROW_GROUP rows; None where no
+    kernel qualifies."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    if not _imports_triton(tree) or any(_binds(tree, name) for name in _OWN_NAMES):
+        return None
+    edits: list[tuple[int, int, int, int, str]] = []
+    for fn in _plain_kernels(tree):
+        launches = _launches_of(tree, fn.name)
+        try:
+            new_fn = _grouped_kernel(fn)
+            launch_edits = [_grouped_launch(source, call, owner) for call, owner in launches]
+        except _Refused:
+            continue
+        if not launches:
+            continue
+        start = min(d.lineno for d in fn.decorator_list) if fn.decorator_list else fn.lineno
+        edits.append((start, 0, fn.end_lineno or fn.lineno, len(_line(source, fn.end_lineno or fn.lineno)),
+                      ast.unparse(new_fn)))
+        edits.extend(launch_edits)
+    if not edits:
+        return None
+    return _with_constant(_splice(source, edits))
+
+
+# ------------------------------------------------------------------ the kernel
+
+def _grouped_kernel(fn: ast.FunctionDef) -> ast.FunctionDef:
+    if fn.args.vararg or fn.args.kwarg or fn.args.kwonlyargs or fn.args.posonlyargs:
+        raise _Refused("variadic signature")
+    calls = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and _is_tl(n.func, ("program_id", "num_programs"))]
+    if any(isinstance(n, ast.Return) for n in ast.walk(fn)):
+        raise _Refused("return in the kernel")
+    body = list(fn.body)
+    at = next((i for i, s in enumerate(body) if _is_row_assignment(s)), None)
+    if at is None or len(calls) != 1:
+        raise _Refused("not one program per row")
+    row_name = body[at].targets[0].id  # type: ignore[attr-defined]  # checked by _is_row_assignment
+    before, moved = body[:at], body[at + 1:]
+    outer = {a.arg for a in fn.args.args} | _stored(before)
+    moved = _renamed(moved, outer)
+    group = ast.parse(
+        f"{_GROUP} = tl.program_id(0)\n"
+        f"for {_INDEX} in range({KNOB}):\n"
+        f"    {row_name} = {_GROUP} * {KNOB} + {_INDEX}\n"
+        f"    if {row_name} < {_TOTAL}:\n"
+        f"        pass\n").body
+    group[1].body[1].body = moved or [ast.Pass()]  # type: ignore[attr-defined]
+    new = copy.deepcopy(fn)
+    new.body = before + group
+    defaults = bool(fn.args.defaults)  # after a defaulted parameter, ours need defaults too
+    new.args.args += [ast.arg(_TOTAL), ast.arg(KNOB, ast.parse("tl.constexpr", mode="eval").body)]
+    if defaults:
+        new.args.defaults += [ast.Constant(0), ast.Constant(1)]
+    return ast.fix_missing_locations(new)
+
+
+def _is_row_assignment(stmt: ast.stmt) -> bool:
+    """`NAME = tl.program_id(0)` (or axis=0), at the top of the kernel's body."""
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
+        return False
+    call = stmt.value
+    if not (isinstance(call, ast.Call) and _is_tl(call.func, ("program_id",))):
+        return False
+    axis = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "axis"), None)
+    return isinstance(axis, ast.Constant) and axis.value == 0
+
+
+def _renamed(moved: list[ast.stmt], outer: set[str]) -> list[ast.stmt]:
+    """The body with each top-level rebinding of a name bound before the loop given a name of its
+    own (reads after it follow), so nothing carries from one row to the next."""
+    mapping: dict[str, str] = {}
+    out: list[ast.stmt] = []
+    for stmt in moved:
+        stmt = _Loads(mapping).visit(copy.deepcopy(stmt))
+        if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id in outer:
+            old = stmt.target.id
+            read = ast.Name(mapping.get(old, old), ast.Load())
+            stmt = ast.Assign([ast.Name(old, ast.Store())], ast.BinOp(read, stmt.op, stmt.value))
+        if isinstance(stmt, ast.Assign | ast.AnnAssign):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            for target in targets:
+                for name in (n for n in ast.walk(target) if isinstance(n, ast.Name)):
+                    if name.id in outer:
+                        mapping[name.id] = name.id = _fresh(name.id, outer | set(mapping.values()))
+        elif _stored([stmt]) & (outer | set(mapping)):
+            raise _Refused("a name bound before the loop is rebound inside a nested block")
+        out.append(stmt)
+    return out
+
+
+class _Loads(ast.NodeTransformer):
+    def __init__(self, mapping: dict[str, str]):
+        self.mapping = mapping
+
+    def visit_Name(self, node: ast.Name) -> ast.Name:
+        if isinstance(node.ctx, ast.Load) and node.id in self.mapping:
+            return ast.copy_location(ast.Name(self.mapping[node.id], ast.Load()), node)
+        return node
+
+
+def _fresh(name: str, taken: set[str]) -> str:
+    candidate = f"{name}_row"
+    while candidate in taken:
+        candidate += "_"
+    return candidate
+
+
+def _stored(stmts: list[ast.stmt]) -> set[str]:
+    return {n.id for s in stmts for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+
+# ------------------------------------------------------------------ the launches
+
+def _grouped_launch(source: str, call: ast.Call, owner: ast.FunctionDef | None) -> tuple[int, int, int, int, str]:
+    """One edit replacing `kernel[GRID](args)` with the grouped launch."""
+    sub = call.func
+    assert isinstance(sub, ast.Subscript)
+    if any(k.arg in _OWN_NAMES for k in call.keywords) or any(k.arg is None for k in call.keywords):
+        raise _Refused("the launch already names our parameters, or passes **kwargs")
+    grid = sub.slice
+    if isinstance(grid, ast.Tuple) and len(grid.elts) == 1 and not isinstance(grid.elts[0], ast.Starred):
+        rows = ast.unparse(grid.elts[0])
+    elif isinstance(grid, ast.Name) and owner is not None and _one_element_grid(owner, grid.id):
+        rows = f"{grid.id}[0]"
+    else:
+        raise _Refused("the grid is not a one-element tuple")
+    args = [ast.unparse(a) for a in call.args] + [f"{k.arg}={ast.unparse(k.value)}" for k in call.keywords]
+    args += [f"{_TOTAL}={rows}", f"{KNOB}={KNOB}"]
+    new = f"{ast.unparse(sub.value)}[(triton.cdiv({rows}, {KNOB}),)]({', '.join(args)})"
+    return (call.lineno, call.col_offset, call.end_lineno or call.lineno, call.end_col_offset or 0, new)
+
+
+def _one_element_grid(owner: ast.FunctionDef, name: str) -> bool:
+    bound = [n.value for n in ast.walk(owner) if isinstance(n, ast.Assign)
+             and any(isinstance(t, ast.Name) and t.id == name for t in n.targets)]
+    return bool(bound) and all(isinstance(v, ast.Tuple) and len(v.elts) == 1 for v in bound)
+
+
+# ------------------------------------------------------------------ the module
+
+def _plain_kernels(tree: ast.Module) -> list[ast.FunctionDef]:
+    """Module-level @triton.jit kernels with no autotuner or heuristics above them."""
+    found = []
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef) or not node.decorator_list:
+            continue
+        names = [ast.unparse(d.func if isinstance(d, ast.Call) else d) for d in node.decorator_list]
+        if any(n.endswith("jit") for n in names) and not any(re.search(r"autotune|heuristics", n) for n in names):
+            found.append(node)
+    return found
+
+
+def _launches_of(tree: ast.Module, kernel: str) -> list[tuple[ast.Call, ast.FunctionDef | None]]:
+    found: list[tuple[ast.Call, ast.FunctionDef | None]] = []
+    owners = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript) \
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == kernel:
+            owner = next((f for f in owners if f.lineno <= node.lineno <= (f.end_lineno or f.lineno)
+                          and node in ast.walk(f)), None)
+            found.append((node, owner))
+    return found
+
+
+def _is_tl(func: ast.expr, names: tuple[str, ...]) -> bool:
+    return isinstance(func, ast.Attribute) and func.attr in names \
+        and isinstance(func.value, ast.Name) and func.value.id == "tl"
+
+
+def _imports_triton(tree: ast.Module) -> bool:
+    return any(isinstance(n, ast.Import) and any(a.name == "triton" and a.asname is None for a in n.names)
+               for n in tree.body)
+
+
+def _binds(tree: ast.Module, name: str) -> bool:
+    return any(isinstance(n, ast.Name) and n.id == name or isinstance(n, ast.arg) and n.arg == name
+               for n in ast.walk(tree))
+
+
+def _line(source: str, number: int) -> str:
+    return source.splitlines()[number - 1]
+
+
+def _splice(source: str, edits: list[tuple[int, int, int, int, str]]) -> str:
+    lines = source.splitlines(keepends=True)
+    for line, col, end_line, end_col, text in sorted(edits, reverse=True):
+        head, tail = lines[line - 1][:col], lines[end_line - 1][end_col:]
+        lines[line - 1:end_line] = [head + text + tail]
+    return "".join(lines)
+
+
+def _with_constant(source: str) -> str:
+    """`ROW_GROUP = 4` once, after the module's imports (before its first function or kernel)."""
+    first = re.search(r"(?m)^(@|def |class )", source)
+    at = first.start() if first else len(source)
+    note = "# rows per program (the row-group rewrite); the tuner moves it\n"
+    return source[:at].rstrip("\n") + f"\n\n{note}{KNOB} = {FIRST_VALUE}\n\n\n" + source[at:]
