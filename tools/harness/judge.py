@@ -9,7 +9,8 @@ sandbox process of its own (sandbox.py) that is killed after that one candidate.
 
 The evidence, in order (the first failure decides):
 1. correctness on every workload x seed, fresh inputs per call, against outputs the judge
-   computed itself; shape, dtype, NaN/Inf (unwritten outputs read as poison), tolerance,
+   computed itself; shape, dtype, NaN/Inf (unwritten outputs read as poison), the task's
+   correctness rule (correctness.py: allclose, relative L2; packed fp4 bit for bit),
    inputs mutated (the judge sees the shared input memory), threads left running, the same
    call twice must agree;
 2. ghost replay: with every Triton launch stubbed out the outputs must no longer be correct;
@@ -44,6 +45,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
     sys.path.pop(0)
@@ -125,12 +127,6 @@ def foreign_work(device: str, seen: list[str], own: list[str] | set[str]) -> lis
     return list(dict.fromkeys(foreign))
 
 
-class Reject(Exception):
-    def __init__(self, status: str, error: str, **extra):
-        super().__init__(error)
-        self.status, self.error, self.extra = status, error, extra
-
-
 def _tail(text: str, limit: int = ERROR_CHARS) -> str:
     """Both ends of a long error: where it started and where it ended up."""
     text = text.strip()
@@ -182,10 +178,16 @@ def _load_sibling(name: str, filename: str):
     return module
 
 
+correctness = _load_sibling("accelopt_correctness", "correctness.py")  # the correctness rules (evaluators)
 confine = _load_sibling("accelopt_confine", "confine.py")
 stats = _load_sibling("accelopt_stats", "stats.py")  # the statistic the timing rounds stop on
 triton_cache = _load_sibling("accelopt_triton_cache", "triton_cache.py")
 ZYGOTE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")
+# Every verdict the judge returns, raised by the correctness rules too: one class, correctness.py's.
+if TYPE_CHECKING:  # how mypy names it (the judge, a script, loads the file by path)
+    from accelopt.tools.harness.correctness import Reject
+else:
+    Reject = correctness.Reject
 
 
 def _host_pid(root: int, ns_pid: int) -> int:
@@ -542,128 +544,22 @@ class Sandboxes:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-# ---------------------------------------------------------------- correctness
+# ---------------------------------------------------------------- correctness (correctness.py)
+
+def _judged(torch, outs, expected, req: dict, where: str) -> dict:
+    """The task's correctness rule, as the request carries it (correctness.for_request)."""
+    return correctness.for_request(req)(torch, outs, expected, where)
+
 
 def _compare(torch, outs, refs, atol: float, rtol: float, where: str, mode: str = "allclose",
              ratio: float | None = None) -> dict:
-    """Raise Reject on the first failing output; return the worst errors of a passing one.
-    `ratio` (allclose only): the fraction of an output's elements that must pass (FlashInfer-Bench's
-    matched ratio); None: every element."""
-    worst = {"max_abs_err": 0.0, "max_rel_err": 0.0}
-    refs = list(refs) if isinstance(refs, (tuple, list)) else [refs]
-    if len(outs) != len(refs):
-        raise Reject("shape_mismatch", f"{where}: returned {len(outs)} outputs, expected {len(refs)}")
-    for i, (o, r) in enumerate(zip(outs, refs)):
-        tag = f"{where} output {i}"
-        if isinstance(o, dict):
-            raise Reject("shape_mismatch", f"{tag}: returned {o['not_a_tensor']}, expected a plain torch.Tensor")
-        if tuple(o.shape) != tuple(r.shape):
-            raise Reject("shape_mismatch", f"{tag}: shape {tuple(o.shape)}, expected {tuple(r.shape)}")
-        if o.dtype != r.dtype:
-            raise Reject("dtype_mismatch", f"{tag}: dtype {o.dtype}, expected {r.dtype}")
-        if o.device.type != r.device.type:
-            raise Reject("shape_mismatch", f"{tag}: on {o.device.type}, expected a tensor on {r.device.type}")
-        if _packed(o):
-            _compare_bytes(torch, o, r, tag)
-            continue
-        errors = _errors(torch, o, r, atol, rtol)
-        if errors.bad:
-            raise Reject("nan", f"{tag}: {errors.bad}/{errors.numel} NaN/Inf values where the reference is "
-                                "finite (unwritten outputs read as NaN: they are pre-filled with poison)")
-        if mode == "relative_l2":
-            rel_l2 = math.sqrt(errors.diff_sq) / max(math.sqrt(errors.ref_sq), 1e-30)
-            if rel_l2 > rtol:
-                raise Reject("wrong_output", f"{tag}: relative L2 error {rel_l2:.3g} above {rtol}", max_rel_err=rel_l2)
-            worst["max_rel_err"] = max(worst["max_rel_err"], rel_l2)
-            continue
-        max_abs, max_rel = errors.max_abs, errors.max_rel
-        failed, required = errors.failed, 1.0 if ratio is None else ratio
-        if failed and 1.0 - failed / errors.numel < required:
-            matched = "" if ratio is None else (f", {1.0 - failed / errors.numel:.2%} matched where {ratio:.2%} "
-                                                "is required")
-            raise Reject("wrong_output",
-                         f"{tag}: {failed}/{errors.numel} elements outside atol={atol} rtol={rtol}{matched}; "
-                         f"max abs err {max_abs:.3g}, max rel err {max_rel:.3g}",
-                         max_abs_err=max_abs, max_rel_err=max_rel)
-        worst = {"max_abs_err": max(worst["max_abs_err"], max_abs), "max_rel_err": max(worst["max_rel_err"], max_rel)}
-    return worst
+    """The rule named `mode` (correctness.EVALUATORS) with these tolerances, applied to `outs`: the
+    judge's comparison as the tests call it."""
+    return correctness.evaluator(mode, atol, rtol, ratio)(torch, outs, refs, where)
 
 
-def _judged(torch, outs, expected, req: dict, where: str) -> dict:
-    """The task's correctness rule, as the request carries it."""
-    return _compare(torch, outs, expected, req["atol"], req["rtol"], where, req.get("correctness", "allclose"),
-                    req.get("required_matched_ratio"))
-
-
-def _packed(t) -> bool:
-    """Sub-byte floats packed two to a byte (float4_e2m1fn_x2): torch has no arithmetic on them."""
-    return str(t.dtype).startswith("torch.float4_")
-
-
-def _bits(torch, t):
-    """What may be compared exactly: the tensor itself, or a packed tensor's bytes."""
-    return t.view(torch.uint8) if _packed(t) else t
-
-
-# Elements compared at a time: float64 copies of a chunk, not of a whole output, so a judge that
-# holds a KernelBench-sized output (1.6e9 float32 values) does not need five times it again.
-COMPARE_CHUNK = 1 << 24
-
-
-@dataclass
-class _Errors:
-    numel: int = 0
-    bad: int = 0             # non-finite where the reference is finite
-    failed: int = 0          # outside atol and rtol
-    max_abs: float = 0.0
-    max_rel: float = 0.0
-    diff_sq: float = 0.0     # for relative L2
-    ref_sq: float = 0.0
-
-
-def _errors(torch, o, r, atol: float, rtol: float, chunk: int = COMPARE_CHUNK) -> _Errors:
-    """Element-wise errors of o against r, in float64, a chunk at a time. Both NaN counts as equal."""
-    out = _Errors(numel=o.numel())
-    flat_o, flat_r = o.detach().reshape(-1), r.detach().reshape(-1)
-    for start in range(0, out.numel, chunk):
-        of, rf = _widened(torch, flat_o[start:start + chunk]), _widened(torch, flat_r[start:start + chunk])
-        out.bad += int((~torch.isfinite(of) & torch.isfinite(rf)).sum())
-        delta = of - rf
-        diff = delta.abs()
-        diff = torch.where(torch.isnan(of) & torch.isnan(rf), torch.zeros_like(diff), diff)
-        out.failed += int(((diff > atol) & (diff > rtol * rf.abs())).sum())
-        # NaN where the reference is NaN and the kernel is not: no error size to report (nan_to_num)
-        out.max_abs = max(out.max_abs, float(diff.nan_to_num(nan=0.0, posinf=math.inf).max()))
-        out.max_rel = max(out.max_rel, float((diff / rf.abs().clamp_min(1e-12)).nan_to_num(nan=0.0, posinf=math.inf).max()))
-        out.diff_sq += float(delta.square().sum())
-        out.ref_sq += float(rf.square().sum())
-    return out
-
-
-def _widened(torch, t):
-    """float64 for the comparison; fp8 goes through float32, which every fp8 cast supports."""
-    if str(t.dtype).startswith("torch.float8_"):
-        t = t.to(torch.float32)
-    return t.detach().double()
-
-
-def _compare_bytes(torch, o, r, tag: str) -> None:
-    """Packed fp4 outputs: the rounding is part of the answer, so every byte must match."""
-    differ = _bits(torch, o) != _bits(torch, r)
-    if bool(differ.any()):
-        raise Reject("wrong_output", f"{tag}: {int(differ.sum())}/{differ.numel()} bytes of packed {o.dtype} "
-                                     "differ from the reference (packed fp4 is compared exactly)")
-
-
-def _same(torch, now, before, chunk: int = COMPARE_CHUNK) -> bool:
-    """Bit for bit (a NaN input is unchanged if its bits are), a chunk at a time; `before` may be
-    a host copy of a GPU tensor (_kept)."""
-    if now.shape != before.shape or now.dtype != before.dtype:
-        return False
-    flat_now, flat_before = now.reshape(-1), before.reshape(-1)
-    return all(torch.equal(flat_now[i:i + chunk].view(torch.uint8),
-                           flat_before[i:i + chunk].to(flat_now.device).view(torch.uint8))
-               for i in range(0, flat_now.numel(), chunk))
+_errors = correctness.errors     # chunked float64 error statistics (the tests read them here too)
+_same = correctness.identical    # bit for bit, a chunk at a time: an input the kernel left unchanged
 
 
 def _reference_failed(what: str, exc: BaseException, path: str) -> Reject:
@@ -915,9 +811,9 @@ class Judge:
                                              threads0, None)
                     if not req.get("trusted"):
                         _same_processes(before, box.others(), where + " (again)")
-                    try:
-                        _compare(self.torch, again, outs, req["atol"], req["rtol"], where,
-                                 ratio=req.get("required_matched_ratio"))
+                    try:  # allclose whatever the task's rule: two calls must agree element by element
+                        correctness.AllClose(req["atol"], req["rtol"], req.get("required_matched_ratio"))(
+                            self.torch, again, outs, where)
                     except Reject as r:
                         raise Reject("cheat_suspected", f"{where}: outputs differ between identical calls: "
                                                         f"{r.error}") from None
@@ -980,7 +876,7 @@ class Judge:
         workload = req["workloads"][0]
         inputs, expected = self.prepare(ref, req, workload, AFTER_SEED + 1, "ghost replay")
         refs = list(expected) if isinstance(expected, (tuple, list)) else [expected]
-        if any(bool((_bits(torch, r) == 0).all()) for r in refs if isinstance(r, torch.Tensor)):
+        if any(bool((correctness.bits(torch, r) == 0).all()) for r in refs if isinstance(r, torch.Tensor)):
             return "ghost replay skipped: a reference output is all zeros"
         try:
             reply = box.request("call", deadline, inputs=list(inputs), mode="ghost", where="ghost replay")
@@ -1181,6 +1077,10 @@ class Judge:
     def evaluate(self, req: dict) -> dict:
         ref = self.reference(req["reference_path"])  # a broken task fails before any sandbox starts
         costs = self.check_costs(ref, req)
+        try:  # the task's rule exists (tools/task.py validates it; a hand-written request may not)
+            correctness.for_request(req)
+        except correctness.UnknownCorrectness as exc:
+            raise Reject("reference_error", f"the task's correctness rule: {exc}") from None
         if self.boxes is None:
             self.boxes = Sandboxes(req["device"], confined=not confine.unconfined())
         self.readable = readable = readable_for(req)

@@ -1,0 +1,219 @@
+"""The judge's correctness rules: one evaluator per rule, chosen by the task's `correctness` name.
+
+An evaluator is called with the kernel's outputs and the reference's and raises `Reject` on the
+first output that fails (its status and message are the verdict), or returns the worst errors of
+the outputs, all passed (`max_abs_err`, `max_rel_err`: the result's figures). Every rule first
+checks what makes outputs comparable at all (their count, plain tensors, shape, dtype, device);
+then, per output:
+- `allclose` (`AllClose`): an element fails only when both atol and rtol fail (KernelBench,
+  FlashInfer-Bench); with a matched ratio (FlashInfer-Bench's rule for MoE, whose routing ties
+  flip a few elements honestly) an output passes when at least that fraction of its elements do;
+- `relative_l2` (`RelativeL2`): ||out - ref|| / ||ref|| must stay below rtol (AccelOpt on NKI);
+- packed sub-byte floats (float4_e2m1fn_x2: torch has no arithmetic on them) are compared bit
+  for bit whatever the task's rule (`ExactBytes`): the rounding is part of the answer.
+Floating outputs are compared in float64 a chunk at a time (`errors`), and a NaN or Inf where the
+reference is finite rejects under every rule.
+
+`EVALUATORS` maps the task format's names (tools/task.py `correctness`) to the rules;
+`for_request` is the rule a judge request carries. Standard library only, torch passed in: the
+judge, run as a script, loads this file by path (it imports nothing of the accelopt package), and
+`Reject` is the one exception class the judge turns into a verdict.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+
+class Reject(Exception):
+    """A verdict against the kernel (or the task): its status, message and extra result fields."""
+
+    def __init__(self, status: str, error: str, **extra):
+        super().__init__(error)
+        self.status, self.error, self.extra = status, error, extra
+
+
+class UnknownCorrectness(ValueError):
+    """A correctness name no evaluator is registered under."""
+
+
+# Elements compared at a time: float64 copies of a chunk, not of a whole output, so a judge that
+# holds a KernelBench-sized output (1.6e9 float32 values) does not need five times it again.
+COMPARE_CHUNK = 1 << 24
+
+
+@dataclass
+class Errors:
+    numel: int = 0
+    bad: int = 0             # non-finite where the reference is finite
+    failed: int = 0          # outside atol and rtol
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    diff_sq: float = 0.0     # for relative L2
+    ref_sq: float = 0.0
+
+
+def errors(torch, o, r, atol: float, rtol: float, chunk: int = COMPARE_CHUNK) -> Errors:
+    """Element-wise errors of o against r, in float64, a chunk at a time. Both NaN counts as equal."""
+    out = Errors(numel=o.numel())
+    flat_o, flat_r = o.detach().reshape(-1), r.detach().reshape(-1)
+    for start in range(0, out.numel, chunk):
+        of, rf = widened(torch, flat_o[start:start + chunk]), widened(torch, flat_r[start:start + chunk])
+        out.bad += int((~torch.isfinite(of) & torch.isfinite(rf)).sum())
+        delta = of - rf
+        diff = delta.abs()
+        diff = torch.where(torch.isnan(of) & torch.isnan(rf), torch.zeros_like(diff), diff)
+        out.failed += int(((diff > atol) & (diff > rtol * rf.abs())).sum())
+        # NaN where the reference is NaN and the kernel is not: no error size to report (nan_to_num)
+        out.max_abs = max(out.max_abs, float(diff.nan_to_num(nan=0.0, posinf=math.inf).max()))
+        out.max_rel = max(out.max_rel, float((diff / rf.abs().clamp_min(1e-12)).nan_to_num(nan=0.0, posinf=math.inf).max()))
+        out.diff_sq += float(delta.square().sum())
+        out.ref_sq += float(rf.square().sum())
+    return out
+
+
+def widened(torch, t):
+    """float64 for the comparison; fp8 goes through float32, which every fp8 cast supports."""
+    if str(t.dtype).startswith("torch.float8_"):
+        t = t.to(torch.float32)
+    return t.detach().double()
+
+
+def packed(t) -> bool:
+    """Sub-byte floats packed two to a byte (float4_e2m1fn_x2): torch has no arithmetic on them."""
+    return str(t.dtype).startswith("torch.float4_")
+
+
+def bits(torch, t):
+    """What may be compared exactly: the tensor itself, or a packed tensor's bytes."""
+    return t.view(torch.uint8) if packed(t) else t
+
+
+def identical(torch, now, before, chunk: int = COMPARE_CHUNK) -> bool:
+    """Bit for bit (a NaN is unchanged if its bits are), a chunk at a time; `before` may be a host
+    copy of a GPU tensor (the judge's copies of large inputs)."""
+    if now.shape != before.shape or now.dtype != before.dtype:
+        return False
+    flat_now, flat_before = now.reshape(-1), before.reshape(-1)
+    return all(torch.equal(flat_now[i:i + chunk].view(torch.uint8),
+                           flat_before[i:i + chunk].to(flat_now.device).view(torch.uint8))
+               for i in range(0, flat_now.numel(), chunk))
+
+
+def finite_errors(torch, o, r, atol: float, rtol: float, tag: str) -> Errors:
+    """`errors`, rejecting (`nan`) an output with a NaN or Inf where the reference is finite."""
+    found = errors(torch, o, r, atol, rtol)
+    if found.bad:
+        raise Reject("nan", f"{tag}: {found.bad}/{found.numel} NaN/Inf values where the reference is "
+                            "finite (unwritten outputs read as NaN: they are pre-filled with poison)")
+    return found
+
+
+@dataclass(frozen=True)
+class Evaluator:
+    """One correctness rule with its tolerances; `ratio` (allclose only: the task format refuses it
+    with another rule) is the fraction of an output's elements that must pass, None: every one."""
+
+    atol: float = 0.0
+    rtol: float = 0.0
+    ratio: float | None = None
+    name: ClassVar[str]
+
+    def __call__(self, torch, outs, refs, where: str) -> dict[str, float]:
+        """Raise Reject on the first failing output; return the worst errors of a passing call."""
+        worst = {"max_abs_err": 0.0, "max_rel_err": 0.0}
+        refs = list(refs) if isinstance(refs, (tuple, list)) else [refs]
+        if len(outs) != len(refs):
+            raise Reject("shape_mismatch", f"{where}: returned {len(outs)} outputs, expected {len(refs)}")
+        for i, (o, r) in enumerate(zip(outs, refs)):
+            tag = f"{where} output {i}"
+            comparable(o, r, tag)
+            rule = EXACT_BYTES if packed(o) else self
+            for key, value in rule.output(torch, o, r, tag).items():
+                worst[key] = max(worst[key], value)
+        return worst
+
+    def output(self, torch, o, r, tag: str) -> dict[str, float]:
+        """One output against the reference's (same shape, dtype and device): Reject, or its errors."""
+        raise NotImplementedError
+
+
+def comparable(o, r, tag: str) -> None:
+    """What every rule needs before it compares values: a plain tensor of the reference's shape,
+    dtype and device type."""
+    if isinstance(o, dict):
+        raise Reject("shape_mismatch", f"{tag}: returned {o['not_a_tensor']}, expected a plain torch.Tensor")
+    if tuple(o.shape) != tuple(r.shape):
+        raise Reject("shape_mismatch", f"{tag}: shape {tuple(o.shape)}, expected {tuple(r.shape)}")
+    if o.dtype != r.dtype:
+        raise Reject("dtype_mismatch", f"{tag}: dtype {o.dtype}, expected {r.dtype}")
+    if o.device.type != r.device.type:
+        raise Reject("shape_mismatch", f"{tag}: on {o.device.type}, expected a tensor on {r.device.type}")
+
+
+class AllClose(Evaluator):
+    """An element fails only when it is outside both atol and rtol; the output fails when fewer
+    than `ratio` of its elements pass (None: when any fails)."""
+
+    name = "allclose"
+
+    def output(self, torch, o, r, tag: str) -> dict[str, float]:
+        found = finite_errors(torch, o, r, self.atol, self.rtol, tag)
+        max_abs, max_rel = found.max_abs, found.max_rel
+        failed, required = found.failed, 1.0 if self.ratio is None else self.ratio
+        if failed and 1.0 - failed / found.numel < required:
+            matched = "" if self.ratio is None else (f", {1.0 - failed / found.numel:.2%} matched where "
+                                                     f"{self.ratio:.2%} is required")
+            raise Reject("wrong_output",
+                         f"{tag}: {failed}/{found.numel} elements outside atol={self.atol} rtol={self.rtol}{matched}; "
+                         f"max abs err {max_abs:.3g}, max rel err {max_rel:.3g}",
+                         max_abs_err=max_abs, max_rel_err=max_rel)
+        return {"max_abs_err": max_abs, "max_rel_err": max_rel}
+
+
+class RelativeL2(Evaluator):
+    """||out - ref|| / ||ref|| (over the whole output) must not exceed rtol; atol is not used."""
+
+    name = "relative_l2"
+
+    def output(self, torch, o, r, tag: str) -> dict[str, float]:
+        found = finite_errors(torch, o, r, self.atol, self.rtol, tag)
+        rel_l2 = math.sqrt(found.diff_sq) / max(math.sqrt(found.ref_sq), 1e-30)
+        if rel_l2 > self.rtol:
+            raise Reject("wrong_output", f"{tag}: relative L2 error {rel_l2:.3g} above {self.rtol}", max_rel_err=rel_l2)
+        return {"max_rel_err": rel_l2}
+
+
+class ExactBytes(Evaluator):
+    """Every byte as the reference's: the rule for packed sub-byte floats, under any task rule."""
+
+    name = "exact_bytes"
+
+    def output(self, torch, o, r, tag: str) -> dict[str, float]:
+        differ = bits(torch, o) != bits(torch, r)
+        if bool(differ.any()):
+            raise Reject("wrong_output", f"{tag}: {int(differ.sum())}/{differ.numel()} bytes of packed {o.dtype} "
+                                         "differ from the reference (packed fp4 is compared exactly)")
+        return {}
+
+
+EXACT_BYTES = ExactBytes()
+
+# The task format's `correctness` names (tools/task.py) and their rules.
+EVALUATORS: dict[str, type[Evaluator]] = {rule.name: rule for rule in (AllClose, RelativeL2)}
+
+
+def evaluator(name: str, atol: float, rtol: float, ratio: float | None = None) -> Evaluator:
+    """The rule registered as `name`, with its tolerances; UnknownCorrectness for a name without one."""
+    rule = EVALUATORS.get(name)
+    if rule is None:
+        raise UnknownCorrectness(f"no correctness rule named {name!r}; the rules are: {', '.join(EVALUATORS)}")
+    return rule(atol, rtol, ratio)
+
+
+def for_request(req: dict) -> Evaluator:
+    """The task's rule as a judge request carries it (`correctness`, allclose where it names none;
+    `atol`, `rtol`, `required_matched_ratio`)."""
+    return evaluator(req.get("correctness") or "allclose", req["atol"], req["rtol"], req.get("required_matched_ratio"))
