@@ -32,7 +32,7 @@ REALWORLD = HERE / "realworld"
 BESTS = REALWORLD / "accelopt_bests"
 
 
-def _run(cmd: list[str], timeout: float) -> dict:
+def _run(cmd: list[str], timeout: float, parse_json: bool = False) -> dict:
     start = time.monotonic()
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -41,11 +41,11 @@ def _run(cmd: list[str], timeout: float) -> dict:
         rc, out, err = 124, e.stdout or "", e.stderr or ""
         out, err = (x.decode() if isinstance(x, bytes) else x for x in (out, err))
     return {"cmd": " ".join(cmd), "rc": rc, "wall_s": round(time.monotonic() - start, 1),
-            "stdout_tail": out[-3000:], "stderr_tail": err[-3000:]}
+            "stdout_tail": out[-3000:], "stderr_tail": err[-3000:], "result": _json_of(out) if parse_json else None}
 
 
-def _json_of(step: dict) -> dict | None:
-    text = step["stdout_tail"]
+def _json_of(text: str) -> dict | None:
+    """`accelopt check --json`'s one JSON document (the whole stdout)."""
     at = text.find("{")
     try:
         return json.loads(text[at:]) if at >= 0 else None
@@ -70,11 +70,9 @@ def bench_task(name: str, entry: dict, work: Path, optimize_args: list[str], tim
     if tuned.exists():
         row["tuned_source"] = tuned.read_text()
         row["tuned_vs_accelopt"] = _run([*accelopt, "check", str(task_dir), str(tuned), "--against", str(best),
-                                         "--device", "cuda", "--json"], timeout)
-        row["tuned_vs_accelopt"]["result"] = _json_of(row["tuned_vs_accelopt"])
+                                         "--device", "cuda", "--json"], timeout, parse_json=True)
     row["accelopt_vs_baseline"] = _run([*accelopt, "check", str(task_dir), str(best), "--device", "cuda", "--json"],
-                                       timeout)
-    row["accelopt_vs_baseline"]["result"] = _json_of(row["accelopt_vs_baseline"])
+                                       timeout, parse_json=True)
     return row
 
 
@@ -92,8 +90,10 @@ def main(argv: list[str] | None = None) -> int:
             row = bench_task(name, manifest[name], Path(tmp), args.optimize_args.split(), args.timeout)
             rows.append(row)
             args.out.write_text(json.dumps(rows, indent=1))  # after each task: a cut-off run keeps what it has
-            print(f"{name}: optimize rc={row['optimize']['rc']} {row['optimize']['wall_s']} s; "
-                  f"tuned vs AccelOpt: {(row.get('tuned_vs_accelopt') or {}).get('result')}", flush=True)
+            versus = ((row.get("tuned_vs_accelopt") or {}).get("result") or {}).get("speedup")
+            print(f"{name}: optimize rc={row['optimize']['rc']} {row['optimize']['wall_s']} s, best "
+                  f"{(row['summary'] or {}).get('best_speedup')}x the baseline; tuned vs AccelOpt's best: {versus}",
+                  flush=True)
     return 0
 
 

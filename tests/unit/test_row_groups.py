@@ -49,7 +49,7 @@ def test_bundled_row_kernels_are_grouped_and_others_are_left_alone():
         out = row_groups((TASKS / task / "baseline.py").read_text())
         assert out is not None, task
         ast.parse(out)
-        assert f"\n{KNOB} = {FIRST_VALUE}\n" in out and f"[(triton.cdiv(" in out and f"{KNOB}={KNOB}" in out
+        assert f"\n{KNOB} = {FIRST_VALUE}\n" in out and "[(triton.cdiv(" in out and f"{KNOB}={KNOB}" in out
         assert config_of(out)[KNOB] == FIRST_VALUE  # a knob the tuner moves
         assert row_groups(out) is None  # grouped once
     for task in ("rope", "gemm_bf16", "gqa_paged_decode"):  # two-dimensional grids
