@@ -17,7 +17,7 @@ from langgraph.runtime import Runtime
 
 from accelopt.nodes.common import task_of
 from accelopt.nodes.context import RunContext
-from accelopt.nodes.records import AutotuneSummary, autotuned_variant, leads_parent, with_measurement
+from accelopt.nodes.records import AutotuneSummary, Candidate, autotuned_variant, leads_parent, with_measurement
 from accelopt.nodes.services import measure
 from accelopt.nodes.state import CandidateState
 from accelopt.tools.rundir import write_candidate
@@ -25,15 +25,15 @@ from accelopt.tools.tracing import label_run
 from accelopt.tools.tunables import apply_config, config_of, describe_moves, format_config, neighbours, pins, unpinned
 
 
-def autotune(state: CandidateState, runtime: Runtime[RunContext]) -> dict:
+def autotune(state: CandidateState, runtime: Runtime[RunContext]) -> CandidateState:
     ctx = runtime.context
     task = task_of(state["task_dir"])
-    rewrite = dict(state["current"])
+    rewrite = state["current"].copy()
     label_run(rewrite["id"])
     best = rewrite
     # a kernel whose autotuner picks at run time was not measured as any one configuration
     seen = {frozenset(config_of(s).items()) for s in (rewrite["source"], state["parent"]["source"]) if not unpinned(s)}
-    variants: dict[str, dict] = {}
+    variants: dict[str, Candidate] = {}
     queue = pins(best["source"]) or neighbours(config_of(best["source"]))
     walked: list[dict] = []  # pinned configurations the search went on from, while the list still picks
     while len(variants) < ctx.autotune:

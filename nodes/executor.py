@@ -16,7 +16,7 @@ from accelopt.policies.interface import WriteRequest
 from accelopt.tools.tracing import label_run
 
 
-def executor(state: CandidateState, runtime: Runtime[RunContext]) -> dict:
+def executor(state: CandidateState, runtime: Runtime[RunContext]) -> CandidateState:
     parent = state["parent"]
     attempt = new_attempt(state, f"{state['plan']['id']}.k{state['sample']}", None, 0)
     label_run(attempt["id"])

@@ -16,7 +16,7 @@ from accelopt.policies.measurement_text import describe_findings
 from accelopt.tools.tracing import label_run
 
 
-def fixer(state: CandidateState, runtime: Runtime[RunContext]) -> dict:
+def fixer(state: CandidateState, runtime: Runtime[RunContext]) -> CandidateState:
     failed, parent = state["current"], state["parent"]
     fixes = state["fixes"] + 1
     root_id = failed["id"].split(".f")[0]

@@ -4,7 +4,9 @@ policies/measurement_text.py)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
+from accelopt.nodes.records import Candidate
 from accelopt.policies.interface import MeasuredKernel
 from accelopt.tools.tunables import config_of
 
@@ -16,10 +18,10 @@ def mean_pct(workloads: dict, key: str) -> float | None:
     return math.fsum(values) / len(values) if values else None
 
 
-def measured_kernels(candidates: dict[str, dict]) -> list[MeasuredKernel]:
+def measured_kernels(candidates: Mapping[str, Candidate]) -> list[MeasuredKernel]:
     """Every kernel measured in this run (the newest TRIED_LIMIT, oldest first): what it tried,
     how it fared, and its launch configuration, so that no planner proposes it again."""
-    def order(c: dict) -> tuple:
+    def order(c: Candidate) -> tuple:
         return (c.get("iteration") or 0, c["id"])
 
     return [MeasuredKernel(
@@ -30,7 +32,7 @@ def measured_kernels(candidates: dict[str, dict]) -> list[MeasuredKernel]:
         for c in sorted((c for c in candidates.values() if c.get("source")), key=order)[-TRIED_LIMIT:]]
 
 
-def workload_speedups(candidate: dict) -> dict[str, float]:
+def workload_speedups(candidate: Candidate) -> dict[str, float]:
     """Per workload, the candidate's speedup over the baseline timed in the same rounds (the
     baseline's own: 1.0); empty where it was not verified or not timed against the baseline."""
     if candidate.get("status") != "verified":

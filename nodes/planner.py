@@ -18,15 +18,15 @@ from langgraph.types import Overwrite, interrupt
 from accelopt.memory.schema import Insight
 from accelopt.nodes.common import task_of
 from accelopt.nodes.context import RunContext
-from accelopt.nodes.records import Plan, plan_record
+from accelopt.nodes.records import Plan, PlannerEventKind, plan_record, planner_event, usage_entries
 from accelopt.nodes.state import PlannerInput, RunState
 from accelopt.policies.choice import policy_for
-from accelopt.policies.interface import PlanRequest, PolicyError
+from accelopt.policies.interface import PlanDraft, PlanRequest, PolicyError
 from accelopt.policies.measurement_text import describe
 from accelopt.tools.llm import BudgetExceeded
 
 
-def planner(state: PlannerInput, runtime: Runtime[RunContext]) -> dict:
+def planner(state: PlannerInput, runtime: Runtime[RunContext]) -> RunState:
     ctx = runtime.context
     member = state["member"]
     insights = [Insight.model_validate(i) for i in state["recalled"]]
@@ -37,19 +37,18 @@ def planner(state: PlannerInput, runtime: Runtime[RunContext]) -> dict:
         answer = policy_for(ctx, "planner", state.get("run_dir")).plan(request)
     except PolicyError as exc:
         # not called for the budget: skipped, not failed (a run whose every planner failed failed)
-        event = "planner_skipped" if isinstance(exc.__cause__, BudgetExceeded) else "planner_failed"
-        return {"plans": [], "history": [{"iteration": state["iteration"], "event": event,
-                                          "member": member["id"], "error": str(exc)}]}
+        event: PlannerEventKind = "planner_skipped" if isinstance(exc.__cause__, BudgetExceeded) else "planner_failed"
+        return {"plans": [], "history": [planner_event(state["iteration"], event, member["id"], str(exc))]}
     plans = [plan_record(f"i{state['iteration']}.m{state['member_index']}.p{j}", member["id"], draft,
                          [i.id for i in insights])
              for j, draft in enumerate(answer.plans)]
-    usage = [answer.usage] if answer.usage else []
+    usage = usage_entries(answer.usage)
     if not plans and ctx.model_spec("planner").provider != "tuner":
         # a reply with no plan in it (only reasoning, cut off, empty): said, not silent
         why = answer.note or "the reply held no plan"
         log.warning("planner for %s, iteration %d: %s", member["id"], state["iteration"], why)
-        return {"plans": [], "usage": usage, "history": [{"iteration": state["iteration"], "event": "planner_empty",
-                                                          "member": member["id"], "error": why}]}
+        return {"plans": [], "usage": usage,
+                "history": [planner_event(state["iteration"], "planner_empty", member["id"], why)]}
     return {"plans": plans, "usage": usage}
 
 
@@ -84,7 +83,7 @@ def review(state: RunState, runtime: Runtime[RunContext]) -> dict:
         return {"plans": Overwrite(reviewed)}
 
 
-def reviewed_plans(answer: Any, proposed: list[dict], beam: list[str], iteration: int) -> tuple[list[Plan], list[str]]:
+def reviewed_plans(answer: Any, proposed: list[Plan], beam: list[str], iteration: int) -> tuple[list[Plan], list[str]]:
     """The plans a review answer asks for, checked and completed: a plan may be a string (its text,
     for the beam's head) or an object with at least `text`; a field it leaves out is taken from the
     proposed plan of its id. Ids are made unique within the iteration and fit the plan's parent
@@ -92,8 +91,8 @@ def reviewed_plans(answer: Any, proposed: list[dict], beam: list[str], iteration
     if not isinstance(answer, list):
         raise PlanReviewError(f"expected a list of plans (the `plans` shown, edited; [] skips this iteration), got "
                               f"{type(answer).__name__}: {str(answer)[:80]}")
-    by_id = {p["id"]: p for p in proposed}
-    drafts = []
+    by_id: dict[str, Plan] = {p["id"]: p for p in proposed}
+    drafts: list[dict[str, Any]] = []
     for n, item in enumerate(answer):
         where = f"plan {n + 1}"
         if isinstance(item, str):
@@ -108,7 +107,7 @@ def reviewed_plans(answer: Any, proposed: list[dict], beam: list[str], iteration
         if "id" in item and not isinstance(item["id"], str):
             raise PlanReviewError(f"{where}: `id` must be a string, got {item['id']!r}")
         base = by_id.get(item.get("id") or "", {})
-        plan = {**base, **item}
+        plan: dict[str, Any] = {**base, **item}
         if not isinstance(plan.get("text"), str) or not plan["text"].strip():
             raise PlanReviewError(f"{where}: `text` must be a non-empty string")
         plan.setdefault("parent_id", beam[0])
@@ -130,11 +129,13 @@ def reviewed_plans(answer: Any, proposed: list[dict], beam: list[str], iteration
         ids = plan.setdefault("insight_ids", [])
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
             raise PlanReviewError(f"{where}: `insight_ids` must be a list of strings")
+        if not isinstance(plan.get("rewrite", ""), str):
+            raise PlanReviewError(f"{where}: `rewrite` must be the name of a source rewrite, got {plan['rewrite']!r}")
         drafts.append(plan)
     return _unique_ids(drafts, proposed, beam, iteration)
 
 
-def _unique_ids(drafts: list[dict], proposed: list[dict], beam: list[str], iteration: int
+def _unique_ids(drafts: list[dict[str, Any]], proposed: list[Plan], beam: list[str], iteration: int
                 ) -> tuple[list[Plan], list[str]]:
     """Each plan's id fits its parent's member index and is unique: the first plan to claim an id
     keeps it; a later one, a missing or a misfit id gets the member's next free number."""
@@ -143,9 +144,9 @@ def _unique_ids(drafts: list[dict], proposed: list[dict], beam: list[str], itera
         return int(found.group(1)) if found else None
 
     taken: dict[int, set[int]] = {}
-    for plan in [*proposed, *drafts]:
+    for known in [*proposed, *drafts]:
         for member in range(len(beam)):
-            if (k := number(plan.get("id"), member)) is not None:
+            if (k := number(known.get("id"), member)) is not None:
                 taken.setdefault(member, set()).add(k)
     used: set[str] = set()
     plans: list[Plan] = []
@@ -161,6 +162,7 @@ def _unique_ids(drafts: list[dict], proposed: list[dict], beam: list[str], itera
                 why = "repeats an earlier plan's" if given in used else f"does not fit a plan of {plan['parent_id']}"
                 warnings.append(f"plan {n + 1}: id {given!r} {why}; renamed {plan['id']}")
         used.add(plan["id"])
-        plans.append(Plan(id=plan["id"], parent_id=plan["parent_id"], text=plan["text"], moves=plan["moves"],
-                          insight_ids=plan["insight_ids"], **({"configs": plan["configs"]} if plan.get("configs") else {})))
+        draft = PlanDraft(plan["text"], {knob: (a, b) for knob, (a, b) in plan["moves"].items()},
+                          tuple(plan.get("configs") or ()), plan.get("rewrite") or "")
+        plans.append(plan_record(plan["id"], plan["parent_id"], draft, plan["insight_ids"]))
     return plans, warnings

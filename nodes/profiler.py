@@ -13,8 +13,8 @@ from accelopt.tools.rundir import write_candidate
 from accelopt.tools.tracing import label_run
 
 
-def profiler(state: CandidateState, runtime: Runtime[RunContext]) -> dict:
-    current = dict(state["current"])
+def profiler(state: CandidateState, runtime: Runtime[RunContext]) -> CandidateState:
+    current = state["current"].copy()
     if current.get("source"):
         current = with_measurement(current, measure(task_of(state["task_dir"]), current["source"], runtime.context,
                                                     baseline=state["baseline"], parent=state["parent"],

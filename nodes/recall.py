@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from langgraph.runtime import Runtime
 from langgraph.types import Overwrite
 
 from accelopt.memory.features import kernel_class, kernel_features
 from accelopt.nodes.common import task_of
 from accelopt.nodes.context import RunContext
+from accelopt.nodes.records import InsightRecord, insight_record
 from accelopt.nodes.services import open_store
 from accelopt.nodes.state import RunState
 
 
-def recall_query(description: str, member: dict) -> str:
+def recall_query(description: str, member: Mapping[str, Any]) -> str:
     """The task, what the kernel is, and what limits it."""
     bottleneck = member.get("profile") or ", ".join(
         sorted({t.get("bound") or "" for t in (member.get("workloads") or {}).values()} - {""}))
@@ -23,7 +27,7 @@ def recall(state: RunState, runtime: Runtime[RunContext]) -> dict:
     ctx = runtime.context
     task = task_of(state["task_dir"])
     store = open_store(ctx)
-    recalled: dict[str, list[dict]] = {}
+    recalled: dict[str, list[InsightRecord]] = {}
     for member_id in state["beam"]:
         member = state["candidates"][member_id]
         if store is None:
@@ -32,6 +36,6 @@ def recall(state: RunState, runtime: Runtime[RunContext]) -> dict:
         hits = store.recall(recall_query(task.spec.description, member), backend=task.spec.backend,
                             timer=member.get("timer"), k=ctx.recall_k,
                             kernel_class=kernel_class(member.get("source") or ""))
-        recalled[member_id] = [h.model_dump() for h in hits]
+        recalled[member_id] = [insight_record(h) for h in hits]
     # Per-iteration accumulator: reset deliberately, in a step of its own.
     return {"iteration": state["iteration"] + 1, "recalled": recalled, "plans": Overwrite([])}

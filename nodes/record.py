@@ -4,11 +4,12 @@ one). Its own node, so that the summarizer only distills lessons."""
 
 from __future__ import annotations
 
+from accelopt.nodes.records import summary_record
 from accelopt.nodes.state import RunState
 from accelopt.tools.run_record import run_summary, write_summary
 
 
-def record(state: RunState) -> dict:
+def record(state: RunState) -> RunState:
     summary = run_summary(state)
     write_summary(state.get("run_dir"), summary, state["candidates"][state["beam"][0]].get("source"))
-    return {"best_id": state["beam"][0], "summary": summary.dump()}  # the output schema's (Studio's output view)
+    return {"best_id": state["beam"][0], "summary": summary_record(summary)}  # the output schema's (Studio's view)

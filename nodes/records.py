@@ -1,16 +1,22 @@
-"""The records the graph keeps, typed: a candidate (every kernel evaluated), a plan and the
-autotune summary. They stay plain JSON-friendly dicts in the state (the checkpointer and the dev
-server serialize it), so they are TypedDicts; each way a candidate is born has one constructor
-here, and a measurement is attached in one way (`with_measurement`)."""
+"""The records the graph keeps, typed: a candidate (every kernel evaluated), a plan, the
+autotune summary, and the state's other values (usage ledger entries, insights, iteration
+entries, the run record). They stay plain JSON-friendly dicts in the state (the checkpointer and
+the dev server serialize it), so they are TypedDicts; each way a candidate is born has one
+constructor here, and a measurement is attached in one way (`with_measurement`). Where another
+floor owns a record as a pydantic model (memory's Insight, summary.json's RunSummary), the
+TypedDict here is the shape of its dump, and the dict is made from the model in one place
+(`insight_record`, `summary_record`); tests/unit/test_records.py keeps the two alike."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal, cast
+from typing import Any, Literal, NotRequired, Required, cast
 
 from typing_extensions import TypedDict  # pydantic accepts it on every Python
 
+from accelopt.memory.schema import Insight
 from accelopt.policies.interface import PlanDraft
+from accelopt.tools.run_record import RunSummary
 
 CandidateKind = Literal["kernel", "reference", "autotuned", "inductor_seed"]
 
@@ -23,6 +29,8 @@ class AutotuneSummary(TypedDict):
 
 
 class Plan(TypedDict, total=False):
+    """One plan of this iteration (state.plans), by id: what a policy proposed for a beam member."""
+
     id: str                 # i{iteration}.m{member}.p{plan}
     parent_id: str          # the beam member it modifies
     text: str
@@ -49,6 +57,8 @@ def plan_draft(plan: Plan) -> PlanDraft:
 
 
 class Candidate(TypedDict, total=False):
+    """Every kernel evaluated or attempted (state.candidates, by id): its lineage, then the harness's verdict."""
+
     # --- identity and lineage (set when it is born)
     id: str                 # i{iteration}.m{member}.p{plan}.k{sample}[.f{fix}][.a{variant}], or "baseline"
     iteration: int
@@ -176,3 +186,224 @@ def with_measurement(candidate: Candidate, measured: dict[str, Any]) -> Candidat
     if unknown:  # a field the record does not declare would silently escape the docs and the tests
         raise ValueError(f"measurement fields not declared on Candidate: {sorted(unknown)}")
     return cast(Candidate, {**candidate, **measured})
+
+
+class CompactCandidate(TypedDict):
+    """The part of a candidate a branch is sent about its parent, the baseline or the beam member
+    it plans for (state.compact): every key present, None where the candidate has none."""
+
+    id: str
+    kind: CandidateKind | None
+    plan_title: str | None
+    source: str | None
+    status: str | None
+    workloads: dict[str, dict[str, Any]] | None
+    speedup: float | None
+    versus: dict[str, dict[str, Any]] | None
+    profile: str | None
+    timer: str | None
+    pct_peak: float | None
+    iteration: int | None
+
+
+# ---------------------------------------------------------------- the usage ledger (state.usage)
+
+class Usage(TypedDict, total=False):
+    """One model call (tools/llm.usage_record; the LLM policy adds prompt_chars, and `requests`
+    where a schema call and its text fallback are one record). The tuner makes none. Keys that
+    are not required were added over time, or are set by some paths only."""
+
+    role: Required[str]            # planner, executor, fixer, summarizer
+    model: Required[str]           # provider:name
+    candidate_id: Required[str | None]
+    iteration: Required[int | None]
+    input_tokens: Required[int]
+    output_tokens: Required[int]
+    cost_usd: Required[float]
+    reasoning_tokens: Required[int]
+    estimated: bool                # the server sent no token counts: counted from an estimate
+    priced: bool                   # False: a model with no price, counted as $0
+    prompt_chars: int              # the prompt's size (system + user)
+    requests: int                  # requests that reached the server for this record (absent: 1)
+
+
+def usage_entries(usage: Mapping[str, Any] | None) -> list[Usage]:
+    """A policy answer's usage (policies.interface.Usage) as the state's ledger entries: one, or
+    none where the policy made no call."""
+    return [cast(Usage, dict(usage))] if usage else []
+
+
+# ---------------------------------------------------------------- insights (state.recalled, state.insights)
+
+class EvidenceRecord(TypedDict):
+    speedup: float
+    spread: float | None
+    hardware: str
+    timer: str
+    task: str
+    backend: str
+
+
+class ProvenanceRecord(TypedDict):
+    run_id: str
+    parent_id: str
+    child_id: str
+    iteration: int
+
+
+class RecipeRecord(TypedDict):
+    kernel_class: str
+    start: dict[str, int]
+    result: dict[str, int]
+    speedup_vs_baseline: float | None
+
+
+class InsightRecord(TypedDict):
+    """memory.schema.Insight, dumped: a lesson recalled for a beam member (state.recalled)."""
+
+    id: str
+    kind: Literal["positive", "negative"]
+    title: str
+    lesson: str
+    bottleneck: str
+    kernel_class: str
+    before: str
+    after: str
+    support: int
+    merged_ids: list[str]
+    author: str
+    evidence: EvidenceRecord
+    provenance: ProvenanceRecord
+    recipe: RecipeRecord | None
+
+
+class LearnedInsight(InsightRecord):
+    """A lesson this run wrote (state.insights), with the store's id now holding it: its own when
+    new, an older one's when merged (None without a memory)."""
+
+    stored_as: str | None
+
+
+def insight_record(insight: Insight) -> InsightRecord:
+    return cast(InsightRecord, insight.model_dump())
+
+
+def learned_insight(insight: Insight, stored_as: str | None) -> LearnedInsight:
+    return cast(LearnedInsight, {**insight_record(insight), "stored_as": stored_as})
+
+
+# ---------------------------------------------------------------- iterations (state.history, summary.iterations)
+
+class IterationRecord(TypedDict):
+    """The selector's record of a finished iteration (tools/run_record.IterationRecord)."""
+
+    iteration: int
+    evaluated: int
+    verified: int
+    best_id: str
+    best_speedup: float | None
+    beam: list[str]
+    tokens: int
+    cost_usd: float
+
+
+PlannerEventKind = Literal["planner_failed", "planner_skipped", "planner_empty"]
+
+
+class PlannerEvent(TypedDict):
+    """A planner call that failed, was skipped for the budget, or answered no plan
+    (tools/run_record.IterationEvent)."""
+
+    iteration: int
+    event: PlannerEventKind
+    member: str | None
+    error: str | None
+
+
+def planner_event(iteration: int, event: PlannerEventKind, member: str, error: str) -> PlannerEvent:
+    return PlannerEvent(iteration=iteration, event=event, member=member, error=error)
+
+
+# an entry with `event` is a planner event, any other an iteration's record
+HistoryEntry = IterationRecord | PlannerEvent
+
+
+# ---------------------------------------------------------------- the run record (state.summary)
+
+class UsageBucket(TypedDict):
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    calls: int
+
+
+class UsageTotals(UsageBucket):
+    """tools/llm_spec.totals of the ledger: overall, and per role, iteration and candidate."""
+
+    estimated_calls: NotRequired[int]
+    unpriced_calls: NotRequired[int]
+    by_role: dict[str, UsageBucket]
+    by_iteration: NotRequired[dict[str, UsageBucket]]
+    by_candidate: NotRequired[dict[str, UsageBucket]]
+
+
+class AutotuneSplit(TypedDict):
+    """What --autotune added apart from the rewrites (tools/run_record.AutotuneSummary)."""
+
+    rewrites_tuned: int
+    variants: int
+    gain_geomean: float | None
+    best_is_autotuned: bool
+    best_rewrite_speedup: float | None
+    best_autotune_gain: float
+
+
+class TorchCompileStanding(TypedDict):
+    """The best kernel timed interleaved with torch.compile(reference); speedups > 1: the best is faster."""
+
+    speedup: float
+    ci_low: float | None
+    ci_high: float | None
+    rounds: int | None
+    verdict: str                 # faster | slower | within noise
+    eager: float | None          # over eager PyTorch
+    device_name: str | None
+
+
+class NotMeasured(TypedDict):
+    not_measured: str            # why there is no standing against torch.compile
+
+
+class Summary(TypedDict):
+    """summary.json (tools/run_record.RunSummary, dumped) as of the last iteration. Keys that are
+    not required were added to the file over time (older states and files lack them);
+    versus_torch_compile comes with the standing node, at the run's end."""
+
+    task_dir: str
+    iteration: int
+    stop_reason: str | None
+    best_id: str
+    best_speedup: float | None
+    baseline_kind: NotRequired[str]           # kernel | reference (a from-scratch run)
+    best_speedup_vs_parent: NotRequired[float | None]
+    best_parent_id: NotRequired[str | None]
+    timer: str | None
+    device_name: str | None
+    best_pct_peak: float | None
+    best_pct_achievable: float | None
+    best_pct_of_copy: NotRequired[float | None]
+    beam: list[str]
+    failure: NotRequired[str | None]
+    candidates_evaluated: int
+    statuses: dict[str, int]
+    usage: UsageTotals
+    iterations: list[HistoryEntry]
+    insights: int
+    autotune: NotRequired[AutotuneSplit | None]
+    note: str | None
+    versus_torch_compile: NotRequired[TorchCompileStanding | NotMeasured]
+
+
+def summary_record(summary: RunSummary) -> Summary:
+    """The run record as the state keeps it (summary.json's contents)."""
+    return cast(Summary, summary.dump())

@@ -10,18 +10,19 @@ budget (tools/budget.py), so a run ends within about one call of it."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 from langgraph.runtime import Runtime
 
 from accelopt.nodes.context import RunContext
-from accelopt.nodes.records import leads_parent
+from accelopt.nodes.records import Candidate, IterationRecord, leads_parent
 from accelopt.nodes.state import RunState
 from accelopt.tools.budget import Spend, ledger, next_step
 from accelopt.tools.harness.result import NOT_EVALUATED
 from accelopt.tools.llm import endpoint, totals
 
 
-def rank(candidates: dict[str, dict], ids: list[str]) -> list[str]:
+def rank(candidates: Mapping[str, Candidate], ids: list[str]) -> list[str]:
     """Verified candidates (audited where flagged), fastest first. A child that is not faster than its parent beyond
     noise ranks just below that parent, whatever its median says: noise is not a win. On the interpreter, where
     nothing is faster beyond noise, a child leads only with a difference in work (records.leads_parent)."""
@@ -59,7 +60,7 @@ def unanswered(state: RunState, ctx: RunContext) -> str | None:
     return None
 
 
-def stop_reason(state: RunState, ctx: RunContext, best: dict, spent: dict) -> str | None:
+def stop_reason(state: RunState, ctx: RunContext, best: Candidate, spent: dict) -> str | None:
     if state["iteration"] >= ctx.iterations:
         return f"reached T={ctx.iterations} iterations"
     budget = budget_reason(ctx, spent)
@@ -86,7 +87,7 @@ def budget_reason(ctx: RunContext, spent: dict) -> str | None:
     return None
 
 
-def selector(state: RunState, runtime: Runtime[RunContext]) -> dict:
+def selector(state: RunState, runtime: Runtime[RunContext]) -> RunState:
     ctx = runtime.context
     candidates = state["candidates"]
     children = [cid for cid, c in candidates.items() if c.get("iteration") == state["iteration"]]
@@ -100,10 +101,10 @@ def selector(state: RunState, runtime: Runtime[RunContext]) -> dict:
     skipped = [h for h in state.get("history", [])
                if h.get("event") == "planner_skipped" and h.get("iteration") == state["iteration"]]
     if reason is None and skipped:  # the budget could not pay for a plan: another iteration would not either
-        reason = f"budget spent: {skipped[-1]['error']}"
-    record = {"iteration": state["iteration"],
-              "evaluated": sum(candidates[c].get("status") not in NOT_EVALUATED for c in children),
-              "verified": sum(candidates[c]["status"] == "verified" for c in children),
-              "best_id": best["id"], "best_speedup": best.get("speedup"), "beam": beam,
-              "tokens": spent["input_tokens"] + spent["output_tokens"], "cost_usd": spent["cost_usd"]}
+        reason = f"budget spent: {skipped[-1].get('error')}"
+    record = IterationRecord(iteration=state["iteration"],
+                             evaluated=sum(candidates[c].get("status") not in NOT_EVALUATED for c in children),
+                             verified=sum(candidates[c]["status"] == "verified" for c in children),
+                             best_id=best["id"], best_speedup=best.get("speedup"), beam=beam,
+                             tokens=spent["input_tokens"] + spent["output_tokens"], cost_usd=spent["cost_usd"])
     return {"beam": beam, "history": [record], "stop_reason": reason, "fatal": fatal}

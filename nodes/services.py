@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import ast
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import Any
 
 from accelopt.memory.store import InsightStore
 from accelopt.nodes.context import RunContext
 from accelopt.nodes.measurements import mean_pct
-from accelopt.nodes.records import Candidate, attempt
+from accelopt.nodes.records import Candidate, attempt, usage_entries
 from accelopt.nodes.state import CandidateState
 from accelopt.policies.interface import Kernel, PolicyError
 from accelopt.policies.replies import plan_title
@@ -32,7 +32,7 @@ def new_attempt(state: CandidateState, attempt_id: str, fix_of: str | None, fix_
                    plan_title(state["plan"]["text"]), fix_of, fix_attempt)
 
 
-def fill_attempt(attempt: Candidate, ask: Callable[[], Kernel]) -> dict:
+def fill_attempt(attempt: Candidate, ask: Callable[[], Kernel]) -> CandidateState:
     """Ask the policy for the attempt's kernel and fill it in: a kernel, or the policy's status for
     a reply without one (no_code, or truncated: cut off at the token limit, so that the fixer is
     told to write less) with its reason, llm_error when the policy failed for good, or not_sent
@@ -40,23 +40,24 @@ def fill_attempt(attempt: Candidate, ask: Callable[[], Kernel]) -> dict:
     try:
         kernel = ask()
     except PolicyError as exc:  # not called for the budget is not a failed call
-        attempt.update(status="not_sent" if isinstance(exc.__cause__, BudgetExceeded) else "llm_error",
-                       error=str(exc))
+        attempt.update({"status": "not_sent" if isinstance(exc.__cause__, BudgetExceeded) else "llm_error",
+                        "error": str(exc)})
         return {"current": attempt, "usage": []}
     if kernel.usage:
-        attempt.update(tokens=kernel.usage["input_tokens"] + kernel.usage["output_tokens"],
-                       cost_usd=kernel.usage["cost_usd"])
+        attempt.update({"tokens": kernel.usage["input_tokens"] + kernel.usage["output_tokens"],
+                        "cost_usd": kernel.usage["cost_usd"]})
     if kernel.source is None:
-        attempt.update(status=kernel.status, error=kernel.note)
+        attempt.update({"status": kernel.status, "error": kernel.note})
     else:
         attempt["source"] = kernel.source
-    return {"current": attempt, "usage": [kernel.usage] if kernel.usage else []}
+    return {"current": attempt, "usage": usage_entries(kernel.usage)}
 
 
 # ---------------------------------------------------------------- measuring
 
 @traced_evaluation
-def measure(task: Task, source: str, ctx: RunContext, *, baseline: dict | None, parent: dict | None,
+def measure(task: Task, source: str, ctx: RunContext, *, baseline: Mapping[str, Any] | None,
+            parent: Mapping[str, Any] | None,
             trusted: bool = False, run_dir: str | None = None, candidate_id: str | None = None) -> dict:
     """Evaluate a source, timed interleaved with its parent and the baseline, and return the
     candidate fields the harness decides. Speedups are medians over rounds with a bootstrap interval (result.interval_label);
@@ -113,8 +114,9 @@ def program_key(source: str) -> str:
         return digest(source)
 
 
-def _measure(task: Task, source: str, ctx: RunContext, device: str | None, compare: dict, baseline: dict | None,
-             parent: dict | None, trusted: bool, on_node: Callable[[str], None] | None = None) -> dict:
+def _measure(task: Task, source: str, ctx: RunContext, device: str | None, compare: dict,
+             baseline: Mapping[str, Any] | None, parent: Mapping[str, Any] | None, trusted: bool,
+             on_node: Callable[[str], None] | None = None) -> dict:
     backend = backend_for(task, cluster=ctx.ray_address, profile=ctx.profile)
     if isinstance(backend, RayTritonBackend):  # the node it runs on is known once the pool picks an actor
         result = backend.evaluate(task, source, device=device, timeout_s=ctx.eval_timeout_s, compare=compare,

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any
 
 from langgraph.runtime import Runtime
 
@@ -31,7 +30,7 @@ from accelopt.tools.rundir import new_default_run_dir, write_candidate, write_ru
 log = logging.getLogger("accelopt")
 
 
-def setup(state: RunState, runtime: Runtime[RunContext]) -> dict:
+def setup(state: RunState, runtime: Runtime[RunContext]) -> RunState:
     emit({"event": "step", "text": "loading the task"})
     task = task_of(state["task_dir"])
     if state.get("baseline_id"):  # resumed after setup already ran
@@ -54,8 +53,8 @@ def setup(state: RunState, runtime: Runtime[RunContext]) -> dict:
                                                   parent=None, trusted=from_scratch, run_dir=run_dir,
                                                   candidate_id=baseline["id"]))
     write_candidate(run_dir, baseline)
-    update: dict[str, Any] = {"run_dir": run_dir, "iteration": 0, "started_at": time.time(), "baseline_id": "baseline",
-              "candidates": {"baseline": baseline}, "plans": [], "history": []}
+    update: RunState = {"run_dir": run_dir, "iteration": 0, "started_at": time.time(), "baseline_id": "baseline",
+                        "candidates": {"baseline": baseline}, "plans": [], "history": []}
     if baseline["status"] == "reference_error":  # the task is broken, not the baseline: say only that
         return {**update, "stop_reason": baseline["error"]}
     if baseline["status"] != "verified":  # no beam: there is nothing correct to optimize from

@@ -14,21 +14,22 @@ from langgraph.runtime import Runtime
 
 from accelopt.nodes.common import task_of
 from accelopt.nodes.context import RunContext
+from accelopt.nodes.records import Candidate, NotMeasured, TorchCompileStanding, summary_record
 from accelopt.nodes.services import measure_against_torch
 from accelopt.nodes.state import RunState
 from accelopt.tools.harness.result import short_reason
 from accelopt.tools.run_record import RunSummary, write_summary
 
 
-def standing(state: RunState, runtime: Runtime[RunContext]) -> dict:
+def standing(state: RunState, runtime: Runtime[RunContext]) -> RunState:
     best = state["candidates"][state["beam"][0]]
     summary = RunSummary.model_validate(state["summary"]).with_standing(
         versus_torch_compile(state, best, runtime.context))
     write_summary(state.get("run_dir"), summary, None)
-    return {"summary": summary.dump()}
+    return {"summary": summary_record(summary)}
 
 
-def versus_torch_compile(state: RunState, best: dict, ctx: RunContext) -> dict:
+def versus_torch_compile(state: RunState, best: Candidate, ctx: RunContext) -> TorchCompileStanding | NotMeasured:
     """{"speedup", "ci_low", "ci_high", "rounds", "verdict", "eager"} (speedups > 1: the best is
     faster), or {"not_measured": why}."""
     if best.get("timer") != "cuda_event":

@@ -1,30 +1,44 @@
 """Graph state: small and JSON-friendly (sources as strings, numbers, ids), because the
-checkpointer and the dev server both serialize it. Keys written by parallel Send branches
-carry reducers; per-iteration accumulators are reset with Overwrite by the recall node."""
+checkpointer and the dev server both serialize it. Its values are plain dicts typed as the
+records of nodes/records.py (TypedDicts: Studio's schemas show their fields), never models.
+Keys written by parallel Send branches carry reducers; per-iteration accumulators are reset
+with Overwrite by the recall node."""
 
 from __future__ import annotations
 
 import operator
-from typing import Annotated, Any, NotRequired
+from typing import Annotated, NotRequired, TypeVar
 
 # typing_extensions' TypedDict: pydantic (Studio's schemas) refuses typing's below Python 3.12
 from typing_extensions import TypedDict
 
+from accelopt.nodes.records import (
+    Candidate,
+    CompactCandidate,
+    HistoryEntry,
+    InsightRecord,
+    LearnedInsight,
+    Plan,
+    Summary,
+    Usage,
+)
 from accelopt.policies.interface import MeasuredKernel
 
+V = TypeVar("V")
 
-def merge_dicts(left: dict | None, right: dict | None) -> dict:
+
+def merge_dicts(left: dict[str, V] | None, right: dict[str, V] | None) -> dict[str, V]:
     return {**(left or {}), **(right or {})}
 
 
-def merge_plans(left: list[dict] | None, right: list[dict] | None) -> list[dict]:
+def merge_plans(left: list[Plan] | None, right: list[Plan] | None) -> list[Plan]:
     """This iteration's plans, keyed by id: a plan whose id is already here replaces it in place
     (a planner branch adds its own ids; an edit through `update_state` replaces, never duplicates,
     since two plans with one id would write the same candidate ids). `Overwrite(list)` (JSON:
     `{"__overwrite__": list}`) replaces the whole list; recall resets it each iteration."""
     if not isinstance(right, list):
         raise ValueError(f"plans: expected a list of plans, got {type(right).__name__}")
-    merged: dict[str, dict] = {}
+    merged: dict[str, Plan] = {}
     for plan in [*(left or []), *right]:
         if not isinstance(plan, dict) or not isinstance(plan.get("id"), str):
             raise ValueError(f"plans: every plan is an object with a string `id`, got {str(plan)[:80]}")
@@ -47,13 +61,13 @@ class OutputState(TypedDict, total=False):
     run_dir: str | None               # the run directory (chosen by setup when the input named none)
     iteration: int
     best_id: str                      # the best kernel so far (the beam's head)
-    summary: dict                     # summary.json as of the last iteration
+    summary: Summary                  # summary.json as of the last iteration
     beam: list[str]
     baseline_id: str
-    candidates: Annotated[dict[str, dict], merge_dicts]
-    insights: Annotated[list[dict], operator.add]
-    usage: Annotated[list[dict], operator.add]
-    history: Annotated[list[dict], operator.add]
+    candidates: Annotated[dict[str, Candidate], merge_dicts]
+    insights: Annotated[list[LearnedInsight], operator.add]
+    usage: Annotated[list[Usage], operator.add]
+    history: Annotated[list[HistoryEntry], operator.add]
     notes: Annotated[list[str], operator.add]  # what the run decided without a model (a seed made or refused)
     stop_reason: str | None
     fatal: str | None
@@ -67,19 +81,19 @@ class RunState(TypedDict, total=False):
     iteration: int
     started_at: float
     baseline_id: str
-    beam: list[str]                                    # candidate ids, best first (elitist)
-    candidates: Annotated[dict[str, dict], merge_dicts]  # every evaluated attempt, by id
-    recalled: dict[str, list[dict]]                    # beam member id -> insights recalled for it
-    plans: Annotated[list[dict], merge_plans]          # this iteration's plans, by id (reset each iteration)
-    insights: Annotated[list[dict], operator.add]      # insights written to memory by this run
-    usage: Annotated[list[dict], operator.add]         # one record per model call: role, tokens, $
-    history: Annotated[list[dict], operator.add]       # one summary per iteration
+    beam: list[str]                                         # candidate ids, best first (elitist)
+    candidates: Annotated[dict[str, Candidate], merge_dicts]  # every evaluated attempt, by id
+    recalled: dict[str, list[InsightRecord]]                # beam member id -> insights recalled for it
+    plans: Annotated[list[Plan], merge_plans]               # this iteration's plans, by id (reset each iteration)
+    insights: Annotated[list[LearnedInsight], operator.add]  # insights written to memory by this run
+    usage: Annotated[list[Usage], operator.add]             # one record per model call: role, tokens, $
+    history: Annotated[list[HistoryEntry], operator.add]    # one record per iteration, and planner events
     stop_reason: str | None
     fatal: str | None  # a model error no retry can fix (tools/llm.FatalLLMError): it stopped the run
     notes: Annotated[list[str], operator.add]  # what the run decided without a model (e.g. a seed refused)
     # Output (record, every iteration)
     best_id: str
-    summary: dict
+    summary: Summary
 
 
 class PlannerInput(TypedDict):
@@ -89,8 +103,8 @@ class PlannerInput(TypedDict):
     run_dir: str | None
     iteration: int
     member_index: int
-    member: dict
-    recalled: list[dict]
+    member: CompactCandidate
+    recalled: list[InsightRecord]
     tried: list[MeasuredKernel]  # every kernel measured so far in this run
 
 
@@ -100,22 +114,25 @@ class CandidateState(TypedDict, total=False):
     task_dir: str
     run_dir: str | None
     iteration: int
-    plan: dict
+    plan: Plan
     sample: int
-    parent: dict
-    baseline: dict
-    current: dict   # the attempt being evaluated or fixed
+    parent: CompactCandidate
+    baseline: CompactCandidate
+    current: Candidate   # the attempt being evaluated or fixed
     fixes: int
-    candidates: Annotated[dict[str, dict], merge_dicts]
-    usage: Annotated[list[dict], operator.add]
+    candidates: Annotated[dict[str, Candidate], merge_dicts]
+    usage: Annotated[list[Usage], operator.add]
 
 
 class CandidateOutput(TypedDict):
-    candidates: Annotated[dict[str, dict], merge_dicts]
-    usage: Annotated[list[dict], operator.add]
+    candidates: Annotated[dict[str, Candidate], merge_dicts]
+    usage: Annotated[list[Usage], operator.add]
 
 
-def compact(candidate: dict[str, Any]) -> dict[str, Any]:
+def compact(candidate: Candidate) -> CompactCandidate:
     """The part of a candidate a branch needs about its parent or the baseline."""
-    keys = ("id", "kind", "plan_title", "source", "status", "workloads", "speedup", "versus", "profile", "timer", "pct_peak", "iteration")
-    return {k: candidate.get(k) for k in keys}
+    return CompactCandidate(
+        id=candidate["id"], kind=candidate.get("kind"), plan_title=candidate.get("plan_title"),
+        source=candidate.get("source"), status=candidate.get("status"), workloads=candidate.get("workloads"),
+        speedup=candidate.get("speedup"), versus=candidate.get("versus"), profile=candidate.get("profile"),
+        timer=candidate.get("timer"), pct_peak=candidate.get("pct_peak"), iteration=candidate.get("iteration"))

@@ -14,7 +14,7 @@ from accelopt.memory.features import kernel_class
 from accelopt.memory.schema import Evidence, Insight, Provenance, Recipe
 from accelopt.nodes.common import task_of
 from accelopt.nodes.context import RunContext
-from accelopt.nodes.records import ahead, leads_parent, trails_parent
+from accelopt.nodes.records import Candidate, Usage, ahead, leads_parent, learned_insight, trails_parent, usage_entries
 from accelopt.nodes.services import open_store
 from accelopt.nodes.state import RunState
 from accelopt.policies.choice import policy_for
@@ -29,7 +29,7 @@ NEGATIVE = 1 / 1.15     # child regressed this much
 MAX_PER_ITERATION = 8
 
 
-def measured_pairs(state: RunState, ctx: RunContext) -> list[tuple[dict, dict, str, float]]:
+def measured_pairs(state: RunState, ctx: RunContext) -> list[tuple[Candidate, Candidate, str, float]]:
     """(parent, child, kind, measured child/parent ratio) for this iteration's clear wins and
     regressions, plus the whole way from the baseline to a new best kernel: the step that made
     a new best is often small, but the configuration it reached is the lesson a later run wants."""
@@ -83,7 +83,7 @@ def recipe_of(parent_source: str, child_source: str, speedup_vs_baseline: float 
                   speedup_vs_baseline=speedup_vs_baseline) if same else None
 
 
-def bottleneck(candidate: dict) -> str:
+def bottleneck(candidate: Candidate) -> str:
     """What limited a kernel: the profile's reading, else the roofline's bound per workload."""
     profile = candidate.get("profile") or ""
     if "reading: " in profile:
@@ -92,7 +92,7 @@ def bottleneck(candidate: dict) -> str:
     return ", ".join(bound) or "unknown"
 
 
-def build_insight(parent: dict, child: dict, kind: str, plan_text: str, draft: dict[str, str],
+def build_insight(parent: Candidate, child: Candidate, kind: str, plan_text: str, draft: dict[str, str],
                   evidence: Evidence, provenance: Provenance, author: str) -> Insight:
     """The insight from a policy's lesson text, filled in from the measurements where the text
     is missing or unusable (then the author is "fallback")."""
@@ -117,12 +117,13 @@ def build_insight(parent: dict, child: dict, kind: str, plan_text: str, draft: d
     return Insight(kind=kind, author="fallback", evidence=evidence, provenance=provenance, recipe=recipe, **fallback)
 
 
-def summarizer(state: RunState, runtime: Runtime[RunContext]) -> dict:
+def summarizer(state: RunState, runtime: Runtime[RunContext]) -> RunState:
     ctx = runtime.context
     task = task_of(state["task_dir"])
     plans = {p["id"]: p for p in state.get("plans", [])}
     policy = policy_for(ctx, "summarizer", state.get("run_dir"))
-    insights, usage = [], []
+    insights: list[Insight] = []
+    usage: list[Usage] = []
     for parent, child, kind, ratio in measured_pairs(state, ctx):
         # an autotuned variant carries its own move; a rewrite, the plan it implemented
         plan_text = child.get("plan_text") or plans.get(child["plan_id"], {}).get("text", "")
@@ -145,12 +146,11 @@ def summarizer(state: RunState, runtime: Runtime[RunContext]) -> dict:
             draft = policy.summarize(request)
         except PolicyError:
             draft = LessonDraft({})
-        if draft.usage:
-            usage.append(draft.usage)
+        usage += usage_entries(draft.usage)
         insights.append(build_insight(parent, child, kind, plan_text, draft.fields, evidence, provenance,
                                       policy.label))
     store = open_store(ctx)
     held = store.add(insights) if store is not None else [None] * len(insights)
     append_insights(state.get("run_dir"), insights)
     # stored_as: the store's id now holding the lesson (its own when new, an older one's when merged)
-    return {"insights": [{**i.model_dump(), "stored_as": h} for i, h in zip(insights, held)], "usage": usage}
+    return {"insights": [learned_insight(i, h) for i, h in zip(insights, held)], "usage": usage}

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from tests.conftest import ROOT, TASKS
+from tests.unit.test_schemas import resolved
 
 pytestmark = pytest.mark.slow
 LANGGRAPH = Path(sys.executable).with_name("langgraph")
@@ -74,6 +75,18 @@ def test_a_run_through_the_sdk_streams_node_updates_in_order(dev_server):
     output = schemas["output_schema"]
     assert output is not None and {"best_id", "summary", "stop_reason", "run_dir"} <= set(output["properties"])
     assert not {"plans", "recalled", "started_at"} & set(output["properties"])
+    # its records typed to their fields (nodes/records.py), not bare objects
+    candidate = resolved(output, output["properties"]["candidates"]["additionalProperties"])
+    assert {"id", "parent_id", "source", "status", "speedup", "workloads", "versus"} <= set(candidate["properties"])
+    summary = resolved(output, output["properties"]["summary"])
+    assert {"best_id", "best_speedup", "stop_reason", "usage", "iterations"} <= set(summary["properties"])
+    usage = resolved(output, output["properties"]["usage"]["items"])
+    assert {"role", "input_tokens", "cost_usd"} <= set(usage["required"])
+    assert "stored_as" in resolved(output, output["properties"]["insights"]["items"])["properties"]
+    # and the state's, with the planner's own keys: a plan is an object with its fields too
+    state_schema = schemas["state_schema"]
+    assert {"text", "parent_id", "moves"} <= set(
+        resolved(state_schema, state_schema["properties"]["plans"]["items"])["properties"])
     assert {"beams", "plans", "samples", "fixes", "iterations", "model", "max_cost_usd", "autotune",
             "review_plans"} <= set(schema["properties"])
     assert "beam width" in schema["properties"]["beams"]["description"]
@@ -98,6 +111,16 @@ def test_a_run_through_the_sdk_streams_node_updates_in_order(dev_server):
     assert state["stop_reason"] == "reached T=1 iterations"
     assert "not timed on a GPU" in state["summary"]["versus_torch_compile"]["not_measured"]
     assert state["candidates"]["i1.m0.p0.k0"]["status"] == "verified"
+    # the state the server sends back is what the output schema says it is
+    from pydantic import TypeAdapter
+
+    from accelopt.nodes.records import Candidate, HistoryEntry, Summary
+    from accelopt.nodes.state import OutputState
+
+    TypeAdapter(OutputState).validate_python({k: v for k, v in state.items() if k in OutputState.__annotations__})
+    assert all(set(c) <= set(Candidate.__annotations__) for c in state["candidates"].values())
+    assert set(state["summary"]) <= set(Summary.__annotations__) and state["history"]
+    assert all(set(h) <= {k for t in HistoryEntry.__args__ for k in t.__annotations__} for h in state["history"])
     # No run_dir was given: the run has one of its own, with what the CLI's runs have.
     run_dir = Path(state["run_dir"])
     assert run_dir.parent == (log.parent / "runs").resolve() and run_dir.name.startswith("rmsnorm-")

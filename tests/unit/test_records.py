@@ -8,8 +8,10 @@ from tests.conftest import ROOT
 DATA = ROOT.joinpath("ARCHITECTURE.md").read_text().split("## Data", 1)[1].split("\n## ", 1)[0]
 
 
-def test_architecture_names_every_candidate_field():
-    missing = [k for k in Candidate.__annotations__ if not re.search(rf"\b{k}\b", DATA)]
+def test_architecture_names_every_candidate_and_plan_field():
+    from accelopt.nodes.records import Plan
+
+    missing = [k for k in [*Candidate.__annotations__, *Plan.__annotations__] if not re.search(rf"\b{k}\b", DATA)]
     assert not missing, f"ARCHITECTURE.md's Data section misses {missing}"
 
 
@@ -52,3 +54,70 @@ def test_measured_kernels_carry_per_workload_speedups_and_plans_their_config_lis
     plain = PlanDraft("### Plan 1: raise BLOCK", {"BLOCK": (64, 128)})
     assert "configs" not in plan_record("i1.m0.p1", "baseline", plain, []) and \
         plan_draft(plan_record("i1.m0.p1", "baseline", plain, [])) == plain
+
+
+# ---------------------------------------------------------------- the state's other records
+
+def _mirrors():
+    from accelopt.memory import schema
+    from accelopt.nodes import records
+    from accelopt.tools import run_record
+
+    return [(records.Summary, run_record.RunSummary), (records.UsageTotals, run_record.UsageTotals),
+            (records.UsageBucket, run_record.UsageBucket), (records.IterationRecord, run_record.IterationRecord),
+            (records.PlannerEvent, run_record.IterationEvent), (records.AutotuneSplit, run_record.AutotuneSummary),
+            (records.TorchCompileStanding, run_record.TorchCompileStanding),
+            (records.NotMeasured, run_record.NotMeasured), (records.InsightRecord, schema.Insight),
+            (records.EvidenceRecord, schema.Evidence), (records.ProvenanceRecord, schema.Provenance),
+            (records.RecipeRecord, schema.Recipe)]
+
+
+@pytest.mark.parametrize("typed, model", _mirrors(), ids=lambda t: t.__name__)
+def test_each_state_record_has_exactly_its_models_fields(typed, model):
+    """The state keeps a model's dump; its TypedDict (Studio's schema, mypy's view) names the same fields."""
+    assert set(typed.__annotations__) == set(model.model_fields)
+
+
+def _valid(typed, value) -> None:
+    from pydantic import TypeAdapter
+
+    TypeAdapter(typed).validate_python(value)  # raises on a missing required key or a wrong type
+
+
+def test_the_run_record_and_insights_enter_the_state_as_their_typed_dumps():
+    from accelopt.memory.schema import Evidence, Insight, Provenance, Recipe
+    from accelopt.nodes.records import LearnedInsight, Summary, insight_record, learned_insight, summary_record
+    from accelopt.tools.run_record import run_summary
+    from tests.unit.test_run_record import _state
+
+    summary = summary_record(run_summary(_state()).with_standing({"not_measured": "no GPU"}))
+    _valid(Summary, summary)
+    assert set(summary) <= set(Summary.__annotations__) and summary["versus_torch_compile"] == {
+        "not_measured": "no GPU"}
+    evidence = Evidence(speedup=1.2, hardware="cpu", timer="interpreter_wall", task="x", backend="triton")
+    insight = Insight(kind="positive", title="t", lesson="l", evidence=evidence,
+                      provenance=Provenance(run_id="r", parent_id="baseline", child_id="k", iteration=1),
+                      recipe=Recipe(kernel_class="row", start={"BLOCK": 64}, result={"BLOCK": 128}))
+    learned = learned_insight(insight, None)
+    _valid(LearnedInsight, learned)
+    assert set(learned) == set(LearnedInsight.__annotations__) and learned["stored_as"] is None
+    assert Insight.model_validate(insight_record(insight)) == insight  # the planner reads it back
+
+
+def test_usage_records_as_the_ledger_writes_them_have_declared_keys():
+    from langchain_core.messages import AIMessage
+
+    from accelopt.nodes.records import Usage, usage_entries
+    from accelopt.policies.llm import _merged
+    from accelopt.tools.llm import ModelSpec, usage_record
+
+    spec = ModelSpec.parse("vllm:some-model")
+    counted = usage_record(AIMessage("hi", usage_metadata={"input_tokens": 9, "output_tokens": 2, "total_tokens": 11}),
+                           spec, "planner", None, 1)
+    estimated = usage_record(AIMessage("hello"), spec, "executor", "i1.m0.p0.k0", 1)
+    merged = _merged([{**estimated, "prompt_chars": 10}, {**counted, "prompt_chars": 12}])
+    for record in (counted, estimated, merged):
+        [entry] = usage_entries(record)
+        _valid(Usage, entry)
+        assert set(entry) <= set(Usage.__annotations__), set(entry) - set(Usage.__annotations__)
+    assert usage_entries(None) == [] and merged["requests"] == 2

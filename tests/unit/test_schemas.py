@@ -28,6 +28,31 @@ def test_the_output_shows_what_a_user_reads():
     assert not INTERNAL & set(props)
 
 
+def resolved(schema: dict, node: dict) -> dict:
+    """A schema node with its $ref followed (pydantic puts each record once under $defs)."""
+    while "$ref" in node:
+        node = schema["$defs"][node["$ref"].rsplit("/", 1)[1]]
+    return node
+
+
+def test_the_outputs_records_are_typed_to_their_fields():
+    """Studio's output view shows each record's fields, not a bare object (nodes/records.py)."""
+    schema = graph.get_output_jsonschema()
+    props = schema["properties"]
+    candidate = resolved(schema, props["candidates"]["additionalProperties"])
+    assert {"id", "parent_id", "source", "status", "speedup", "workloads", "versus"} <= set(candidate["properties"])
+    assert candidate["properties"]["kind"]["enum"] == ["kernel", "reference", "autotuned", "inductor_seed"]
+    summary = resolved(schema, props["summary"])
+    assert {"best_id", "best_speedup", "stop_reason", "usage", "iterations"} <= set(summary["properties"])
+    assert {"task_dir", "best_id", "usage"} <= set(summary["required"]) and "baseline_kind" not in summary["required"]
+    usage = resolved(schema, props["usage"]["items"])
+    assert {"role", "model", "input_tokens", "output_tokens", "cost_usd"} <= set(usage["required"])
+    record, event = (resolved(schema, s) for s in props["history"]["items"]["anyOf"])
+    assert {"evaluated", "best_id"} <= set(record["required"]) and {"event", "error"} <= set(event["required"])
+    insight = resolved(schema, props["insights"]["items"])
+    assert {"title", "lesson", "evidence", "provenance", "stored_as"} <= set(insight["properties"])
+
+
 def test_the_context_form_has_choices_descriptions_and_no_code_only_field():
     props = graph.get_context_jsonschema()["properties"]
     assert props["device"]["enum"] == ["auto", "cuda", "cpu"] and props["device"]["default"] == "auto"
@@ -86,6 +111,17 @@ def test_a_review_answer_keeps_edits_drops_and_fills_from_the_proposed_plan():
     plans, warnings = review(["new idea", {"text": "for the second member", "parent_id": "i1.m0.p0.k0"}])
     assert [(p["id"], p["parent_id"]) for p in plans] == [("i2.m0.p2", "baseline"), ("i2.m1.p1", "i1.m0.p0.k0")]
     assert warnings == []
+
+
+def test_a_reviewed_plan_keeps_the_tuners_fields():
+    """configs and rewrite (the tuner's plans) come through a review like every other field."""
+    tuned = plan("i2.m0.p0", "rewrite", rewrite="chunkwise_online_softmax", configs=[{"BLOCK": 64}])
+    plans, _ = reviewed_plans([{"id": "i2.m0.p0", "text": "rewrite, reviewed"}], [tuned], BEAM, 2)
+    assert plans == [{**tuned, "text": "rewrite, reviewed"}]
+    plans, _ = reviewed_plans([{"id": "i2.m0.p0", "rewrite": ""}], [tuned], BEAM, 2)
+    assert "rewrite" not in plans[0]  # taken off: a plain plan
+    with pytest.raises(PlanReviewError, match="`rewrite` must be the name of a source rewrite"):
+        reviewed_plans([{"id": "i2.m0.p0", "rewrite": 3}], [tuned], BEAM, 2)
 
 
 def test_duplicate_or_misfit_plan_ids_are_renamed_with_a_warning():
