@@ -212,10 +212,33 @@ def _read_spec(path: Path) -> TaskSpec:
         raise TaskError(f"{path}: invalid JSON at line {e.lineno}: {e.msg}") from None
     if not isinstance(data, dict):
         raise TaskError(f"{path}: the top level must be a JSON object {{...}}, not {type(data).__name__}")
+    return task_spec(data, path)
+
+
+def task_spec(data: dict[str, Any], path: str | Path) -> TaskSpec:
+    """task.json's contents as the model, checked as every task's are; TaskError `path: field: what
+    is wrong`. An importer builds its spec with it, so that a malformed one is refused before its
+    file is written (`write_spec`)."""
     try:
         return TaskSpec.model_validate(data)
     except ValidationError as e:
         raise TaskError(f"{path}: {_first_error(e)}") from None
+
+
+# task.json's keys in the order a written file has them (the importers' order); a field the
+# spec's maker did not set stays out of the file, at its default
+SPEC_ORDER = ("name", "description", "backend", "dtype", "interpreter_dtype", "flops_kind", "entry_point",
+              "workloads", "interpreter_workloads", "seeds", "atol", "rtol", "correctness", "costs", "origin",
+              "required_matched_ratio", "gpu_only")
+
+
+def write_spec(task_dir: str | Path, spec: TaskSpec) -> Path:
+    """The task's task.json, written from the model: the fields set when it was built, in SPEC_ORDER."""
+    fields = spec.model_dump(mode="json", exclude_unset=True)
+    ordered = {key: fields.pop(key) for key in SPEC_ORDER if key in fields}
+    path = Path(task_dir) / "task.json"
+    path.write_text(json.dumps({**ordered, **fields}, indent=2) + "\n")
+    return path
 
 
 def _first_error(error: ValidationError) -> str:

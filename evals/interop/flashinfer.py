@@ -38,7 +38,7 @@ from accelopt.evals.interop.flashinfer_schema import (
 )
 from accelopt.evals.interop.flashinfer_shrink import Plan, plan_interpreter, save_blob
 from accelopt.tools import pyparse
-from accelopt.tools.task import TaskError, load_task, read_utf8
+from accelopt.tools.task import TaskError, TaskSpec, load_task, read_utf8, task_spec, write_spec
 
 __all__ = ["import_definition", "export_run", "adapt_baseline", "baseline_source", "workload_entry"]
 
@@ -64,11 +64,15 @@ def import_definition(definition_path: str | Path, workloads_path: str | Path | 
     rows, root = _workloads(definition_path, definition, workloads_path, dataset)
     rows, blobs = _confine_blobs(definition, rows, root)  # refused before anything is written
     out = Path(out_dir)
+    paging = find_paging(definition)
+    workloads = [workload_entry(w, i) for i, w in enumerate(rows)]
+    # the spec as far as it is known before the interpreter's workloads are chosen (the real ones stand in):
+    # a malformed import (its name, seeds, tolerances, workloads) is refused before anything is written
+    _task_spec(out, definition, judging, paging, workloads, workloads, Plan(), seeds)
     out.mkdir(parents=True, exist_ok=True)
     store = BlobStore(out / "data")  # each blob once, however many inputs name it
     for relative, source in blobs.items():
         store.place(source, relative)
-    paging = find_paging(definition)
     (out / "definition.json").write_text(read_utf8(definition_path))
     _write_jsonl(out / "workloads.jsonl", rows)
     (out / "interpreter.jsonl").unlink(missing_ok=True)
@@ -80,12 +84,14 @@ def import_definition(definition_path: str | Path, workloads_path: str | Path | 
     shutil.copyfile(TEMPLATE, out / "reference.py")
     interpreter = ([workload_entry(plan.derived, len(rows), prefix="interp_")] if plan.derived is not None
                    else [workload_entry(rows[i], i) for i in plan.real])
-    _write_task(out, definition, judging, paging, rows, interpreter, plan, seeds)
+    _write_task(out, definition, judging, paging, plan,
+                _task_spec(out, definition, judging, paging, workloads, interpreter, plan, seeds))
     if plan.gpu_only is None:
         failure = next(filter(None, (_runs_on_cpu(out, definition, entry) for entry in interpreter)), None)
         if failure:  # the reference itself cannot run this workload on the CPU
             plan.gpu_only = f"the Definition's reference fails on its CPU workload: {failure}"
-            _write_task(out, definition, judging, paging, rows, interpreter, plan, seeds)
+            _write_task(out, definition, judging, paging, plan,
+                        _task_spec(out, definition, judging, paging, workloads, interpreter, plan, seeds))
     if kernel is not None:
         (out / "baseline.py").write_text(kernel)
     load_task(out)  # the same validation every task gets
@@ -258,13 +264,21 @@ def _task_dtype(definition: Definition) -> str:
     return "float32"
 
 
-def _write_task(out: Path, definition: Definition, judging: Judging, paging: Paging | None, rows: list[dict],
-                interpreter: list[dict], plan: Plan, seeds: int) -> None:
+def _write_task(out: Path, definition: Definition, judging: Judging, paging: Paging | None, plan: Plan,
+                spec: TaskSpec) -> None:
+    """flashinfer.json (how the Definition is judged, how its interpreter workload was chosen) and task.json,
+    written from the spec."""
     meta = {"definition": definition.name, "evaluator": judging.evaluator, "atol": judging.atol,
             "rtol": judging.rtol, "required_matched_ratio": judging.required_matched_ratio,
             "paging": paging.model_dump() if paging else None, "gpu_only": plan.gpu_only,
             "interpreter": "derived" if plan.derived is not None else "real"}
     (out / "flashinfer.json").write_text(json.dumps(meta, indent=2) + "\n")
+    write_spec(out, spec)
+
+
+def _task_spec(out: Path, definition: Definition, judging: Judging, paging: Paging | None, workloads: list[dict],
+               interpreter: list[dict], plan: Plan, seeds: int) -> TaskSpec:
+    """The task's spec, checked as every task.json is (TaskError naming the file it would be)."""
     origin = {"format": "flashinfer-bench", "definition": definition.name, "evaluator": judging.evaluator}
     if plan.gpu_only:
         origin["gpu_only"] = plan.gpu_only
@@ -275,7 +289,7 @@ def _write_task(out: Path, definition: Definition, judging: Judging, paging: Pag
         "dtype": _task_dtype(definition),
         "flops_kind": "tensor" if definition.op_type in GEMM_OPS else "vector",
         "entry_point": TASK_ENTRY_POINT,
-        "workloads": [workload_entry(w, i) for i, w in enumerate(rows)],
+        "workloads": workloads,
         "interpreter_workloads": interpreter,
         "seeds": seeds,
         "atol": judging.atol,
@@ -287,7 +301,7 @@ def _write_task(out: Path, definition: Definition, judging: Judging, paging: Pag
         spec["required_matched_ratio"] = judging.required_matched_ratio
     if plan.gpu_only:  # the task format's own field: the harness refuses the interpreter for it
         spec["gpu_only"] = plan.gpu_only
-    (out / "task.json").write_text(json.dumps(spec, indent=2) + "\n")
+    return task_spec(spec, out / "task.json")
 
 
 def _description(definition: Definition, judging: Judging, paging: Paging | None, plan: Plan) -> str:

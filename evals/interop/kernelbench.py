@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-import json
 import re
 import shutil
 from pathlib import Path
@@ -27,7 +26,7 @@ from accelopt.evals.interop import kernelbench_sizes as kbsizes
 from accelopt.evals.interop.kernelbench_export import export_run, solution_source  # noqa: F401 - re-exported
 from accelopt.evals.interop.kernelbench_shrink import TARGET_ELEMENTS, shrink
 from accelopt.tools import pyparse
-from accelopt.tools.task import TaskError, load_task, read_utf8
+from accelopt.tools.task import TaskError, TaskSpec, load_task, read_utf8, task_spec, write_spec
 
 HERE = Path(__file__).resolve().parent
 TASK_FILES = {"reference.py": HERE / "kernelbench_reference.py", "kernelbench_sizes.py": HERE / "kernelbench_sizes.py"}
@@ -189,6 +188,12 @@ def import_problem(problem_path: str | Path, out_dir: str | Path, *, dtype: str 
         raise TaskError(f"{problem}: no module-level constant named {', '.join(unknown)} to override "
                         f"(have: {', '.join(knobs) or 'none'})")
     out = Path(out_dir)
+    origin = kernelbench_origin(problem)
+    name = name or problem.stem
+    free = kbsizes.free_knobs(tree)
+    # the spec as far as it is known before the Model runs (its own sizes stand in for the interpreter's):
+    # a malformed import (its name, dtype, seeds, sizes) is refused before anything is written
+    _task_spec(out, name, "", dtype, False, free, free, seeds, origin)
     out.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(problem, out / "problem.py")
     for target, source in TASK_FILES.items():
@@ -205,21 +210,23 @@ def import_problem(problem_path: str | Path, out_dir: str | Path, *, dtype: str 
         has_matmul = bool(kbref.measure(loaded, params, "float32", quick=True)["flops"])
         signature += " FLOPs at the GPU sizes: unknown (the Model cannot run on the meta device)."
     doc = " ".join((loaded.module.Model.__doc__ or "").split())
-    origin = kernelbench_origin(problem)
-    name = name or problem.stem
-    free = kbsizes.free_knobs(tree)
     where = f"level {origin['level']} problem {origin['problem_id']} " if "level" in origin else "problem "
     description = (f"KernelBench {where}{problem.stem}. "
                    f"{doc}\n{signature}\nSizes (GPU workload): {_sizes_text(tree, {})}. Interpreter workload: "
                    f"{_sizes_text(tree, params)}. Read sizes from the tensors' shapes.{state_note}")
-    atol = rtol = KERNELBENCH_TOLERANCE[dtype]
-    spec = {
-        "name": name, "description": description.strip(),
+    write_spec(out, _task_spec(out, name, description.strip(), dtype, has_matmul, free, params, seeds, origin))
+    load_task(out)
+    return out
+
+
+def _task_spec(out: Path, name: str, description: str, dtype: str, has_matmul: bool, free: dict, params: dict,
+               seeds: int, origin: dict[str, str]) -> TaskSpec:
+    """The task's spec, checked as every task.json is (TaskError naming the file it would be)."""
+    atol = rtol = KERNELBENCH_TOLERANCE.get(dtype)  # an unknown dtype is the spec's error to report
+    return task_spec({
+        "name": name, "description": description,
         "backend": "triton", "dtype": dtype, "flops_kind": "tensor" if has_matmul else "vector", "entry_point": "run",
         "workloads": [{"name": "default", "params": free}],
         "interpreter_workloads": [{"name": "interpreter" if params != free else "default", "params": params}],
         "seeds": seeds, "atol": atol, "rtol": rtol, "origin": origin,
-    }
-    (out / "task.json").write_text(json.dumps(spec, indent=2) + "\n")
-    load_task(out)
-    return out
+    }, out / "task.json")

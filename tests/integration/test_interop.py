@@ -88,7 +88,9 @@ def test_flashinfer_import_refuses_what_it_cannot_judge(tmp_path):
     (tmp_path / "syntax.json").write_text(json.dumps({**definition, "reference": "def run(x:\n    return x\n"}))
     with pytest.raises(TaskError, match="the Definition's reference has a syntax error at line 1"):
         import_definition(tmp_path / "syntax.json", FIB / "rmsnorm_h128.workloads.jsonl", tmp_path / "e")
-    assert not any((tmp_path / d).exists() for d in "de")  # refused before anything is written
+    with pytest.raises(TaskError, match=r"f/task.json: seeds: Input should be greater than or equal to 1"):
+        import_definition(FIB / "rmsnorm_h128.json", FIB / "rmsnorm_h128.workloads.jsonl", tmp_path / "f", seeds=0)
+    assert not any((tmp_path / d).exists() for d in "def")  # refused before anything is written
     result = runner.invoke(app, ["export", "flashinfer", str(tmp_path), "--out", str(tmp_path / "o")])
     assert result.exit_code == 2 and "no summary.json" in result.output
 

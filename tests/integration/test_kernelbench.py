@@ -222,6 +222,15 @@ def test_an_override_that_breaks_the_model_is_refused_at_import(tmp_path, proble
     assert len(result.output.strip().splitlines()) <= 3  # one error line (wrapped by the terminal at most)
 
 
+def test_a_malformed_import_is_refused_before_anything_is_written(tmp_path):
+    """The task's spec is built (and checked) before its files are: no half-written task is left."""
+    with pytest.raises(TaskError, match=r"t/task.json: name: 'level 1/ReLU' is not a safe task name"):
+        import_problem(KB / "level1/19_ReLU.py", tmp_path / "t", name="level 1/ReLU")
+    with pytest.raises(TaskError, match=r"t/task.json: dtype: Input should be 'float32', 'float16' or 'bfloat16'"):
+        import_problem(KB / "level1/19_ReLU.py", tmp_path / "t", dtype="float64")
+    assert not (tmp_path / "t").exists()
+
+
 def test_the_reference_run_as_a_kernel_uses_the_interpreter_sizes(imported):
     """A from-scratch baseline runs the reference in a process that never called make_inputs:
     it must still build the Model at the sizes of the inputs it is handed (groups=16, not 128)."""

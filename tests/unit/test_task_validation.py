@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from accelopt.tools.harness.judge import Reject, _compare, _reference_failed
-from accelopt.tools.task import TaskError, TaskSpec, load_task
+from accelopt.tools.task import SPEC_ORDER, TaskError, TaskSpec, load_task, task_spec, write_spec
 from tests.conftest import TASKS
 
 
@@ -138,6 +138,20 @@ def test_gpu_only_in_an_older_imports_origin_still_counts(task_dir):
 ])
 def test_shapes_and_types(task_dir, changes, message):
     assert error_of(task_dir, **changes).startswith(message)
+
+
+def test_a_spec_is_checked_before_and_written_from_the_model(task_dir):
+    """How importers write task.json: the fields they set, in SPEC_ORDER, and nothing at its default."""
+    assert set(SPEC_ORDER) == set(TaskSpec.model_fields)
+    fields = {"gpu_only": "too big", "seeds": 4, "name": "t", "description": "d", "dtype": "float16",
+              "workloads": [{"name": "w", "params": {"n": 8, "eps": 1e-6}}],
+              "interpreter_workloads": [{"name": "w", "params": {"n": 2, "eps": 1e-6}}], "atol": 0.01}
+    write_spec(task_dir, task_spec(fields, "here"))
+    text = (task_dir / "task.json").read_text()
+    assert list(json.loads(text)) == [k for k in SPEC_ORDER if k in fields] and text.endswith("}\n")
+    assert json.loads(text) == fields and load_task(task_dir).spec == TaskSpec.model_validate(fields)
+    with pytest.raises(TaskError, match="^there: seeds: Input should be less than or equal to 20$"):
+        task_spec({**fields, "seeds": 21}, "there")
 
 
 @pytest.mark.parametrize("text, message", [
