@@ -19,7 +19,10 @@ kernel that updates its outputs in place stays correct. A body that rebinds a na
 the loop (`x_ptr += row * stride`) would carry it into the next row: such a rebinding at the top of
 the body is renamed (`x_ptr_row`), one inside a nested block refuses the rewrite. Refused too:
 kernels under @triton.autotune or @triton.heuristics, kernels with `return`, `tl.num_programs`, a
-second `tl.program_id`, or a launch whose grid is not a one-element tuple.
+second `tl.program_id`, or a launch whose grid is not a one-element tuple, and kernels that walk
+their row in a loop: their rows are long enough already (measured: grouping them lost 20-45% on
+every bundled kernel of that shape, and won 1.49x on rmsnorm_h128 and 2.35x on merge_attn_states,
+whose rows are one tile).
 """
 
 from __future__ import annotations
@@ -82,6 +85,10 @@ def _grouped_kernel(fn: ast.FunctionDef) -> ast.FunctionDef:
         raise _Refused("not one program per row")
     row_name = body[at].targets[0].id  # type: ignore[attr-defined]  # checked by _is_row_assignment
     before, moved = body[:at], body[at + 1:]
+    if any(isinstance(n, ast.For | ast.While) for s in moved for n in ast.walk(s)):
+        # a program that loops over its row already has a long row's work: grouping such rows was
+        # slower on every bundled one measured (0.55-0.80x on an H200, BENCHMARKS.md)
+        raise _Refused("the row is already walked in a loop")
     outer = {a.arg for a in fn.args.args} | _stored(before)
     moved = _renamed(moved, outer)
     group = ast.parse(

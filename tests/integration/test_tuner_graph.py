@@ -15,7 +15,6 @@ from accelopt.memory.schema import Evidence, Insight, Provenance, Recipe
 from accelopt.memory.store import InsightStore
 from accelopt.nodes.context import RunContext
 from accelopt.nodes.records import Candidate
-from accelopt.policies.rewrites import ROW_GROUPS
 from accelopt.tools.tunables import config_of
 from tests.conftest import TASKS
 
@@ -45,16 +44,10 @@ def long_rows(tmp_path, name: str):
 def test_tuner_optimizes_autotunes_learns_and_a_later_run_recalls(tmp_path):
     out = run(long_rows(tmp_path, "rmsnorm"), tmp_path, "first", iterations=2, autotune=2, learn_from_interpreter=True)
     cands = out["candidates"]
-    kernels = [c for c in cands.values() if c.get("plan_title") and c.get("kind") != "autotuned"]
+    rewrites = [c for c in cands.values() if c.get("plan_title") and c.get("kind") != "autotuned"]
     variants = [c for c in cands.values() if c.get("kind") == "autotuned"]
     assert not {k for c in cands.values() for k in c} - set(Candidate.__annotations__)  # autotune's fields are declared
-    # Each iteration's first plan is the row-group rewrite of its member (policies/rewrites.py). In the
-    # second it can be a program measured already (the first rewrite's autotuned variant at the
-    # member's BLOCK, when an unrewritten kernel won the beam): a duplicate, not evaluated again.
-    rewrites = [c for c in kernels if c["status"] != "duplicate"]
-    assert len(kernels) == 4 and all(c["status"] == "verified" for c in rewrites)
-    assert all(c["plan_title"] == ROW_GROUPS.title and cands[c["duplicate_of"]]["status"] == "verified"
-               for c in kernels if c not in rewrites)
+    assert len(rewrites) == 4 and all(c["status"] == "verified" for c in rewrites)
     # Each verified rewrite was autotuned with at most 2 configurations, recorded on it.
     for c in rewrites:
         assert 1 <= c["autotune"]["tried"] <= 2 and c["autotune"]["gain"] > 0
@@ -93,13 +86,11 @@ def test_tuner_optimizes_autotunes_learns_and_a_later_run_recalls(tmp_path):
                                              f"{len(written) - merged} new, {merged} merged into lessons already "
                                              "stored (more support)")
 
-    # A later run on another row reduction recalls them and jumps to a recalled configuration first:
-    # its first launch move (the source rewrites, here the row-group one, are planned before any move).
-    later = run(TASKS / "layernorm", tmp_path, "second", plans=2, learn_from_interpreter=True)
+    # A later run on another row reduction recalls them and jumps to a recalled configuration first.
+    later = run(TASKS / "layernorm", tmp_path, "second", plans=1, learn_from_interpreter=True)
     recalled = later["recalled"]["baseline"]
     assert {i["id"] for i in recalled} & stored
-    assert [p.get("rewrite") for p in later["plans"]] == ["row_groups", None]
-    assert "following recalled lesson" in later["plans"][1]["text"]
+    assert "following recalled lesson" in later["plans"][0]["text"]
 
 
 def test_fix_loop_repairs_an_invalid_configuration(tmp_path):
@@ -125,12 +116,10 @@ def test_fix_loop_repairs_an_invalid_configuration(tmp_path):
                       result={"BLOCK": 2048, "num_warps": 4}, speedup_vs_baseline=1.5))
     InsightStore(tmp_path / "memory").add([lesson])
 
-    # two plans: the row-group rewrite comes first (policies/rewrites.py), the recalled jump second
-    out = run(task, tmp_path, "run", plans=2, fixes=2)
+    out = run(task, tmp_path, "run", plans=1, fixes=2)
     cands = out["candidates"]
-    jump = next(p for p in out["plans"] if "BLOCK 128 -> 2048" in p["text"])
-    assert lesson.id in jump["insight_ids"] and not jump.get("rewrite")
-    first, fix1 = cands[f"{jump['id']}.k0"], cands[f"{jump['id']}.k0.f1"]
+    first, fix1 = cands["i1.m0.p0.k0"], cands["i1.m0.p0.k0.f1"]
+    assert lesson.id in out["plans"][0]["insight_ids"] and "BLOCK 128 -> 2048" in out["plans"][0]["text"]
     assert first["status"] in ("compile_error", "runtime_error") and "at most 512" in first["error"]
     assert fix1["fix_of"] == first["id"] and config_of(fix1["source"])["BLOCK"] == 512
-    assert fix1["status"] == "verified" and f"{jump['id']}.k0.f2" not in cands
+    assert fix1["status"] == "verified" and "i1.m0.p0.k0.f2" not in cands

@@ -15,7 +15,6 @@ from accelopt.policies.interface import (
     SummarizeRequest,
     WriteRequest,
 )
-from accelopt.policies.rewrites import ROW_GROUPS
 from accelopt.policies.tuner import TunerPolicy
 from accelopt.tools.task import load_task
 from accelopt.tools.tunables import apply_config, config_of, neighbours
@@ -59,15 +58,9 @@ def measured(ident: str, config: dict, status: str = "verified", speedup: float 
                           speedup=speedup, config=config)
 
 
-# the launch moves these tests look at come after the source rewrites (tests/unit/test_row_groups.py):
-# the row-group rewrite of the baseline counts as tried already
-GROUPED = MeasuredKernel(id="i0.grouped", title=ROW_GROUPS.title, status="verified", parent_id="baseline",
-                         speedup_vs_parent=0.9, speedup=0.9, config={})
-
-
 def plan(source: str, n: int, lessons: list[Insight] = (), tried: list[MeasuredKernel] = ()) -> list[PlanDraft]:
     request = PlanRequest(task=TASK, iteration=1, member_id="baseline", source=source, measurements="",
-                          tried=[GROUPED, *tried], lessons=list(lessons), n=n)
+                          tried=list(tried), lessons=list(lessons), n=n)
     return TUNER.plan(request).plans
 
 
