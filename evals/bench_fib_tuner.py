@@ -38,8 +38,8 @@ def _run(cmd: list[str], timeout: float, parse_json: bool = False) -> dict:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         rc, out, err = done.returncode, done.stdout, done.stderr
     except subprocess.TimeoutExpired as e:
-        rc, out, err = 124, e.stdout or "", e.stderr or ""
-        out, err = (x.decode() if isinstance(x, bytes) else x for x in (out, err))
+        rc = 124
+        out, err = (x.decode(errors="replace") if isinstance(x, bytes) else x or "" for x in (e.stdout, e.stderr))
     return {"cmd": " ".join(cmd), "rc": rc, "wall_s": round(time.monotonic() - start, 1),
             "stdout_tail": out[-3000:], "stderr_tail": err[-3000:], "result": _json_of(out) if parse_json else None}
 
