@@ -31,6 +31,8 @@ import ast
 import copy
 import re
 
+from accelopt.tools.tunables import splice
+
 KNOB = "ROW_GROUP"
 FIRST_VALUE = 4          # where the tuner starts; it steps from here (1-64)
 _TOTAL = "_rows_total"
@@ -68,7 +70,7 @@ def row_groups(source: str) -> str | None:
         edits.extend(launch_edits)
     if not edits:
         return None
-    return _with_constant(_splice(source, edits))
+    return _with_constant(splice(source, edits))
 
 
 # ------------------------------------------------------------------ the kernel
@@ -232,14 +234,6 @@ def _binds(tree: ast.Module, name: str) -> bool:
 
 def _line(source: str, number: int) -> str:
     return source.splitlines()[number - 1]
-
-
-def _splice(source: str, edits: list[tuple[int, int, int, int, str]]) -> str:
-    lines = source.splitlines(keepends=True)
-    for line, col, end_line, end_col, text in sorted(edits, reverse=True):
-        head, tail = lines[line - 1][:col], lines[end_line - 1][end_col:]
-        lines[line - 1:end_line] = [head + text + tail]
-    return "".join(lines)
 
 
 def _with_constant(source: str) -> str:

@@ -570,7 +570,7 @@ def write_configs(source: str, configs: list[dict[str, int]]) -> str:
         raise ValueError(space.reason if space else "no @triton.autotune kernel in the source")
     if not configs:
         raise ValueError("an autotune config list needs at least one configuration")
-    return _splice(source, [_configs_edit(source, space, configs)])
+    return splice(source, [_configs_edit(source, space, configs)])
 
 
 def _configs_edit(source: str, space: AutotuneSpace, configs: list[dict[str, int]]) -> tuple[int, int, int, int, str]:
@@ -662,10 +662,12 @@ def apply_config(source: str, changes: dict[str, int]) -> str:
                           const.end_col_offset or 0, str(value)))
         for call in knob.launches:
             edits.append(_insertion(source, call, f"{name}={value}"))
-    return _splice(source, edits)
+    return splice(source, edits)
 
 
-def _splice(source: str, edits: list[tuple[int, int, int, int, str]]) -> str:
+def splice(source: str, edits: list[tuple[int, int, int, int, str]]) -> str:
+    """The source with each (line, col, end_line, end_col, text) span replaced: AST positions, 1-based
+    lines, applied last first so that earlier spans keep their positions."""
     lines = source.splitlines(keepends=True)
     for line, col, end_line, end_col, text in sorted(edits, reverse=True):
         head, tail = lines[line - 1][:col], lines[end_line - 1][end_col:]
