@@ -30,3 +30,19 @@ def test_a_judge_home_names_the_process_that_owns_its_pool():
         assert sweep_stale_homes(str(worker.home.parent)).count(worker.home) == 0 and worker.home.exists()
     finally:
         shutil.rmtree(worker.home, ignore_errors=True)
+
+
+def test_a_sandbox_writes_its_caches_in_its_own_home_whatever_the_judge_had_set(tmp_path):
+    """Inductor puts TORCHINDUCTOR_CACHE_DIR into the environment of a process that compiled: once
+    the judge had, its confined torch.compile comparators could not write their cache (found on an
+    H200 with KernelBench problems)."""
+    from accelopt.tools.harness.judge import sandbox_env
+
+    judge = {"PATH": "/usr/bin", "HOME": "/j", "TMPDIR": "/j", "TRITON_CACHE_DIR": "/j/triton-cache",
+             "TORCHINDUCTOR_CACHE_DIR": "/j/torchinductor_root", "CUDA_VISIBLE_DEVICES": "0"}
+    env = sandbox_env(judge, str(tmp_path))
+    assert env["PATH"] == "/usr/bin" and env["CUDA_VISIBLE_DEVICES"] == "0"
+    assert env["HOME"] == env["TMPDIR"] == str(tmp_path)
+    assert env["TRITON_CACHE_DIR"] == str(tmp_path / "triton-cache")
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "inductor-cache")
+    assert not any(v.startswith("/j") for v in env.values())

@@ -307,6 +307,23 @@ class Forked:
                 pass
 
 
+# Where the judge's environment names its own folders: a sandbox gets folders of its own instead.
+# Inductor writes TORCHINDUCTOR_CACHE_DIR into the environment of the first process that compiles
+# (its cache_dir()), so once the judge had compiled, every later torch.compile comparator inherited
+# the judge's cache, which a confined sandbox may read but not write (KernelBench's RMSNorm and
+# HuberLoss on an H200: "Permission denied: .../judge/torchinductor_root/i7").
+_OWN_FOLDERS = {"HOME": "", "TMPDIR": "", "TRITON_CACHE_DIR": "triton-cache",
+                "TORCHINDUCTOR_CACHE_DIR": "inductor-cache"}
+
+
+def sandbox_env(judge_env: dict[str, str], home: str) -> dict[str, str]:
+    """A sandbox's environment: the judge's (already scrubbed of secrets by the pool), with every
+    folder it may write inside its own home."""
+    env = {k: v for k, v in judge_env.items() if k not in _OWN_FOLDERS}
+    env.update({k: os.path.join(home, sub) if sub else home for k, sub in _OWN_FOLDERS.items()})
+    return env
+
+
 class Sandbox:
     """A handle on one sandbox process, forked from the template."""
 
@@ -315,8 +332,7 @@ class Sandbox:
 
         self.home = tempfile.mkdtemp(prefix="sandbox-", dir=root)
         self.readable = readable
-        env = {k: v for k, v in os.environ.items() if k not in ("HOME", "TMPDIR", "TRITON_CACHE_DIR")}
-        env.update(HOME=self.home, TMPDIR=self.home, TRITON_CACHE_DIR=os.path.join(self.home, "triton-cache"))
+        env = sandbox_env(dict(os.environ), self.home)
         self.stderr_path = os.path.join(self.home, "stderr.log")
         mine, theirs = socket.socketpair()
         status_r, status_w = os.pipe()
