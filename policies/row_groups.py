@@ -57,6 +57,8 @@ def row_groups(source: str) -> str | None:
     edits: list[tuple[int, int, int, int, str]] = []
     for fn in _plain_kernels(tree):
         launches = _launches_of(tree, fn.name)
+        if _references(tree, fn.name) != len(launches):
+            continue  # also called as a device function, or passed around: its signature must stay
         try:
             new_fn = _grouped_kernel(fn)
             launch_edits = [_grouped_launch(source, call, owner) for call, owner in launches]
@@ -215,6 +217,10 @@ def _launches_of(tree: ast.Module, kernel: str) -> list[tuple[ast.Call, ast.Func
                           and node in ast.walk(f)), None)
             found.append((node, owner))
     return found
+
+
+def _references(tree: ast.Module, name: str) -> int:
+    return sum(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) for n in ast.walk(tree))
 
 
 def _is_tl(func: ast.expr, names: tuple[str, ...]) -> bool:

@@ -64,6 +64,7 @@ def test_one_tile_row_kernels_are_grouped_and_others_are_left_alone():
         "a grid of two": REBINDING.replace("grid = (x.shape[0],)", "grid = (x.shape[0], 1)"),
         "an autotuner": REBINDING.replace("@triton.jit", "@triton.autotune(configs=[], key=[])\n@triton.jit"),
         "tl.num_programs": REBINDING.replace("x * 2.0 + pid", "x * 2.0 + tl.num_programs(0)"),
+        "a kernel also referenced elsewhere": REBINDING + "\nKERNELS = [scale_kernel]\n",
     }
     assert row_groups(REBINDING) is not None
     for why, source in refused.items():
