@@ -147,4 +147,4 @@ def test_the_flashinfer_rmsnorm_h128_solutions_are_grouped():
     AccelOpt's best for this task is rows per program, written by its LLM."""
     for name in ("o3_rmsnorm_h128_35b90e.py", "gemini-2.5-pro_rmsnorm_h128_jaedrq.py"):
         out = row_groups((REALWORLD / name).read_text())
-        assert out is not None and "if pid < _rows_total:" in out or "if pid_b < _rows_total:" in out, name
+        assert out is not None and ("if pid < _rows_total:" in out or "if pid_b < _rows_total:" in out), name
