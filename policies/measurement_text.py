@@ -3,12 +3,15 @@ measured so far in the run."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from accelopt.policies.interface import MeasuredKernel
 from accelopt.tools.harness.result import interval_label
 from accelopt.tools.tunables import format_config
 
 
-def describe(candidate: dict) -> str:
+def describe(candidate: Mapping[str, Any]) -> str:
     workloads = candidate.get("workloads") or {}
     if not workloads:
         return "not measured"

@@ -15,6 +15,7 @@ import hashlib
 import os
 import tempfile
 import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -95,7 +96,7 @@ class Limits:
         return None
 
 
-def call_tokens(record: dict) -> int:
+def call_tokens(record: Mapping[str, Any]) -> int:
     return int(record.get("input_tokens") or 0) + int(record.get("output_tokens") or 0)
 
 
@@ -107,7 +108,7 @@ class Means:
 
     by_role: dict[str, list[int]] = field(default_factory=dict)
 
-    def add(self, record: dict) -> None:
+    def add(self, record: Mapping[str, Any]) -> None:
         for key in (record.get("role") or "?", "*"):
             entry = self.by_role.setdefault(key, [0, 0, 0])
             entry[0] += int(record.get("input_tokens") or 0)
@@ -137,7 +138,7 @@ class RunLedger:
         self.fatal: str | None = None
         self.failing: dict[str, int] = {}  # a role's calls failed in a row (retries spent), reset by a reply
 
-    def sync(self, usage: list[dict], limits: Limits, fresh: bool = False) -> None:
+    def sync(self, usage: Sequence[Mapping[str, Any]], limits: Limits, fresh: bool = False) -> None:
         """At an iteration boundary: the state's ledger is exact and nothing is in flight. A fatal
         error stays for the run's later iterations (one met after the selector stops the next);
         `fresh` (a run's first iteration) forgets one of an earlier run in this process."""

@@ -248,6 +248,7 @@ def call_model(model: BaseChatModel, spec: ModelSpec, messages: list[BaseMessage
                                      spec.max_tokens)
     if refusal is not None:
         raise BudgetExceeded(f"{role} model {spec.label()} not called: {refusal}")
+    assert reservation is not None, "admit reserves whenever it does not refuse"
     record: dict | None = None
     try:
         text, record = _invoke(model, spec, messages, role, candidate_id, iteration, retry_wait_s,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import logging
 import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlparse
 
@@ -212,7 +213,7 @@ def completion_limit_field(spec: ModelSpec) -> str:
     return "max_completion_tokens" if spec.provider == "openai" and host == "api.openai.com" else "max_tokens"
 
 
-def totals(usage: list[dict]) -> dict:
+def totals(usage: Sequence[Mapping[str, Any]]) -> dict:
     """Sum a ledger: overall, and per role, per iteration and per candidate; overall, how many
     calls were counted from an estimate and how many had no price."""
     def bucket() -> dict:

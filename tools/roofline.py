@@ -6,6 +6,8 @@ workplace's lent machines (see BENCHMARKS.md); None where nobody has measured th
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from pydantic import BaseModel
 
 
@@ -41,8 +43,14 @@ def ideal_time_s(flops: float, bytes_moved: float, tflops: float, tbps: float) -
     return max(flops / (tflops * 1e12), bytes_moved / (tbps * 1e12))
 
 
+class Roofline(TypedDict):
+    pct_peak: float
+    pct_achievable: float | None  # None: nobody has measured the device's achievable roof
+    bound: str                    # memory | compute
+
+
 def percent_of_peak(flops: float, bytes_moved: float, measured_s: float, peak: DevicePeak,
-                    flops_kind: str = "vector") -> dict[str, float | str | None]:
+                    flops_kind: str = "vector") -> Roofline:
     """% of the datasheet and the achievable roofline, and which roof binds."""
     tflops = peak.tensor_tflops if flops_kind == "tensor" else peak.vector_tflops
     datasheet = ideal_time_s(flops, bytes_moved, tflops, peak.hbm_tbps)
@@ -76,8 +84,14 @@ TRAINIUM_PEAKS: dict[str, NeuronCorePeak] = {
 }
 
 
+class TrainiumRoofline(TypedDict):
+    pct_peak: float
+    bound: str      # vector | matmul | memory
+    ideal_s: float
+
+
 def trainium_percent_of_peak(vector_flops: float, matmul_flops: float, bytes_moved: float, measured_s: float,
-                             chip: str = "trn1") -> dict[str, float | str]:
+                             chip: str = "trn1") -> TrainiumRoofline:
     peak = TRAINIUM_PEAKS[chip]
     times = {"vector": vector_flops / peak.vector_flops, "matmul": matmul_flops / peak.matmul_flops,
              "memory": bytes_moved / peak.hbm_bytes_per_s}

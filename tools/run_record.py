@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -132,7 +133,7 @@ class RunSummary(Record):
     note: str | None = None
     versus_torch_compile: Standing | None = None  # added
 
-    def with_standing(self, standing: dict | None) -> RunSummary:
+    def with_standing(self, standing: Mapping[str, Any] | None) -> RunSummary:
         """The record with the standing node's torch.compile figure (unchanged given None)."""
         if standing is None:
             return self
@@ -164,7 +165,7 @@ def write_summary(run_dir: str | None, summary: RunSummary, best_source: str | N
         atomic_write(Path(run_dir) / "best_kernel.py", best_source)
 
 
-def run_failure(state: dict) -> str | None:
+def run_failure(state: Mapping[str, Any]) -> str | None:
     """One line when the run failed: a fatal model error stopped it, or every planner call failed
     so that nothing was ever evaluated; None for a run that searched."""
     if state.get("fatal"):
@@ -177,7 +178,7 @@ def run_failure(state: dict) -> str | None:
     return None
 
 
-def run_summary(state: dict) -> RunSummary:
+def run_summary(state: Mapping[str, Any]) -> RunSummary:
     """The run record as of the state's last iteration."""
     candidates, beam = state["candidates"], state["beam"]
     best = candidates[beam[0]]

@@ -12,7 +12,9 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from accelopt.tools import settings
 
@@ -230,7 +232,7 @@ def atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_candidate(run_dir: str | None, candidate: dict) -> None:
+def write_candidate(run_dir: str | None, candidate: Mapping[str, Any]) -> None:
     if not run_dir:
         return
     folder = Path(run_dir) / "candidates" / candidate["id"]

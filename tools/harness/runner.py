@@ -210,7 +210,7 @@ def _reverify_if_too_good(task: Task, result: EvalResult, judge, request: dict, 
                         f"{recheck.get('error')}")
         return
     if above and task.spec.costs == "exact":
-        worst = max(result.workloads[n].pct_peak for n in above)
+        worst = max(result.workloads[n].pct_peak or 0 for n in above)
         result.status = "cheat_suspected"
         result.error = (f"measured at {worst:.0f}% of the datasheet roofline on {', '.join(above)}: faster than "
                         "the hardware allows for the task's exact FLOPs and bytes, so the timing missed work")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import ast
 
 from accelopt.tools import pyparse
-from accelopt.tools.harness.result import Finding
+from accelopt.tools.harness.result import Finding, Severity
 
 # Host code may allocate, inspect and reshape tensors, never compute with torch.
 _TORCH_ALLOWED = {
@@ -37,7 +37,7 @@ _COMPUTE_METHODS = {
     "clone", "to", "float", "half", "bfloat16", "double", "type", "type_as", "index_select", "gather", "scatter",
     "scatter_add", "lerp", "addcmul", "addcdiv", "outer", "dot", "cross", "prod", "logsumexp", "multinomial",
 }
-_FORBIDDEN_MODULES = {
+_FORBIDDEN_MODULES: dict[str, tuple[str, Severity]] = {
     "threading": ("extra threads", "serious"), "concurrent": ("extra threads or processes", "serious"),
     "multiprocessing": ("extra processes", "serious"), "asyncio": ("concurrent work", "serious"),
     "subprocess": ("subprocesses", "serious"), "ctypes": ("native calls", "serious"),
@@ -133,7 +133,7 @@ def _find_cheats(tree: ast.Module, functions: dict[str, ast.FunctionDef], jitted
     aliases = _torch_aliases(tree)
     out: list[Finding] = []
 
-    def add(rule: str, severity: str, node: ast.AST, message: str) -> None:
+    def add(rule: str, severity: Severity, node: ast.AST, message: str) -> None:
         out.append(Finding(rule=rule, severity=severity, line=getattr(node, "lineno", None), message=message))
 
     for node in ast.walk(tree):
