@@ -225,6 +225,7 @@ def import_kernelbench(
     if problem_id is not None and level is None:
         fail("--problem needs --level")
     if problem is None and problem_id is None:  # a whole level: one suite folder
+        assert level is not None and repo is not None, "no problem file: --level and --repo (checked above)"
         if params or baseline is not None:
             fail("--interpreter-param and --baseline apply to one problem: add --problem")
         try:
@@ -239,6 +240,7 @@ def import_kernelbench(
         return
     try:
         if problem is None:
+            assert level is not None and repo is not None and problem_id is not None, "checked above"
             problem = problem_file(repo, level, problem_id)
             task_dir = import_problem(problem, out, dtype=dtype, interpreter_params=params,
                                       name=task_name(problem, level))

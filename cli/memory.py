@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.console import Console
@@ -20,7 +20,7 @@ app = typer.Typer(no_args_is_help=True, help="List, search, share and prune the 
 console = Console()
 
 
-def fail(message: str, code: int = 2) -> None:
+def fail(message: str, code: int = 2) -> NoReturn:
     """One error line on stderr, no markup parsing (messages hold [brackets] and paths), then exit."""
     Console(stderr=True).print(Text.assemble(("error: ", "bold red"), message), soft_wrap=True, highlight=False)
     raise typer.Exit(code)

@@ -39,7 +39,7 @@ except ImportError as exc:
                       ".venv/bin/langgraph dev)") from exc
 
 
-def build_candidate_graph() -> CompiledStateGraph:
+def build_candidate_graph() -> CompiledStateGraph[CandidateState, RunContext, CandidateState, CandidateOutput]:
     sub = StateGraph(CandidateState, context_schema=RunContext, output_schema=CandidateOutput)
     sub.add_node("executor", executor)
     sub.add_node("profiler", profiler)
@@ -53,7 +53,7 @@ def build_candidate_graph() -> CompiledStateGraph:
     return sub.compile(name="candidate")
 
 
-def build_graph() -> StateGraph:
+def build_graph() -> StateGraph[RunState, RunContext, InputState, OutputState]:
     # Studio's forms: the input a user provides, the output a user reads, the context (RunContext)
     builder = StateGraph(RunState, context_schema=RunContext, input_schema=InputState, output_schema=OutputState)
     builder.add_node("setup", setup)

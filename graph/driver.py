@@ -8,7 +8,7 @@ import sqlite3
 from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command, Overwrite, Send
@@ -21,6 +21,11 @@ from accelopt.tools.llm import totals
 from accelopt.tools.run_record import run_summary, write_summary
 from accelopt.tools.rundir import lock_run_dir
 from accelopt.tools.tracing import flush_traces, task_label
+
+if TYPE_CHECKING:
+    from langchain_core.runnables import RunnableConfig
+
+    from accelopt.nodes.state import RunState
 
 PlanReviewer = Callable[[list[dict]], list[dict]]  # the iteration's plans -> the plans to run
 
@@ -41,8 +46,9 @@ def drive(ctx: RunContext, run_dir: Path, inputs: dict | None, console: Console,
     with closing(sqlite3.connect(run_dir / "checkpoints.sqlite", check_same_thread=False)) as conn:
         saver = SqliteSaver(conn)
         graph = build_graph().compile(checkpointer=saver)
-        config = {"configurable": {"thread_id": thread_id(run_dir, meta, conn)}, "recursion_limit": 10_000,
-                  "run_name": "accelopt", "metadata": {"run_dir": str(run_dir.resolve()), **_task_metadata(meta)}}
+        config: RunnableConfig = {
+            "configurable": {"thread_id": thread_id(run_dir, meta, conn)}, "recursion_limit": 10_000,
+            "run_name": "accelopt", "metadata": {"run_dir": str(run_dir.resolve()), **_task_metadata(meta)}}
         if inputs is None:
             _relocate(saver, graph, config, run_dir, meta)
             _reopen_if_extended(graph, config, ctx)
@@ -66,7 +72,7 @@ def drive(ctx: RunContext, run_dir: Path, inputs: dict | None, console: Console,
         return state
 
 
-def pending_plan_review(graph, config: dict) -> dict | None:
+def pending_plan_review(graph, config: RunnableConfig) -> dict | None:
     """The plan-review interrupt the run is paused at, if any: its payload (plans, beam, iteration)."""
     from accelopt.nodes.planner import REVIEW
 
@@ -108,7 +114,7 @@ def thread_id(run_dir: Path, meta: dict, conn: sqlite3.Connection) -> str:
     return threads[0] if len(threads) == 1 else run_dir.resolve().name
 
 
-def _relocate(saver: SqliteSaver, graph, config: dict, run_dir: Path, meta: dict) -> None:
+def _relocate(saver: SqliteSaver, graph, config: RunnableConfig, run_dir: Path, meta: dict) -> None:
     """A copied or moved run directory, or a task moved with `resume --task`: the checkpoints
     (state, pending Sends, subgraph states) still name the old folders, and nodes write and read
     where they say. Rewrite those paths in place, so the run goes on where it is now."""
@@ -150,7 +156,7 @@ def _moved(value: Any, moves: dict[str, str]) -> Any:
     return value
 
 
-def _reopen_if_extended(graph, config: dict, ctx: RunContext) -> None:
+def _reopen_if_extended(graph, config: RunnableConfig, ctx: RunContext) -> None:
     """A finished run resumed with a larger T goes on (so does one a fatal model error stopped,
     once resumed): if the selector's stopping rule, under the new context, would not have stopped
     it, the stop is undone as though `record` had routed back to `recall`, and the search
@@ -164,7 +170,7 @@ def _reopen_if_extended(graph, config: dict, ctx: RunContext) -> None:
     best = state["candidates"][state["beam"][0]]
     # the iteration a model failure cut short runs again (its answered calls replay from the run's
     # cache, its measured kernels from the measurement cache; the failed calls are made again)
-    again = {"iteration": state["iteration"] - 1} if state.get("fatal") else {}
+    again: RunState = {"iteration": state["iteration"] - 1} if state.get("fatal") else {}
     if stop_reason({**state, **again}, ctx, best, totals(state.get("usage", []))) is None:
         ledger(state.get("run_dir")).reopen()
         graph.update_state(config, {"stop_reason": None, "fatal": None, **again}, as_node="record")

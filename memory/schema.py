@@ -38,9 +38,12 @@ class Recipe(BaseModel):
         return {k: (self.start[k], v) for k, v in self.result.items() if k in self.start and self.start[k] != v}
 
 
+InsightKind = Literal["positive", "negative"]
+
+
 class Insight(BaseModel):
     id: str = ""
-    kind: Literal["positive", "negative"]
+    kind: InsightKind
     title: str = Field(min_length=1)
     lesson: str = Field(min_length=1)
     bottleneck: str = "unknown"

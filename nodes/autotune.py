@@ -17,7 +17,14 @@ from langgraph.runtime import Runtime
 
 from accelopt.nodes.common import task_of
 from accelopt.nodes.context import RunContext
-from accelopt.nodes.records import AutotuneSummary, Candidate, autotuned_variant, leads_parent, with_measurement
+from accelopt.nodes.records import (
+    AutotuneSummary,
+    Candidate,
+    autotuned_variant,
+    leads_parent,
+    source_of,
+    with_measurement,
+)
 from accelopt.nodes.services import measure
 from accelopt.nodes.state import CandidateState
 from accelopt.tools.rundir import write_candidate
@@ -32,21 +39,23 @@ def autotune(state: CandidateState, runtime: Runtime[RunContext]) -> CandidateSt
     label_run(rewrite["id"])
     best = rewrite
     # a kernel whose autotuner picks at run time was not measured as any one configuration
-    seen = {frozenset(config_of(s).items()) for s in (rewrite["source"], state["parent"]["source"]) if not unpinned(s)}
+    seen = {frozenset(config_of(s).items()) for s in (source_of(rewrite), source_of(state["parent"]))
+            if not unpinned(s)}
     variants: dict[str, Candidate] = {}
-    queue = pins(best["source"]) or neighbours(config_of(best["source"]))
+    queue = pins(source_of(best)) or neighbours(config_of(source_of(best)))
     walked: list[dict] = []  # pinned configurations the search went on from, while the list still picks
     while len(variants) < ctx.autotune:
-        if not queue and unpinned(best["source"]):
+        if not queue and unpinned(source_of(best)):
             # every pin measured and none beyond noise: go on from the fastest pinned one
             verified = [v for v in variants.values() if v["status"] == "verified"]
-            fastest = config_of(max(verified, key=lambda v: v.get("speedup") or 0.0)["source"]) if verified else None
+            fastest = (config_of(source_of(max(verified, key=lambda v: v.get("speedup") or 0.0)))
+                       if verified else None)
             if fastest is not None and fastest not in walked:
                 walked.append(fastest)
                 queue = [{**fastest, **m} for m in neighbours(fastest)]
         if not queue:
             break
-        centre = config_of(best["source"])
+        centre = config_of(source_of(best))
         changes = queue.pop(0)
         config = {**centre, **changes}
         if frozenset(config.items()) in seen:
@@ -54,7 +63,7 @@ def autotune(state: CandidateState, runtime: Runtime[RunContext]) -> CandidateSt
         seen.add(frozenset(config.items()))
         moves = describe_moves({k: (centre[k], v) for k, v in changes.items()})
         variant = autotuned_variant(rewrite, len(variants) + 1, state["iteration"], best["id"],
-                                    apply_config(best["source"], changes), moves, format_config(config))
+                                    apply_config(source_of(best), changes), moves, format_config(config))
         variant = with_measurement(variant, measure(task, variant["source"], ctx, baseline=state["baseline"],
                                                     parent=best, run_dir=state.get("run_dir"),
                                                     candidate_id=variant["id"]))
@@ -63,9 +72,10 @@ def autotune(state: CandidateState, runtime: Runtime[RunContext]) -> CandidateSt
         if variant["status"] == "verified" and leads_parent(variant):
             best = variant
             queue = neighbours(config)  # re-centre on the new best
+    rewrite_speedup = rewrite.get("speedup")
     rewrite["autotune"] = AutotuneSummary(
         tried=len(variants), verified=sum(v["status"] == "verified" for v in variants.values()), best_id=best["id"],
         # speedups over the baseline, each measured interleaved with it: what the search added
-        gain=(best.get("speedup") or 0) / rewrite["speedup"] if rewrite.get("speedup") else 1.0)
+        gain=(best.get("speedup") or 0) / rewrite_speedup if rewrite_speedup else 1.0)
     write_candidate(state.get("run_dir"), rewrite)
     return {"current": rewrite, "candidates": {rewrite["id"]: rewrite, **variants}}

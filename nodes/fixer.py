@@ -22,10 +22,12 @@ def fixer(state: CandidateState, runtime: Runtime[RunContext]) -> CandidateState
     root_id = failed["id"].split(".f")[0]
     attempt = new_attempt(state, f"{root_id}.f{fixes}", failed["id"], fixes)
     label_run(attempt["id"])
+    status = failed["status"]
+    assert status is not None, f"{failed['id']} failed, so it has a status"
     request = FixRequest(task=task_of(state["task_dir"]), iteration=state["iteration"], candidate_id=attempt["id"],
                          plan=plan_draft(state["plan"]),
                          parent_source=None if parent.get("kind") == "reference" else parent["source"],
-                         source=failed.get("source"), status=failed["status"], error=failed.get("error") or "",
+                         source=failed.get("source"), status=status, error=failed.get("error") or "",
                          findings=describe_findings(failed.get("findings") or []))
     policy = policy_for(runtime.context, "fixer", state.get("run_dir"))
     return {"fixes": fixes, **fill_attempt(attempt, lambda: policy.fix(request))}

@@ -27,7 +27,8 @@ def measured_kernels(candidates: Mapping[str, Candidate]) -> list[MeasuredKernel
     return [MeasuredKernel(
         id=c["id"], title=c.get("plan_title") or ("the starting kernel" if c["id"] == "baseline" else ""),
         status=c.get("status") or "pending", parent_id=c.get("parent_id"),
-        speedup_vs_parent=c.get("speedup_vs_parent"), speedup=c.get("speedup"), config=config_of(c["source"]),
+        speedup_vs_parent=c.get("speedup_vs_parent"), speedup=c.get("speedup"),
+        config=config_of(c["source"] or ""),  # every c has a source (the filter below)
         workload_speedups=workload_speedups(c))
         for c in sorted((c for c in candidates.values() if c.get("source")), key=order)[-TRIED_LIMIT:]]
 

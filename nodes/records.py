@@ -104,6 +104,14 @@ class Candidate(TypedDict, total=False):
     autotune: AutotuneSummary
 
 
+def source_of(candidate: Candidate | CompactCandidate) -> str:
+    """The source of a kernel that was evaluated: every measured candidate has one (only an
+    attempt the policy wrote no code for has None)."""
+    source = candidate["source"]
+    assert source is not None, f"candidate {candidate['id']} was evaluated, so it has a source"
+    return source
+
+
 def baseline_candidate(source: str, from_scratch: bool) -> Candidate:
     """The task's baseline kernel, or its PyTorch reference when the task starts from scratch."""
     return Candidate(id="baseline", iteration=0, parent_id=None, plan_id=None, fix_of=None, fix_attempt=0,

@@ -47,7 +47,8 @@ def setup(state: RunState, runtime: Runtime[RunContext]) -> RunState:
     if not (Path(run_dir) / "run.json").is_file():  # the CLI wrote its own; a graph run's is written here
         Path(run_dir).mkdir(parents=True, exist_ok=True)
         write_run_meta(Path(run_dir), str(Path(state["task_dir"]).resolve()), runtime.context.to_json())
-    baseline = baseline_candidate(reference_source(task) if from_scratch else task.baseline_source, from_scratch)
+    baseline = baseline_candidate(reference_source(task) if task.baseline_source is None else task.baseline_source,
+                                  from_scratch)
     emit({"event": "step", "text": f"measuring the {'reference' if from_scratch else 'baseline'} of {task.name}"})
     baseline = with_measurement(baseline, measure(task, baseline["source"], runtime.context, baseline=None,
                                                   parent=None, trusted=from_scratch, run_dir=run_dir,

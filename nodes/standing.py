@@ -14,7 +14,7 @@ from langgraph.runtime import Runtime
 
 from accelopt.nodes.common import task_of
 from accelopt.nodes.context import RunContext
-from accelopt.nodes.records import Candidate, NotMeasured, TorchCompileStanding, summary_record
+from accelopt.nodes.records import Candidate, NotMeasured, TorchCompileStanding, source_of, summary_record
 from accelopt.nodes.services import measure_against_torch
 from accelopt.nodes.state import RunState
 from accelopt.tools.harness.result import short_reason
@@ -37,12 +37,13 @@ def versus_torch_compile(state: RunState, best: Candidate, ctx: RunContext) -> T
                                 "there is no GPU time to compare with torch.compile"}
     if not ctx.versus_torch_compile:
         return {"not_measured": "turned off (versus_torch_compile = false)"}
+    run_dir = state.get("run_dir")
     try:
-        record = measure_against_torch(task_of(state["task_dir"]), best["source"], ctx, state.get("run_dir"))
+        record = measure_against_torch(task_of(state["task_dir"]), source_of(best), ctx, run_dir)
     except Exception as exc:  # noqa: BLE001 - the search's results are recorded; this figure must not undo them
         return {"not_measured": f"the timing with torch.compile could not run: {type(exc).__name__}: {exc}"}
-    if state.get("run_dir"):
-        (Path(state["run_dir"]) / "torch_compile.json").write_text(json.dumps(record, indent=2))
+    if run_dir:
+        (Path(run_dir) / "torch_compile.json").write_text(json.dumps(record, indent=2))
     versus = (record.get("versus") or {}).get("torch_compile")
     if not versus:
         why = short_reason(record.get("error"), width=300) or "no result"  # the exception, not the traceback's top

@@ -6,15 +6,26 @@ from __future__ import annotations
 
 import ast
 import difflib
+from typing import Any
 
 from langgraph.runtime import Runtime
 from pydantic import ValidationError
 
 from accelopt.memory.features import kernel_class
-from accelopt.memory.schema import Evidence, Insight, Provenance, Recipe
+from accelopt.memory.schema import Evidence, Insight, InsightKind, Provenance, Recipe
 from accelopt.nodes.common import task_of
 from accelopt.nodes.context import RunContext
-from accelopt.nodes.records import Candidate, Usage, ahead, leads_parent, learned_insight, trails_parent, usage_entries
+from accelopt.nodes.records import (
+    Candidate,
+    Plan,
+    Usage,
+    ahead,
+    leads_parent,
+    learned_insight,
+    source_of,
+    trails_parent,
+    usage_entries,
+)
 from accelopt.nodes.services import open_store
 from accelopt.nodes.state import RunState
 from accelopt.policies.choice import policy_for
@@ -29,12 +40,12 @@ NEGATIVE = 1 / 1.15     # child regressed this much
 MAX_PER_ITERATION = 8
 
 
-def measured_pairs(state: RunState, ctx: RunContext) -> list[tuple[Candidate, Candidate, str, float]]:
+def measured_pairs(state: RunState, ctx: RunContext) -> list[tuple[Candidate, Candidate, InsightKind, float]]:
     """(parent, child, kind, measured child/parent ratio) for this iteration's clear wins and
     regressions, plus the whole way from the baseline to a new best kernel: the step that made
     a new best is often small, but the configuration it reached is the lesson a later run wants."""
     candidates = state["candidates"]
-    pairs = []
+    pairs: list[tuple[Candidate, Candidate, InsightKind, float]] = []
     for child in candidates.values():
         if child.get("iteration") != state["iteration"] or child.get("status") != "verified":
             continue
@@ -42,23 +53,25 @@ def measured_pairs(state: RunState, ctx: RunContext) -> list[tuple[Candidate, Ca
             continue  # too good to be true and never audited: no lesson may rest on it
         if child.get("timer") == "interpreter_wall" and not ctx.learn_from_interpreter:
             continue  # interpreter times say nothing about GPU performance
-        ratio = child.get("speedup_vs_parent")
-        if ratio is None or candidates[child["parent_id"]].get("kind") == "reference":
+        parent_id, ratio = child["parent_id"], child.get("speedup_vs_parent")
+        assert parent_id is not None, f"{child['id']}: an iteration's kernel has a parent (only the baseline has none)"
+        if ratio is None or candidates[parent_id].get("kind") == "reference":
             continue  # a first kernel against eager PyTorch teaches nothing about rewriting kernels
         # beyond noise (on the interpreter, which decides nothing: a difference in work, records.ahead)
         if ratio >= POSITIVE and leads_parent(child):
-            pairs.append((candidates[child["parent_id"]], child, "positive", ratio))
+            pairs.append((candidates[parent_id], child, "positive", ratio))
         elif ratio <= NEGATIVE and trails_parent(child):
-            pairs.append((candidates[child["parent_id"]], child, "negative", ratio))
+            pairs.append((candidates[parent_id], child, "negative", ratio))
     pairs.sort(key=lambda p: -abs(p[3] - 1.0))
     pairs = pairs[:MAX_PER_ITERATION]
     best, baseline = candidates[state["beam"][0]], candidates[state["baseline_id"]]
     vs_baseline = (best.get("versus") or {}).get("baseline") or {}
+    best_speedup = best.get("speedup") or 0.0
     if (best.get("iteration") == state["iteration"] and best.get("parent_id") != baseline["id"]
-            and baseline.get("kind") != "reference" and (best.get("speedup") or 0) >= POSITIVE
+            and baseline.get("kind") != "reference" and best_speedup >= POSITIVE
             and ahead(vs_baseline, best.get("timer"))
             and (best.get("timer") != "interpreter_wall" or ctx.learn_from_interpreter)):
-        pairs.append((baseline, best, "positive", best["speedup"]))
+        pairs.append((baseline, best, "positive", best_speedup))
     return pairs
 
 
@@ -92,14 +105,14 @@ def bottleneck(candidate: Candidate) -> str:
     return ", ".join(bound) or "unknown"
 
 
-def build_insight(parent: Candidate, child: Candidate, kind: str, plan_text: str, draft: dict[str, str],
+def build_insight(parent: Candidate, child: Candidate, kind: InsightKind, plan_text: str, draft: dict[str, str],
                   evidence: Evidence, provenance: Provenance, author: str) -> Insight:
     """The insight from a policy's lesson text, filled in from the measurements where the text
     is missing or unusable (then the author is "fallback")."""
     before, after = _changed_lines(parent.get("source") or "", child.get("source") or "")
     fallback_title = plan_title(plan_text) or "kernel rewrite"
     ratio = evidence.speedup
-    fallback = {
+    fallback: dict[str, Any] = {  # Insight's fields by name, as is a draft's: Insight validates them
         "kernel_class": kernel_class(parent.get("source") or ""),
         "bottleneck": bottleneck(parent),
         "title": fallback_title if kind == "positive" else f"Avoid: {fallback_title}",
@@ -126,20 +139,22 @@ def summarizer(state: RunState, runtime: Runtime[RunContext]) -> RunState:
     usage: list[Usage] = []
     for parent, child, kind, ratio in measured_pairs(state, ctx):
         # an autotuned variant carries its own move; a rewrite, the plan it implemented
-        plan_text = child.get("plan_text") or plans.get(child["plan_id"], {}).get("text", "")
+        plan_text = child.get("plan_text") or plans.get(child["plan_id"] or "", Plan()).get("text", "")
         if parent["id"] != child["parent_id"]:
             plan_text = (f"Every change from the baseline to the best kernel so far ({child['id']}); "
                          f"last step: {plan_text}")
+        timer = child["timer"]
+        assert timer is not None, f"{child['id']} is verified, so it was timed"
         spread = max((t["iqr_us"] / t["median_us"] for t in child["workloads"].values() if t["median_us"]),
                      default=None)
         evidence = Evidence(speedup=ratio, spread=spread, task=task.name,
                             backend=task.spec.backend, hardware=child.get("device_name") or child["device"],
-                            timer=child["timer"])
+                            timer=timer)
         provenance = Provenance(run_id=state.get("run_dir") or "in-memory", parent_id=parent["id"],
                                 child_id=child["id"], iteration=state["iteration"])
         request = SummarizeRequest(
             task=task, iteration=state["iteration"], child_id=child["id"], kind=kind, hardware=evidence.hardware,
-            plan_text=plan_text, parent_source=parent["source"], child_source=child["source"],
+            plan_text=plan_text, parent_source=source_of(parent), child_source=source_of(child),
             speedup_vs_parent=evidence.speedup, speedup_vs_baseline=child.get("speedup") or 1.0,
             workloads=list(child["workloads"]), bottleneck=bottleneck(parent))
         try:
