@@ -31,6 +31,7 @@ def main() -> None:
         if wanted and task_dir.name not in wanted:
             continue
         task = load_task(task_dir)
+        assert task.baseline_source is not None, f"{task.name}: every bundled Triton task has a baseline.py"
         result = evaluate(task, task.baseline_source, device="cuda", compare=torch_comparators(task), timeout_s=900)
         report[task.name] = result.model_dump()
         print(f"{task.name}: {result.status}", flush=True)

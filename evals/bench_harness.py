@@ -23,12 +23,20 @@ from accelopt.tools import settings
 from accelopt.tools.harness.kernel_profile import profile_kernel
 from accelopt.tools.harness.pool import make_pool
 from accelopt.tools.harness.runner import evaluate, gpu_count
-from accelopt.tools.task import load_task
+from accelopt.tools.task import Task, load_task
 
 TASKS = Path(__file__).with_name("tasks")
 SOFTMAX = load_task(TASKS / "softmax")
 RMSNORM = load_task(TASKS / "rmsnorm")
-BASE = SOFTMAX.baseline_source
+
+
+def _baseline(task: Task) -> str:
+    assert task.baseline_source is not None, f"the bundled {task.name} task has a baseline.py"
+    return task.baseline_source
+
+
+BASE = _baseline(SOFTMAX)
+RMSNORM_BASE = _baseline(RMSNORM)
 
 
 def good_variants() -> list[str]:
@@ -110,7 +118,7 @@ def identical(n: int = 20, device: str = "cuda") -> dict:
             v = r.versus.get("baseline")
             verdicts.append({"status": r.status, "speedup": v and v.speedup, "low": v and v.ci_low,
                              "high": v and v.ci_high, "faster": v and v.faster, "slower": v and v.slower,
-                             "rounds": r.rounds.model_dump() if getattr(r, "rounds", None) else None,
+                             "rounds": r.rounds.model_dump() if r.rounds else None,
                              "eval_s": r.eval_s})
     finally:
         pool.close()
@@ -173,7 +181,7 @@ def fidelity(repeats: int = 10) -> dict:
     statuses = []
     start = time.monotonic()
     for _ in range(repeats):
-        result = evaluate(RMSNORM, RMSNORM.baseline_source, device="cuda", pool=pool, audit_winners=False)
+        result = evaluate(RMSNORM, RMSNORM_BASE, device="cuda", pool=pool, audit_winners=False)
         statuses.append(result.status if result.ok else f"{result.status}: {(result.error or '')[-300:]}")
         for name, t in result.workloads.items():
             for key, value in (("span_us", t.median_us), ("kernel_us", t.kernel_us), ("event_us", t.event_us),
@@ -185,7 +193,7 @@ def fidelity(repeats: int = 10) -> dict:
     out["statuses"] = statuses
     out["workloads"] = {n: {k: {"median": statistics.median(v), "spread_pct": 100 * (max(v) - min(v)) /
                                 statistics.median(v)} for k, v in f.items()} for n, f in figures.items()}
-    ncu = profile_kernel(RMSNORM, RMSNORM.baseline_source, workload=big.name)
+    ncu = profile_kernel(RMSNORM, RMSNORM_BASE, workload=big.name)
     if ncu and ncu["tool"] == "ncu" and big.name in out["workloads"]:
         ncu_us = sum(k["time_us"] for k in ncu["kernels"])
         out["ncu"] = {"workload": big.name, "ncu_us": ncu_us, **{
