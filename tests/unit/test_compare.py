@@ -7,7 +7,14 @@ import math
 import pytest
 import torch
 
-from accelopt.tools.harness.judge import Reject, _compare, _errors
+from accelopt.tools.harness.correctness import Reject, evaluator
+from accelopt.tools.harness.correctness import errors as _errors
+
+
+def _compare(torch, outs, refs, atol: float, rtol: float, where: str, mode: str = "allclose",
+             ratio: float | None = None) -> dict:
+    """The judge's comparison: the rule named `mode` with these tolerances, applied to `outs`."""
+    return evaluator(mode, atol, rtol, ratio)(torch, outs, refs, where)
 
 
 def _outputs():
@@ -46,7 +53,8 @@ def test_a_nan_where_the_reference_is_finite_is_found_in_any_chunk():
 def test_an_input_change_is_found_in_any_chunk_and_against_a_host_copy():
     """The judge keeps large inputs' copies on the host (_kept) and compares them a chunk at a
     time (_same): a single changed bit anywhere is still a change, NaN payloads included."""
-    from accelopt.tools.harness.judge import _kept, _same
+    from accelopt.tools.harness.correctness import identical as _same
+    from accelopt.tools.harness.judge import _kept
 
     x = torch.randn(3, 1001)
     x[1, 7] = float("nan")

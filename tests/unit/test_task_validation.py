@@ -7,9 +7,10 @@ import shutil
 import pytest
 import torch
 
-from accelopt.tools.harness.judge import Reject, _compare, _reference_failed
+from accelopt.tools.harness.judge import Reject, _reference_failed
 from accelopt.tools.task import SPEC_ORDER, TaskError, TaskSpec, load_task, task_spec, write_spec
 from tests.conftest import TASKS
+from tests.unit.test_compare import _compare
 
 
 @pytest.fixture

@@ -567,15 +567,6 @@ def _judged(torch, outs, expected, req: dict, where: str) -> dict:
     return correctness.for_request(req)(torch, outs, expected, where)
 
 
-def _compare(torch, outs, refs, atol: float, rtol: float, where: str, mode: str = "allclose",
-             ratio: float | None = None) -> dict:
-    """The rule named `mode` (correctness.EVALUATORS) with these tolerances, applied to `outs`: the
-    judge's comparison as the tests call it."""
-    return correctness.evaluator(mode, atol, rtol, ratio)(torch, outs, refs, where)
-
-
-_errors = correctness.errors     # chunked float64 error statistics (the tests read them here too)
-_same = correctness.identical    # bit for bit, a chunk at a time: an input the kernel left unchanged
 
 
 def _reference_failed(what: str, exc: BaseException, path: str) -> Reject:
@@ -807,7 +798,7 @@ class Judge:
             for key, value in worst.items():
                 errors[key] = max(errors.get(key, 0.0), value)
         for i, (now, before) in enumerate(zip(inputs, originals)):
-            if isinstance(now, torch.Tensor) and not _same(torch, now, before):
+            if isinstance(now, torch.Tensor) and not correctness.identical(torch, now, before):
                 raise Reject("input_mutated", f"{where}: input {i} was modified by the kernel")
         return outs
 
