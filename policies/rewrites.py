@@ -4,6 +4,9 @@ candidate is judged like any other, and the beam keeps it only where it measured
 
 `row_groups` (row_groups.py): a one-row-per-program kernel made to take ROW_GROUP rows a program.
 
+`one_pass_softmax` (one_pass_softmax.py): a max loop and an exp-sum loop over the same columns made
+one online loop, so a row is read once instead of twice.
+
 `chunkwise_online_softmax`: Inductor writes an online softmax (a row's maximum and its sum of
 exponentials in one pass) as an element-wise combine (`triton_helpers.online_softmax_combine`):
 every lane of the chunk keeps a running maximum of its own, so each element costs two
@@ -23,7 +26,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from accelopt.policies import row_groups
+from accelopt.policies import one_pass_softmax, row_groups
 
 
 @dataclass(frozen=True)
@@ -137,7 +140,17 @@ ROW_GROUPS = Rewrite(
         "pays a whole block's scheduling and a lone load's latency.",
     apply=row_groups.row_groups)
 
-REWRITES: tuple[Rewrite, ...] = (CHUNKWISE_ONLINE_SOFTMAX, ROW_GROUPS)
+ONE_PASS_SOFTMAX = Rewrite(
+    name="one_pass_softmax",
+    title="rewrite: the max loop and the exp-sum loop made one online pass",
+    why="(tuner rewrite) The kernel walks each row twice over the same columns: once for its maximum, "
+        "once for its sum of exp(x - max), so every element is read from memory twice (a long row does "
+        "not stay in cache between the loops). Walk it once: keep the sum scaled to a running maximum "
+        "that moves once per chunk (one exponential per element, as before, plus one per chunk), and "
+        "the maximum and the sum end the loop holding what they held.",
+    apply=one_pass_softmax.one_pass_softmax)
+
+REWRITES: tuple[Rewrite, ...] = (CHUNKWISE_ONLINE_SOFTMAX, ONE_PASS_SOFTMAX, ROW_GROUPS)
 BY_NAME = {r.name: r for r in REWRITES}
 
 

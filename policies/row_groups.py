@@ -31,6 +31,7 @@ import ast
 import copy
 import re
 
+from accelopt.policies.kernel_ast import binds, imports_triton, is_tl, kernel_span, plain_kernels, stored
 from accelopt.tools.tunables import splice
 
 KNOB = "ROW_GROUP"
@@ -52,10 +53,10 @@ def row_groups(source: str) -> str | None:
         tree = ast.parse(source)
     except SyntaxError:
         return None
-    if not _imports_triton(tree) or any(_binds(tree, name) for name in _OWN_NAMES):
+    if not imports_triton(tree) or any(binds(tree, name) for name in _OWN_NAMES):
         return None
     edits: list[tuple[int, int, int, int, str]] = []
-    for fn in _plain_kernels(tree):
+    for fn in plain_kernels(tree):
         launches = _launches_of(tree, fn.name)
         if _references(tree, fn.name) != len(launches):
             continue  # also called as a device function, or passed around: its signature must stay
@@ -66,9 +67,7 @@ def row_groups(source: str) -> str | None:
             continue
         if not launches:
             continue
-        start = min(d.lineno for d in fn.decorator_list) if fn.decorator_list else fn.lineno
-        edits.append((start, 0, fn.end_lineno or fn.lineno, len(_line(source, fn.end_lineno or fn.lineno)),
-                      ast.unparse(new_fn)))
+        edits.append((*kernel_span(source, fn), ast.unparse(new_fn)))
         edits.extend(launch_edits)
     if not edits:
         return None
@@ -80,7 +79,7 @@ def row_groups(source: str) -> str | None:
 def _grouped_kernel(fn: ast.FunctionDef) -> ast.FunctionDef:
     if fn.args.vararg or fn.args.kwarg or fn.args.kwonlyargs or fn.args.posonlyargs:
         raise _Refused("variadic signature")
-    calls = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and _is_tl(n.func, ("program_id", "num_programs"))]
+    calls = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and is_tl(n.func, ("program_id", "num_programs"))]
     if any(isinstance(n, ast.Return) for n in ast.walk(fn)):
         raise _Refused("return in the kernel")
     body = list(fn.body)
@@ -93,7 +92,7 @@ def _grouped_kernel(fn: ast.FunctionDef) -> ast.FunctionDef:
         # a program that loops over its row already has a long row's work: grouping such rows was
         # slower on every bundled one measured (0.55-0.80x on an H200, BENCHMARKS.md)
         raise _Refused("the row is already walked in a loop")
-    outer = {a.arg for a in fn.args.args} | _stored(before)
+    outer = {a.arg for a in fn.args.args} | stored(before)
     moved = _renamed(moved, outer)
     group = ast.parse(
         f"{_GROUP} = tl.program_id(0)\n"
@@ -116,7 +115,7 @@ def _is_row_assignment(stmt: ast.stmt) -> bool:
     if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
         return False
     call = stmt.value
-    if not (isinstance(call, ast.Call) and _is_tl(call.func, ("program_id",))):
+    if not (isinstance(call, ast.Call) and is_tl(call.func, ("program_id",))):
         return False
     axis = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "axis"), None)
     return isinstance(axis, ast.Constant) and axis.value == 0
@@ -139,7 +138,7 @@ def _renamed(moved: list[ast.stmt], outer: set[str]) -> list[ast.stmt]:
                 for name in (n for n in ast.walk(target) if isinstance(n, ast.Name)):
                     if name.id in outer:
                         mapping[name.id] = name.id = _fresh(name.id, outer | set(mapping.values()))
-        elif _stored([stmt]) & (outer | set(mapping)):
+        elif stored([stmt]) & (outer | set(mapping)):
             raise _Refused("a name bound before the loop is rebound inside a nested block")
         out.append(stmt)
     return out
@@ -160,10 +159,6 @@ def _fresh(name: str, taken: set[str]) -> str:
     while candidate in taken:
         candidate += "_"
     return candidate
-
-
-def _stored(stmts: list[ast.stmt]) -> set[str]:
-    return {n.id for s in stmts for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
 
 
 # ------------------------------------------------------------------ the launches
@@ -195,16 +190,6 @@ def _one_element_grid(owner: ast.FunctionDef, name: str) -> bool:
 
 # ------------------------------------------------------------------ the module
 
-def _plain_kernels(tree: ast.Module) -> list[ast.FunctionDef]:
-    """Module-level @triton.jit kernels with no autotuner or heuristics above them."""
-    found = []
-    for node in tree.body:
-        if not isinstance(node, ast.FunctionDef) or not node.decorator_list:
-            continue
-        names = [ast.unparse(d.func if isinstance(d, ast.Call) else d) for d in node.decorator_list]
-        if any(n.endswith("jit") for n in names) and not any(re.search(r"autotune|heuristics", n) for n in names):
-            found.append(node)
-    return found
 
 
 def _launches_of(tree: ast.Module, kernel: str) -> list[tuple[ast.Call, ast.FunctionDef | None]]:
@@ -223,23 +208,12 @@ def _references(tree: ast.Module, name: str) -> int:
     return sum(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) for n in ast.walk(tree))
 
 
-def _is_tl(func: ast.expr, names: tuple[str, ...]) -> bool:
-    return isinstance(func, ast.Attribute) and func.attr in names \
-        and isinstance(func.value, ast.Name) and func.value.id == "tl"
 
 
-def _imports_triton(tree: ast.Module) -> bool:
-    return any(isinstance(n, ast.Import) and any(a.name == "triton" and a.asname is None for a in n.names)
-               for n in tree.body)
 
 
-def _binds(tree: ast.Module, name: str) -> bool:
-    return any(isinstance(n, ast.Name) and n.id == name or isinstance(n, ast.arg) and n.arg == name
-               for n in ast.walk(tree))
 
 
-def _line(source: str, number: int) -> str:
-    return source.splitlines()[number - 1]
 
 
 def _with_constant(source: str) -> str:

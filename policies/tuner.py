@@ -11,7 +11,8 @@ tunables (tools/tunables.py): num_warps, num_stages, tl.constexpr tile sizes.
   A kernel whose @triton.autotune list still picks at run time: first each configuration of the
   list pinned (in list order, one plan each), then the same moves from the fastest pinned one.
 - rewrites: a source rewrite of a known pattern (rewrites.py: Inductor's element-wise online
-  softmax made chunk-wise) is planned first, once per beam member whose source has the pattern.
+  softmax made chunk-wise, a max loop and an exp-sum loop made one pass, one-tile rows grouped)
+  is planned first, once per beam member whose source has the pattern.
 - write: applies the plan's moves to the source (AST edits), or its rewrite.
 - fix: a failed multi-knob move drops its largest step (on a resource error, the largest growth);
   a failed big single step is halved (geometrically); a failed single step has nothing smaller,

@@ -1,0 +1,64 @@
+"""What the source rewrites (row_groups.py, one_pass_softmax.py) ask of a kernel module's syntax
+tree: its Triton kernels, names bound and read, `tl.` calls."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+
+def plain_kernels(tree: ast.Module, autotuned: bool = False) -> list[ast.FunctionDef]:
+    """Module-level @triton.jit kernels; those under @triton.autotune or @triton.heuristics only
+    where `autotuned` (a rewrite that keeps the signature may take them)."""
+    found = []
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef) or not node.decorator_list:
+            continue
+        names = [ast.unparse(d.func if isinstance(d, ast.Call) else d) for d in node.decorator_list]
+        tuned = any(re.search(r"autotune|heuristics", n) for n in names)
+        if any(n.endswith("jit") for n in names) and (autotuned or not tuned):
+            found.append(node)
+    return found
+
+
+def is_tl(func: ast.expr, names: tuple[str, ...]) -> bool:
+    """`tl.<one of names>` (the function of a call)."""
+    return isinstance(func, ast.Attribute) and func.attr in names \
+        and isinstance(func.value, ast.Name) and func.value.id == "tl"
+
+
+def is_tl_call(expr: ast.expr, name: str) -> bool:
+    return isinstance(expr, ast.Call) and is_tl(expr.func, (name,))
+
+
+def imports_triton(tree: ast.Module) -> bool:
+    return any(isinstance(n, ast.Import) and any(a.name == "triton" and a.asname is None for a in n.names)
+               for n in tree.body)
+
+
+def binds(tree: ast.Module, name: str) -> bool:
+    return any(isinstance(n, ast.Name) and n.id == name or isinstance(n, ast.arg) and n.arg == name
+               for n in ast.walk(tree))
+
+
+def stored(stmts: list[ast.stmt]) -> set[str]:
+    return {n.id for s in stmts for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+
+def loaded(stmts: list[ast.stmt]) -> set[str]:
+    return {n.id for s in stmts for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def reads(node: ast.AST, name: str) -> bool:
+    return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) for n in ast.walk(node))
+
+
+def line(source: str, number: int) -> str:
+    return source.splitlines()[number - 1]
+
+
+def kernel_span(source: str, fn: ast.FunctionDef) -> tuple[int, int, int, int]:
+    """The (line, col, end_line, end_col) of a kernel with its decorators, for tools.tunables.splice."""
+    start = min(d.lineno for d in fn.decorator_list) if fn.decorator_list else fn.lineno
+    end = fn.end_lineno or fn.lineno
+    return start, 0, end, len(line(source, end))
