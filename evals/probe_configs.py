@@ -1,0 +1,110 @@
+"""A quick look, on a GPU, at where a task's kernel stands under a grid of launch configurations:
+per workload its median time (triton.testing.do_bench, L2 flushed between runs) and its share of
+a same-size device copy's speed, for the kernel as written and after a tuner rewrite.
+
+Not a verdict: nothing here runs in a sandbox, and correctness is a loose allclose against the
+reference, only to keep a broken configuration out of the table. It answers "which knob, which
+rewrite, how far from a copy" in a minute where the tuner's verdicts would take a quarter of an
+hour; what it suggests is then measured by `accelopt optimize`.
+
+    python evals/probe_configs.py --task evals/tasks/cross_entropy --rewrite one_pass_softmax \\
+        --grid BLOCK=1024,4096 num_warps=4,8 --out probe.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import itertools
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from accelopt.policies.rewrites import BY_NAME
+from accelopt.tools.task import load_task
+from accelopt.tools.tunables import apply_config, config_of
+
+
+def _module(source: str, name: str):
+    path = Path(tempfile.mkdtemp()) / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _close(out, expected) -> bool:
+    import torch
+
+    outs = out if isinstance(out, tuple | list) else (out,)
+    wants = expected if isinstance(expected, tuple | list) else (expected,)
+    return len(outs) == len(wants) and all(
+        torch.allclose(o.float(), w.float(), rtol=2e-2, atol=2e-2) for o, w in zip(outs, wants, strict=True))
+
+
+def probe(task_dir: Path, rewrite: str | None, grid: dict[str, list[int]], device: str = "cuda") -> list[dict]:
+    import torch
+    from triton.testing import do_bench
+
+    task = load_task(task_dir)
+    assert task.baseline_source is not None, "the probe starts from the task's baseline"
+    reference = _module((task_dir / "reference.py").read_text(), "probe_reference")
+    sources = {"baseline": task.baseline_source}
+    if rewrite:
+        rewritten = BY_NAME[rewrite].apply(task.baseline_source)
+        assert rewritten is not None, f"{rewrite} does not apply to {task_dir}"
+        sources[rewrite] = rewritten
+    rows = []
+    for workload in task.spec.workloads_for(device):
+        inputs = reference.make_inputs(workload.params, 0, device, task.spec.dtype)
+        expected = reference.reference(*inputs)
+        half = int(reference.bytes_moved(workload.params, task.spec.dtype) // 2)
+        src, dst = torch.empty(half, dtype=torch.uint8, device=device), torch.empty(half, dtype=torch.uint8,
+                                                                                       device=device)
+        copy_ms = do_bench(lambda s=src, d=dst: d.copy_(s), warmup=25, rep=200, return_mode="median")
+        for label, source in sources.items():
+            known = config_of(source)
+            names = [n for n in grid if n in known]
+            for values in itertools.product(*(grid[n] for n in names)):
+                config = dict(zip(names, values, strict=True))
+                row = {"workload": workload.name, "kernel": label, "config": {**known, **config}}
+                try:
+                    module = _module(apply_config(source, config), f"probe_{label}")
+                    ok = _close(module.run(*inputs), expected)
+                    ms = do_bench(lambda m=module, i=inputs: m.run(*i), warmup=25, rep=200, return_mode="median")
+                except Exception as error:  # noqa: BLE001 - a config that does not compile is a row too
+                    row.update(error=f"{type(error).__name__}: {str(error)[:200]}")
+                    rows.append(row)
+                    continue
+                row.update(correct=ok, us=1000 * ms, copy_us=1000 * copy_ms, pct_of_copy=100 * copy_ms / ms)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", type=Path, required=True)
+    parser.add_argument("--rewrite", choices=sorted(BY_NAME), help="also probe the baseline after this rewrite")
+    parser.add_argument("--grid", nargs="*", default=[], help="KNOB=v1,v2,... (knobs the kernel has)")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    grid = {k: [int(v) for v in vs.split(",")] for k, vs in (g.split("=", 1) for g in args.grid)}
+    rows = probe(args.task, args.rewrite, grid)
+    if args.out:
+        args.out.write_text(json.dumps(rows, indent=1))
+    best: dict[tuple[str, str], dict] = {}
+    for row in rows:
+        key = (row["workload"], row["kernel"])
+        if row.get("correct") and (key not in best or row["us"] < best[key]["us"]):
+            best[key] = row
+    for (workload, kernel), row in sorted(best.items()):
+        print(f"{workload:24} {kernel:20} {row['us']:9.1f} us  {row['pct_of_copy']:5.1f}% of copy  {row['config']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
