@@ -45,7 +45,8 @@ def _close(out, expected) -> bool:
         torch.allclose(o.float(), w.float(), rtol=2e-2, atol=2e-2) for o, w in zip(outs, wants, strict=True))
 
 
-def probe(task_dir: Path, rewrite: str | None, grid: dict[str, list[int]], device: str = "cuda") -> list[dict]:
+def probe(task_dir: Path, rewrite: str | None, grid: dict[str, list[int]], device: str = "cuda",
+          only_rewritten: bool = False) -> list[dict]:
     import torch
     from triton.testing import do_bench
 
@@ -56,7 +57,7 @@ def probe(task_dir: Path, rewrite: str | None, grid: dict[str, list[int]], devic
     if rewrite:
         rewritten = BY_NAME[rewrite].apply(task.baseline_source)
         assert rewritten is not None, f"{rewrite} does not apply to {task_dir}"
-        sources[rewrite] = rewritten
+        sources = {rewrite: rewritten} if only_rewritten else {**sources, rewrite: rewritten}
     rows = []
     for workload in task.spec.workloads_for(device):
         inputs = reference.make_inputs(workload.params, 0, device, task.spec.dtype)
@@ -89,11 +90,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", type=Path, required=True)
     parser.add_argument("--rewrite", choices=sorted(BY_NAME), help="also probe the baseline after this rewrite")
+    parser.add_argument("--rewritten-only", action="store_true", help="probe only the rewritten kernel")
     parser.add_argument("--grid", nargs="*", default=[], help="KNOB=v1,v2,... (knobs the kernel has)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     grid = {k: [int(v) for v in vs.split(",")] for k, vs in (g.split("=", 1) for g in args.grid)}
-    rows = probe(args.task, args.rewrite, grid)
+    rows = probe(args.task, args.rewrite, grid, only_rewritten=args.rewritten_only)
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1))
     best: dict[tuple[str, str], dict] = {}
