@@ -71,7 +71,7 @@ def probe(task_dir: Path, rewrite: str | None, grid: dict[str, list[int]], devic
             names = [n for n in grid if n in known]
             for values in itertools.product(*(grid[n] for n in names)):
                 config = dict(zip(names, values, strict=True))
-                row = {"workload": workload.name, "kernel": label, "config": {**known, **config}}
+                row: dict = {"workload": workload.name, "kernel": label, "config": {**known, **config}}
                 try:
                     module = _module(apply_config(source, config), f"probe_{label}")
                     ok = _close(module.run(*inputs), expected)
