@@ -81,7 +81,7 @@ def _fuse_in(stmts: list[ast.stmt]) -> bool:
                 if not isinstance(second, ast.For) or ast.dump(second.iter) != ast.dump(first.iter):
                     continue
                 try:
-                    stmts[i:j + 1] = _fused(stmts[:i], first, stmts[i + 1:j], second)
+                    stmts[i:j + 1] = _fused(stmts[:i], first, stmts[i + 1:j], second, stmts[j + 1:])
                 except _Refused:
                     break
                 changed = True
@@ -90,8 +90,9 @@ def _fuse_in(stmts: list[ast.stmt]) -> bool:
     return changed
 
 
-def _fused(before: list[ast.stmt], first: ast.For, between: list[ast.stmt], second: ast.For) -> list[ast.stmt]:
-    """The statements replacing `first, *between, second`."""
+def _fused(before: list[ast.stmt], first: ast.For, between: list[ast.stmt], second: ast.For,
+           after: list[ast.stmt]) -> list[ast.stmt]:
+    """The statements replacing `first, *between, second` (`after`: what follows them)."""
     if first.orelse or second.orelse or ast.dump(first.target) != ast.dump(second.target):
         raise _Refused("loops differ in their targets, or have else blocks")
     if _has_effects(first.body) or _has_effects(second.body) or _has_effects(between):
@@ -114,6 +115,8 @@ def _fused(before: list[ast.stmt], first: ast.For, between: list[ast.stmt], seco
     if (loaded(between) | stored(between)) & (stored(first.body) | {m, row_max}):
         raise _Refused("a statement between the loops touches what the first loop computed")
     proportional = _proportional_names(rest, row_max, total)
+    if loaded(after) & proportional:
+        raise _Refused("a term the loop scales by exp(-max) is read after it: it would hold another scale")
     if reads(term, total) or not _proportional(term, row_max, proportional):
         raise _Refused("the summed term is not proportional to exp(x - max)")
     chunk_max = f"tl.max({ast.unparse(element)}, 0)" if vector else ast.unparse(element)

@@ -191,6 +191,8 @@ def test_loops_that_are_not_the_same_walk_are_left_alone():
                                                  "acc = tl.full([BLOCK], 1.0, dtype=tl.float32)"),
         "a maximum not from -inf": base.replace('m = tl.full([BLOCK], -float("inf"), dtype=tl.float32)',
                                                 "m = tl.full([BLOCK], 0.0, dtype=tl.float32)"),
+        "a scaled term read after the loop": variant("e = tl.exp(x - row_max)\nacc += e").replace(
+            "tl.store(out_ptr, tl.sum(acc, axis=0) + row_max)", "tl.store(out_ptr, tl.sum(e, axis=0) + row_max)"),
         "the maximum read between": base.replace("acc = tl.zeros([BLOCK], dtype=tl.float32)",
                                                  "acc = tl.zeros([BLOCK], dtype=tl.float32) + tl.max(m, 0) * 0"),
     }
