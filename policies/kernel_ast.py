@@ -53,7 +53,7 @@ def reads(node: ast.AST, name: str) -> bool:
     return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) for n in ast.walk(node))
 
 
-def line(source: str, number: int) -> str:
+def _line(source: str, number: int) -> str:
     return source.splitlines()[number - 1]
 
 
@@ -61,4 +61,4 @@ def kernel_span(source: str, fn: ast.FunctionDef) -> tuple[int, int, int, int]:
     """The (line, col, end_line, end_col) of a kernel with its decorators, for tools.tunables.splice."""
     start = min(d.lineno for d in fn.decorator_list) if fn.decorator_list else fn.lineno
     end = fn.end_lineno or fn.lineno
-    return start, 0, end, len(line(source, end))
+    return start, 0, end, len(_line(source, end))

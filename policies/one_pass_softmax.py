@@ -127,10 +127,10 @@ def _fused(before: list[ast.stmt], first: ast.For, between: list[ast.stmt], seco
             *_parsed(f"{total} = {total} * tl.exp({_PREV} - {_SHIFT}) + ({ast.unparse(new_term)})")]
     loop = ast.For(target=first.target, iter=first.iter, body=body, orelse=[], type_comment=None)
     if vector:  # the lanes' maximum, reduced after the loop as it was between the loops
-        after = _parsed(f"{row_max} = tl.max({m}, 0)")
+        tail = _parsed(f"{row_max} = tl.max({m}, 0)")
     else:
-        after = _parsed(f"{row_max} = {m}") if row_max != m else []
-    return [*between, *_parsed(f"{_RUN} = float('-inf')"), loop, *after]
+        tail = _parsed(f"{row_max} = {m}") if row_max != m else []
+    return [*between, *_parsed(f"{_RUN} = float('-inf')"), loop, *tail]
 
 
 def _parsed(*lines: str) -> list[ast.stmt]:
@@ -232,8 +232,7 @@ def _zero_initialised(stmts: list[ast.stmt]) -> set[str]:
     for stmt in stmts:
         if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
             name, value = stmt.targets[0].id, stmt.value
-            zero = isinstance(value, ast.Constant) and value.value == 0 and not isinstance(value.value, bool) \
-                or is_tl_call(value, "zeros") \
+            zero = _is_zero(value) or is_tl_call(value, "zeros") \
                 or (is_tl_call(value, "full") and isinstance(value, ast.Call) and len(value.args) >= 2
                     and isinstance(value.args[1], ast.Constant) and value.args[1].value == 0)
             (out.add if zero else out.discard)(name)
@@ -335,8 +334,6 @@ def _is_minus_inf(expr: ast.expr) -> bool:
     """`-float('inf')`, `float('-inf')`, `-math.inf`."""
     text = ast.unparse(expr).replace('"', "'").replace(" ", "")
     return text in ("-float('inf')", "float('-inf')", "-math.inf", "-float('Inf')")
-
-
 
 
 def _has_effects(stmts: list[ast.stmt]) -> bool:

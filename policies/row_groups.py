@@ -191,7 +191,6 @@ def _one_element_grid(owner: ast.FunctionDef, name: str) -> bool:
 # ------------------------------------------------------------------ the module
 
 
-
 def _launches_of(tree: ast.Module, kernel: str) -> list[tuple[ast.Call, ast.FunctionDef | None]]:
     found: list[tuple[ast.Call, ast.FunctionDef | None]] = []
     owners = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]
@@ -206,14 +205,6 @@ def _launches_of(tree: ast.Module, kernel: str) -> list[tuple[ast.Call, ast.Func
 
 def _references(tree: ast.Module, name: str) -> int:
     return sum(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) for n in ast.walk(tree))
-
-
-
-
-
-
-
-
 
 
 def _with_constant(source: str) -> str:
