@@ -9,6 +9,7 @@ hour; what it suggests is then measured by `accelopt optimize`.
 
     python evals/probe_configs.py --task evals/tasks/cross_entropy --rewrite one_pass_softmax \\
         --grid BLOCK=1024,4096 num_warps=4,8 --out probe.json
+    python evals/probe_configs.py --task evals/tasks/rope --kernel my_rope_variant.py --grid num_warps=1,4
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def _close(out, expected) -> bool:
 
 
 def probe(task_dir: Path, rewrite: str | None, grid: dict[str, list[int]], device: str = "cuda",
-          only_rewritten: bool = False) -> list[dict]:
+          only_rewritten: bool = False, kernels: tuple[Path, ...] = ()) -> list[dict]:
     import torch
     from triton.testing import do_bench
 
@@ -58,6 +59,8 @@ def probe(task_dir: Path, rewrite: str | None, grid: dict[str, list[int]], devic
         rewritten = BY_NAME[rewrite].apply(task.baseline_source)
         assert rewritten is not None, f"{rewrite} does not apply to {task_dir}"
         sources = {rewrite: rewritten} if only_rewritten else {**sources, rewrite: rewritten}
+    # hand-written variants: what a rewrite not yet built would give, before building it
+    sources.update({path.stem: path.read_text() for path in kernels})
     rows = []
     for workload in task.spec.workloads_for(device):
         inputs = reference.make_inputs(workload.params, 0, device, task.spec.dtype)
@@ -91,11 +94,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--task", type=Path, required=True)
     parser.add_argument("--rewrite", choices=sorted(BY_NAME), help="also probe the baseline after this rewrite")
     parser.add_argument("--rewritten-only", action="store_true", help="probe only the rewritten kernel")
+    parser.add_argument("--kernel", type=Path, action="append", default=[],
+                        help="also probe this file (a variant of the baseline with the same entry point)")
     parser.add_argument("--grid", nargs="*", default=[], help="KNOB=v1,v2,... (knobs the kernel has)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     grid = {k: [int(v) for v in vs.split(",")] for k, vs in (g.split("=", 1) for g in args.grid)}
-    rows = probe(args.task, args.rewrite, grid, only_rewritten=args.rewritten_only)
+    rows = probe(args.task, args.rewrite, grid, only_rewritten=args.rewritten_only,
+                 kernels=tuple(args.kernel))
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1))
     best: dict[tuple[str, str], dict] = {}
