@@ -55,10 +55,13 @@ def probe(task_dir: Path, rewrite: str | None, grid: dict[str, list[int]], devic
     assert task.baseline_source is not None, "the probe starts from the task's baseline"
     reference = _module((task_dir / "reference.py").read_text(), "probe_reference")
     sources = {"baseline": task.baseline_source}
-    if rewrite:
-        rewritten = BY_NAME[rewrite].apply(task.baseline_source)
-        assert rewritten is not None, f"{rewrite} does not apply to {task_dir}"
-        sources = {rewrite: rewritten} if only_rewritten else {**sources, rewrite: rewritten}
+    if rewrite:  # one rewrite, or several in order ("one_pass_softmax,prefetch_loads")
+        rewritten = task.baseline_source
+        for name in rewrite.split(","):
+            rewritten = BY_NAME[name].apply(rewritten)
+            assert rewritten is not None, f"{name} does not apply to {task_dir} (after {rewrite})"
+        label = rewrite.replace(",", "+")
+        sources = {label: rewritten} if only_rewritten else {**sources, label: rewritten}
     # hand-written variants: what a rewrite not yet built would give, before building it
     sources.update({path.stem: path.read_text() for path in kernels})
     rows = []
@@ -92,7 +95,8 @@ def probe(task_dir: Path, rewrite: str | None, grid: dict[str, list[int]], devic
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", type=Path, required=True)
-    parser.add_argument("--rewrite", choices=sorted(BY_NAME), help="also probe the baseline after this rewrite")
+    parser.add_argument("--rewrite", help=f"also probe the baseline after this rewrite, or these in order "
+                        f"(comma-separated; of {', '.join(sorted(BY_NAME))})")
     parser.add_argument("--rewritten-only", action="store_true", help="probe only the rewritten kernel")
     parser.add_argument("--kernel", type=Path, action="append", default=[],
                         help="also probe this file (a variant of the baseline with the same entry point)")

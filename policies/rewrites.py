@@ -7,6 +7,9 @@ candidate is judged like any other, and the beam keeps it only where it measured
 `one_pass_softmax` (one_pass_softmax.py): a max loop and an exp-sum loop over the same columns made
 one online loop, so a row is read once instead of twice.
 
+`prefetch_loads` (prefetch_loads.py): a loop's loads issued one iteration ahead (a register double
+buffer), for the loops Triton does not pipeline itself (no tl.dot in them).
+
 `chunkwise_online_softmax`: Inductor writes an online softmax (a row's maximum and its sum of
 exponentials in one pass) as an element-wise combine (`triton_helpers.online_softmax_combine`):
 every lane of the chunk keeps a running maximum of its own, so each element costs two
@@ -26,7 +29,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from accelopt.policies import one_pass_softmax, row_groups
+from accelopt.policies import one_pass_softmax, prefetch_loads, row_groups
 
 
 @dataclass(frozen=True)
@@ -150,7 +153,18 @@ ONE_PASS_SOFTMAX = Rewrite(
         "the maximum and the sum end the loop holding what they held.",
     apply=one_pass_softmax.one_pass_softmax)
 
-REWRITES: tuple[Rewrite, ...] = (CHUNKWISE_ONLINE_SOFTMAX, ONE_PASS_SOFTMAX, ROW_GROUPS)
+PREFETCH_LOADS = Rewrite(
+    name="prefetch_loads",
+    title="rewrite: each loop's next chunk loaded before this one is worked on",
+    why="(tuner rewrite) The kernel's loop loads a chunk, then reduces it (across warps: a barrier) "
+        "before its next load goes out, so each program has one load in flight; Triton pipelines "
+        "(num_stages) only the loads that feed a tl.dot. Issue the next iteration's loads at the top of "
+        "the loop (the same addresses, masks and fill values, one step on, nothing read past the end) "
+        "and work on the chunk loaded the iteration before: two loads in flight, the same values.",
+    apply=prefetch_loads.prefetch_loads)
+
+# in plan order: a rewrite that removes a pass over memory before one that hides its latency
+REWRITES: tuple[Rewrite, ...] = (CHUNKWISE_ONLINE_SOFTMAX, ONE_PASS_SOFTMAX, PREFETCH_LOADS, ROW_GROUPS)
 BY_NAME = {r.name: r for r in REWRITES}
 
 
