@@ -1,5 +1,6 @@
-"""What the source rewrites (row_groups.py, one_pass_softmax.py) ask of a kernel module's syntax
-tree: its Triton kernels, names bound and read, `tl.` calls."""
+"""What the source rewrites (row_groups.py, axis_tiles.py, one_pass_softmax.py, prefetch_loads.py)
+ask of a kernel module's syntax tree: its Triton kernels and their launches, names bound and read,
+`tl.` calls."""
 
 from __future__ import annotations
 
@@ -62,3 +63,28 @@ def kernel_span(source: str, fn: ast.FunctionDef) -> tuple[int, int, int, int]:
     start = min(d.lineno for d in fn.decorator_list) if fn.decorator_list else fn.lineno
     end = fn.end_lineno or fn.lineno
     return start, 0, end, len(_line(source, end))
+
+
+def launches_of(tree: ast.Module, kernel: str) -> list[tuple[ast.Call, ast.FunctionDef | None]]:
+    """Every `kernel[grid](...)` launch in the module, with the function it is in (None at module level)."""
+    found: list[tuple[ast.Call, ast.FunctionDef | None]] = []
+    owners = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript) \
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == kernel:
+            owner = next((f for f in owners if f.lineno <= node.lineno <= (f.end_lineno or f.lineno)
+                          and node in ast.walk(f)), None)
+            found.append((node, owner))
+    return found
+
+
+def references(tree: ast.Module, name: str) -> int:
+    """How often the module reads `name` (a kernel read only by its launches can change its signature)."""
+    return sum(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) for n in ast.walk(tree))
+
+
+def with_constant(source: str, name: str, value: int, note: str) -> str:
+    """`NAME = value` once, with its note, after the module's imports (before its first function)."""
+    first = re.search(r"(?m)^(@|def |class )", source)
+    at = first.start() if first else len(source)
+    return source[:at].rstrip("\n") + f"\n\n# {note}\n{name} = {value}\n\n\n" + source[at:]

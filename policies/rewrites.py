@@ -7,6 +7,9 @@ candidate is judged like any other, and the beam keeps it only where it measured
 `one_pass_softmax` (one_pass_softmax.py): a max loop and an exp-sum loop over the same columns made
 one online loop, so a row is read once instead of twice.
 
+`axis_tiles` (axis_tiles.py): a per-(token, head) kernel on a 2-D grid made to take AXIS1_BLOCK
+heads a program as a tile.
+
 `prefetch_loads` (prefetch_loads.py): a loop's loads issued one iteration ahead (a register double
 buffer), for the loops Triton does not pipeline itself (no tl.dot in them).
 
@@ -29,7 +32,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from accelopt.policies import one_pass_softmax, prefetch_loads, row_groups
+from accelopt.policies import axis_tiles, one_pass_softmax, prefetch_loads, row_groups
 
 
 @dataclass(frozen=True)
@@ -163,8 +166,18 @@ PREFETCH_LOADS = Rewrite(
         "and work on the chunk loaded the iteration before: two loads in flight, the same values.",
     apply=prefetch_loads.prefetch_loads)
 
+AXIS_TILES = Rewrite(
+    name="axis_tiles",
+    title=f"rewrite: {axis_tiles.KNOB} rows of the grid's second axis a program, as a tile (moved by the tuner)",
+    why="(tuner rewrite) The kernel gives each program of its 2-D grid one short row of the second axis "
+        "(one head of one token): a few hundred bytes a program, and the loads the rows share (a position, "
+        f"its cos/sin row) repeated by each. Give each program {axis_tiles.FIRST_VALUE} of them as the first "
+        f"dimension of a 2-D tile ({axis_tiles.KNOB}, a module constant the tuner moves afterwards; rows past "
+        "the end masked): the shared loads once a program, one wide load per tensor instead of many short ones.",
+    apply=axis_tiles.axis_tiles)
+
 # in plan order: a rewrite that removes a pass over memory before one that hides its latency
-REWRITES: tuple[Rewrite, ...] = (CHUNKWISE_ONLINE_SOFTMAX, ONE_PASS_SOFTMAX, PREFETCH_LOADS, ROW_GROUPS)
+REWRITES: tuple[Rewrite, ...] = (CHUNKWISE_ONLINE_SOFTMAX, ONE_PASS_SOFTMAX, PREFETCH_LOADS, AXIS_TILES, ROW_GROUPS)
 BY_NAME = {r.name: r for r in REWRITES}
 
 

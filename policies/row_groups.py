@@ -29,9 +29,18 @@ from __future__ import annotations
 
 import ast
 import copy
-import re
 
-from accelopt.policies.kernel_ast import binds, imports_triton, is_tl, kernel_span, plain_kernels, stored
+from accelopt.policies.kernel_ast import (
+    binds,
+    imports_triton,
+    is_tl,
+    kernel_span,
+    launches_of,
+    plain_kernels,
+    references,
+    stored,
+    with_constant,
+)
 from accelopt.tools.tunables import splice
 
 KNOB = "ROW_GROUP"
@@ -57,8 +66,8 @@ def row_groups(source: str) -> str | None:
         return None
     edits: list[tuple[int, int, int, int, str]] = []
     for fn in plain_kernels(tree):
-        launches = _launches_of(tree, fn.name)
-        if _references(tree, fn.name) != len(launches):
+        launches = launches_of(tree, fn.name)
+        if references(tree, fn.name) != len(launches):
             continue  # also called as a device function, or passed around: its signature must stay
         try:
             new_fn = _grouped_kernel(fn)
@@ -71,7 +80,8 @@ def row_groups(source: str) -> str | None:
         edits.extend(launch_edits)
     if not edits:
         return None
-    return _with_constant(splice(source, edits))
+    note = "rows per program (the row-group rewrite); the tuner moves it"
+    return with_constant(splice(source, edits), KNOB, FIRST_VALUE, note)
 
 
 # ------------------------------------------------------------------ the kernel
@@ -186,30 +196,3 @@ def _one_element_grid(owner: ast.FunctionDef, name: str) -> bool:
     bound = [n.value for n in ast.walk(owner) if isinstance(n, ast.Assign)
              and any(isinstance(t, ast.Name) and t.id == name for t in n.targets)]
     return bool(bound) and all(isinstance(v, ast.Tuple) and len(v.elts) == 1 for v in bound)
-
-
-# ------------------------------------------------------------------ the module
-
-
-def _launches_of(tree: ast.Module, kernel: str) -> list[tuple[ast.Call, ast.FunctionDef | None]]:
-    found: list[tuple[ast.Call, ast.FunctionDef | None]] = []
-    owners = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript) \
-                and isinstance(node.func.value, ast.Name) and node.func.value.id == kernel:
-            owner = next((f for f in owners if f.lineno <= node.lineno <= (f.end_lineno or f.lineno)
-                          and node in ast.walk(f)), None)
-            found.append((node, owner))
-    return found
-
-
-def _references(tree: ast.Module, name: str) -> int:
-    return sum(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) for n in ast.walk(tree))
-
-
-def _with_constant(source: str) -> str:
-    """`ROW_GROUP = 4` once, after the module's imports (before its first function or kernel)."""
-    first = re.search(r"(?m)^(@|def |class )", source)
-    at = first.start() if first else len(source)
-    note = "# rows per program (the row-group rewrite); the tuner moves it\n"
-    return source[:at].rstrip("\n") + f"\n\n{note}{KNOB} = {FIRST_VALUE}\n\n\n" + source[at:]

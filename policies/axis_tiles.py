@@ -1,0 +1,219 @@
+"""The axis-tile rewrite: a kernel launched on a 2-D grid whose second axis gives each program one
+short row (one head of one token, say) is made to give each program `AXIS1_BLOCK` of them as the
+first dimension of a 2-D tile, with what the rows share loaded once.
+
+Why: rotary embeddings, per-head norms and other per-(token, head) kernels written by people and
+LLMs launch a program per head: 128 elements of bf16 (256 bytes) a program, plus the loads every
+head of the token repeats (a position, its cos/sin row). On an H200 the bundled rope baseline ran at
+22-34% of a same-size copy whatever its `num_warps`; the same kernel with 8 heads a program as a
+[8, 64] tile ran at 78-87% (`evals/probe_configs.py`, BENCHMARKS.md). Made mechanically:
+
+    t = tl.program_id(0)                  t = tl.program_id(0)
+    h = tl.program_id(1)            ->    h = tl.program_id(1) * AXIS1_BLOCK + tl.arange(0, AXIS1_BLOCK)[:, None]
+    offs = tl.arange(0, D)                _axis1_mask = h < _axis1_total
+    x = tl.load(P(t, h) + offs)           offs = tl.arange(0, D)[None, :]
+    tl.store(Q(t, h) + offs, f(x))        x = tl.load(P(t, h) + offs, mask=_axis1_mask)
+                                          tl.store(Q(t, h) + offs, f(x), mask=_axis1_mask)
+
+and each launch's grid `(a, b)` becomes `(a, triton.cdiv(b, AXIS1_BLOCK))` with `_axis1_total=b`.
+Every 1-D tile becomes a row vector and the head a column, so element-wise code broadcasts to the
+[AXIS1_BLOCK, D] tile and computes per element what it computed; a load or store whose address
+moves with the head is masked to the heads that exist (rows past the end touch nothing); a load that
+does not move with it (the cos/sin row) stays 1-D and is loaded once a program. `AXIS1_BLOCK` is a
+module constant the tuner moves like any tile. The rewrite demands straight-line code (no loop, no
+branch), element-wise `tl.` functions only (no reduction, scan, dot, reshape or indexing, whose
+axes would change meaning), one `tl.program_id(1)` bound to a name, and launches whose grid is a
+two-element tuple; it refuses anything else, and kernels under @triton.autotune or
+@triton.heuristics (their configs do not know the new tile).
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+
+from accelopt.policies.kernel_ast import (
+    binds,
+    imports_triton,
+    is_tl,
+    kernel_span,
+    launches_of,
+    plain_kernels,
+    references,
+    with_constant,
+)
+from accelopt.tools.tunables import splice
+
+KNOB = "AXIS1_BLOCK"
+FIRST_VALUE = 8          # where the tuner starts (measured best on two of rope's three workloads)
+_TOTAL = "_axis1_total"
+_MASK = "_axis1_mask"
+_OWN_NAMES = (KNOB, _TOTAL, _MASK)
+# element-wise `tl.` functions: they broadcast, so a row vector and a column give the tile
+_ELEMENTWISE = ("load", "store", "arange", "program_id", "full", "zeros", "where", "maximum", "minimum", "exp",
+                "exp2", "log", "log2", "sqrt", "sqrt_rn", "rsqrt", "abs", "sin", "cos", "sigmoid", "fma", "cast",
+                "fdiv", "div_rn", "clamp", "erf", "floor", "ceil", "umulhi")
+
+
+class _Refused(Exception):
+    pass
+
+
+def axis_tiles(source: str) -> str | None:
+    """The module with every one-row-per-program 2-D-grid kernel made to take AXIS1_BLOCK rows of
+    its second axis as a tile; None where no kernel qualifies."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    if not imports_triton(tree) or any(binds(tree, name) for name in _OWN_NAMES):
+        return None
+    edits: list[tuple[int, int, int, int, str]] = []
+    for fn in plain_kernels(tree):
+        launches = launches_of(tree, fn.name)
+        if not launches or references(tree, fn.name) != len(launches):
+            continue  # also called as a device function, or passed around: its signature must stay
+        try:
+            new_fn = _tiled_kernel(fn)
+            launch_edits = [_tiled_launch(call, owner) for call, owner in launches]
+        except _Refused:
+            continue
+        edits.append((*kernel_span(source, fn), ast.unparse(new_fn)))
+        edits.extend(launch_edits)
+    if not edits:
+        return None
+    note = "rows of the grid's second axis a program takes as a tile (the axis-tile rewrite); the tuner moves it"
+    return with_constant(splice(source, edits), KNOB, FIRST_VALUE, note)
+
+
+# ------------------------------------------------------------------ the kernel
+
+def _tiled_kernel(fn: ast.FunctionDef) -> ast.FunctionDef:
+    if fn.args.vararg or fn.args.kwarg or fn.args.kwonlyargs or fn.args.posonlyargs:
+        raise _Refused("variadic signature")
+    body = list(fn.body)
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]  # a docstring
+    _check_straight_and_elementwise(body)
+    at = [i for i, s in enumerate(body) if _program_id_axis(s) == 1]
+    ids = [n for s in body for n in ast.walk(s) if isinstance(n, ast.Call) and is_tl(n.func, ("program_id",))]
+    if len(at) != 1 or sum(_axis_of(c) == 1 for c in ids) != 1:
+        raise _Refused("not one program per row of the second axis")
+    head = body[at[0]].targets[0].id  # type: ignore[attr-defined]  # checked by _program_id_axis
+    moving = _moving_with(body, head)
+    new_body: list[ast.stmt] = []
+    for index, stmt in enumerate(body):
+        if index == at[0]:
+            new_body += ast.parse(f"{head} = tl.program_id(1) * {KNOB} + tl.arange(0, {KNOB})[:, None]\n"
+                                  f"{_MASK} = {head} < {_TOTAL}").body
+            continue
+        stmt = _RowVectors().visit(copy.deepcopy(stmt))
+        for call in (n for n in ast.walk(stmt) if isinstance(n, ast.Call) and is_tl(n.func, ("load", "store"))):
+            _mask_if_moving(call, moving)
+        new_body.append(stmt)
+    new = copy.deepcopy(fn)
+    new.body = (fn.body[:1] if len(body) < len(fn.body) else []) + new_body
+    new.args.args += [ast.arg(_TOTAL), ast.arg(KNOB, ast.parse("tl.constexpr", mode="eval").body)]
+    if fn.args.defaults:  # after a defaulted parameter, ours need defaults too
+        new.args.defaults += [ast.Constant(0), ast.Constant(1)]
+    return ast.fix_missing_locations(new)
+
+
+def _check_straight_and_elementwise(body: list[ast.stmt]) -> None:
+    for stmt in body:
+        if not isinstance(stmt, ast.Assign | ast.AugAssign | ast.AnnAssign | ast.Expr):
+            raise _Refused(f"{type(stmt).__name__}: not straight-line code")
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Subscript | ast.IfExp | ast.Lambda | ast.Starred) \
+                    or isinstance(node, ast.Attribute) and node.attr in ("shape", "T"):
+                raise _Refused("indexing or shapes: their axes would change meaning")
+            if isinstance(node, ast.Call):
+                tl_call = is_tl(node.func, _ELEMENTWISE)
+                cast = isinstance(node.func, ast.Attribute) and node.func.attr == "to"
+                literal = isinstance(node.func, ast.Name) and node.func.id in ("float", "int")
+                if not (tl_call or cast or literal):
+                    raise _Refused(f"{ast.unparse(node.func)}: not known to be element-wise")
+
+
+def _axis_of(call: ast.Call) -> int | None:
+    axis = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "axis"), None)
+    return axis.value if isinstance(axis, ast.Constant) and isinstance(axis.value, int) else None
+
+
+def _program_id_axis(stmt: ast.stmt) -> int | None:
+    """The axis of `NAME = tl.program_id(axis)`; None for any other statement."""
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
+            and isinstance(stmt.value, ast.Call) and is_tl(stmt.value.func, ("program_id",)):
+        return _axis_of(stmt.value)
+    return None
+
+
+def _moving_with(body: list[ast.stmt], head: str) -> set[str]:
+    """The names whose value depends on `head` (straight-line code: one pass in order)."""
+    moving = {head}
+    for stmt in body:
+        reads = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        targets = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        if reads & moving:
+            moving |= targets
+    return moving
+
+
+class _RowVectors(ast.NodeTransformer):
+    """Every `tl.arange(...)` as a row vector, `tl.arange(...)[None, :]`."""
+
+    def visit_Call(self, node: ast.Call) -> ast.expr:
+        self.generic_visit(node)
+        if is_tl(node.func, ("arange",)):
+            return ast.parse(f"{ast.unparse(node)}[None, :]", mode="eval").body
+        return node
+
+
+def _mask_if_moving(call: ast.Call, moving: set[str]) -> None:
+    """A load or store whose address moves with the head: masked to the heads that exist."""
+    store = is_tl(call.func, ("store",))
+    names = lambda e: {n.id for n in ast.walk(e) if isinstance(n, ast.Name)}  # noqa: E731
+    pointer = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "pointer"), None)
+    if pointer is None:
+        raise _Refused("a load or store without its pointer")
+    value = (call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "value"), None)) \
+        if store else None
+    if not names(pointer) & moving:
+        if value is not None and names(value) & moving:
+            raise _Refused("a store of a value that moves with the head to an address that does not")
+        return
+    position = 2 if store else 1
+    mask_kw = next((k for k in call.keywords if k.arg == "mask"), None)
+    old = mask_kw.value if mask_kw else call.args[position] if len(call.args) > position else None
+    # tl.where: a scalar mask `&` a block is not a boolean block on Triton's interpreter
+    new = ast.parse(f"tl.where({_MASK}, {ast.unparse(old)}, False)" if old is not None else _MASK, mode="eval").body
+    if mask_kw:
+        mask_kw.value = new
+    elif len(call.args) > position:
+        call.args[position] = new
+    else:
+        call.keywords.append(ast.keyword("mask", new))
+
+
+# ------------------------------------------------------------------ the launches
+
+def _tiled_launch(call: ast.Call, owner: ast.FunctionDef | None) -> tuple[int, int, int, int, str]:
+    """One edit replacing `kernel[(a, b)](args)` with the tiled launch."""
+    sub = call.func
+    assert isinstance(sub, ast.Subscript)
+    if any(k.arg in _OWN_NAMES or k.arg is None for k in call.keywords) or any(
+            isinstance(a, ast.Starred) for a in call.args):
+        raise _Refused("the launch names our parameters, or passes *args or **kwargs")
+    grid = sub.slice
+    if isinstance(grid, ast.Name) and owner is not None:
+        bound = [n.value for n in ast.walk(owner) if isinstance(n, ast.Assign)
+                 and any(isinstance(t, ast.Name) and t.id == grid.id for t in n.targets)]
+        grid = bound[0] if len(bound) == 1 else grid
+    if not (isinstance(grid, ast.Tuple) and len(grid.elts) == 2
+            and not any(isinstance(e, ast.Starred) for e in grid.elts)):
+        raise _Refused("the grid is not a two-element tuple")
+    first, rows = (ast.unparse(e) for e in grid.elts)
+    args = [ast.unparse(a) for a in call.args] + [f"{k.arg}={ast.unparse(k.value)}" for k in call.keywords]
+    args += [f"{_TOTAL}={rows}", f"{KNOB}={KNOB}"]
+    new = f"{ast.unparse(sub.value)}[({first}, triton.cdiv({rows}, {KNOB}))]({', '.join(args)})"
+    return (call.lineno, call.col_offset, call.end_lineno or call.lineno, call.end_col_offset or 0, new)
