@@ -58,8 +58,9 @@ def probe(task_dir: Path, rewrite: str | None, grid: dict[str, list[int]], devic
     if rewrite:  # one rewrite, or several in order ("one_pass_softmax,prefetch_loads")
         rewritten = task.baseline_source
         for name in rewrite.split(","):
-            rewritten = BY_NAME[name].apply(rewritten)
-            assert rewritten is not None, f"{name} does not apply to {task_dir} (after {rewrite})"
+            applied = BY_NAME[name].apply(rewritten)
+            assert applied is not None, f"{name} does not apply to {task_dir} (after {rewrite})"
+            rewritten = applied
         label = rewrite.replace(",", "+")
         sources = {label: rewritten} if only_rewritten else {**sources, label: rewritten}
     # hand-written variants: what a rewrite not yet built would give, before building it
