@@ -33,16 +33,13 @@ import ast
 import copy
 
 from accelopt.policies.kernel_ast import (
+    Refused,
     binds,
     imports_triton,
     is_tl,
-    kernel_span,
-    launches_of,
-    plain_kernels,
-    references,
-    with_constant,
+    rewrite_launched_kernels,
+    with_knob_params,
 )
-from accelopt.tools.tunables import splice
 
 KNOB = "AXIS1_BLOCK"
 FIRST_VALUE = 8          # where the tuner starts (measured best on two of rope's three workloads)
@@ -55,10 +52,6 @@ _ELEMENTWISE = ("load", "store", "arange", "program_id", "full", "zeros", "where
                 "fdiv", "div_rn", "clamp", "erf", "floor", "ceil", "umulhi")
 
 
-class _Refused(Exception):
-    pass
-
-
 def axis_tiles(source: str) -> str | None:
     """The module with every one-row-per-program 2-D-grid kernel made to take AXIS1_BLOCK rows of
     its second axis as a tile; None where no kernel qualifies."""
@@ -68,29 +61,15 @@ def axis_tiles(source: str) -> str | None:
         return None
     if not imports_triton(tree) or any(binds(tree, name) for name in _OWN_NAMES):
         return None
-    edits: list[tuple[int, int, int, int, str]] = []
-    for fn in plain_kernels(tree):
-        launches = launches_of(tree, fn.name)
-        if not launches or references(tree, fn.name) != len(launches):
-            continue  # also called as a device function, or passed around: its signature must stay
-        try:
-            new_fn = _tiled_kernel(fn)
-            launch_edits = [_tiled_launch(call, owner) for call, owner in launches]
-        except _Refused:
-            continue
-        edits.append((*kernel_span(source, fn), ast.unparse(new_fn)))
-        edits.extend(launch_edits)
-    if not edits:
-        return None
     note = "rows of the grid's second axis a program takes as a tile (the axis-tile rewrite); the tuner moves it"
-    return with_constant(splice(source, edits), KNOB, FIRST_VALUE, note)
+    return rewrite_launched_kernels(source, tree, _tiled_kernel, _tiled_launch, KNOB, FIRST_VALUE, note)
 
 
 # ------------------------------------------------------------------ the kernel
 
 def _tiled_kernel(fn: ast.FunctionDef) -> ast.FunctionDef:
     if fn.args.vararg or fn.args.kwarg or fn.args.kwonlyargs or fn.args.posonlyargs:
-        raise _Refused("variadic signature")
+        raise Refused("variadic signature")
     body = list(fn.body)
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
         body = body[1:]  # a docstring
@@ -98,7 +77,7 @@ def _tiled_kernel(fn: ast.FunctionDef) -> ast.FunctionDef:
     at = [i for i, s in enumerate(body) if _program_id_axis(s) == 1]
     ids = [n for s in body for n in ast.walk(s) if isinstance(n, ast.Call) and is_tl(n.func, ("program_id",))]
     if len(at) != 1 or sum(_axis_of(c) == 1 for c in ids) != 1:
-        raise _Refused("not one program per row of the second axis")
+        raise Refused("not one program per row of the second axis")
     head = body[at[0]].targets[0].id  # type: ignore[attr-defined]  # checked by _program_id_axis
     moving = _moving_with(body, head)
     new_body: list[ast.stmt] = []
@@ -113,26 +92,24 @@ def _tiled_kernel(fn: ast.FunctionDef) -> ast.FunctionDef:
         new_body.append(stmt)
     new = copy.deepcopy(fn)
     new.body = (fn.body[:1] if len(body) < len(fn.body) else []) + new_body
-    new.args.args += [ast.arg(_TOTAL), ast.arg(KNOB, ast.parse("tl.constexpr", mode="eval").body)]
-    if fn.args.defaults:  # after a defaulted parameter, ours need defaults too
-        new.args.defaults += [ast.Constant(0), ast.Constant(1)]
+    with_knob_params(fn, new, _TOTAL, KNOB)
     return ast.fix_missing_locations(new)
 
 
 def _check_straight_and_elementwise(body: list[ast.stmt]) -> None:
     for stmt in body:
         if not isinstance(stmt, ast.Assign | ast.AugAssign | ast.AnnAssign | ast.Expr):
-            raise _Refused(f"{type(stmt).__name__}: not straight-line code")
+            raise Refused(f"{type(stmt).__name__}: not straight-line code")
         for node in ast.walk(stmt):
             if isinstance(node, ast.Subscript | ast.IfExp | ast.Lambda | ast.Starred) \
                     or isinstance(node, ast.Attribute) and node.attr in ("shape", "T"):
-                raise _Refused("indexing or shapes: their axes would change meaning")
+                raise Refused("indexing or shapes: their axes would change meaning")
             if isinstance(node, ast.Call):
                 tl_call = is_tl(node.func, _ELEMENTWISE)
                 cast = isinstance(node.func, ast.Attribute) and node.func.attr == "to"
                 literal = isinstance(node.func, ast.Name) and node.func.id in ("float", "int")
                 if not (tl_call or cast or literal):
-                    raise _Refused(f"{ast.unparse(node.func)}: not known to be element-wise")
+                    raise Refused(f"{ast.unparse(node.func)}: not known to be element-wise")
 
 
 def _axis_of(call: ast.Call) -> int | None:
@@ -175,12 +152,12 @@ def _mask_if_moving(call: ast.Call, moving: set[str]) -> None:
     names = lambda e: {n.id for n in ast.walk(e) if isinstance(n, ast.Name)}  # noqa: E731
     pointer = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "pointer"), None)
     if pointer is None:
-        raise _Refused("a load or store without its pointer")
+        raise Refused("a load or store without its pointer")
     value = (call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "value"), None)) \
         if store else None
     if not names(pointer) & moving:
         if value is not None and names(value) & moving:
-            raise _Refused("a store of a value that moves with the head to an address that does not")
+            raise Refused("a store of a value that moves with the head to an address that does not")
         return
     position = 2 if store else 1
     mask_kw = next((k for k in call.keywords if k.arg == "mask"), None)
@@ -203,7 +180,7 @@ def _tiled_launch(call: ast.Call, owner: ast.FunctionDef | None) -> tuple[int, i
     assert isinstance(sub, ast.Subscript)
     if any(k.arg in _OWN_NAMES or k.arg is None for k in call.keywords) or any(
             isinstance(a, ast.Starred) for a in call.args):
-        raise _Refused("the launch names our parameters, or passes *args or **kwargs")
+        raise Refused("the launch names our parameters, or passes *args or **kwargs")
     grid = sub.slice
     if isinstance(grid, ast.Name) and owner is not None:
         bound = [n.value for n in ast.walk(owner) if isinstance(n, ast.Assign)
@@ -211,7 +188,7 @@ def _tiled_launch(call: ast.Call, owner: ast.FunctionDef | None) -> tuple[int, i
         grid = bound[0] if len(bound) == 1 else grid
     if not (isinstance(grid, ast.Tuple) and len(grid.elts) == 2
             and not any(isinstance(e, ast.Starred) for e in grid.elts)):
-        raise _Refused("the grid is not a two-element tuple")
+        raise Refused("the grid is not a two-element tuple")
     first, rows = (ast.unparse(e) for e in grid.elts)
     args = [ast.unparse(a) for a in call.args] + [f"{k.arg}={ast.unparse(k.value)}" for k in call.keywords]
     args += [f"{_TOTAL}={rows}", f"{KNOB}={KNOB}"]

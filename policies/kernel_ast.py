@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
+
+from accelopt.tools.tunables import splice
 
 
 def plain_kernels(tree: ast.Module, autotuned: bool = False) -> list[ast.FunctionDef]:
@@ -88,3 +91,39 @@ def with_constant(source: str, name: str, value: int, note: str) -> str:
     first = re.search(r"(?m)^(@|def |class )", source)
     at = first.start() if first else len(source)
     return source[:at].rstrip("\n") + f"\n\n# {note}\n{name} = {value}\n\n\n" + source[at:]
+
+
+class Refused(Exception):
+    """A rewrite's reason for leaving a kernel as written."""
+
+
+Launch = tuple[ast.Call, ast.FunctionDef | None]
+
+
+def rewrite_launched_kernels(source: str, tree: ast.Module, kernel: Callable[[ast.FunctionDef], ast.FunctionDef],
+                             launch: Callable[[ast.Call, ast.FunctionDef | None], tuple[int, int, int, int, str]],
+                             knob: str, value: int, note: str) -> str | None:
+    """Each plain kernel read only by its launches rewritten by `kernel`, and each of its launches
+    by `launch` (an edit for tools.tunables.splice), either refusing that kernel by raising Refused;
+    the knob's module constant added. None where no kernel was rewritten."""
+    edits: list[tuple[int, int, int, int, str]] = []
+    for fn in plain_kernels(tree):
+        launches = launches_of(tree, fn.name)
+        if not launches or references(tree, fn.name) != len(launches):
+            continue  # also called as a device function, or passed around: its signature must stay
+        try:
+            new_fn = kernel(fn)
+            launch_edits = [launch(call, owner) for call, owner in launches]
+        except Refused:
+            continue
+        edits.append((*kernel_span(source, fn), ast.unparse(new_fn)))
+        edits.extend(launch_edits)
+    return with_constant(splice(source, edits), knob, value, note) if edits else None
+
+
+def with_knob_params(written: ast.FunctionDef, new: ast.FunctionDef, total: str, knob: str) -> None:
+    """`new` (a copy of `written`) given the parameters a grid rewrite adds: the axis's length and
+    the knob, a constexpr; with defaults where `written` has defaulted parameters before them."""
+    new.args.args += [ast.arg(total), ast.arg(knob, ast.parse("tl.constexpr", mode="eval").body)]
+    if written.args.defaults:
+        new.args.defaults += [ast.Constant(0), ast.Constant(1)]

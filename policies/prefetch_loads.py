@@ -35,7 +35,7 @@ from __future__ import annotations
 import ast
 import copy
 
-from accelopt.policies.kernel_ast import imports_triton, is_tl, kernel_span, plain_kernels, stored
+from accelopt.policies.kernel_ast import Refused, imports_triton, is_tl, kernel_span, plain_kernels, stored
 from accelopt.tools.tunables import splice
 
 _PREFIX = "_pf"
@@ -96,10 +96,6 @@ def _has_loop(stmts: list[ast.stmt]) -> bool:
     return any(isinstance(n, ast.For | ast.While) for s in stmts for n in ast.walk(s))
 
 
-class _Refused(Exception):
-    pass
-
-
 def _prefetched(loop: ast.For, constexprs: set[str], kernel_stores: set[str], name: str) -> list[ast.stmt] | None:
     """The statements replacing `loop`: the first loads before it, the loop issuing the next ones
     (buffers `<name>_<k>`); None where the loop does not qualify."""
@@ -116,11 +112,11 @@ def _prefetched(loop: ast.For, constexprs: set[str], kernel_stores: set[str], na
         for index, call in loads:
             try:
                 slice_ = _slice_of(call, index, loop.body, assigns, body_stores, var)
-            except _Refused:
+            except Refused:
                 continue
             if slice_ is not None:
                 chosen.append((index, call, slice_))
-    except _Refused:
+    except Refused:
         return None
     if not chosen:
         return None
@@ -162,17 +158,17 @@ def _range_of(loop: ast.For, constexprs: set[str], kernel_stores: set[str]) \
     is_range = isinstance(it, ast.Call) and (isinstance(it.func, ast.Name) and it.func.id == "range"
                                             or is_tl(it.func, ("range",)))
     if not is_range or not isinstance(loop.target, ast.Name) or loop.orelse:
-        raise _Refused
+        raise Refused
     assert isinstance(it, ast.Call)
     if not 1 <= len(it.args) <= 3 or any(k.arg in ("start", "end", "step", None) for k in it.keywords):
-        raise _Refused
+        raise Refused
     args = it.args
     start, stop = (ast.Constant(0), args[0]) if len(args) == 1 else (args[0], args[1])
     step = args[2] if len(args) == 3 else None
     positive_literal = isinstance(step, ast.Constant) and isinstance(step.value, int) and step.value > 0
     tile = isinstance(step, ast.Name) and step.id in constexprs and step.id not in kernel_stores
     if step is not None and not (positive_literal or tile):
-        raise _Refused  # the guard `next < stop` holds only for a loop that counts up
+        raise Refused  # the guard `next < stop` holds only for a loop that counts up
     return loop.target.id, start, stop, step
 
 
@@ -225,10 +221,10 @@ def _top_level_loads(stmt: ast.stmt) -> list[ast.Call]:
 def _slice_of(call: ast.Call, index: int, body: list[ast.stmt], assigns: dict[str, list[int]],
               body_stores: set[str], var: str) -> list[int] | None:
     """The indices of the body's statements the load's address, mask and `other` are built from;
-    None where they do not move with the loop (nothing to prefetch). Raises _Refused where the
+    None where they do not move with the loop (nothing to prefetch). Raises Refused where the
     load cannot be issued an iteration early."""
     if any(k.arg not in _LOAD_KEYWORDS for k in call.keywords) or len(call.args) > 3 or not call.args:
-        raise _Refused  # volatile, a block pointer's boundary_check, or keywords this rule does not know
+        raise Refused  # volatile, a block pointer's boundary_check, or keywords this rule does not know
     exprs: list[ast.expr] = [*call.args, *(k.value for k in call.keywords)]
     needed: set[int] = set()
     moves = False
@@ -242,7 +238,7 @@ def _slice_of(call: ast.Call, index: int, body: list[ast.stmt], assigns: dict[st
             elif name in body_stores:
                 earlier = [i for i in assigns.get(name, []) if i < before]
                 if not earlier or _bound_elsewhere(name, body, assigns):
-                    raise _Refused  # carried from the previous iteration, or bound in a nested block
+                    raise Refused  # carried from the previous iteration, or bound in a nested block
                 at = earlier[-1]
                 if at not in needed:
                     needed.add(at)
@@ -265,11 +261,11 @@ def _check_pure(expr: ast.expr) -> None:
             literal = isinstance(node.func, ast.Name) and node.func.id in ("float", "int", "bool") \
                 and all(isinstance(a, ast.Constant) for a in node.args)
             if not (pure_tl or cast or literal):
-                raise _Refused
+                raise Refused
         elif not isinstance(node, ast.Name | ast.Constant | ast.BinOp | ast.UnaryOp | ast.Compare | ast.Subscript
                             | ast.Slice | ast.Tuple | ast.Attribute | ast.Load | ast.operator | ast.unaryop
                             | ast.cmpop | ast.keyword | ast.expr_context):
-            raise _Refused
+            raise Refused
 
 
 class _Renamed(ast.NodeTransformer):

@@ -31,17 +31,14 @@ import ast
 import copy
 
 from accelopt.policies.kernel_ast import (
+    Refused,
     binds,
     imports_triton,
     is_tl,
-    kernel_span,
-    launches_of,
-    plain_kernels,
-    references,
+    rewrite_launched_kernels,
     stored,
-    with_constant,
+    with_knob_params,
 )
-from accelopt.tools.tunables import splice
 
 KNOB = "ROW_GROUP"
 FIRST_VALUE = 4          # where the tuner starts; it steps from here (1-64)
@@ -49,10 +46,6 @@ _TOTAL = "_rows_total"
 _GROUP = "_row_group"
 _INDEX = "_row_in_group"
 _OWN_NAMES = (KNOB, _TOTAL, _GROUP, _INDEX)
-
-
-class _Refused(Exception):
-    pass
 
 
 def row_groups(source: str) -> str | None:
@@ -64,44 +57,28 @@ def row_groups(source: str) -> str | None:
         return None
     if not imports_triton(tree) or any(binds(tree, name) for name in _OWN_NAMES):
         return None
-    edits: list[tuple[int, int, int, int, str]] = []
-    for fn in plain_kernels(tree):
-        launches = launches_of(tree, fn.name)
-        if references(tree, fn.name) != len(launches):
-            continue  # also called as a device function, or passed around: its signature must stay
-        try:
-            new_fn = _grouped_kernel(fn)
-            launch_edits = [_grouped_launch(source, call, owner) for call, owner in launches]
-        except _Refused:
-            continue
-        if not launches:
-            continue
-        edits.append((*kernel_span(source, fn), ast.unparse(new_fn)))
-        edits.extend(launch_edits)
-    if not edits:
-        return None
     note = "rows per program (the row-group rewrite); the tuner moves it"
-    return with_constant(splice(source, edits), KNOB, FIRST_VALUE, note)
+    return rewrite_launched_kernels(source, tree, _grouped_kernel, _grouped_launch, KNOB, FIRST_VALUE, note)
 
 
 # ------------------------------------------------------------------ the kernel
 
 def _grouped_kernel(fn: ast.FunctionDef) -> ast.FunctionDef:
     if fn.args.vararg or fn.args.kwarg or fn.args.kwonlyargs or fn.args.posonlyargs:
-        raise _Refused("variadic signature")
+        raise Refused("variadic signature")
     calls = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and is_tl(n.func, ("program_id", "num_programs"))]
     if any(isinstance(n, ast.Return) for n in ast.walk(fn)):
-        raise _Refused("return in the kernel")
+        raise Refused("return in the kernel")
     body = list(fn.body)
     at = next((i for i, s in enumerate(body) if _is_row_assignment(s)), None)
     if at is None or len(calls) != 1:
-        raise _Refused("not one program per row")
+        raise Refused("not one program per row")
     row_name = body[at].targets[0].id  # type: ignore[attr-defined]  # checked by _is_row_assignment
     before, moved = body[:at], body[at + 1:]
     if any(isinstance(n, ast.For | ast.While) for s in moved for n in ast.walk(s)):
         # a program that loops over its row already has a long row's work: grouping such rows was
         # slower on every bundled one measured (0.55-0.80x on an H200, BENCHMARKS.md)
-        raise _Refused("the row is already walked in a loop")
+        raise Refused("the row is already walked in a loop")
     outer = {a.arg for a in fn.args.args} | stored(before)
     moved = _renamed(moved, outer)
     group = ast.parse(
@@ -113,10 +90,7 @@ def _grouped_kernel(fn: ast.FunctionDef) -> ast.FunctionDef:
     group[1].body[1].body = moved or [ast.Pass()]  # type: ignore[attr-defined]
     new = copy.deepcopy(fn)
     new.body = before + group
-    defaults = bool(fn.args.defaults)  # after a defaulted parameter, ours need defaults too
-    new.args.args += [ast.arg(_TOTAL), ast.arg(KNOB, ast.parse("tl.constexpr", mode="eval").body)]
-    if defaults:
-        new.args.defaults += [ast.Constant(0), ast.Constant(1)]
+    with_knob_params(fn, new, _TOTAL, KNOB)
     return ast.fix_missing_locations(new)
 
 
@@ -149,7 +123,7 @@ def _renamed(moved: list[ast.stmt], outer: set[str]) -> list[ast.stmt]:
                     if name.id in outer:
                         mapping[name.id] = name.id = _fresh(name.id, outer | set(mapping.values()))
         elif stored([stmt]) & (outer | set(mapping)):
-            raise _Refused("a name bound before the loop is rebound inside a nested block")
+            raise Refused("a name bound before the loop is rebound inside a nested block")
         out.append(stmt)
     return out
 
@@ -173,19 +147,19 @@ def _fresh(name: str, taken: set[str]) -> str:
 
 # ------------------------------------------------------------------ the launches
 
-def _grouped_launch(source: str, call: ast.Call, owner: ast.FunctionDef | None) -> tuple[int, int, int, int, str]:
+def _grouped_launch(call: ast.Call, owner: ast.FunctionDef | None) -> tuple[int, int, int, int, str]:
     """One edit replacing `kernel[GRID](args)` with the grouped launch."""
     sub = call.func
     assert isinstance(sub, ast.Subscript)
     if any(k.arg in _OWN_NAMES for k in call.keywords) or any(k.arg is None for k in call.keywords):
-        raise _Refused("the launch already names our parameters, or passes **kwargs")
+        raise Refused("the launch already names our parameters, or passes **kwargs")
     grid = sub.slice
     if isinstance(grid, ast.Tuple) and len(grid.elts) == 1 and not isinstance(grid.elts[0], ast.Starred):
         rows = ast.unparse(grid.elts[0])
     elif isinstance(grid, ast.Name) and owner is not None and _one_element_grid(owner, grid.id):
         rows = f"{grid.id}[0]"
     else:
-        raise _Refused("the grid is not a one-element tuple")
+        raise Refused("the grid is not a one-element tuple")
     args = [ast.unparse(a) for a in call.args] + [f"{k.arg}={ast.unparse(k.value)}" for k in call.keywords]
     args += [f"{_TOTAL}={rows}", f"{KNOB}={KNOB}"]
     new = f"{ast.unparse(sub.value)}[(triton.cdiv({rows}, {KNOB}),)]({', '.join(args)})"

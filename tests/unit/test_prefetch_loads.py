@@ -20,6 +20,16 @@ from tests.unit.test_rewrites import run_on_interpreter
 
 HEADER = "import torch\nimport triton\nimport triton.language as tl\n"
 
+# the checks' loader: a module from a source text, written under the test's TMP folder
+MODULE = '''
+def module(name, text):
+    path = TMP + "/" + name + ".py"
+    open(path, "w").write(text)
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+    return mod
+'''
+
 LOOP = HEADER + '''
 
 @triton.jit
@@ -57,14 +67,7 @@ def test_the_bundled_looped_kernels_are_rewritten_and_compute_bit_for_bit_the_sa
     tasks = {name: load_task(TASKS / name.replace("_one_pass", "")) for name in pairs}
     script = '''
 import importlib.util, sys, torch
-
-def module(name, text):
-    path = TMP + "/" + name + ".py"
-    open(path, "w").write(text)
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
-    return mod
-
+''' + MODULE + '''
 for name, (before, after, reference, dtype, workloads) in PAIRS.items():
     ref = module(name + "_reference", reference)
     for params in workloads:
@@ -90,13 +93,7 @@ def test_an_inductor_seed_is_rewritten_and_computes_the_same(tmp_path):
     assert after is not None and "tl.range(0, r0_numel, R0_BLOCK)" in after
     script = HEADER + '''
 import importlib.util
-def module(name, text):
-    path = TMP + "/" + name + ".py"
-    open(path, "w").write(text)
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
-    return mod
-
+''' + MODULE + '''
 def sized(text):
     return text.replace("xnumel = 4096", "xnumel = 3").replace("r0_numel = 4096", "r0_numel = 300") \\
         .replace("4096*x0", "300*x0").replace("4096 * x0", "300 * x0").replace("4096.0", "300.0")
