@@ -1,5 +1,5 @@
 """The axis-tile rewrite: a kernel launched on a 2-D grid whose second axis gives each program one
-short row (one head of one token, say) is made to give each program `AXIS1_BLOCK` of them as the
+short row (one head of one token, say) is made to give each program `AXIS1_GROUP` of them as the
 first dimension of a 2-D tile, with what the rows share loaded once.
 
 Why: rotary embeddings, per-head norms and other per-(token, head) kernels written by people and
@@ -9,17 +9,17 @@ head of the token repeats (a position, its cos/sin row). On an H200 the bundled 
 [8, 64] tile ran at 78-87% (`evals/probe_configs.py`, BENCHMARKS.md). Made mechanically:
 
     t = tl.program_id(0)                  t = tl.program_id(0)
-    h = tl.program_id(1)            ->    h = tl.program_id(1) * AXIS1_BLOCK + tl.arange(0, AXIS1_BLOCK)[:, None]
+    h = tl.program_id(1)            ->    h = tl.program_id(1) * AXIS1_GROUP + tl.arange(0, AXIS1_GROUP)[:, None]
     offs = tl.arange(0, D)                _axis1_mask = h < _axis1_total
     x = tl.load(P(t, h) + offs)           offs = tl.arange(0, D)[None, :]
     tl.store(Q(t, h) + offs, f(x))        x = tl.load(P(t, h) + offs, mask=_axis1_mask)
                                           tl.store(Q(t, h) + offs, f(x), mask=_axis1_mask)
 
-and each launch's grid `(a, b)` becomes `(a, triton.cdiv(b, AXIS1_BLOCK))` with `_axis1_total=b`.
+and each launch's grid `(a, b)` becomes `(a, triton.cdiv(b, AXIS1_GROUP))` with `_axis1_total=b`.
 Every 1-D tile becomes a row vector and the head a column, so element-wise code broadcasts to the
-[AXIS1_BLOCK, D] tile and computes per element what it computed; a load or store whose address
+[AXIS1_GROUP, D] tile and computes per element what it computed; a load or store whose address
 moves with the head is masked to the heads that exist (rows past the end touch nothing); a load that
-does not move with it (the cos/sin row) stays 1-D and is loaded once a program. `AXIS1_BLOCK` is a
+does not move with it (the cos/sin row) stays 1-D and is loaded once a program. `AXIS1_GROUP` is a
 module constant the tuner moves like any tile. The rewrite demands straight-line code (no loop, no
 branch), element-wise `tl.` functions only (no reduction, scan, dot, reshape or indexing, whose
 axes would change meaning), one `tl.program_id(1)` bound to a name, and launches whose grid is a
@@ -41,8 +41,10 @@ from accelopt.policies.kernel_ast import (
     with_knob_params,
 )
 
-KNOB = "AXIS1_BLOCK"
+KNOB = "AXIS1_GROUP"
 FIRST_VALUE = 8          # where the tuner starts (measured best on two of rope's three workloads)
+# named a group, not a block: tools/tunables.py then steps it by doubling within 1-64, as ROW_GROUP,
+# where a tile's floor (16) would keep it from the 4 and 8 that rope runs best at
 _TOTAL = "_axis1_total"
 _MASK = "_axis1_mask"
 _OWN_NAMES = (KNOB, _TOTAL, _MASK)
@@ -53,7 +55,7 @@ _ELEMENTWISE = ("load", "store", "arange", "program_id", "full", "zeros", "where
 
 
 def axis_tiles(source: str) -> str | None:
-    """The module with every one-row-per-program 2-D-grid kernel made to take AXIS1_BLOCK rows of
+    """The module with every one-row-per-program 2-D-grid kernel made to take AXIS1_GROUP rows of
     its second axis as a tile; None where no kernel qualifies."""
     try:
         tree = ast.parse(source)

@@ -7,7 +7,7 @@ candidate is judged like any other, and the beam keeps it only where it measured
 `one_pass_softmax` (one_pass_softmax.py): a max loop and an exp-sum loop over the same columns made
 one online loop, so a row is read once instead of twice.
 
-`axis_tiles` (axis_tiles.py): a per-(token, head) kernel on a 2-D grid made to take AXIS1_BLOCK
+`axis_tiles` (axis_tiles.py): a per-(token, head) kernel on a 2-D grid made to take AXIS1_GROUP
 heads a program as a tile.
 
 `prefetch_loads` (prefetch_loads.py): a loop's loads issued one iteration ahead (a register double

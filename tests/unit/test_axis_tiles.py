@@ -1,5 +1,5 @@
 """The axis-tile rewrite (policies/axis_tiles.py): a per-(token, head) kernel on a 2-D grid takes
-AXIS1_BLOCK heads a program as a tile. The bundled rope computes bit for bit what it did on the
+AXIS1_GROUP heads a program as a tile. The bundled rope computes bit for bit what it did on the
 interpreter (head counts that are not a multiple of the block, a masked kernel); kernels whose
 axes would change meaning are left alone; the tuner plans it and then moves the block."""
 
