@@ -11,8 +11,10 @@ tunables (tools/tunables.py): num_warps, num_stages, tl.constexpr tile sizes.
   A kernel whose @triton.autotune list still picks at run time: first each configuration of the
   list pinned (in list order, one plan each), then the same moves from the fastest pinned one.
 - rewrites: a source rewrite of a known pattern (rewrites.py: Inductor's element-wise online
-  softmax made chunk-wise, a max loop and an exp-sum loop made one pass, one-tile rows grouped)
-  is planned first, once per beam member whose source has the pattern.
+  softmax made chunk-wise, a max loop and an exp-sum loop made one pass, one-tile rows grouped,
+  a 2-D grid's second axis tiled) is planned first, once per beam member whose source has the
+  pattern; one that hides latency rather than removing work (a loop's loads prefetched) is a bet
+  on the kernel, planned after the recalled recipes and before the plain steps.
 - write: applies the plan's moves to the source (AST edits), or its rewrite.
 - fix: a failed multi-knob move drops its largest step (on a resource error, the largest growth);
   a failed big single step is halved (geometrically); a failed single step has nothing smaller,
@@ -27,6 +29,7 @@ Its notes are labelled "(tuner)"; nothing it writes is presented as model output
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 
@@ -201,11 +204,22 @@ def per_workload_winners(request: PlanRequest, listed: list[Config], config: Con
     return [listed[i] for i in sorted(won)] if 1 < len(won) < len(listed) else []
 
 
-def _rewrite_plans(request: PlanRequest) -> list[PlanDraft]:
-    """A plan for each rewrite whose pattern is in the member's source and not yet tried from it."""
+def _rewrite_plans(request: PlanRequest) -> tuple[list[PlanDraft], list[PlanDraft]]:
+    """A plan for each rewrite whose pattern is in the member's source and not yet tried from it:
+    (those that remove work, planned first; those that hide latency, planned after recalled recipes)."""
     done = {k["title"] for k in request.tried if k["parent_id"] == request.member_id}
     todo = [r for r in rewrites.applicable(request.source or "") if r.title not in done]
-    return [PlanDraft(f"### Plan {i}: {r.title}\n{r.why}", rewrite=r.name) for i, r in enumerate(todo, 1)]
+
+    def drafts(chosen: list[rewrites.Rewrite]) -> list[PlanDraft]:
+        return [PlanDraft(f"### Plan 0: {r.title}\n{r.why}", rewrite=r.name) for r in chosen]
+
+    return drafts([r for r in todo if not r.hides_latency]), drafts([r for r in todo if r.hides_latency])
+
+
+def _numbered(plans: list[PlanDraft]) -> list[PlanDraft]:
+    """The plans numbered in their final order."""
+    return [dataclasses.replace(p, text=re.sub(r"^### Plan \d+:", f"### Plan {i}:", p.text))
+            for i, p in enumerate(plans, 1)]
 
 
 class TunerPolicy:
@@ -215,11 +229,11 @@ class TunerPolicy:
 
     def plan(self, request: PlanRequest) -> Plans:
         source = request.source
-        rewritten = _rewrite_plans(request)
+        rewritten, latency = _rewrite_plans(request)
         config = config_of(source) if source else {}
         if not config:
-            if rewritten:
-                return Plans(rewritten[:request.n])
+            if rewritten or latency:
+                return Plans(_numbered((rewritten + latency)[:request.n]))
             return Plans([], note=f"(tuner) This kernel has no launch tunables to move: {why_untunable(source or '')}.")
         klass = kernel_class(source or "")
         # A kernel whose @triton.autotune list still picks at run time was measured as the
@@ -239,9 +253,11 @@ class TunerPolicy:
             key = (name, base[name], value)
             return 0 if key in liked else 2 if key in avoided else 1
 
+        options: list[tuple[Config, str] | PlanDraft]
         options = [(c, f"pinning the autotuner's config {i + 1} of {len(listed)}") for i, c in enumerate(listed)]
         options += [(c, f"following recalled lesson {i}") for c, i in recipes(request.lessons, base, klass)]
         options += around_recipes(request, base, klass)
+        options += latency  # after what memory recalls, before the plain steps
         options += [(m, "one step" + (" from the fastest pinned config" if base != config else ""))
                     for m in sorted(neighbours(base), key=rank)]
         plans: list[PlanDraft] = rewritten[:request.n]
@@ -254,9 +270,13 @@ class TunerPolicy:
                      f"configurations alone, keeping its key, so the autotuner still picks per workload: "
                      + "; ".join(format_config(c) for c in winners) + ".",
                 configs=tuple(winners)))
-        for changes, why in options:
+        for option in options:
             if len(plans) >= request.n:
                 break
+            if isinstance(option, PlanDraft):
+                plans.append(option)
+                continue
+            changes, why = option
             result = {**base, **changes}
             if frozenset(result.items()) in tried:
                 continue
@@ -269,7 +289,8 @@ class TunerPolicy:
                      f"(tuner move, {why}) Set {describe_moves(moves)} {where}. Resulting launch config: "
                      f"{format_config(result)}.",
                 moves=moves))
-        return Plans(plans, note="" if plans else "(tuner) Every neighbouring launch configuration was measured already.")
+        return Plans(_numbered(plans),
+                     note="" if plans else "(tuner) Every neighbouring launch configuration was measured already.")
 
     def write(self, request: WriteRequest) -> Kernel:
         if request.plan.rewrite:

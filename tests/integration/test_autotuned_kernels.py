@@ -52,9 +52,7 @@ def test_pinned_configs_of_an_autotuned_kernel_verify_on_the_interpreter(monkeyp
     # The tuner policy's first plans on the same kernel are the same pins, written the same way.
     task = load_task(TASKS / "rmsnorm")
     plans = TunerPolicy().plan(PlanRequest(task=task, iteration=1, member_id="baseline", source=AUTOTUNED,
-                                           measurements="", tried=[], lessons=[], n=4)).plans
-    assert plans[0].rewrite == "prefetch_loads"  # its loop's loads one chunk ahead; the pins follow
-    plans = plans[1:]
+                                           measurements="", tried=[], lessons=[], n=3)).plans
     written = [TunerPolicy().write(WriteRequest(task=task, iteration=1, candidate_id="k", source=AUTOTUNED,
                                                 plan=p)).source for p in plans]
     assert written == [v["source"] for v in variants[:3]]

@@ -15,6 +15,7 @@ from accelopt.policies.interface import (
     SummarizeRequest,
     WriteRequest,
 )
+from accelopt.policies.rewrites import PREFETCH_LOADS, REWRITES
 from accelopt.policies.tuner import TunerPolicy
 from accelopt.tools.task import load_task
 from accelopt.tools.tunables import apply_config, config_of, neighbours
@@ -59,9 +60,10 @@ def measured(ident: str, config: dict, status: str = "verified", speedup: float 
 
 
 def plan(source: str, n: int, lessons: list[Insight] = (), tried: list[MeasuredKernel] = ()) -> list[PlanDraft]:
+    """The first n launch-move plans (the source rewrites the tuner also plans have tests of their own)."""
     request = PlanRequest(task=TASK, iteration=1, member_id="baseline", source=source, measurements="",
-                          tried=list(tried), lessons=list(lessons), n=n)
-    return TUNER.plan(request).plans
+                          tried=list(tried), lessons=list(lessons), n=n + len(REWRITES))
+    return [p for p in TUNER.plan(request).plans if not p.rewrite][:n]
 
 
 def titles(plans: list[PlanDraft]) -> list[str]:
@@ -211,3 +213,16 @@ def test_summarizer_lesson_and_the_recipe_the_node_attaches():
     layernorm = (TASKS / "layernorm" / "baseline.py").read_text()
     stored = lesson("ins-z", recipe.start, recipe.result, 1.82, task="rmsnorm")
     assert titles(plan(layernorm, 1, [stored])) == ["BLOCK 256 -> 1024, num_warps 4 -> 8"]
+
+
+def test_a_rewrite_that_hides_latency_comes_after_recalled_recipes_and_before_plain_steps():
+    start = {"BLOCK": 256, "num_warps": 4, "num_stages": 3}
+    recalled = [lesson("ins-2", start, {**start, "BLOCK": 1024}, 1.3, task="layernorm")]
+    for lessons, first in (([], PREFETCH_LOADS.title), (recalled, "BLOCK 256 -> 1024")):
+        request = PlanRequest(task=TASK, iteration=1, member_id="baseline", source=RMSNORM, measurements="",
+                              tried=[], lessons=lessons, n=3)
+        plans = TUNER.plan(request).plans
+        assert titles(plans)[0] == first, lessons
+        assert [p.rewrite for p in plans].index(PREFETCH_LOADS.name) == (1 if lessons else 0)
+        assert all(not p.rewrite for p in plans if p.rewrite != PREFETCH_LOADS.name)
+        assert [p.text.split(":")[0] for p in plans] == [f"### Plan {i}" for i in range(1, 4)]
