@@ -15,6 +15,7 @@ from accelopt.memory.schema import Evidence, Insight, Provenance, Recipe
 from accelopt.memory.store import InsightStore
 from accelopt.nodes.context import RunContext
 from accelopt.nodes.records import Candidate
+from accelopt.policies import rewrites
 from accelopt.tools.tunables import config_of
 from tests.conftest import TASKS
 
@@ -41,25 +42,26 @@ def long_rows(tmp_path, name: str):
     return task
 
 
-def test_tuner_optimizes_autotunes_learns_and_a_later_run_recalls(tmp_path):
+def test_tuner_optimizes_autotunes_learns_and_a_later_run_recalls(tmp_path, monkeypatch):
+    # Launch recipes only: a source rewrite (tests of their own) that wins on the interpreter's
+    # timings puts its changed source in the best's lineage, and a pair whose sources differ by
+    # more than the launch records no recipe, so what a later run could recall would hang on timing.
+    monkeypatch.setattr(rewrites, "REWRITES", ())
     out = run(long_rows(tmp_path, "rmsnorm"), tmp_path, "first", iterations=2, autotune=2, learn_from_interpreter=True)
     cands = out["candidates"]
-    rewrites = [c for c in cands.values() if c.get("plan_title") and c.get("kind") != "autotuned"]
+    planned_kernels = [c for c in cands.values() if c.get("plan_title") and c.get("kind") != "autotuned"]
     variants = [c for c in cands.values() if c.get("kind") == "autotuned"]
     assert not {k for c in cands.values() for k in c} - set(Candidate.__annotations__)  # autotune's fields are declared
-    assert len(rewrites) == 4 and all(c["status"] == "verified" for c in rewrites)
+    assert len(planned_kernels) == 4 and all(c["status"] == "verified" for c in planned_kernels)
     # Each verified rewrite was autotuned with at most 2 configurations, recorded on it.
-    for c in rewrites:
+    for c in planned_kernels:
         assert 1 <= c["autotune"]["tried"] <= 2 and c["autotune"]["gain"] > 0
     for v in variants:  # derived from its rewrite, or from a variant of it that beat the rewrite
         assert cands[v["autotune_of"]].get("kind") != "autotuned"
         assert v["parent_id"] == v["autotune_of"] or cands[v["parent_id"]].get("autotune_of") == v["autotune_of"]
     assert variants and all(config_of(v["source"]) != config_of(cands[v["parent_id"]]["source"]) for v in variants)
-    # The planner never proposed a configuration measured before in the run (a source rewrite keeps
-    # its parent's configuration: it changes the code, not the launch).
-    moved = [c for c in rewrites if not c["plan_title"].startswith("rewrite:")]
-    assert len(moved) < len(rewrites)  # the rows' loads prefetched, planned once
-    planned = [tuple(sorted(config_of(c["source"]).items())) for c in moved] + \
+    # The planner never proposed a configuration measured before in the run.
+    planned = [tuple(sorted(config_of(c["source"]).items())) for c in planned_kernels] + \
         [tuple(sorted(config_of(cands["baseline"]["source"]).items()))]
     assert len(planned) == len(set(planned))
 
