@@ -34,8 +34,6 @@ import copy
 
 from accelopt.policies.kernel_ast import (
     Refused,
-    binds,
-    imports_triton,
     is_tl,
     rewrite_launched_kernels,
     with_knob_params,
@@ -57,21 +55,13 @@ _ELEMENTWISE = ("load", "store", "arange", "program_id", "full", "zeros", "where
 def axis_tiles(source: str) -> str | None:
     """The module with every one-row-per-program 2-D-grid kernel made to take AXIS1_GROUP rows of
     its second axis as a tile; None where no kernel qualifies."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return None
-    if not imports_triton(tree) or any(binds(tree, name) for name in _OWN_NAMES):
-        return None
     note = "rows of the grid's second axis a program takes as a tile (the axis-tile rewrite); the tuner moves it"
-    return rewrite_launched_kernels(source, tree, _tiled_kernel, _tiled_launch, KNOB, FIRST_VALUE, note)
+    return rewrite_launched_kernels(source, _OWN_NAMES, _tiled_kernel, _tiled_launch, KNOB, FIRST_VALUE, note)
 
 
 # ------------------------------------------------------------------ the kernel
 
 def _tiled_kernel(fn: ast.FunctionDef) -> ast.FunctionDef:
-    if fn.args.vararg or fn.args.kwarg or fn.args.kwonlyargs or fn.args.posonlyargs:
-        raise Refused("variadic signature")
     body = list(fn.body)
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
         body = body[1:]  # a docstring

@@ -100,17 +100,27 @@ class Refused(Exception):
 Launch = tuple[ast.Call, ast.FunctionDef | None]
 
 
-def rewrite_launched_kernels(source: str, tree: ast.Module, kernel: Callable[[ast.FunctionDef], ast.FunctionDef],
+def rewrite_launched_kernels(source: str, own_names: tuple[str, ...],
+                             kernel: Callable[[ast.FunctionDef], ast.FunctionDef],
                              launch: Callable[[ast.Call, ast.FunctionDef | None], tuple[int, int, int, int, str]],
                              knob: str, value: int, note: str) -> str | None:
     """Each plain kernel read only by its launches rewritten by `kernel`, and each of its launches
     by `launch` (an edit for tools.tunables.splice), either refusing that kernel by raising Refused;
-    the knob's module constant added. None where no kernel was rewritten."""
+    the knob's module constant added. None where no kernel was rewritten, the module does not
+    parse or already binds one of the rewrite's own names."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    if not imports_triton(tree) or any(binds(tree, name) for name in own_names):
+        return None
     edits: list[tuple[int, int, int, int, str]] = []
     for fn in plain_kernels(tree):
         launches = launches_of(tree, fn.name)
         if not launches or references(tree, fn.name) != len(launches):
             continue  # also called as a device function, or passed around: its signature must stay
+        if fn.args.vararg or fn.args.kwarg or fn.args.kwonlyargs or fn.args.posonlyargs:
+            continue  # a variadic signature: the parameters a grid rewrite adds have no place
         try:
             new_fn = kernel(fn)
             launch_edits = [launch(call, owner) for call, owner in launches]

@@ -32,8 +32,6 @@ import copy
 
 from accelopt.policies.kernel_ast import (
     Refused,
-    binds,
-    imports_triton,
     is_tl,
     rewrite_launched_kernels,
     stored,
@@ -51,21 +49,13 @@ _OWN_NAMES = (KNOB, _TOTAL, _GROUP, _INDEX)
 def row_groups(source: str) -> str | None:
     """The module with every one-row-per-program kernel made to take ROW_GROUP rows; None where no
     kernel qualifies."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return None
-    if not imports_triton(tree) or any(binds(tree, name) for name in _OWN_NAMES):
-        return None
     note = "rows per program (the row-group rewrite); the tuner moves it"
-    return rewrite_launched_kernels(source, tree, _grouped_kernel, _grouped_launch, KNOB, FIRST_VALUE, note)
+    return rewrite_launched_kernels(source, _OWN_NAMES, _grouped_kernel, _grouped_launch, KNOB, FIRST_VALUE, note)
 
 
 # ------------------------------------------------------------------ the kernel
 
 def _grouped_kernel(fn: ast.FunctionDef) -> ast.FunctionDef:
-    if fn.args.vararg or fn.args.kwarg or fn.args.kwonlyargs or fn.args.posonlyargs:
-        raise Refused("variadic signature")
     calls = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and is_tl(n.func, ("program_id", "num_programs"))]
     if any(isinstance(n, ast.Return) for n in ast.walk(fn)):
         raise Refused("return in the kernel")
