@@ -34,8 +34,13 @@ import copy
 
 from accelopt.policies.kernel_ast import (
     Refused,
+    axis_of,
     is_tl,
+    loaded,
+    names,
+    program_id_axis,
     rewrite_launched_kernels,
+    stored,
     with_knob_params,
 )
 
@@ -66,11 +71,11 @@ def _tiled_kernel(fn: ast.FunctionDef) -> ast.FunctionDef:
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
         body = body[1:]  # a docstring
     _check_straight_and_elementwise(body)
-    at = [i for i, s in enumerate(body) if _program_id_axis(s) == 1]
+    at = [i for i, s in enumerate(body) if program_id_axis(s) == 1]
     ids = [n for s in body for n in ast.walk(s) if isinstance(n, ast.Call) and is_tl(n.func, ("program_id",))]
-    if len(at) != 1 or sum(_axis_of(c) == 1 for c in ids) != 1:
+    if len(at) != 1 or sum(axis_of(c) == 1 for c in ids) != 1:
         raise Refused("not one program per row of the second axis")
-    head = body[at[0]].targets[0].id  # type: ignore[attr-defined]  # checked by _program_id_axis
+    head = body[at[0]].targets[0].id  # type: ignore[attr-defined]  # checked by program_id_axis
     moving = _moving_with(body, head)
     new_body: list[ast.stmt] = []
     for index, stmt in enumerate(body):
@@ -104,27 +109,16 @@ def _check_straight_and_elementwise(body: list[ast.stmt]) -> None:
                     raise Refused(f"{ast.unparse(node.func)}: not known to be element-wise")
 
 
-def _axis_of(call: ast.Call) -> int | None:
-    axis = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "axis"), None)
-    return axis.value if isinstance(axis, ast.Constant) and isinstance(axis.value, int) else None
 
 
-def _program_id_axis(stmt: ast.stmt) -> int | None:
-    """The axis of `NAME = tl.program_id(axis)`; None for any other statement."""
-    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
-            and isinstance(stmt.value, ast.Call) and is_tl(stmt.value.func, ("program_id",)):
-        return _axis_of(stmt.value)
-    return None
 
 
 def _moving_with(body: list[ast.stmt], head: str) -> set[str]:
     """The names whose value depends on `head` (straight-line code: one pass in order)."""
     moving = {head}
     for stmt in body:
-        reads = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-        targets = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-        if reads & moving:
-            moving |= targets
+        if loaded([stmt]) & moving:
+            moving |= stored([stmt])
     return moving
 
 
@@ -141,7 +135,6 @@ class _RowVectors(ast.NodeTransformer):
 def _mask_if_moving(call: ast.Call, moving: set[str]) -> None:
     """A load or store whose address moves with the head: masked to the heads that exist."""
     store = is_tl(call.func, ("store",))
-    names = lambda e: {n.id for n in ast.walk(e) if isinstance(n, ast.Name)}  # noqa: E731
     pointer = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "pointer"), None)
     if pointer is None:
         raise Refused("a load or store without its pointer")

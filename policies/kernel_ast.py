@@ -40,6 +40,37 @@ def imports_triton(tree: ast.Module) -> bool:
                for n in tree.body)
 
 
+# calls that write memory, synchronise or print: a rewrite that moves or merges work must not cross them
+EFFECTS = ("store", "atomic_add", "atomic_max", "atomic_min", "atomic_cas", "atomic_xchg", "atomic_and",
+           "atomic_or", "atomic_xor", "device_print", "device_assert", "debug_barrier")
+
+
+def has_effects(stmts: list[ast.stmt]) -> bool:
+    """A call in EFFECTS (`tl.store`, `ptr.store`, ...), or a return, break or continue."""
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in EFFECTS
+               for s in stmts for n in ast.walk(s)) \
+        or any(isinstance(n, ast.Return | ast.Break | ast.Continue) for s in stmts for n in ast.walk(s))
+
+
+def names(node: ast.AST) -> set[str]:
+    """Every name the node mentions, read or written."""
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def axis_of(call: ast.Call) -> int | None:
+    """The axis of a `tl.program_id(axis)` call, where it is a literal."""
+    axis = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "axis"), None)
+    return axis.value if isinstance(axis, ast.Constant) and isinstance(axis.value, int) else None
+
+
+def program_id_axis(stmt: ast.stmt) -> int | None:
+    """The axis of `NAME = tl.program_id(axis)`; None for any other statement."""
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
+            and isinstance(stmt.value, ast.Call) and is_tl(stmt.value.func, ("program_id",)):
+        return axis_of(stmt.value)
+    return None
+
+
 def binds(tree: ast.Module, name: str) -> bool:
     return any(isinstance(n, ast.Name) and n.id == name or isinstance(n, ast.arg) and n.arg == name
                for n in ast.walk(tree))

@@ -34,13 +34,20 @@ from __future__ import annotations
 import ast
 import copy
 
-from accelopt.policies.kernel_ast import imports_triton, is_tl_call, kernel_span, loaded, plain_kernels, reads, stored
+from accelopt.policies.kernel_ast import (
+    has_effects,
+    imports_triton,
+    is_tl_call,
+    kernel_span,
+    loaded,
+    plain_kernels,
+    reads,
+    stored,
+)
 from accelopt.tools.tunables import splice
 
 _RUN, _PREV, _SHIFT = "_row_max_run", "_row_max_prev", "_row_max_shift"
 _OWN_NAMES = (_RUN, _PREV, _SHIFT)
-_EFFECTS = ("store", "atomic_add", "atomic_max", "atomic_min", "atomic_cas", "atomic_xchg", "atomic_and",
-            "atomic_or", "atomic_xor", "device_print", "device_assert", "debug_barrier")
 
 
 class _Refused(Exception):
@@ -95,7 +102,7 @@ def _fused(before: list[ast.stmt], first: ast.For, between: list[ast.stmt], seco
     """The statements replacing `first, *between, second` (`after`: what follows them)."""
     if first.orelse or second.orelse or ast.dump(first.target) != ast.dump(second.target):
         raise _Refused("loops differ in their targets, or have else blocks")
-    if _has_effects(first.body) or _has_effects(second.body) or _has_effects(between):
+    if has_effects(first.body) or has_effects(second.body) or has_effects(between):
         raise _Refused("a loop, or what lies between them, writes memory or leaves early")
     *prefix, update = first.body
     m, element = _max_update(update)
@@ -336,7 +343,3 @@ def _is_minus_inf(expr: ast.expr) -> bool:
     return text in ("-float('inf')", "float('-inf')", "-math.inf", "-float('Inf')")
 
 
-def _has_effects(stmts: list[ast.stmt]) -> bool:
-    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _EFFECTS
-               for s in stmts for n in ast.walk(s)) \
-        or any(isinstance(n, ast.Return | ast.Break | ast.Continue) for s in stmts for n in ast.walk(s))

@@ -35,16 +35,22 @@ from __future__ import annotations
 import ast
 import copy
 
-from accelopt.policies.kernel_ast import Refused, imports_triton, is_tl, kernel_span, plain_kernels, stored
+from accelopt.policies.kernel_ast import (
+    Refused,
+    has_effects,
+    imports_triton,
+    is_tl,
+    kernel_span,
+    names,
+    plain_kernels,
+    stored,
+)
 from accelopt.tools.tunables import splice
 
 _PREFIX = "_pf"
 # side-effect-free `tl.` functions an address, a mask or an `other` may be built with
 _PURE_TL = ("arange", "full", "zeros", "where", "minimum", "maximum", "multiple_of", "max_contiguous",
             "broadcast_to", "reshape", "expand_dims", "cast", "cdiv", "abs")
-_EFFECTS = ("store", "atomic_add", "atomic_max", "atomic_min", "atomic_cas", "atomic_xchg", "atomic_and",
-            "atomic_or", "atomic_xor", "device_print", "device_assert", "debug_barrier", "static_print",
-            "static_assert")
 _LOAD_KEYWORDS = ("mask", "other", "cache_modifier", "eviction_policy")
 
 
@@ -101,10 +107,10 @@ def _prefetched(loop: ast.For, constexprs: set[str], kernel_stores: set[str], na
     (buffers `<name>_<k>`); None where the loop does not qualify."""
     try:
         var, start, stop, step = _range_of(loop, constexprs, kernel_stores)
-        if _has_effects(loop.body) or _feeds_dot(loop.body):
+        if has_effects(loop.body) or _feeds_dot(loop.body):
             return None
         body_stores = stored(loop.body)
-        if var in body_stores or body_stores & _names(stop):
+        if var in body_stores or body_stores & names(stop):
             return None
         assigns = _top_level_assigns(loop.body)
         loads = [(index, call) for index, stmt in enumerate(loop.body) for call in _top_level_loads(stmt)]
@@ -172,11 +178,6 @@ def _range_of(loop: ast.For, constexprs: set[str], kernel_stores: set[str]) \
     return loop.target.id, start, stop, step
 
 
-def _has_effects(stmts: list[ast.stmt]) -> bool:
-    return any(isinstance(n, ast.Break | ast.Continue | ast.Return)
-               or isinstance(n, ast.Call) and is_tl(n.func, _EFFECTS)
-               or isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "store"
-               for s in stmts for n in ast.walk(s))
 
 
 def _feeds_dot(stmts: list[ast.stmt]) -> bool:
@@ -184,8 +185,6 @@ def _feeds_dot(stmts: list[ast.stmt]) -> bool:
     return any(isinstance(n, ast.Call) and is_tl(n.func, ("dot", "dot_scaled")) for s in stmts for n in ast.walk(s))
 
 
-def _names(expr: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
 
 
 def _top_level_assigns(body: list[ast.stmt]) -> dict[str, list[int]]:
@@ -232,7 +231,7 @@ def _slice_of(call: ast.Call, index: int, body: list[ast.stmt], assigns: dict[st
     while todo:
         expr, before = todo.pop()
         _check_pure(expr)
-        for name in _names(expr):
+        for name in names(expr):
             if name == var:
                 moves = True
             elif name in body_stores:

@@ -33,6 +33,7 @@ import copy
 from accelopt.policies.kernel_ast import (
     Refused,
     is_tl,
+    program_id_axis,
     rewrite_launched_kernels,
     stored,
     with_knob_params,
@@ -60,10 +61,10 @@ def _grouped_kernel(fn: ast.FunctionDef) -> ast.FunctionDef:
     if any(isinstance(n, ast.Return) for n in ast.walk(fn)):
         raise Refused("return in the kernel")
     body = list(fn.body)
-    at = next((i for i, s in enumerate(body) if _is_row_assignment(s)), None)
+    at = next((i for i, s in enumerate(body) if program_id_axis(s) == 0), None)
     if at is None or len(calls) != 1:
         raise Refused("not one program per row")
-    row_name = body[at].targets[0].id  # type: ignore[attr-defined]  # checked by _is_row_assignment
+    row_name = body[at].targets[0].id  # type: ignore[attr-defined]  # checked by program_id_axis
     before, moved = body[:at], body[at + 1:]
     if any(isinstance(n, ast.For | ast.While) for s in moved for n in ast.walk(s)):
         # a program that loops over its row already has a long row's work: grouping such rows was
@@ -84,15 +85,6 @@ def _grouped_kernel(fn: ast.FunctionDef) -> ast.FunctionDef:
     return ast.fix_missing_locations(new)
 
 
-def _is_row_assignment(stmt: ast.stmt) -> bool:
-    """`NAME = tl.program_id(0)` (or axis=0), at the top of the kernel's body."""
-    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
-        return False
-    call = stmt.value
-    if not (isinstance(call, ast.Call) and is_tl(call.func, ("program_id",))):
-        return False
-    axis = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "axis"), None)
-    return isinstance(axis, ast.Constant) and axis.value == 0
 
 
 def _renamed(moved: list[ast.stmt], outer: set[str]) -> list[ast.stmt]:
