@@ -14,7 +14,7 @@ from accelopt.policies.tuner import TunerPolicy
 from accelopt.tools.task import load_task
 from accelopt.tools.tunables import config_of
 from tests.conftest import TASKS
-from tests.unit.test_rewrites import run_on_interpreter
+from tests.unit.test_rewrites import MODULE, run_on_interpreter
 
 HEADER = "import torch\nimport triton\nimport triton.language as tl\n"
 
@@ -74,13 +74,8 @@ import importlib.util, sys, torch
 sys.path.insert(0, {str(TASKS / "rope")!r})
 import reference
 
-def module(name, text):
-    path = {str(tmp_path)!r} + "/" + name + ".py"
-    open(path, "w").write(text)
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
-    return mod
-
+TMP = {str(tmp_path)!r}
+{MODULE}
 PAIRS = {pairs!r}
 for params in ({{"T": 3, "HQ": 5, "HK": 2, "D": 16, "P": 32}}, {{"T": 2, "HQ": 17, "HK": 1, "D": 8, "P": 16}}):
     inputs = reference.make_inputs(params, 0, "cpu", "float32")

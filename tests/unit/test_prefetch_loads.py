@@ -16,19 +16,10 @@ from accelopt.policies.tuner import TunerPolicy
 from accelopt.tools.inductor_seed import seed_source
 from accelopt.tools.task import load_task
 from tests.conftest import FIXTURES, TASKS
-from tests.unit.test_rewrites import run_on_interpreter
+from tests.unit.test_rewrites import MODULE, run_on_interpreter
 
 HEADER = "import torch\nimport triton\nimport triton.language as tl\n"
 
-# the checks' loader: a module from a source text, written under the test's TMP folder
-MODULE = '''
-def module(name, text):
-    path = TMP + "/" + name + ".py"
-    open(path, "w").write(text)
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
-    return mod
-'''
 
 LOOP = HEADER + '''
 

@@ -87,6 +87,17 @@ def kernel_text(module: str, name: str) -> str:
     return "@triton.jit\n" + ast.get_source_segment(module, node)
 
 
+# the checks' loader: a module from a source text, written under the test's TMP folder
+MODULE = '''
+def module(name, text):
+    path = TMP + "/" + name + ".py"
+    open(path, "w").write(text)
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+    return mod
+'''
+
+
 def run_on_interpreter(tmp_path, script: str) -> None:
     path = tmp_path / "check.py"
     path.write_text(script)

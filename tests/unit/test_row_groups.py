@@ -16,7 +16,7 @@ from accelopt.policies.tuner import TunerPolicy
 from accelopt.tools.task import load_task
 from accelopt.tools.tunables import apply_config, config_of
 from tests.conftest import TASKS
-from tests.unit.test_rewrites import run_on_interpreter
+from tests.unit.test_rewrites import MODULE, run_on_interpreter
 
 REALWORLD = TASKS.parent / "realworld" / "solutions"
 
@@ -94,13 +94,8 @@ def test_grouped_kernels_compute_what_they_did(tmp_path, group):
     script = f'''
 import importlib.util, sys, torch
 
-def module(name, text):
-    path = {str(tmp_path)!r} + "/" + name + ".py"
-    open(path, "w").write(text)
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
-    return mod
-
+TMP = {str(tmp_path)!r}
+{MODULE}
 pairs = {{
     "softmax": ({(TASKS / "softmax" / "baseline.py").read_text()!r}, {softmax!r}),
     "merge": ({(TASKS / "merge_attn_states" / "baseline.py").read_text()!r}, {merge!r}),
