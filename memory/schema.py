@@ -25,14 +25,17 @@ class Provenance(BaseModel):
 
 
 class Recipe(BaseModel):
-    """A launch-configuration change as measured data: from `start`, the kernel reached
-    `result`. The summarizer sets it from the two sources (never from model text) when a pair
-    differs in its launch tunables alone; the tuner reads it back."""
+    """A change as measured data: the tuner's source `rewrites` (policies/rewrites.py, by name, in
+    the order applied; none for a launch change alone), then from `start` (the launch tunables
+    after those rewrites) the kernel reached `result`. The summarizer sets it from the two sources
+    (never from model text) when the child is exactly the parent put through those rewrites with
+    the child's launch configuration; the tuner reads it back."""
 
     kernel_class: str                # memory.features.kernel_class of the parent
     start: dict[str, int]
     result: dict[str, int]
     speedup_vs_baseline: float | None = None  # the child's, when the lesson was written
+    rewrites: list[str] = []
 
     def moves(self) -> dict[str, tuple[int, int]]:
         return {k: (self.start[k], v) for k, v in self.result.items() if k in self.start and self.start[k] != v}

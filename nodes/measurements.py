@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from accelopt.nodes.records import Candidate
+from accelopt.nodes.records import Candidate, leads_parent, trails_parent
 from accelopt.policies.interface import MeasuredKernel
 from accelopt.tools.tunables import config_of
 
@@ -24,13 +24,21 @@ def measured_kernels(candidates: Mapping[str, Candidate]) -> list[MeasuredKernel
     def order(c: Candidate) -> tuple:
         return (c.get("iteration") or 0, c["id"])
 
-    return [MeasuredKernel(
+    return [measured_kernel(c) for c in sorted((c for c in candidates.values() if c.get("source")), key=order)
+            [-TRIED_LIMIT:]]
+
+
+def measured_kernel(c: Candidate) -> MeasuredKernel:
+    kernel = MeasuredKernel(
         id=c["id"], title=c.get("plan_title") or ("the starting kernel" if c["id"] == "baseline" else ""),
         status=c.get("status") or "pending", parent_id=c.get("parent_id"),
         speedup_vs_parent=c.get("speedup_vs_parent"), speedup=c.get("speedup"),
-        config=config_of(c["source"] or ""),  # every c has a source (the filter below)
+        config=config_of(c["source"] or ""),  # every measured kernel has a source (measured_kernels' filter)
         workload_speedups=workload_speedups(c))
-        for c in sorted((c for c in candidates.values() if c.get("source")), key=order)[-TRIED_LIMIT:]]
+    if c.get("status") == "verified" and c.get("parent_id") and c.get("speedup_vs_parent") is not None:
+        # against its parent beyond noise, or not (records.leads_parent)
+        kernel["versus_parent"] = "faster" if leads_parent(c) else "slower" if trails_parent(c) else "within noise"
+    return kernel
 
 
 def workload_speedups(candidate: Candidate) -> dict[str, float]:

@@ -264,6 +264,7 @@ class RecipeRecord(TypedDict):
     start: dict[str, int]
     result: dict[str, int]
     speedup_vs_baseline: float | None
+    rewrites: list[str]
 
 
 class InsightRecord(TypedDict):

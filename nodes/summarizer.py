@@ -4,7 +4,6 @@ the measurements and the diff, never a crash and never an empty lesson."""
 
 from __future__ import annotations
 
-import ast
 import difflib
 from typing import Any
 
@@ -28,12 +27,12 @@ from accelopt.nodes.records import (
 )
 from accelopt.nodes.services import open_store
 from accelopt.nodes.state import RunState
+from accelopt.policies import rewrites
 from accelopt.policies.choice import policy_for
 from accelopt.policies.interface import LessonDraft, PolicyError, SummarizeRequest
 from accelopt.policies.replies import plan_title
-from accelopt.tools import pyparse
 from accelopt.tools.rundir import append_insights
-from accelopt.tools.tunables import apply_config, config_of
+from accelopt.tools.tunables import config_of
 
 POSITIVE = 1.04         # child over parent, and beyond noise
 NEGATIVE = 1 / 1.15     # child regressed this much
@@ -83,17 +82,17 @@ def _changed_lines(before: str, after: str) -> tuple[str, str]:
 
 
 def recipe_of(parent_source: str, child_source: str, speedup_vs_baseline: float | None) -> Recipe | None:
-    """The launch-configuration change from parent to child, when that is all that changed
-    (the same module once the parent takes the child's configuration)."""
-    before, after = config_of(parent_source), config_of(child_source)
-    if not before or set(before) != set(after) or before == after:
+    """The change from parent to child as data, when it is the tuner's rewrites (none or several)
+    and a launch configuration alone (rewrites.chain_between): the child is exactly that."""
+    chain = rewrites.chain_between(parent_source, child_source)
+    if chain is None:
         return None
-    try:
-        same = ast.dump(pyparse.parse(apply_config(parent_source, after))) == ast.dump(pyparse.parse(child_source))
-    except SyntaxError:
-        return None
+    rewritten = rewrites.apply_chain(rewrites.CHAIN.join(chain), parent_source) if chain else parent_source
+    before, after = config_of(rewritten or ""), config_of(child_source)
+    if not chain and (not before or before == after):
+        return None  # no change, or nothing a launch could carry
     return Recipe(kernel_class=kernel_class(parent_source), start=before, result=after,
-                  speedup_vs_baseline=speedup_vs_baseline) if same else None
+                  speedup_vs_baseline=speedup_vs_baseline, rewrites=chain)
 
 
 def bottleneck(candidate: Candidate) -> str:

@@ -13,7 +13,7 @@ the node turns it into a failed candidate or an empty plan list, never a crash.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NotRequired, Protocol
+from typing import Any, Literal, NotRequired, Protocol
 
 from typing_extensions import TypedDict
 
@@ -38,6 +38,8 @@ class MeasuredKernel(TypedDict):
     speedup: float | None    # over the task's baseline
     config: dict[str, int]   # its launch tunables (empty when it exposes none)
     workload_speedups: NotRequired[dict[str, float]]  # per workload over the baseline, same rounds (verified)
+    # verified: against its parent beyond the noise floor ("faster", "slower") or not ("within noise")
+    versus_parent: NotRequired[Literal["faster", "slower", "within noise"]]
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from accelopt.policies import axis_tiles, one_pass_softmax, prefetch_loads, row_groups
+from accelopt.tools import pyparse
+from accelopt.tools.tunables import apply_config, config_of
 
 
 @dataclass(frozen=True)
@@ -186,3 +188,50 @@ BY_NAME = {r.name: r for r in REWRITES}
 def applicable(source: str) -> list[Rewrite]:
     """The rewrites whose pattern is in source."""
     return [r for r in REWRITES if r.apply(source) is not None]
+
+
+CHAIN = "+"  # a plan's `rewrite` may name several, applied in order: "one_pass_softmax+prefetch_loads"
+MAX_CHAIN = 3
+
+
+def apply_chain(names: str, source: str) -> str | None:
+    """The source put through each named rewrite in order; None where a name is unknown or one's
+    pattern is not in what the ones before it left."""
+    result: str | None = source
+    for name in names.split(CHAIN):
+        rewrite = BY_NAME.get(name)
+        if rewrite is None or result is None:
+            return None
+        result = rewrite.apply(result)
+    return result
+
+
+def chain_between(parent: str, child: str) -> list[str] | None:
+    """The shortest sequence of rewrites (up to MAX_CHAIN) that takes `parent` to a program that
+    differs from `child` in its launch configuration alone: [] for a launch change alone, None
+    where no sequence does (an LLM's edit, a rewrite not listed here). Decided by applying them:
+    the child must be that program with its own launch configuration, node for node."""
+    try:
+        target = ast.dump(pyparse.parse(child))
+    except SyntaxError:
+        return None
+    knobs = set(config_of(child))
+    level: list[tuple[list[str], str]] = [([], parent)]
+    seen = {parent}
+    for _ in range(MAX_CHAIN + 1):
+        following: list[tuple[list[str], str]] = []
+        for names, source in level:
+            if set(config_of(source)) == knobs:
+                try:
+                    if ast.dump(pyparse.parse(apply_config(source, config_of(child)))) == target:
+                        return names
+                except SyntaxError:
+                    pass
+            if len(names) < MAX_CHAIN:
+                for rewrite in REWRITES:
+                    rewritten = rewrite.apply(source)
+                    if rewritten is not None and rewritten not in seen:
+                        seen.add(rewritten)
+                        following.append((names + [rewrite.name], rewritten))
+        level = following
+    return None

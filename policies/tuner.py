@@ -75,7 +75,9 @@ def _same_tiles(other: Config, config: Config) -> bool:
 
 
 def _applies(recipe: Recipe | None, config: Config, klass: str) -> bool:
-    return recipe is not None and recipe.kernel_class == klass and _same_tiles(recipe.result, config)
+    """A launch recipe (no rewrites) measured on a kernel of this class with these tiles."""
+    return recipe is not None and not recipe.rewrites and recipe.kernel_class == klass \
+        and _same_tiles(recipe.result, config)
 
 
 def _evidence(insight: Insight, config: Config) -> tuple:
@@ -109,12 +111,72 @@ def directions(lessons: list[Insight], config: Config, klass: str) -> tuple[set,
     avoided: set = set()
     for insight in lessons:
         recipe = insight.recipe
-        if recipe is None or recipe.kernel_class != klass or not _same_tiles(recipe.start, config) \
+        if recipe is None or recipe.rewrites or recipe.kernel_class != klass or not _same_tiles(recipe.start, config) \
                 or any(config.get(k, v) != v for k, v in recipe.start.items()):
             continue
         for name, (a, b) in recipe.moves().items():
             (avoided if insight.kind == "negative" else liked).add((name, a, b))
     return liked, avoided
+
+
+def recalled_rewrites(request: PlanRequest, klass: str) -> list[PlanDraft]:
+    """Plans from positive recalled lessons whose recipe is a chain of rewrites (and the launch
+    configuration reached after them), where every rewrite of the chain applies to this kernel in
+    turn and leaves the tiles the recipe tuned: the whole way a like kernel went, as one kernel.
+    Strongest evidence first; none already tried from this member."""
+    source = request.source or ""
+    done = {k["title"] for k in request.tried if k["parent_id"] == request.member_id}
+    plans: dict[tuple, tuple[tuple, PlanDraft]] = {}
+    for insight in request.lessons:
+        recipe = insight.recipe
+        if insight.kind != "positive" or recipe is None or not recipe.rewrites or recipe.kernel_class != klass:
+            continue
+        chain = rewrites.CHAIN.join(recipe.rewrites)
+        rewritten = rewrites.apply_chain(chain, source)
+        config = config_of(rewritten) if rewritten else {}
+        if rewritten is None or not _same_tiles(recipe.result, config):
+            continue
+        changes = {k: v for k, v in recipe.result.items()
+                   if k in config and config[k] != v and limits(k)[0] <= v <= limits(k)[1]}
+        moves = {k: (config[k], v) for k, v in changes.items()}
+        if len(recipe.rewrites) == 1 and not moves:  # the rewrite alone: its own plan, brought forward
+            rule = rewrites.BY_NAME[chain]
+            title, why = rule.title, f"{rule.why} (Recalled lesson {insight.id} measured it helping on a like kernel.)"
+        else:
+            title = f"rewrite {' then '.join(recipe.rewrites)}" + (f", then {_moves_text(moves)}" if moves else "")
+            why = (f"(tuner rewrite, following recalled lesson {insight.id}) Apply the source rewrites "
+                   f"{', '.join(recipe.rewrites)} in that order, then set {describe_moves(moves) or 'nothing more'}: "
+                   f"the kernel a like kernel reached ({recipe.speedup_vs_baseline or insight.evidence.speedup:.2f}x "
+                   f"over its baseline). Resulting launch config: {format_config({**config, **changes})}.")
+        key = (chain, frozenset({**config, **changes}.items()))
+        if title not in done and key not in plans:
+            plans[key] = (_evidence(insight, config), PlanDraft(f"### Plan 0: {title}\n{why}", moves=moves, rewrite=chain))
+    return [plan for _, plan in sorted(plans.values(), key=lambda p: p[0])]
+
+
+def on_tied_rewrites(request: PlanRequest, moves: dict[str, tuple[int, int]]) -> list[PlanDraft]:
+    """A plain step, also taken on each latency rewrite that measured within noise of this member.
+    Hiding latency pays only once something else makes the kernel wait (fewer warps, a larger
+    chunk), so a tie is no verdict on it, and the beam keeps the parent of a tie: without this,
+    the rewrite and the step that needs it are never tried together."""
+    done = {k["title"] for k in request.tried if k["parent_id"] == request.member_id}
+    tied = [r for r in rewrites.REWRITES if r.hides_latency and any(
+        k["parent_id"] == request.member_id and k["title"] == r.title and k.get("versus_parent") == "within noise"
+        for k in request.tried)]
+    plans = []
+    for rule in tied:
+        rewritten = rule.apply(request.source or "")
+        config = config_of(rewritten) if rewritten else {}
+        if not rewritten or not set(moves) <= set(config):
+            continue
+        on_it = {k: (config[k], b) for k, (_, b) in moves.items()}
+        title = f"rewrite {rule.name}, then {_moves_text(on_it)}"
+        if title not in done:
+            plans.append(PlanDraft(
+                f"### Plan 0: {title}\n(tuner rewrite and move) {rule.why} Then set {describe_moves(on_it)}: the "
+                f"rewrite alone measured within noise of this kernel, and this step may be the one it pays for.",
+                moves=on_it, rewrite=rule.name))
+    return plans
 
 
 def _between(name: str, a: int, b: int) -> int:
@@ -229,13 +291,16 @@ class TunerPolicy:
 
     def plan(self, request: PlanRequest) -> Plans:
         source = request.source
-        rewritten, latency = _rewrite_plans(request)
+        klass = kernel_class(source or "")
+        # what recalled lessons measured on like kernels first: a rewrite chain and where it went
+        recalled = recalled_rewrites(request, klass)
+        brought = {p.rewrite for p in recalled if not p.moves}
+        rewritten, latency = ([p for p in found if p.rewrite not in brought] for found in _rewrite_plans(request))
         config = config_of(source) if source else {}
         if not config:
-            if rewritten or latency:
-                return Plans(_numbered((rewritten + latency)[:request.n]))
+            if recalled or rewritten or latency:
+                return Plans(_numbered((recalled + rewritten + latency)[:request.n]))
             return Plans([], note=f"(tuner) This kernel has no launch tunables to move: {why_untunable(source or '')}.")
-        klass = kernel_class(source or "")
         # A kernel whose @triton.autotune list still picks at run time was measured as the
         # autotuner's choice, not as its first configuration: its own record proves nothing
         # about any one configuration. Its plans pin the list's configurations, in order, then
@@ -260,7 +325,7 @@ class TunerPolicy:
         options += latency  # after what memory recalls, before the plain steps
         options += [(m, "one step" + (" from the fastest pinned config" if base != config else ""))
                     for m in sorted(neighbours(base), key=rank)]
-        plans: list[PlanDraft] = rewritten[:request.n]
+        plans: list[PlanDraft] = (recalled + rewritten)[:request.n]
         winners = per_workload_winners(request, listed, config)
         if winners and len(plans) < request.n:
             plans.append(PlanDraft(
@@ -289,13 +354,18 @@ class TunerPolicy:
                      f"(tuner move, {why}) Set {describe_moves(moves)} {where}. Resulting launch config: "
                      f"{format_config(result)}.",
                 moves=moves))
+            if why == "one step" and not listed:
+                plans += on_tied_rewrites(request, moves)[:request.n - len(plans)]
         return Plans(_numbered(plans),
                      note="" if plans else "(tuner) Every neighbouring launch configuration was measured already.")
 
     def write(self, request: WriteRequest) -> Kernel:
         if request.plan.rewrite:
-            rewritten = rewrites.BY_NAME[request.plan.rewrite].apply(request.source or "")
-            return Kernel(rewritten, "" if rewritten else "(tuner) The rewrite's pattern is not in this kernel.")
+            rewritten = rewrites.apply_chain(request.plan.rewrite, request.source or "")
+            if rewritten is None:
+                return Kernel(None, "(tuner) The rewrite's pattern is not in this kernel.")
+            moves = {n: b for n, (a, b) in request.plan.moves.items()}
+            return Kernel(apply_config(rewritten, moves) if moves else rewritten)
         if request.source and request.plan.configs:
             return Kernel(write_configs(request.source, list(request.plan.configs)))
         if not request.source or not request.plan.moves:
@@ -303,7 +373,7 @@ class TunerPolicy:
         return Kernel(apply_config(request.source, {n: b for n, (a, b) in request.plan.moves.items()}))
 
     def fix(self, request: FixRequest) -> Kernel:
-        if request.plan.rewrite:
+        if request.plan.rewrite and not request.plan.moves:
             return Kernel(None, "(tuner) A rewrite that fails has no smaller step to try; its parent stays.")
         source = request.source
         current = config_of(source) if source else {}
@@ -334,18 +404,21 @@ class TunerPolicy:
         return Kernel(apply_config(source, {name: middle}))
 
     def summarize(self, request: SummarizeRequest) -> LessonDraft:
-        before, after = config_of(request.parent_source), config_of(request.child_source)
+        chain = rewrites.chain_between(request.parent_source, request.child_source)
+        start = rewrites.apply_chain(rewrites.CHAIN.join(chain), request.parent_source) if chain else None
+        before, after = config_of(start or request.parent_source), config_of(request.child_source)
         moves = {k: (before[k], v) for k, v in after.items() if k in before and before[k] != v}
-        if not moves:
-            return LessonDraft({})  # not a launch-configuration change: the node writes its own plain lesson
+        if chain is None or not (chain or moves):
+            return LessonDraft({})  # not the tuner's kind of change: the node writes its own plain lesson
         ratio = request.speedup_vs_parent
         positive = request.kind == "positive"
         klass = kernel_class(request.parent_source)
+        change = " then ".join([f"the rewrite {' then '.join(chain)}"] * bool(chain) + [describe_moves(moves)] * bool(moves))
         reached = f" Resulting launch config: {format_config(after)} ({request.speedup_vs_baseline:.2f}x over the " \
                   "baseline)." if positive else ""
         return LessonDraft({
-            "title": ("" if positive else "Avoid: ") + describe_moves(moves),
-            "lesson": (f"On {request.task.name} ({klass}; workloads {', '.join(request.workloads)}), moving "
-                       f"{describe_moves(moves)} {'helped' if positive else 'hurt'}: {ratio:.2f}x against the parent. "
-                       f"Starting launch config: {format_config(before)}.{reached}"),
+            "title": ("" if positive else "Avoid: ") + change,
+            "lesson": (f"On {request.task.name} ({klass}; workloads {', '.join(request.workloads)}), "
+                       f"{'applying ' if chain else 'moving '}{change} {'helped' if positive else 'hurt'}: "
+                       f"{ratio:.2f}x against the parent. Starting launch config: {format_config(before)}.{reached}"),
             "kernel_class": klass, "before": format_config(before), "after": format_config(after)})
