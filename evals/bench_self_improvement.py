@@ -9,9 +9,10 @@ Protocol (leave one task out):
 3. For each task, the best-found latency is the fastest verified kernel of either run
    (geometric mean over workloads of the median). A run's evaluations-to-target is the number
    of kernels it had evaluated, in plan order, when one first came within 5% of it.
-A task "resembles" the memory when another task of the suite has the same kernel class
-(memory.features.kernel_class of its baseline) and the same tunables: those are where recall
-should help; on the others it must not hurt. On a GPU, the cold phase also times each best kernel against
+A task "resembles" the memory when another task of the suite could hand it a recipe: the same
+kernel class (memory.features.kernel_class of its baseline) and the same tiles, as written or
+after a rewrite both admit (a recipe carries its rewrites): those are where recall should help;
+on the others it must not hurt. On a GPU, the cold phase also times each best kernel against
 torch.compile, for the per-task table of % of peak.
 """
 
@@ -33,7 +34,8 @@ from accelopt.evals.reporting.rows import geomean  # noqa: E402
 from accelopt.memory.features import kernel_class  # noqa: E402
 from accelopt.nodes.context import RunContext  # noqa: E402
 from accelopt.tools.task import load_task  # noqa: E402
-from accelopt.tools.tunables import config_of  # noqa: E402
+from accelopt.policies import rewrites  # noqa: E402
+from accelopt.tools.tunables import IMPLICIT_DEFAULTS, config_of  # noqa: E402
 
 TARGET = 1.05          # within 5% of the best-found latency
 NOT_EVALUATED = {"no_code", "truncated", "llm_error", None}
@@ -73,12 +75,22 @@ def baseline_latency(run_dir: Path) -> float | None:
     return latency(json.loads(path.read_text()).get("workloads") or {})[0]
 
 
+def recipe_shapes(source: str) -> set[tuple[str, str, frozenset[str]]]:
+    """What a recipe measured on this kernel is keyed on (policies/tuner.py's rules): its class,
+    the rewrite it rests on (none, or each one that applies here) and the tiles then (a tile named
+    BLOCK_N says nothing about a BLOCK; num_warps and num_stages every launch has)."""
+    def tiles(text: str) -> frozenset[str]:
+        return frozenset(set(config_of(text)) - set(IMPLICIT_DEFAULTS))
+
+    klass = kernel_class(source)
+    return {(klass, "", tiles(source))} | {(klass, rule.name, tiles(rule.apply(source) or ""))
+                                           for rule in rewrites.applicable(source)}
+
+
 def compare(cold: Path, warm: Path, tasks: list[Path]) -> list[dict]:
     """One row per task: evaluations-to-target with and without memory."""
-    # What lessons can carry over to: the kernel class and the tunables (a tile named BLOCK_N
-    # says nothing about a BLOCK). Decided from the baselines, before any result.
-    classes = {t.name: (kernel_class(source), frozenset(config_of(source)))
-               for t in tasks for source in [load_task(t).baseline_source or ""]}
+    # What lessons can carry over to, decided from the baselines before any result.
+    shapes = {t.name: recipe_shapes(load_task(t).baseline_source or "") for t in tasks}
     rows = []
     for task in tasks:
         traces = {phase: evaluation_trace(root / task.name) if (root / task.name / "candidates").is_dir() else []
@@ -86,8 +98,9 @@ def compare(cold: Path, warm: Path, tasks: list[Path]) -> list[dict]:
         baselines = [b for b in (baseline_latency(root / task.name) for root in (cold, warm)) if b]
         found = [c["latency_us"] for t in traces.values() for c in t if c["latency_us"] is not None] + baselines
         best = min(found) if found else None
-        row = {"task": task.name, "kernel_class": classes[task.name][0], "tunables": sorted(classes[task.name][1]),
-               "resembles": sum(c == classes[task.name] for c in classes.values()) > 1,
+        mine = shapes[task.name]
+        row = {"task": task.name, "kernel_class": next(iter(mine))[0],
+               "resembles": any(mine & theirs for name, theirs in shapes.items() if name != task.name),
                "best_us": best, "baseline_us": baselines[0] if baselines else None}
         for phase, trace in traces.items():
             row[f"{phase}_evaluated"] = len(trace)
