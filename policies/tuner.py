@@ -2,7 +2,9 @@
 (interface.py). It reads typed requests, never prompt text, and moves a kernel's launch
 tunables (tools/tunables.py): num_warps, num_stages, tl.constexpr tile sizes.
 
-- plan: first the configurations that recalled lessons reached on kernels of the same class and
+- plan: first a recalled recipe that rests on rewrites (a chain of them and the configuration
+  reached after it, as data), as one plan, where the chain applies to this kernel; then the
+  configurations that recalled lessons reached on kernels of the same class and
   tiles (their recipes, as data), strongest evidence first; then, for a recipe measured in this
   run, the configuration halfway (geometrically) between here and there if it lost, or halfway
   back towards where it jumped from if it won (the distance may be wrong either way); then
@@ -14,7 +16,8 @@ tunables (tools/tunables.py): num_warps, num_stages, tl.constexpr tile sizes.
   softmax made chunk-wise, a max loop and an exp-sum loop made one pass, one-tile rows grouped,
   a 2-D grid's second axis tiled) is planned first, once per beam member whose source has the
   pattern; one that hides latency rather than removing work (a loop's loads prefetched) is a bet
-  on the kernel, planned after the recalled recipes and before the plain steps.
+  on the kernel, planned after the recalled recipes and before the plain steps; once it measured
+  within noise, each plain step is also tried on top of it.
 - write: applies the plan's moves to the source (AST edits), or its rewrite.
 - fix: a failed multi-knob move drops its largest step (on a resource error, the largest growth);
   a failed big single step is halved (geometrically); a failed single step has nothing smaller,
