@@ -416,7 +416,8 @@ class TunerPolicy:
         ratio = request.speedup_vs_parent
         positive = request.kind == "positive"
         klass = kernel_class(request.parent_source)
-        change = " then ".join([f"the rewrite {' then '.join(chain)}"] * bool(chain) + [describe_moves(moves)] * bool(moves))
+        parts = ([f"the rewrite {' then '.join(chain)}"] if chain else []) + ([describe_moves(moves)] if moves else [])
+        change = " then ".join(parts)
         reached = f" Resulting launch config: {format_config(after)} ({request.speedup_vs_baseline:.2f}x over the " \
                   "baseline)." if positive else ""
         return LessonDraft({
