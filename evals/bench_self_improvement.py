@@ -33,8 +33,8 @@ from accelopt.evals.reporting.report import latency  # noqa: E402
 from accelopt.evals.reporting.rows import geomean  # noqa: E402
 from accelopt.memory.features import kernel_class  # noqa: E402
 from accelopt.nodes.context import RunContext  # noqa: E402
-from accelopt.tools.task import load_task  # noqa: E402
 from accelopt.policies import rewrites  # noqa: E402
+from accelopt.tools.task import load_task  # noqa: E402
 from accelopt.tools.tunables import IMPLICIT_DEFAULTS, config_of  # noqa: E402
 
 TARGET = 1.05          # within 5% of the best-found latency
