@@ -94,8 +94,13 @@ def capture_workload(reference: Any, workload: Workload, inputs: tuple, mode: st
                    if isinstance(x, torch.Tensor) else repr(x) for x in inputs],
         "sources": wrappers,
     }
-    if len(wrappers) == 1:
-        record["configs"] = _chosen_configs(wrappers[0], _graph_inputs(record, inputs))
+    # The configurations are read by running the graph's code on the reference's arguments. A graph
+    # Dynamo resumed after a break (at .item(), say) takes values the reference computed in Python:
+    # no seed (inductor_seed refuses it with the reason), and calling it on the arguments would fail
+    # and lose the record that says why.
+    positions = graph_argument_positions(record["placeholders"], record["parameters"])
+    if len(graphs) == 1 and len(wrappers) == 1 and None not in positions:
+        record["configs"] = _chosen_configs(wrappers[0], [inputs[p] for p in positions if p is not None])
     return record
 
 
@@ -106,12 +111,6 @@ def traced_reference(reference: Any, inputs: tuple) -> Any:
     traceable = getattr(reference, "traceable_for", None)
     function = traceable(*inputs) if traceable is not None else None
     return function if function is not None else reference.reference
-
-
-def _graph_inputs(record: dict, inputs: tuple) -> list:
-    """The reference's arguments in the order the compiled graph takes them."""
-    positions = graph_argument_positions(record["placeholders"], record["parameters"])
-    return [inputs[p] for p in positions if p is not None]
 
 
 def capture_task(task_dir: str | Path, mode: str = "default", seed: int = 0) -> dict[str, Any]:

@@ -200,3 +200,25 @@ def test_a_task_without_baseline_under_the_tuner_seeds_from_inductor_by_default_
     # a task with its baseline is not seeded unless asked for
     monkeypatch.setattr(seeding, "detect_device", lambda: "cuda")
     assert not seeding.seeds_from_inductor(with_baseline, RunContext())
+
+
+
+def test_a_reference_dynamo_splits_is_refused_for_its_graphs_not_lost_to_a_capture_error():
+    """FlashInfer-Bench's paged-attention references break the graph at `.item()`: the capture
+    must keep the record of what Dynamo compiled (the seed's refusal gives the reason), not fail
+    probing the launch configurations of a graph with inputs it does not take (as it did on the H200, 2026-11-26:
+    "ValueError: not enough values to unpack"). Inductor writes C++ on the CPU, but the capture's
+    own logic is the one a GPU runs."""
+    from accelopt.tools.inductor_capture import _reference_module, capture_workload
+    from accelopt.tools.task import load_task
+    from tests.conftest import ROOT
+
+    task = load_task(ROOT / "evals" / "realworld" / "tasks" / "gqa_paged_decode_h32_kv8_d128_ps1")
+    reference = _reference_module(task)
+    workload = task.spec.interpreter_workloads[0]
+    inputs = tuple(reference.make_inputs(workload.params, 0, "cpu", "float32"))
+    record = capture_workload(reference, workload, inputs, "default")
+    # Dynamo resumed after the break: the one graph it compiled takes values made in Python
+    assert "configs" not in record and "error" not in record
+    with pytest.raises(SeedRefused, match="takes an input .* that is not an argument of the"):
+        seed_source({"mode": "default", "workloads": [{**record, "for": "cpu", "dtype": "float32"}]})
