@@ -139,7 +139,9 @@ def _graph_order(record: dict) -> list[int]:
     for placeholder, position in zip(record["placeholders"], order):
         if position is None:
             raise SeedRefused(f"the compiled graph takes an input {placeholder!r} that is not an argument of the "
-                              f"reference ({', '.join(record['parameters'])}): module state or a constant")
+                              f"reference ({', '.join(record['parameters'])}): module state, a constant, or a "
+                              f"local of a function Dynamo resumed after a graph break (a seed needs one graph "
+                              f"over the reference's arguments)")
     return [p for p in order if p is not None]
 
 
