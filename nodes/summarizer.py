@@ -84,11 +84,11 @@ def _changed_lines(before: str, after: str) -> tuple[str, str]:
 def recipe_of(parent_source: str, child_source: str, speedup_vs_baseline: float | None) -> Recipe | None:
     """The change from parent to child as data, when it is the tuner's rewrites (none or several)
     and a launch configuration alone (rewrites.chain_between): the child is exactly that."""
-    chain = rewrites.chain_between(parent_source, child_source)
-    if chain is None:
+    found = rewrites.chain_between(parent_source, child_source)
+    if found is None:
         return None
-    rewritten = rewrites.apply_chain(rewrites.CHAIN.join(chain), parent_source) if chain else parent_source
-    before, after = config_of(rewritten or ""), config_of(child_source)
+    chain, rewritten = found
+    before, after = config_of(rewritten), config_of(child_source)
     if not chain and (not before or before == after):
         return None  # no change, or nothing a launch could carry
     return Recipe(kernel_class=kernel_class(parent_source), start=before, result=after,

@@ -206,11 +206,12 @@ def apply_chain(names: str, source: str) -> str | None:
     return result
 
 
-def chain_between(parent: str, child: str) -> list[str] | None:
+def chain_between(parent: str, child: str) -> tuple[list[str], str] | None:
     """The shortest sequence of rewrites (up to MAX_CHAIN) that takes `parent` to a program that
-    differs from `child` in its launch configuration alone: [] for a launch change alone, None
-    where no sequence does (an LLM's edit, a rewrite not listed here). Decided by applying them:
-    the child must be that program with its own launch configuration, node for node."""
+    differs from `child` in its launch configuration alone, and that program: ([], parent) for a
+    launch change alone, None where no sequence does (an LLM's edit, a rewrite not listed here).
+    Decided by applying them: the child must be that program with its own launch configuration,
+    node for node."""
     try:
         target = ast.dump(pyparse.parse(child))
     except SyntaxError:
@@ -224,7 +225,7 @@ def chain_between(parent: str, child: str) -> list[str] | None:
             if set(config_of(source)) == knobs:
                 try:
                     if ast.dump(pyparse.parse(apply_config(source, config_of(child)))) == target:
-                        return names
+                        return names, source
                 except SyntaxError:
                     pass
             if len(names) < MAX_CHAIN:

@@ -122,13 +122,18 @@ def directions(lessons: list[Insight], config: Config, klass: str) -> tuple[set,
     return liked, avoided
 
 
+def _tried_from(request: PlanRequest) -> set[str]:
+    """The titles of the plans already measured from this beam member."""
+    return {k["title"] for k in request.tried if k["parent_id"] == request.member_id}
+
+
 def recalled_rewrites(request: PlanRequest, klass: str) -> list[PlanDraft]:
     """Plans from positive recalled lessons whose recipe is a chain of rewrites (and the launch
     configuration reached after them), where every rewrite of the chain applies to this kernel in
     turn and leaves the tiles the recipe tuned: the whole way a like kernel went, as one kernel.
     Strongest evidence first; none already tried from this member."""
     source = request.source or ""
-    done = {k["title"] for k in request.tried if k["parent_id"] == request.member_id}
+    done = _tried_from(request)
     plans: dict[tuple, tuple[tuple, PlanDraft]] = {}
     for insight in request.lessons:
         recipe = insight.recipe
@@ -162,7 +167,7 @@ def on_tied_rewrites(request: PlanRequest, moves: dict[str, tuple[int, int]]) ->
     Hiding latency pays only once something else makes the kernel wait (fewer warps, a larger
     chunk), so a tie is no verdict on it, and the beam keeps the parent of a tie: without this,
     the rewrite and the step that needs it are never tried together."""
-    done = {k["title"] for k in request.tried if k["parent_id"] == request.member_id}
+    done = _tried_from(request)
     tied = [r for r in rewrites.REWRITES if r.hides_latency and any(
         k["parent_id"] == request.member_id and k["title"] == r.title and k.get("versus_parent") == "within noise"
         for k in request.tried)]
@@ -272,7 +277,7 @@ def per_workload_winners(request: PlanRequest, listed: list[Config], config: Con
 def _rewrite_plans(request: PlanRequest) -> tuple[list[PlanDraft], list[PlanDraft]]:
     """A plan for each rewrite whose pattern is in the member's source and not yet tried from it:
     (those that remove work, planned first; those that hide latency, planned after recalled recipes)."""
-    done = {k["title"] for k in request.tried if k["parent_id"] == request.member_id}
+    done = _tried_from(request)
     todo = [r for r in rewrites.applicable(request.source or "") if r.title not in done]
 
     def drafts(chosen: list[rewrites.Rewrite]) -> list[PlanDraft]:
@@ -407,12 +412,14 @@ class TunerPolicy:
         return Kernel(apply_config(source, {name: middle}))
 
     def summarize(self, request: SummarizeRequest) -> LessonDraft:
-        chain = rewrites.chain_between(request.parent_source, request.child_source)
-        start = rewrites.apply_chain(rewrites.CHAIN.join(chain), request.parent_source) if chain else None
-        before, after = config_of(start or request.parent_source), config_of(request.child_source)
-        moves = {k: (before[k], v) for k, v in after.items() if k in before and before[k] != v}
-        if chain is None or not (chain or moves):
+        found = rewrites.chain_between(request.parent_source, request.child_source)
+        if found is None:
             return LessonDraft({})  # not the tuner's kind of change: the node writes its own plain lesson
+        chain, start = found
+        before, after = config_of(start), config_of(request.child_source)
+        moves = {k: (before[k], v) for k, v in after.items() if k in before and before[k] != v}
+        if not (chain or moves):
+            return LessonDraft({})  # no change at all
         ratio = request.speedup_vs_parent
         positive = request.kind == "positive"
         klass = kernel_class(request.parent_source)
