@@ -13,6 +13,9 @@ heads a program as a tile.
 `prefetch_loads` (prefetch_loads.py): a loop's loads issued one iteration ahead (a register double
 buffer), for the loops Triton does not pipeline itself (no tl.dot in them).
 
+`fused_launches` (fused_launches.py): launches of one kernel made one after another on independent
+tensors (rope's q, then k) made one launch, the grids joined along their last axis.
+
 `chunkwise_online_softmax`: Inductor writes an online softmax (a row's maximum and its sum of
 exponentials in one pass) as an element-wise combine (`triton_helpers.online_softmax_combine`):
 every lane of the chunk keeps a running maximum of its own, so each element costs two
@@ -32,7 +35,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from accelopt.policies import axis_tiles, one_pass_softmax, prefetch_loads, row_groups
+from accelopt.policies import axis_tiles, fused_launches, one_pass_softmax, prefetch_loads, row_groups
 from accelopt.tools import pyparse
 from accelopt.tools.tunables import apply_config, config_of
 
@@ -45,6 +48,8 @@ class Rewrite:
     apply: Callable[[str], str | None]  # the rewritten module, or None where the pattern is absent
     # hides latency rather than removing traffic: a bet on this kernel, planned after recalled recipes
     hides_latency: bool = False
+    # leaves no plain launch for the other rewrites to find: planned once none of them is left to try
+    last: bool = False
 
 
 CHUNK_HELPER = "_online_softmax_chunk"
@@ -180,8 +185,20 @@ AXIS_TILES = Rewrite(
         "the end masked): the shared loads once a program, one wide load per tensor instead of many short ones.",
     apply=axis_tiles.axis_tiles)
 
+FUSED_LAUNCHES = Rewrite(
+    name="fused_launches",
+    title="rewrite: launches of one kernel on independent tensors made one launch",
+    why="(tuner rewrite) The host launches the same kernel several times in a row on independent tensors "
+        "(q, then k), so each launch pays its own start, first wave and tail, where one launch of all the "
+        "work pays them once. Make them one launch: the grids joined along their last axis, each program "
+        "running the body with the arguments of the launch its place falls in. At run time the launches "
+        "are joined only where their constexprs, options and other grid axes agree and no tensor one "
+        "writes overlaps another's; otherwise they run as written, one by one.",
+    apply=fused_launches.fused_launches, last=True)
+
 # in plan order: a rewrite that removes a pass over memory before one that hides its latency
-REWRITES: tuple[Rewrite, ...] = (CHUNKWISE_ONLINE_SOFTMAX, ONE_PASS_SOFTMAX, PREFETCH_LOADS, AXIS_TILES, ROW_GROUPS)
+REWRITES: tuple[Rewrite, ...] = (CHUNKWISE_ONLINE_SOFTMAX, ONE_PASS_SOFTMAX, PREFETCH_LOADS, AXIS_TILES, ROW_GROUPS,
+                                 FUSED_LAUNCHES)
 BY_NAME = {r.name: r for r in REWRITES}
 
 

@@ -14,8 +14,9 @@ tunables (tools/tunables.py): num_warps, num_stages, tl.constexpr tile sizes.
   list pinned (in list order, one plan each), then the same moves from the fastest pinned one.
 - rewrites: a source rewrite of a known pattern (rewrites.py: Inductor's element-wise online
   softmax made chunk-wise, a max loop and an exp-sum loop made one pass, one-tile rows grouped,
-  a 2-D grid's second axis tiled) is planned first, once per beam member whose source has the
-  pattern; one that hides latency rather than removing work (a loop's loads prefetched) is a bet
+  a 2-D grid's second axis tiled, launches of one kernel joined) is planned first, once per beam
+  member whose source has the pattern (the joining once no other rewrite is left: none can follow
+  it); one that hides latency rather than removing work (a loop's loads prefetched) is a bet
   on the kernel, planned after the recalled recipes and before the plain steps; once it measured
   within noise, each plain step is also tried on top of it.
 - write: applies the plan's moves to the source (AST edits), or its rewrite.
@@ -276,9 +277,12 @@ def per_workload_winners(request: PlanRequest, listed: list[Config], config: Con
 
 def _rewrite_plans(request: PlanRequest) -> tuple[list[PlanDraft], list[PlanDraft]]:
     """A plan for each rewrite whose pattern is in the member's source and not yet tried from it:
-    (those that remove work, planned first; those that hide latency, planned after recalled recipes)."""
+    (those that remove work, planned first; those that hide latency, planned after recalled recipes).
+    A rewrite that closes the kernel to the others (`Rewrite.last`) once none of them is left."""
     done = _tried_from(request)
     todo = [r for r in rewrites.applicable(request.source or "") if r.title not in done]
+    if any(not r.last for r in todo):  # a closing rewrite waits for the others, which could not follow it
+        todo = [r for r in todo if not r.last]
 
     def drafts(chosen: list[rewrites.Rewrite]) -> list[PlanDraft]:
         return [PlanDraft(f"### Plan 0: {r.title}\n{r.why}", rewrite=r.name) for r in chosen]

@@ -9,7 +9,7 @@ import pytest
 
 from accelopt.policies.axis_tiles import FIRST_VALUE, KNOB, axis_tiles
 from accelopt.policies.interface import MeasuredKernel, PlanRequest, WriteRequest
-from accelopt.policies.rewrites import AXIS_TILES, applicable
+from accelopt.policies.rewrites import AXIS_TILES, FUSED_LAUNCHES, applicable
 from accelopt.policies.tuner import TunerPolicy
 from accelopt.tools.task import load_task
 from accelopt.tools.tunables import config_of
@@ -122,12 +122,12 @@ def test_kernels_on_other_grids_are_left_alone():
 def test_the_tuner_plans_it_on_rope_writes_it_and_then_moves_the_block():
     tuner, task = TunerPolicy(), load_task(TASKS / "rope")
     source = task.baseline_source
-    assert [r.name for r in applicable(source)] == [AXIS_TILES.name]
+    assert [r.name for r in applicable(source)] == [AXIS_TILES.name, FUSED_LAUNCHES.name]
     baseline = MeasuredKernel(id="baseline", title="baseline", status="verified", parent_id=None,
                               speedup_vs_parent=None, speedup=1.0, config=config_of(source))
     plans = tuner.plan(PlanRequest(task=task, iteration=1, member_id="baseline", source=source, measurements="",
                                    tried=[baseline], lessons=[], n=2)).plans
-    assert plans[0].rewrite == AXIS_TILES.name
+    assert plans[0].rewrite == AXIS_TILES.name and FUSED_LAUNCHES.name not in {p.rewrite for p in plans}
     tiled = tuner.write(WriteRequest(task=task, iteration=1, candidate_id="i1.m0.p0.k0", source=source,
                                      plan=plans[0])).source
     assert tiled == axis_tiles(source)
@@ -135,4 +135,4 @@ def test_the_tuner_plans_it_on_rope_writes_it_and_then_moves_the_block():
                            speedup_vs_parent=3.0, speedup=3.0, config=config_of(tiled))
     later = tuner.plan(PlanRequest(task=task, iteration=2, member_id="i1.m0.p0.k0", source=tiled, measurements="",
                                    tried=[baseline, child], lessons=[], n=8)).plans
-    assert not any(p.rewrite for p in later) and any(KNOB in (p.moves or {}) for p in later)
+    assert {p.rewrite for p in later} == {FUSED_LAUNCHES.name, ""} and any(KNOB in (p.moves or {}) for p in later)
