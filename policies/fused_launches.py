@@ -50,6 +50,7 @@ from typing import TypeGuard
 from accelopt.policies.kernel_ast import (
     EFFECTS,
     Refused,
+    addressed_params,
     axis_of,
     imports_triton,
     is_tl,
@@ -389,39 +390,6 @@ class _Branch(ast.NodeTransformer):
         return node
 
 
-def _written(fn: ast.FunctionDef) -> list[int]:
-    """Positions, among the kernel's runtime parameters, of those it may write through: a pointer
-    a store or atomic (or a descriptor's store) is addressed by derives from them."""
-    runtime = [p.arg for p in fn.args.args if not _constexpr(p)]
-    derived = {name: {name} for name in runtime}
-    assigns = [n for n in ast.walk(fn) if isinstance(n, ast.Assign | ast.AugAssign | ast.AnnAssign)]
-    changed = True
-    while changed:  # to a fixed point: a name may be bound from one bound later in a loop
-        changed = False
-        for node in assigns:
-            value = node.value
-            if value is None:
-                continue
-            sources = set().union(*(derived.get(n, set()) for n in names(value)))
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for name in (t.id for target in targets for t in ast.walk(target) if isinstance(t, ast.Name)):
-                before = derived.setdefault(name, set())
-                if not sources <= before:
-                    before |= sources
-                    changed = True
-    hit: set[str] = set()
-    for call in (n for n in ast.walk(fn) if isinstance(n, ast.Call)):
-        func = call.func
-        if not (isinstance(func, ast.Attribute) and func.attr in EFFECTS):
-            continue
-        if is_tl(func, EFFECTS):
-            addressed = call.args[:1] + [k.value for k in call.keywords if k.arg == "pointer"]
-        else:
-            addressed = [func.value]  # `desc.store(...)`, `ptr.atomic_add(...)`
-        hit |= set().union(*(derived.get(n, set()) for a in addressed for n in names(a)))
-    return [i for i, name in enumerate(runtime) if name in hit]
-
-
 # ------------------------------------------------------------------ the host code
 
 def _binder(fn: ast.FunctionDef) -> str:
@@ -438,7 +406,9 @@ def _binder(fn: ast.FunctionDef) -> str:
 
 
 def _launcher(fn: ast.FunctionDef, counts: list[int]) -> str:
-    written = _written(fn)
+    # positions, among the runtime parameters, of those a store or atomic may write through
+    runtime = [p.arg for p in fn.args.args if not _constexpr(p)]
+    written = [runtime.index(name) for name in addressed_params(fn, EFFECTS) if name in runtime]
     lines = [f"def {LAUNCH.format(fn.name)}(*records):",
              f'    """Launches of {fn.name} recorded by {LATER.format(fn.name)}, made as one launch where they can be,',
              '    else one by one as written."""',

@@ -52,6 +52,38 @@ def has_effects(stmts: list[ast.stmt]) -> bool:
         or any(isinstance(n, ast.Return | ast.Break | ast.Continue) for s in stmts for n in ast.walk(s))
 
 
+def addressed_params(fn: ast.FunctionDef, calls: tuple[str, ...]) -> list[str]:
+    """The kernel's parameters, in order, that an address of one of `calls` (`tl.load`, `tl.store`,
+    a descriptor's `.store`, ...) derives from: through any chain of assignments, loops included."""
+    params = [p.arg for p in fn.args.args]
+    derived = {name: {name} for name in params}
+    assigns = [n for n in ast.walk(fn) if isinstance(n, ast.Assign | ast.AugAssign | ast.AnnAssign)]
+    changed = True
+    while changed:  # to a fixed point: a name may be bound from one bound later in a loop
+        changed = False
+        for node in assigns:
+            if node.value is None:
+                continue
+            sources = set().union(*(derived.get(n, set()) for n in names(node.value)))
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for name in (t.id for target in targets for t in ast.walk(target) if isinstance(t, ast.Name)):
+                before = derived.setdefault(name, set())
+                if not sources <= before:
+                    before |= sources
+                    changed = True
+    hit: set[str] = set()
+    for call in (n for n in ast.walk(fn) if isinstance(n, ast.Call)):
+        func = call.func
+        if not (isinstance(func, ast.Attribute) and func.attr in calls):
+            continue
+        if is_tl(func, calls):
+            addressed = call.args[:1] + [k.value for k in call.keywords if k.arg == "pointer"]
+        else:
+            addressed = [func.value]  # `desc.store(...)`, `ptr.atomic_add(...)`
+        hit |= set().union(*(derived.get(n, set()) for a in addressed for n in names(a)))
+    return [name for name in params if name in hit]
+
+
 def names(node: ast.AST) -> set[str]:
     """Every name the node mentions, read or written."""
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}

@@ -10,6 +10,9 @@ one online loop, so a row is read once instead of twice.
 `axis_tiles` (axis_tiles.py): a per-(token, head) kernel on a 2-D grid made to take AXIS1_GROUP
 heads a program as a tile.
 
+`split_rows` (split_rows.py): a one-row-per-program kernel whose one loop only reduces its row
+split into parts of PART_BLOCK columns a program and a launch that combines them.
+
 `prefetch_loads` (prefetch_loads.py): a loop's loads issued one iteration ahead (a register double
 buffer), for the loops Triton does not pipeline itself (no tl.dot in them).
 
@@ -35,7 +38,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from accelopt.policies import axis_tiles, fused_launches, one_pass_softmax, prefetch_loads, row_groups
+from accelopt.policies import axis_tiles, fused_launches, one_pass_softmax, prefetch_loads, row_groups, split_rows
 from accelopt.tools import pyparse
 from accelopt.tools.tunables import apply_config, config_of
 
@@ -185,6 +188,18 @@ AXIS_TILES = Rewrite(
         "the end masked): the shared loads once a program, one wide load per tensor instead of many short ones.",
     apply=axis_tiles.axis_tiles)
 
+SPLIT_ROWS = Rewrite(
+    name="split_rows",
+    title=f"rewrite: each row's reduction split in parts of {split_rows.KNOB} columns, then combined",
+    why="(tuner rewrite) The kernel gives each program a whole row and walks it in one loop that only "
+        "reduces it (a maximum, a sum, an online softmax): with few long rows the GPU has too few programs, "
+        "and too few loads in flight, to read at full speed. Walk each row in parts instead, a program a "
+        f"part of {split_rows.FIRST_VALUE} columns ({split_rows.KNOB}, a module constant the tuner moves "
+        "afterwards), each storing what its loop carried reduced to one number; a second launch combines a "
+        "row's parts (maxima by max, sums by sum, the online softmax's sums rescaled to the row's maximum) "
+        "and runs what followed the loop. Every iteration of the loop runs once, unchanged.",
+    apply=split_rows.split_rows)
+
 FUSED_LAUNCHES = Rewrite(
     name="fused_launches",
     title="rewrite: launches of one kernel on independent tensors made one launch",
@@ -197,8 +212,8 @@ FUSED_LAUNCHES = Rewrite(
     apply=fused_launches.fused_launches, last=True)
 
 # in plan order: a rewrite that removes a pass over memory before one that hides its latency
-REWRITES: tuple[Rewrite, ...] = (CHUNKWISE_ONLINE_SOFTMAX, ONE_PASS_SOFTMAX, PREFETCH_LOADS, AXIS_TILES, ROW_GROUPS,
-                                 FUSED_LAUNCHES)
+REWRITES: tuple[Rewrite, ...] = (CHUNKWISE_ONLINE_SOFTMAX, ONE_PASS_SOFTMAX, SPLIT_ROWS, PREFETCH_LOADS, AXIS_TILES,
+                                 ROW_GROUPS, FUSED_LAUNCHES)
 BY_NAME = {r.name: r for r in REWRITES}
 
 

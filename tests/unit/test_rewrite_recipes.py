@@ -133,7 +133,8 @@ def test_a_latency_rewrite_that_tied_is_tried_again_under_each_plain_step():
 
     def planned(versus: str) -> list:
         request = PlanRequest(task=load_task(TASKS / "cross_entropy"), iteration=3, member_id="m", source=one_pass,
-                              measurements="", tried=[kernel("i2.k", prefetch.title, versus, config_of(one_pass))],
+                              measurements="", tried=[kernel("i2.k", prefetch.title, versus, config_of(one_pass)),
+                                                      kernel("i2.s", rewrites.SPLIT_ROWS.title, "slower", {})],
                               lessons=[], n=4)
         return TUNER.plan(request).plans
 
