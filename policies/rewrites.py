@@ -190,7 +190,7 @@ AXIS_TILES = Rewrite(
 
 SPLIT_ROWS = Rewrite(
     name="split_rows",
-    title=f"rewrite: each row's reduction split in parts of {split_rows.KNOB} columns, then combined",
+    title=f"rewrite: each row reduced in parts of {split_rows.KNOB} columns, then combined",
     why="(tuner rewrite) The kernel gives each program a whole row and walks it in one loop that only "
         "reduces it (a maximum, a sum, an online softmax): with few long rows the GPU has too few programs, "
         "and too few loads in flight, to read at full speed. Walk each row in parts instead, a program a "

@@ -50,6 +50,7 @@ from accelopt.policies.interface import (
     SummarizeRequest,
     WriteRequest,
 )
+from accelopt.policies.replies import plan_title
 from accelopt.tools.tunables import (
     IMPLICIT_DEFAULTS,
     additive,
@@ -124,8 +125,13 @@ def directions(lessons: list[Insight], config: Config, klass: str) -> tuple[set,
 
 
 def _tried_from(request: PlanRequest) -> set[str]:
-    """The titles of the plans already measured from this beam member."""
+    """The titles of the plans already measured from this beam member, as the run records them."""
     return {k["title"] for k in request.tried if k["parent_id"] == request.member_id}
+
+
+def _recorded(title: str) -> str:
+    """A plan title as the run records it (cut to a few words): what `_tried_from` holds."""
+    return plan_title(f"### Plan 0: {title}")
 
 
 def recalled_rewrites(request: PlanRequest, klass: str) -> list[PlanDraft]:
@@ -158,7 +164,7 @@ def recalled_rewrites(request: PlanRequest, klass: str) -> list[PlanDraft]:
                    f"the kernel a like kernel reached ({recipe.speedup_vs_baseline or insight.evidence.speedup:.2f}x "
                    f"over its baseline). Resulting launch config: {format_config({**config, **changes})}.")
         key = (chain, frozenset({**config, **changes}.items()))
-        if title not in done and key not in plans:
+        if _recorded(title) not in done and key not in plans:
             plans[key] = (_evidence(insight, config), PlanDraft(f"### Plan 0: {title}\n{why}", moves=moves, rewrite=chain))
     return [plan for _, plan in sorted(plans.values(), key=lambda p: p[0])]
 
@@ -170,7 +176,7 @@ def on_tied_rewrites(request: PlanRequest, moves: dict[str, tuple[int, int]]) ->
     the rewrite and the step that needs it are never tried together."""
     done = _tried_from(request)
     tied = [r for r in rewrites.REWRITES if r.hides_latency and any(
-        k["parent_id"] == request.member_id and k["title"] == r.title and k.get("versus_parent") == "within noise"
+        k["parent_id"] == request.member_id and k["title"] == _recorded(r.title) and k.get("versus_parent") == "within noise"
         for k in request.tried)]
     plans = []
     for rule in tied:
@@ -180,7 +186,7 @@ def on_tied_rewrites(request: PlanRequest, moves: dict[str, tuple[int, int]]) ->
             continue
         on_it = {k: (config[k], b) for k, (_, b) in moves.items()}
         title = f"rewrite {rule.name}, then {_moves_text(on_it)}"
-        if title not in done:
+        if _recorded(title) not in done:
             plans.append(PlanDraft(
                 f"### Plan 0: {title}\n(tuner rewrite and move) {rule.why} Then set {describe_moves(on_it)}: the "
                 f"rewrite alone measured within noise of this kernel, and this step may be the one it pays for.",
@@ -280,7 +286,7 @@ def _rewrite_plans(request: PlanRequest) -> tuple[list[PlanDraft], list[PlanDraf
     (those that remove work, planned first; those that hide latency, planned after recalled recipes).
     A rewrite that closes the kernel to the others (`Rewrite.last`) once none of them is left."""
     done = _tried_from(request)
-    todo = [r for r in rewrites.applicable(request.source or "") if r.title not in done]
+    todo = [r for r in rewrites.applicable(request.source or "") if _recorded(r.title) not in done]
     if any(not r.last for r in todo):  # a closing rewrite waits for the others, which could not follow it
         todo = [r for r in todo if not r.last]
 

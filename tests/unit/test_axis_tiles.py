@@ -9,6 +9,7 @@ import pytest
 
 from accelopt.policies.axis_tiles import FIRST_VALUE, KNOB, axis_tiles
 from accelopt.policies.interface import MeasuredKernel, PlanRequest, WriteRequest
+from accelopt.policies.replies import plan_title
 from accelopt.policies.rewrites import AXIS_TILES, FUSED_LAUNCHES, applicable
 from accelopt.policies.tuner import TunerPolicy
 from accelopt.tools.task import load_task
@@ -128,6 +129,13 @@ def test_the_tuner_plans_it_on_rope_writes_it_and_then_moves_the_block():
     plans = tuner.plan(PlanRequest(task=task, iteration=1, member_id="baseline", source=source, measurements="",
                                    tried=[baseline], lessons=[], n=2)).plans
     assert plans[0].rewrite == AXIS_TILES.name and FUSED_LAUNCHES.name not in {p.rewrite for p in plans}
+    # once measured from the baseline (the run records a plan's title cut to a few words), not planned again
+    recorded = MeasuredKernel(id="i1.m0.p0.k0", title=plan_title(plans[0].text), status="verified",
+                              parent_id="baseline", speedup_vs_parent=1.0, speedup=1.0, config={})
+    assert len(AXIS_TILES.title) > len(recorded["title"])
+    again = tuner.plan(PlanRequest(task=task, iteration=2, member_id="baseline", source=source, measurements="",
+                                   tried=[baseline, recorded], lessons=[], n=2)).plans
+    assert AXIS_TILES.name not in {p.rewrite for p in again}
     tiled = tuner.write(WriteRequest(task=task, iteration=1, candidate_id="i1.m0.p0.k0", source=source,
                                      plan=plans[0])).source
     assert tiled == axis_tiles(source)

@@ -7,6 +7,7 @@ from accelopt.memory.schema import Evidence, Insight, Provenance, Recipe
 from accelopt.nodes.summarizer import recipe_of
 from accelopt.policies import rewrites
 from accelopt.policies.interface import FixRequest, MeasuredKernel, PlanRequest, SummarizeRequest, WriteRequest
+from accelopt.policies.replies import plan_title
 from accelopt.policies.tuner import TunerPolicy
 from accelopt.tools.task import load_task
 from accelopt.tools.tunables import apply_config, config_of
@@ -134,7 +135,7 @@ def test_a_latency_rewrite_that_tied_is_tried_again_under_each_plain_step():
     def planned(versus: str) -> list:
         request = PlanRequest(task=load_task(TASKS / "cross_entropy"), iteration=3, member_id="m", source=one_pass,
                               measurements="", tried=[kernel("i2.k", prefetch.title, versus, config_of(one_pass)),
-                                                      kernel("i2.s", rewrites.SPLIT_ROWS.title, "slower", {})],
+                                                      kernel("i2.s", plan_title(f"### Plan 0: {rewrites.SPLIT_ROWS.title}"), "slower", {})],
                               lessons=[], n=4)
         return TUNER.plan(request).plans
 
