@@ -87,10 +87,14 @@ class {PREFIX}LaunchLater:
 
 
 def {PREFIX}span(value):
-    """The bytes a tensor argument covers, [start, end); None for anything else or an empty tensor."""
-    if not hasattr(value, "data_ptr") or not hasattr(value, "stride") or value.numel() == 0:
+    """The bytes a tensor argument covers, [start, end); None for anything else or an empty tensor.
+    (Read on every call: kept to a few attribute reads for the contiguous tensors kernels take.)"""
+    nbytes = getattr(value, "nbytes", None)
+    if not nbytes or not hasattr(value, "data_ptr"):
         return None
     start = value.data_ptr()
+    if value.is_contiguous():
+        return start, start + nbytes
     last = sum((size - 1) * stride for size, stride in zip(value.shape, value.stride()))
     return start, start + (last + 1) * value.element_size()
 
@@ -103,24 +107,25 @@ def {PREFIX}joined(records, written):
     arguments) overlapping any tensor of another launch."""
     grid, _, _, _, constexprs, options = records[0]
     axis = len(grid) - 1
-    if any(len(r[0]) != len(grid) or r[0][:axis] != grid[:axis] or r[4] != constexprs or r[5] != options
-           for r in records):
-        return None
+    for other in records[1:]:
+        if len(other[0]) != axis + 1 or other[0][:axis] != grid[:axis] or other[4] != constexprs \
+                or other[5] != options:
+            return None
     sizes = [r[0][axis] for r in records]
-    if sum(sizes) > {PREFIX}GRID_LIMITS[axis]:
+    total = sum(sizes)
+    if total > {PREFIX}GRID_LIMITS[axis]:
         return None
-    for i, mine in enumerate(records):
-        writes = [s for s in ({PREFIX}span(mine[3][p]) for p in written) if s is not None]
-        for j, other in enumerate(records):
-            if i != j and any(s is not None and w[0] < s[1] and s[0] < w[1]
-                              for s in map({PREFIX}span, other[3]) for w in writes):
+    spans = [[{PREFIX}span(value) for value in r[3]] for r in records] if written else []
+    for i, mine in enumerate(spans):
+        for w in (mine[p] for p in written):
+            if w is not None and any(s is not None and w[0] < s[1] and s[0] < w[1]
+                                     for j, theirs in enumerate(spans) if j != i for s in theirs):
                 return None
-    starts, total = [], 0
+    starts, at = [], 0
     for size in sizes[:-1]:
-        total += size
-        starts.append(total)
-    runtime = [value for r in records for value in r[3]]
-    return (*grid[:axis], sum(sizes)), runtime, starts, constexprs, options
+        at += size
+        starts.append(at)
+    return (*grid[:axis], total), [value for r in records for value in r[3]], starts, constexprs, options
 '''
 
 
@@ -182,7 +187,9 @@ def _fuse_kernel(source: str, tree: ast.Module, fn: ast.FunctionDef,
             raise Refused(f"{helper.name} is also called outside the launches joined")
     counts = sorted({len(g.calls) for g in groups})
     kernels = [_fused_kernel(fn, count, axis) for count in counts]
-    code = "\n\n\n".join([ast.unparse(k) for k in kernels] + [_binder(fn), _launcher(fn, counts)])
+    fresh = all(_writes_fresh(fn, launch, owner, [c for c in group.calls if c is not launch])
+                for group in groups for launch, owner in _launches_of_group(group, launches))
+    code = "\n\n\n".join([ast.unparse(k) for k in kernels] + [_binder(fn), _launcher(fn, counts, not fresh)])
     end = kernel_span(source, fn)
     edits = [(end[2], end[3], end[2], end[3], "\n\n\n" + code)]
     for number, group in enumerate(groups):
@@ -191,6 +198,15 @@ def _fuse_kernel(source: str, tree: ast.Module, fn: ast.FunctionDef,
     for helper in {id(g.helper): g.helper for g in groups if g.helper is not None}.values():
         edits += _helper_edits(source, fn.name, helper, functions)
     return edits
+
+
+def _launches_of_group(group: _Group, launches: list[tuple[ast.Call, ast.FunctionDef | None]]
+                       ) -> list[tuple[ast.Call, ast.FunctionDef]]:
+    """The launches a group makes, each with the function it is written in."""
+    if group.helper is not None:
+        return [(call, group.helper) for call, owner in launches if owner is group.helper]
+    owners = {id(call): owner for call, owner in launches}
+    return [(call, owner) for call in group.calls if (owner := owners.get(id(call))) is not None]
 
 
 def _grid_arity(call: ast.Call, owner: ast.FunctionDef | None) -> int:
@@ -405,14 +421,49 @@ def _binder(fn: ast.FunctionDef) -> str:
             f"{LATER.format(fn.name)} = {PREFIX}LaunchLater(_{fn.name}_arguments)")
 
 
-def _launcher(fn: ast.FunctionDef, counts: list[int]) -> str:
-    # positions, among the runtime parameters, of those a store or atomic may write through
-    runtime = [p.arg for p in fn.args.args if not _constexpr(p)]
-    written = [runtime.index(name) for name in addressed_params(fn, EFFECTS) if name in runtime]
+def _written(fn: ast.FunctionDef) -> list[str]:
+    """The kernel's runtime parameters a store or atomic may write through."""
+    return [name for name in addressed_params(fn, EFFECTS) if name in _runtime(fn)]
+
+
+def _runtime(fn: ast.FunctionDef) -> list[str]:
+    return [p.arg for p in fn.args.args if not _constexpr(p)]
+
+
+_ALLOCATIONS = ("empty", "empty_like", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like",
+                "empty_strided", "new_empty", "new_zeros", "new_full")
+
+
+def _writes_fresh(fn: ast.FunctionDef, call: ast.Call, owner: ast.FunctionDef, others: list[ast.Call]) -> bool:
+    """Every tensor this launch may write is one its function allocated (bound once, to a torch
+    allocation) and no other launch of the group is passed: it can overlap nothing they touch, so
+    the joiner need not look at run time (what it does costs microseconds a call, as much as a
+    short kernel)."""
+    params = [p.arg for p in fn.args.args]
+    passed = {p: a for p, a in zip(params, call.args)} | {k.arg: k.value for k in call.keywords if k.arg}
+    for name in _written(fn):
+        arg = passed.get(name)
+        if not isinstance(arg, ast.Name) or any(arg.id in names(other) for other in others):
+            return False
+        values = [n.value for n in ast.walk(owner) if isinstance(n, ast.Assign | ast.AnnAssign | ast.AugAssign)
+                  and arg.id in stored([n])]
+        value = values[0] if len(values) == 1 else None
+        if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
+                and value.func.attr in _ALLOCATIONS and arg.id in {
+                    t.id for n in ast.walk(owner) if isinstance(n, ast.Assign) and n.value is value
+                    for t in n.targets if isinstance(t, ast.Name)}):
+            return False
+    return True
+
+
+def _launcher(fn: ast.FunctionDef, counts: list[int], checked: bool) -> str:
+    """`checked`: whether the joiner must compare the written tensors' bytes with the others' at run time."""
+    runtime = _runtime(fn)
+    written = tuple(runtime.index(name) for name in _written(fn)) if checked else ()
     lines = [f"def {LAUNCH.format(fn.name)}(*records):",
              f'    """Launches of {fn.name} recorded by {LATER.format(fn.name)}, made as one launch where they can be,',
              '    else one by one as written."""',
-             f"    joined = {PREFIX}joined(records, written={tuple(written)!r})"]
+             f"    joined = {PREFIX}joined(records, written={written!r})"]
     for count in counts:
         lines += [f"    if joined is not None and len(records) == {count}:",
                   "        grid, runtime, starts, constexprs, options = joined",

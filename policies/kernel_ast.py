@@ -54,23 +54,23 @@ def has_effects(stmts: list[ast.stmt]) -> bool:
 
 def addressed_params(fn: ast.FunctionDef, calls: tuple[str, ...]) -> list[str]:
     """The kernel's parameters, in order, that an address of one of `calls` (`tl.load`, `tl.store`,
-    a descriptor's `.store`, ...) derives from: through any chain of assignments, loops included."""
+    a descriptor's `.store`, ...) may be based on: the pointers added up in it, followed through
+    any chain of assignments (loops included). Offsets (products, quotients, `tl.arange`, program
+    ids) are no base; anything this does not know counts every parameter it mentions."""
     params = [p.arg for p in fn.args.args]
-    derived = {name: {name} for name in params}
-    assigns = [n for n in ast.walk(fn) if isinstance(n, ast.Assign | ast.AugAssign | ast.AnnAssign)]
-    changed = True
-    while changed:  # to a fixed point: a name may be bound from one bound later in a loop
-        changed = False
-        for node in assigns:
-            if node.value is None:
-                continue
-            sources = set().union(*(derived.get(n, set()) for n in names(node.value)))
+    bound: dict[str, list[ast.expr]] = {}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign) and node.value is not None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            value = node.value if not isinstance(node, ast.AugAssign) else ast.BinOp(node.target, node.op, node.value)
             for name in (t.id for target in targets for t in ast.walk(target) if isinstance(t, ast.Name)):
-                before = derived.setdefault(name, set())
-                if not sources <= before:
-                    before |= sources
-                    changed = True
+                bound.setdefault(name, []).append(value)
+        elif isinstance(node, ast.For):  # a loop variable: an offset over a range, else whatever it walks
+            over_range = isinstance(node.iter, ast.Call) and (
+                isinstance(node.iter.func, ast.Name) and node.iter.func.id == "range"
+                or is_tl(node.iter.func, ("range", "static_range")))
+            for name in (t.id for t in ast.walk(node.target) if isinstance(t, ast.Name)):
+                bound.setdefault(name, []).append(ast.Constant(0) if over_range else node.iter)
     hit: set[str] = set()
     for call in (n for n in ast.walk(fn) if isinstance(n, ast.Call)):
         func = call.func
@@ -80,8 +80,46 @@ def addressed_params(fn: ast.FunctionDef, calls: tuple[str, ...]) -> list[str]:
             addressed = call.args[:1] + [k.value for k in call.keywords if k.arg == "pointer"]
         else:
             addressed = [func.value]  # `desc.store(...)`, `ptr.atomic_add(...)`
-        hit |= set().union(*(derived.get(n, set()) for a in addressed for n in names(a)))
+        for expr in addressed:
+            hit |= _bases(expr, bound, set(params), set())
     return [name for name in params if name in hit]
+
+
+_OFFSET_OPS = (ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.LShift, ast.RShift, ast.BitAnd, ast.BitOr, ast.BitXor,
+               ast.Pow)
+
+
+def _bases(expr: ast.expr, bound: dict[str, list[ast.expr]], params: set[str], seen: set[str]) -> set[str]:
+    """The parameters an address expression may be based on (see addressed_params)."""
+    if isinstance(expr, ast.Constant):
+        return set()
+    if isinstance(expr, ast.Name):
+        if expr.id in seen:
+            return set()
+        found = {expr.id} & params
+        for value in bound.get(expr.id, []):
+            found |= _bases(value, bound, params, seen | {expr.id})
+        return found
+    if isinstance(expr, ast.BinOp):
+        if isinstance(expr.op, _OFFSET_OPS):
+            return set()
+        return _bases(expr.left, bound, params, seen) | _bases(expr.right, bound, params, seen)
+    if isinstance(expr, ast.Subscript):
+        return _bases(expr.value, bound, params, seen)
+    if isinstance(expr, ast.IfExp):
+        return _bases(expr.body, bound, params, seen) | _bases(expr.orelse, bound, params, seen)
+    if isinstance(expr, ast.Call):
+        if is_tl(expr.func, ("arange", "program_id", "num_programs", "full", "zeros", "cdiv")):
+            return set()
+        if is_tl(expr.func, ("where",)) and len(expr.args) == 3:
+            return _bases(expr.args[1], bound, params, seen) | _bases(expr.args[2], bound, params, seen)
+        if isinstance(expr.func, ast.Attribute) and expr.func.attr == "to":  # a cast of an offset
+            return _bases(expr.func.value, bound, params, seen)
+    # anything else: every parameter it mentions, through what its names are bound to
+    mentioned: set[str] = set()
+    for name in (n for n in ast.walk(expr) if isinstance(n, ast.Name)):
+        mentioned |= _bases(name, bound, params, seen)
+    return mentioned
 
 
 def names(node: ast.AST) -> set[str]:

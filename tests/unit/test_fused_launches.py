@@ -81,6 +81,8 @@ def test_rope_as_written_and_tiled_computes_bit_for_bit_what_it_did_in_one_launc
         ast.parse(out)
         assert "def rope_kernel_fused_2(" in out and "_launch_rope_kernel(_fused_launch0, _fused_launch1)" in out
         assert fused_launches(out) is None and axis_tiles(out) is None  # nothing left; tiles cannot follow
+        # what a launch writes is the `out` its helper just allocated: no bytes compared at run time
+        assert "_fused_joined(records, written=())" in out
     # the tuner still finds and moves the launch's keywords, now on the recorded launch
     assert config_of(tiled_joined) == config_of(tiled) == {"num_warps": 1, "AXIS1_GROUP": 8}
     moved = apply_config(tiled_joined, {"num_warps": 2, "AXIS1_GROUP": 4})
@@ -111,8 +113,8 @@ def test_direct_launches_and_a_helper_s_calls_are_joined_and_launches_that_must_
     assert scale is not None and "def scale_kernel_fused_3(" in scale and "tl.num_programs(0) - _fused_start_2" in scale
     assert helper is not None and "ya, _fused_launch0 = _scaled_deferred(a, 2.0)" in helper
     assert config_of(helper)["num_warps"] == 2
-    # the joined launch is made only where it is safe, decided at run time
-    assert chained is not None
+    # the joined launch is made only where it is safe, decided at run time where the source cannot tell
+    assert chained is not None and "_fused_joined(records, written=(1,))" in chained
     pairs = [(SCALE, scale, True), (HELPER, helper, True), (CHAINED, chained, False)]
     run_on_interpreter(tmp_path, f'''
 import importlib.util, torch

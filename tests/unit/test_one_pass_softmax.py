@@ -115,6 +115,10 @@ def test_the_cross_entropy_baseline_reads_its_row_once_and_computes_the_loss(tmp
     assert out is not None and out.count("for start in range(0, vocab, BLOCK):") == 1
     assert out.count("tl.load(base + cols") == 1 and one_pass_softmax(out) is None  # fused once
     assert "def run(logits, labels):" in out and "BLOCK=1024, num_warps=4" in out  # the launch stays
+    # the lanes' maximum is the running maximum reduced: its per-element update is gone
+    assert "m = tl.maximum(m, x)" not in out and "row_max = _row_max_run" in out
+    kept = one_pass_softmax(source.replace("tl.store(loss_ptr + row,", "tl.store(loss_ptr + row + tl.sum(m * 0, 0).to(tl.int32),"))
+    assert kept is not None and "m = tl.maximum(m, x)" in kept and "row_max = tl.max(m, 0)" in kept  # m read after
     (tmp_path / "kernel.py").write_text(out)
     run_on_interpreter(tmp_path, f'''
 import importlib.util, torch
