@@ -9,7 +9,9 @@ tunables (tools/tunables.py): num_warps, num_stages, tl.constexpr tile sizes.
   run, the configuration halfway (geometrically) between here and there if it lost, or halfway
   back towards where it jumped from if it won (the distance may be wrong either way); then
   single-knob steps, those recalled lessons measured as helping from the same starting
-  configuration first and those they warned against last. Never a configuration measured already.
+  configuration first and those they warned against last. Never a configuration measured already
+  on this program (reached from the same rewrite by launch moves; one measured before a rewrite
+  is planned again after it).
   A kernel whose @triton.autotune list still picks at run time: first each configuration of the
   list pinned (in list order, one plan each), then the same moves from the fastest pinned one.
 - rewrites: a source rewrite of a known pattern (rewrites.py: Inductor's element-wise online
@@ -44,6 +46,7 @@ from accelopt.policies.interface import (
     FixRequest,
     Kernel,
     LessonDraft,
+    MeasuredKernel,
     PlanDraft,
     PlanRequest,
     Plans,
@@ -127,6 +130,27 @@ def directions(lessons: list[Insight], config: Config, klass: str) -> tuple[set,
 def _tried_from(request: PlanRequest) -> set[str]:
     """The titles of the plans already measured from this beam member, as the run records them."""
     return {k["title"] for k in request.tried if k["parent_id"] == request.member_id}
+
+
+def _same_program(request: PlanRequest) -> list[MeasuredKernel]:
+    """The kernels measured in this run that are the member's program in another launch
+    configuration: those reached from the same rewrite (or start) by launch moves alone. A
+    configuration measured on another program (the baseline before a rewrite) says nothing here."""
+    by_id = {k["id"]: k for k in request.tried}
+
+    def root(kernel: MeasuredKernel) -> str:
+        for _ in range(len(by_id) + 1):  # a lineage is no longer than the run
+            parent = kernel["parent_id"]
+            if parent is None or kernel["title"].startswith("rewrite"):
+                break
+            if parent not in by_id:
+                return parent
+            kernel = by_id[parent]
+        return kernel["id"]
+
+    member = by_id.get(request.member_id)
+    mine = root(member) if member is not None else request.member_id
+    return [k for k in request.tried if root(k) == mine]
 
 
 def _recorded(title: str) -> str:
@@ -324,7 +348,7 @@ class TunerPolicy:
         # about any one configuration. Its plans pin the list's configurations, in order, then
         # step from the fastest one measured.
         listed = pins(source or "")
-        tried = {frozenset(k["config"].items()) for k in request.tried
+        tried = {frozenset(k["config"].items()) for k in _same_program(request)
                  if k["config"] and not (listed and k["id"] == request.member_id)}
         base = _best_measured(request, config) if listed else config
         if not listed:

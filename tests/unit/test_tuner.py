@@ -226,3 +226,25 @@ def test_a_rewrite_that_hides_latency_comes_after_recalled_recipes_and_before_pl
         assert [p.rewrite for p in plans].index(PREFETCH_LOADS.name) == (1 if lessons else 0)
         assert all(not p.rewrite for p in plans if p.rewrite != PREFETCH_LOADS.name)
         assert [p.text.split(":")[0] for p in plans] == [f"### Plan {i}" for i in range(1, 4)]
+
+
+def test_a_configuration_measured_on_another_program_is_still_planned_after_a_rewrite():
+    """BLOCK 512 measured on the baseline says nothing of the baseline put through a rewrite: the
+    rewritten member plans it again; a step from the rewritten member is not planned twice."""
+    start = {"BLOCK": 256, "num_warps": 4, "num_stages": 3}
+    step = MeasuredKernel(id="i1.m0.p1.k0", title="BLOCK 256 -> 512", status="verified", parent_id="baseline",
+                          speedup_vs_parent=1.0, speedup=1.0, config={**start, "BLOCK": 512})
+    rewritten = MeasuredKernel(id="i1.m0.p0.k0", title="rewrite: something", status="verified",
+                               parent_id="baseline", speedup_vs_parent=1.2, speedup=1.2, config=start)
+    tried = [step, rewritten]
+
+    def planned(member: str, more: list[MeasuredKernel]) -> list[str]:
+        request = PlanRequest(task=TASK, iteration=2, member_id=member, source=RMSNORM, measurements="",
+                              tried=tried + more, lessons=[], n=8 + len(REWRITES))
+        return titles([p for p in TUNER.plan(request).plans if not p.rewrite])
+
+    assert "BLOCK 256 -> 512" not in planned("baseline", [])
+    assert "BLOCK 256 -> 512" in planned(rewritten["id"], [])
+    again = MeasuredKernel(id="i2.m0.p0.k0", title="BLOCK 256 -> 512", status="verified", parent_id=rewritten["id"],
+                           speedup_vs_parent=1.0, speedup=1.2, config={**start, "BLOCK": 512})
+    assert "BLOCK 256 -> 512" not in planned(rewritten["id"], [again])
