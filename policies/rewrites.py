@@ -51,7 +51,8 @@ class Rewrite:
     apply: Callable[[str], str | None]  # the rewritten module, or None where the pattern is absent
     # hides latency rather than removing traffic: a bet on this kernel, planned after recalled recipes
     hides_latency: bool = False
-    # leaves no plain launch for the other rewrites to find: planned once none of them is left to try
+    # leaves nothing for the other rewrites to find (a plain launch, a plain loop): planned once
+    # none of them is left to try
     last: bool = False
 
 
@@ -176,7 +177,8 @@ PREFETCH_LOADS = Rewrite(
         "(num_stages) only the loads that feed a tl.dot. Issue the next iteration's loads at the top of "
         "the loop (the same addresses, masks and fill values, one step on, nothing read past the end) "
         "and work on the chunk loaded the iteration before: two loads in flight, the same values.",
-    apply=prefetch_loads.prefetch_loads, hides_latency=True)
+    # its double buffer is carried by the loop, which the loop rewrites (one pass, split rows) refuse
+    apply=prefetch_loads.prefetch_loads, hides_latency=True, last=True)
 
 AXIS_TILES = Rewrite(
     name="axis_tiles",
