@@ -309,16 +309,30 @@ def per_workload_winners(request: PlanRequest, listed: list[Config], config: Con
 def _rewrite_plans(request: PlanRequest) -> tuple[list[PlanDraft], list[PlanDraft]]:
     """A plan for each rewrite whose pattern is in the member's source and not yet tried from it:
     (those that remove work, planned first; those that hide latency, planned after recalled recipes).
-    A rewrite that closes the kernel to the others (`Rewrite.last`) once none of them is left."""
+    A rewrite that closes the kernel to the others (`Rewrite.last`) waits until none of them is
+    left, and is also tried right after each of them, as one kernel: were the other to tie, the
+    beam would keep its parent, and the closing rewrite it may pay for would never follow it."""
+    source = request.source or ""
     done = _tried_from(request)
-    todo = [r for r in rewrites.applicable(request.source or "") if _recorded(r.title) not in done]
+    todo = [r for r in rewrites.applicable(source) if _recorded(r.title) not in done]
     if any(not r.last for r in todo):  # a closing rewrite waits for the others, which could not follow it
         todo = [r for r in todo if not r.last]
 
     def drafts(chosen: list[rewrites.Rewrite]) -> list[PlanDraft]:
         return [PlanDraft(f"### Plan 0: {r.title}\n{r.why}", rewrite=r.name) for r in chosen]
 
-    return drafts([r for r in todo if not r.hides_latency]), drafts([r for r in todo if r.hides_latency])
+    opening: list[PlanDraft] = []
+    for rule in (r for r in todo if not r.hides_latency):
+        opening += drafts([rule])
+        if rule.last:
+            continue
+        rewritten = rule.apply(source) or ""
+        for closing in (c for c in rewrites.REWRITES if c.last and c.apply(rewritten) is not None):
+            title = f"rewrite {rule.name} then {closing.name}"
+            if _recorded(title) not in done:
+                opening.append(PlanDraft(f"### Plan 0: {title}\n{rule.why} Then, on the result: {closing.why}",
+                                         rewrite=rewrites.CHAIN.join((rule.name, closing.name))))
+    return opening, drafts([r for r in todo if r.hides_latency])
 
 
 def _numbered(plans: list[PlanDraft]) -> list[PlanDraft]:

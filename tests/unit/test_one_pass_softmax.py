@@ -229,8 +229,9 @@ def test_the_tuner_plans_it_first_on_the_bundled_cross_entropy_and_writes_it():
                               speedup_vs_parent=None, speedup=1.0, config={})
     plans = tuner.plan(PlanRequest(task=task, iteration=1, member_id="baseline", source=source, measurements="",
                                    tried=[baseline], lessons=[], n=3)).plans
-    # the prefetch waits until the loop rewrites were tried: none of them could follow it
-    assert plans[0].rewrite == ONE_PASS_SOFTMAX.name and all(p.moves and not p.rewrite for p in plans[1:])
+    # the prefetch alone waits until the loop rewrites were tried (none could follow it); after this one, it is tried
+    assert [p.rewrite for p in plans[:2]] == [ONE_PASS_SOFTMAX.name, "one_pass_softmax+prefetch_loads"]
+    assert plans[2].moves and not plans[2].rewrite
     kernel = tuner.write(WriteRequest(task=task, iteration=1, candidate_id="i1.m0.p0.k0", source=source,
                                       plan=plans[0]))
     assert kernel.source == one_pass_softmax(source)

@@ -148,8 +148,9 @@ def test_the_tuner_plans_it_after_the_one_pass_rewrite_on_cross_entropy():
                               speedup_vs_parent=None, speedup=1.0, config={})
     plans = tuner.plan(PlanRequest(task=task, iteration=1, member_id="baseline", source=source, measurements="",
                                    tried=[baseline], lessons=[], n=3)).plans
-    # the prefetch waits for the loop rewrites (its double buffer is a carried value they refuse)
-    assert [p.rewrite for p in plans[:2]] == [ONE_PASS_SOFTMAX.name, ""]
+    # the prefetch waits for the loop rewrites (its double buffer is a carried value they refuse),
+    # and is tried right after each of them, as one kernel
+    assert [p.rewrite for p in plans[:2]] == [ONE_PASS_SOFTMAX.name, f"{ONE_PASS_SOFTMAX.name}+{PREFETCH_LOADS.name}"]
     one_pass = MeasuredKernel(id="i1.m0.p0.k0", title=plan_title(plans[0].text), status="verified",
                               parent_id="baseline", speedup_vs_parent=0.9, speedup=0.9, config={})
     after = tuner.plan(PlanRequest(task=task, iteration=2, member_id="baseline", source=source, measurements="",

@@ -174,8 +174,9 @@ def test_the_tuner_plans_the_rewrite_once_per_member_and_writes_it():
     assert plans[0].rewrite == CHUNKWISE_ONLINE_SOFTMAX.name
     assert plans[0].text.startswith(f"### Plan 1: {CHUNKWISE_ONLINE_SOFTMAX.title}\n(tuner rewrite)")
     assert [p.text.split(":")[0] for p in plans] == [f"### Plan {i}" for i in range(1, len(plans) + 1)]
-    # the seed's loops load one chunk at a time, but the prefetch waits for the loop rewrites
-    assert len(plans) == 3 and all(p.moves and not p.rewrite for p in plans[1:])  # launch moves fill the slots
+    # the seed's loops load one chunk at a time: the prefetch waits for the loop rewrites, and follows this one
+    assert len(plans) == 3 and plans[1].rewrite == f"{CHUNKWISE_ONLINE_SOFTMAX.name}+prefetch_loads"
+    assert plans[2].moves and not plans[2].rewrite  # launch moves fill the other slots
     kernel = tuner.write(WriteRequest(task=task, iteration=1, candidate_id="i1.m0.p0.k0", source=SOFTMAX_SEED,
                                       plan=plans[0]))
     assert kernel.source == chunkwise_online_softmax(SOFTMAX_SEED)

@@ -117,7 +117,8 @@ def test_the_tuner_plans_it_before_the_prefetch_and_then_moves_the_part():
                             speedup_vs_parent=1.26, speedup=1.26, config=config_of(one_pass))
     plans = TunerPolicy().plan(PlanRequest(task=task, iteration=2, member_id=member["id"], source=one_pass,
                                            measurements="", tried=[member], lessons=[], n=2)).plans
-    assert [p.rewrite for p in plans] == [SPLIT_ROWS.name, ""]  # the prefetch would close the loop to it
+    # the prefetch would close the loop to the split: it waits, and is tried right after it
+    assert [p.rewrite for p in plans] == [SPLIT_ROWS.name, f"{SPLIT_ROWS.name}+{PREFETCH_LOADS.name}"]
     split = split_rows(one_pass)
     assert split is not None
     child = MeasuredKernel(id="i2.m0.p0.k0", title=SPLIT_ROWS.title, status="verified", parent_id=member["id"],
