@@ -52,6 +52,7 @@ from accelopt.policies.kernel_ast import (
     Refused,
     addressed_params,
     axis_of,
+    bound_names,
     imports_triton,
     is_tl,
     kernel_span,
@@ -136,7 +137,7 @@ def fused_launches(source: str) -> str | None:
         tree = ast.parse(source)
     except SyntaxError:
         return None
-    if not imports_triton(tree) or any(n.startswith(PREFIX) for n in _all_names(tree)):
+    if not imports_triton(tree) or any(n.startswith(PREFIX) for n in bound_names(tree)):
         return None
     functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
     edits: list[tuple[int, int, int, int, str]] = []
@@ -146,11 +147,6 @@ def fused_launches(source: str) -> str | None:
         except Refused:
             continue
     return _with_shared(splice(source, edits)) if edits else None
-
-
-def _all_names(tree: ast.Module) -> set[str]:
-    found = names(tree) | {a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)}
-    return found | {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.ClassDef)}
 
 
 # ------------------------------------------------------------------ finding the launches
@@ -430,8 +426,8 @@ def _runtime(fn: ast.FunctionDef) -> list[str]:
     return [p.arg for p in fn.args.args if not _constexpr(p)]
 
 
-_ALLOCATIONS = ("empty", "empty_like", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like",
-                "empty_strided", "new_empty", "new_zeros", "new_full")
+_ALLOCATIONS = ("empty", "empty_like", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like",  # torch.
+                "empty_strided")
 
 
 def _writes_fresh(fn: ast.FunctionDef, call: ast.Call, owner: ast.FunctionDef, others: list[ast.Call]) -> bool:
@@ -448,8 +444,11 @@ def _writes_fresh(fn: ast.FunctionDef, call: ast.Call, owner: ast.FunctionDef, o
         values = [n.value for n in ast.walk(owner) if isinstance(n, ast.Assign | ast.AnnAssign | ast.AugAssign)
                   and arg.id in stored([n])]
         value = values[0] if len(values) == 1 else None
-        if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
-                and value.func.attr in _ALLOCATIONS and arg.id in {
+        fresh = isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and (
+            value.func.attr.startswith("new_")  # x.new_empty(...): new memory whatever x is
+            or value.func.attr in _ALLOCATIONS and isinstance(value.func.value, ast.Name)
+            and value.func.value.id == "torch")
+        if not (fresh and isinstance(value, ast.Call) and arg.id in {
                     t.id for n in ast.walk(owner) if isinstance(n, ast.Assign) and n.value is value
                     for t in n.targets if isinstance(t, ast.Name)}):
             return False

@@ -141,9 +141,19 @@ def program_id_axis(stmt: ast.stmt) -> int | None:
     return None
 
 
-def binds(tree: ast.Module, name: str) -> bool:
-    return any(isinstance(n, ast.Name) and n.id == name or isinstance(n, ast.arg) and n.arg == name
-               for n in ast.walk(tree))
+def bound_names(tree: ast.Module) -> set[str]:
+    """Every name the module mentions, binds as a parameter, or defines as a function or class: the
+    names a rewrite may not take for its own. One walk (rewrites check several names on every
+    measured pair the summarizer compares)."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            found.add(node.id)
+        elif isinstance(node, ast.arg):
+            found.add(node.arg)
+        elif isinstance(node, ast.FunctionDef | ast.ClassDef):
+            found.add(node.name)
+    return found
 
 
 def stored(stmts: list[ast.stmt]) -> set[str]:
@@ -213,7 +223,7 @@ def rewrite_launched_kernels(source: str, own_names: tuple[str, ...],
         tree = ast.parse(source)
     except SyntaxError:
         return None
-    if not imports_triton(tree) or any(binds(tree, name) for name in own_names):
+    if not imports_triton(tree) or set(own_names) & bound_names(tree):
         return None
     edits: list[tuple[int, int, int, int, str]] = []
     for fn in plain_kernels(tree):

@@ -48,7 +48,7 @@ import copy
 from accelopt.policies.kernel_ast import (
     Refused,
     addressed_params,
-    binds,
+    bound_names,
     has_effects,
     imports_triton,
     is_tl,
@@ -79,8 +79,8 @@ def split_rows(source: str) -> str | None:
         tree = ast.parse(source)
     except SyntaxError:
         return None
-    if not imports_triton(tree) or binds(tree, KNOB) or binds(tree, _P2) \
-            or any(n.startswith(_PREFIX) for n in names(tree) | {a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)}):
+    taken = bound_names(tree)
+    if not imports_triton(tree) or KNOB in taken or _P2 in taken or any(n.startswith(_PREFIX) for n in taken):
         return None
     edits: list[tuple[int, int, int, int, str]] = []
     for fn in plain_kernels(tree):
@@ -303,9 +303,8 @@ class _Split:
             raise Refused("no tensor the kernel loads from to place the buffer on")
         host = {name: f"({text})" for name, text in arguments.items()}
         stop, start = (_on_host(expr, host) for expr in (self.stop, self.start))
-        text = ast.get_source_segment(source, call) or ast.unparse(call)
-        args_text = text[len(ast.get_source_segment(source, sub) or ast.unparse(sub)):].strip()[1:-1].rstrip().rstrip(",")
-        extra = ", ".join(t for t in (args_text, f"{_BUF}={_BUF}, {_PARTS}={_PARTS}") if t)
+        written = [ast.unparse(a) for a in call.args] + [f"{k.arg}={ast.unparse(k.value)}" for k in call.keywords]
+        extra = ", ".join(written + [f"{_BUF}={_BUF}", f"{_PARTS}={_PARTS}"])
         name = self.fn.name
         line = source.splitlines()[statement.lineno - 1]
         indent = line[:len(line) - len(line.lstrip())]
