@@ -35,6 +35,7 @@ import copy
 from accelopt.policies.kernel_ast import (
     Refused,
     axis_of,
+    grid_bindings,
     is_tl,
     loaded,
     names,
@@ -168,8 +169,7 @@ def _tiled_launch(call: ast.Call, owner: ast.FunctionDef | None) -> tuple[int, i
         raise Refused("the launch names our parameters, or passes *args or **kwargs")
     grid = sub.slice
     if isinstance(grid, ast.Name) and owner is not None:
-        bound = [n.value for n in ast.walk(owner) if isinstance(n, ast.Assign)
-                 and any(isinstance(t, ast.Name) and t.id == grid.id for t in n.targets)]
+        bound = grid_bindings(owner, grid)
         grid = bound[0] if len(bound) == 1 else grid
     if not (isinstance(grid, ast.Tuple) and len(grid.elts) == 2
             and not any(isinstance(e, ast.Starred) for e in grid.elts)):

@@ -52,7 +52,9 @@ from accelopt.policies.kernel_ast import (
     Refused,
     addressed_params,
     axis_of,
+    before_definitions,
     bound_names,
+    grid_bindings,
     imports_triton,
     is_tl,
     kernel_span,
@@ -192,7 +194,7 @@ def _fuse_kernel(source: str, tree: ast.Module, fn: ast.FunctionDef,
         group.number = number
         edits += _group_edits(source, fn.name, group)
     for helper in {id(g.helper): g.helper for g in groups if g.helper is not None}.values():
-        edits += _helper_edits(source, fn.name, helper, functions)
+        edits += _helper_edits(source, fn.name, helper)
     return edits
 
 
@@ -217,11 +219,8 @@ def _grid_arity(call: ast.Call, owner: ast.FunctionDef | None) -> int:
 
 def _grid_of(call: ast.Call, owner: ast.FunctionDef | None) -> ast.expr:
     grid = call.func.slice  # type: ignore[attr-defined]  # a launch: kernel[grid](...)
-    if isinstance(grid, ast.Name) and owner is not None:
-        bound = [n.value for n in ast.walk(owner) if isinstance(n, ast.Assign)
-                 and any(isinstance(t, ast.Name) and t.id == grid.id for t in n.targets)]
-        return bound[0] if len(bound) == 1 else grid
-    return grid
+    bound = grid_bindings(owner, grid)
+    return bound[0] if len(bound) == 1 else grid
 
 
 def _is_launch_stmt(stmt: ast.stmt, kernel: str) -> bool:
@@ -343,7 +342,7 @@ def _fused_kernel(fn: ast.FunctionDef, count: int, axis: int) -> ast.FunctionDef
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
         body = body[1:]  # a docstring
     params = fn.args.args
-    runtime = [p.arg for p in params if not _constexpr(p)]
+    runtime = _runtime(fn)
     own = set(runtime) | stored(body) | {t.id for n in ast.walk(fn) if isinstance(n, ast.For | ast.comprehension)
                                          for t in ast.walk(n.target) if isinstance(t, ast.Name)}
     starts = [f"{PREFIX}start_{i}" for i in range(1, count)]
@@ -409,7 +408,7 @@ def _binder(fn: ast.FunctionDef) -> str:
     params = fn.args.args
     defaults = [None] * (len(params) - len(fn.args.defaults)) + list(fn.args.defaults)
     signature = ", ".join(p.arg + (f"={ast.unparse(d)}" if d is not None else "") for p, d in zip(params, defaults))
-    runtime = [p.arg for p in params if not _constexpr(p)]
+    runtime = _runtime(fn)
     constexprs = ", ".join(f"{p.arg!r}: {p.arg}" for p in params if _constexpr(p))
     return (f"def _{fn.name}_arguments({signature}, **options):\n"
             f'    """A launch of {fn.name} as Triton binds it: (runtime arguments, constexprs, launch options)."""\n'
@@ -545,8 +544,7 @@ def _with_value(source: str, stmt: ast.stmt, value: str) -> str:
     return value
 
 
-def _helper_edits(source: str, kernel: str, helper: ast.FunctionDef,
-                  functions: dict[str, ast.FunctionDef]) -> list[tuple[int, int, int, int, str]]:
+def _helper_edits(source: str, kernel: str, helper: ast.FunctionDef) -> list[tuple[int, int, int, int, str]]:
     launch_stmt, ret = helper.body[-2], helper.body[-1]
     assert isinstance(ret, ast.Return) and ret.value is not None and isinstance(launch_stmt, ast.Expr)
     call = launch_stmt.value
@@ -567,6 +565,4 @@ def _helper_edits(source: str, kernel: str, helper: ast.FunctionDef,
 
 def _with_shared(source: str) -> str:
     """The recorder and joiner once, after the module's imports (before its first function)."""
-    first = re.search(r"(?m)^(@|def |class )", source)
-    at = first.start() if first else len(source)
-    return source[:at].rstrip("\n") + "\n" + _SHARED + "\n\n" + source[at:]
+    return before_definitions(source, "\n" + _SHARED + "\n\n")

@@ -197,11 +197,28 @@ def references(tree: ast.Module, name: str) -> int:
     return sum(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) for n in ast.walk(tree))
 
 
-def with_constant(source: str, name: str, value: int, note: str) -> str:
-    """`NAME = value` once, with its note, after the module's imports (before its first function)."""
+def before_definitions(source: str, block: str) -> str:
+    """`block` after the module's imports and constants, before its first function or class (the
+    blank lines before that point replaced by the block's own)."""
     first = re.search(r"(?m)^(@|def |class )", source)
     at = first.start() if first else len(source)
-    return source[:at].rstrip("\n") + f"\n\n# {note}\n{name} = {value}\n\n\n" + source[at:]
+    return source[:at].rstrip("\n") + block + source[at:]
+
+
+def with_constant(source: str, name: str, value: int, note: str) -> str:
+    """`NAME = value` once, with its note, after the module's imports (before its first function)."""
+    return before_definitions(source, f"\n\n# {note}\n{name} = {value}\n\n\n")
+
+
+def grid_bindings(owner: ast.FunctionDef | None, grid: ast.expr) -> list[ast.expr]:
+    """What a launch's grid is: the expression written in the launch, or for a name, the values the
+    launching function assigns to it (empty where it assigns none)."""
+    if not isinstance(grid, ast.Name):
+        return [grid]
+    if owner is None:
+        return []
+    return [n.value for n in ast.walk(owner) if isinstance(n, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == grid.id for t in n.targets)]
 
 
 class Refused(Exception):

@@ -39,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from accelopt.policies import axis_tiles, fused_launches, one_pass_softmax, prefetch_loads, row_groups, split_rows
+from accelopt.policies.kernel_ast import before_definitions
 from accelopt.tools import pyparse
 from accelopt.tools.tunables import apply_config, config_of
 
@@ -135,9 +136,7 @@ def _with_helper(source: str) -> str:
     """The helper once, after the module's imports (before the first function or kernel)."""
     if f"def {CHUNK_HELPER}(" in source:
         return source
-    first = re.search(r"(?m)^(@|def |class )", source)
-    at = first.start() if first else len(source)
-    return source[:at].rstrip("\n") + _HELPER_SOURCE + "\n\n" + source[at:]
+    return before_definitions(source, _HELPER_SOURCE + "\n\n")
 
 
 CHUNKWISE_ONLINE_SOFTMAX = Rewrite(

@@ -32,6 +32,7 @@ import copy
 
 from accelopt.policies.kernel_ast import (
     Refused,
+    grid_bindings,
     is_tl,
     program_id_axis,
     rewrite_launched_kernels,
@@ -149,6 +150,5 @@ def _grouped_launch(call: ast.Call, owner: ast.FunctionDef | None) -> tuple[int,
 
 
 def _one_element_grid(owner: ast.FunctionDef, name: str) -> bool:
-    bound = [n.value for n in ast.walk(owner) if isinstance(n, ast.Assign)
-             and any(isinstance(t, ast.Name) and t.id == name for t in n.targets)]
+    bound = grid_bindings(owner, ast.Name(name))
     return bool(bound) and all(isinstance(v, ast.Tuple) and len(v.elts) == 1 for v in bound)

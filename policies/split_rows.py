@@ -49,6 +49,7 @@ from accelopt.policies.kernel_ast import (
     Refused,
     addressed_params,
     bound_names,
+    grid_bindings,
     has_effects,
     imports_triton,
     is_tl,
@@ -408,8 +409,7 @@ def _one_element_grid(grid: ast.expr, owner: ast.FunctionDef | None) -> str:
     if isinstance(grid, ast.Tuple) and len(grid.elts) == 1 and not isinstance(grid.elts[0], ast.Starred):
         return f"({ast.unparse(grid.elts[0])})"
     if isinstance(grid, ast.Name) and owner is not None:
-        bound = [n.value for n in ast.walk(owner) if isinstance(n, ast.Assign)
-                 and any(isinstance(t, ast.Name) and t.id == grid.id for t in n.targets)]
+        bound = grid_bindings(owner, grid)
         if bound and all(isinstance(v, ast.Tuple) and len(v.elts) == 1 for v in bound):
             return f"{grid.id}[0]"
     raise Refused("the grid is not a one-element tuple")
