@@ -98,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         grid = itertools.product(args.ws.split(","), args.store.split(","), args.tiles.split(","),
                                  (int(v) for v in args.warps.split(",")), (int(v) for v in args.stages.split(",")))
         for ws, store, tile, warps, stages in list(grid):
-            tiles = tuple(int(v) for v in tile.split("x"))
+            m_tile, n_tile, k_tile = (int(v) for v in tile.split("x"))
+            tiles = (m_tile, n_tile, k_tile)
             row = {"shape": [m, n, k], "ws": ws, "store": store, "tiles": tile, "num_warps": warps,
                    "num_stages": stages, "cublas_ms": cublas_ms}
             try:

@@ -21,7 +21,8 @@ tunables (tools/tunables.py): num_warps, num_stages, tl.constexpr tile sizes.
   it); one that hides latency rather than removing work (a loop's loads prefetched) is a bet
   on the kernel, planned after the recalled recipes and before the plain steps, and (its double
   buffer closes the loop to the loop rewrites) only once those were tried; once it measured
-  within noise, each plain step is also tried on top of it.
+  within noise, each plain step is also tried on top of it. A rewrite a recalled lesson measured
+  hurting a like kernel from this same configuration waits until after the plain steps.
 - write: applies the plan's moves to the source (AST edits), or its rewrite.
 - fix: a failed multi-knob move drops its largest step (on a resource error, the largest growth);
   a failed big single step is halved (geometrically); a failed single step has nothing smaller,
@@ -126,6 +127,20 @@ def directions(lessons: list[Insight], config: Config, klass: str) -> tuple[set,
         for name, (a, b) in recipe.moves().items():
             (avoided if insight.kind == "negative" else liked).add((name, a, b))
     return liked, avoided
+
+
+def warned_rewrites(lessons: list[Insight], config: Config, klass: str) -> set[str]:
+    """The rewrite chains recalled lessons measured as hurting, alone, on a kernel of this class
+    with the same tiles and from the configuration this kernel stands at (a prefetch that slows a
+    kernel of small chunks may pay at large ones): planned after the plain steps, not first."""
+    warned = set()
+    for insight in lessons:
+        recipe = insight.recipe
+        if insight.kind == "negative" and recipe is not None and recipe.rewrites and recipe.kernel_class == klass \
+                and recipe.result == recipe.start and _same_tiles(recipe.start, config) \
+                and all(config.get(k, v) == v for k, v in recipe.start.items()):
+            warned.add(rewrites.CHAIN.join(recipe.rewrites))
+    return warned
 
 
 def _tried_from(request: PlanRequest) -> set[str]:
@@ -354,9 +369,12 @@ class TunerPolicy:
         brought = {p.rewrite for p in recalled if not p.moves}
         rewritten, latency = ([p for p in found if p.rewrite not in brought] for found in _rewrite_plans(request))
         config = config_of(source) if source else {}
+        warned = warned_rewrites(request.lessons, config, klass)
+        deferred = [p for p in rewritten + latency if p.rewrite in warned]
+        rewritten, latency = ([p for p in found if p not in deferred] for found in (rewritten, latency))
         if not config:
-            if recalled or rewritten or latency:
-                return Plans(_numbered((recalled + rewritten + latency)[:request.n]))
+            if recalled or rewritten or latency or deferred:
+                return Plans(_numbered((recalled + rewritten + latency + deferred)[:request.n]))
             return Plans([], note=f"(tuner) This kernel has no launch tunables to move: {why_untunable(source or '')}.")
         # A kernel whose @triton.autotune list still picks at run time was measured as the
         # autotuner's choice, not as its first configuration: its own record proves nothing
@@ -382,6 +400,7 @@ class TunerPolicy:
         options += latency  # after what memory recalls, before the plain steps
         options += [(m, "one step" + (" from the fastest pinned config" if base != config else ""))
                     for m in sorted(neighbours(base), key=rank)]
+        options += deferred
         plans: list[PlanDraft] = (recalled + rewritten)[:request.n]
         winners = per_workload_winners(request, listed, config)
         if winners and len(plans) < request.n:

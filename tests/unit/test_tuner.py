@@ -228,6 +228,30 @@ def test_a_rewrite_that_hides_latency_comes_after_recalled_recipes_and_before_pl
         assert [p.text.split(":")[0] for p in plans] == [f"### Plan {i}" for i in range(1, 4)]
 
 
+def test_a_rewrite_recalled_as_hurting_from_this_configuration_waits_until_after_the_plain_steps():
+    """The warm layernorm and rmsnorm runs of the fourth H200 session: a sibling's cold run had
+    measured the prefetch at 0.83x from BLOCK 256, and both warm runs still spent their second
+    evaluation on it there (0.81x, 0.83x). From another configuration the warning says nothing:
+    at BLOCK 2048 the same prefetch won (1.34x)."""
+    start = {"BLOCK": 256, "num_warps": 4, "num_stages": 3}
+    hurt = lesson("ins-p", start, start, 0.83, kind="negative", task="rmsnorm")
+    hurt.recipe.rewrites = [PREFETCH_LOADS.name]
+    other_class = lesson("ins-q", start, start, 0.8, kind="negative", klass=GEMM)
+    other_class.recipe.rewrites = [PREFETCH_LOADS.name]
+
+    def planned(source: str, lessons: list[Insight], n: int = 3) -> list[str | None]:
+        request = PlanRequest(task=TASK, iteration=1, member_id="baseline", source=source, measurements="",
+                              tried=[], lessons=lessons, n=n)
+        return [p.rewrite for p in TUNER.plan(request).plans]
+
+    assert PREFETCH_LOADS.name in planned(RMSNORM, [other_class])  # a GEMM's warning is not about a norm
+    assert PREFETCH_LOADS.name not in planned(RMSNORM, [hurt])
+    everything = planned(RMSNORM, [hurt], n=64)
+    assert everything[-1] == PREFETCH_LOADS.name and everything.count(PREFETCH_LOADS.name) == 1
+    larger = apply_config(RMSNORM, {"BLOCK": 2048})
+    assert planned(larger, [hurt])[0] == PREFETCH_LOADS.name
+
+
 def test_a_configuration_measured_on_another_program_is_still_planned_after_a_rewrite():
     """BLOCK 512 measured on the baseline says nothing of the baseline put through a rewrite: the
     rewritten member plans it again; a step from the rewritten member is not planned twice."""
