@@ -90,6 +90,11 @@ def candidate_line(cand: dict) -> Text:
         reason = short_reason(cand.get("error"))
         if reason:
             line.append(f" {reason}", style="dim")
+    if ok and "unaudited" in (cand.get("flags") or []):  # verified, yet the selector keeps it out
+        flagged = ", ".join(f for f in cand["flags"] if f != "unaudited")
+        why = short_reason((cand.get("audit") or {}).get("note"))
+        line.append(f" · kept out of the beam: flagged ({flagged}) and not audited" + (f": {why}" if why else ""),
+                    style="yellow")
     if cand.get("node"):
         line.append(f" · on {cand['node']}", style="dim")
     if ok and cand.get("plan_title"):

@@ -82,6 +82,15 @@ def test_the_display_follows_a_run_from_synthetic_stream_events():
     assert re.search(r"✓ i1\.m0\.p1\.k0\s+verified\s+1\.50x \(interpreter time\) · beats its parent", _text(out))
     noisy = candidate_line(_cand("i1.m0.p3.k0", "verified", speedup=1.23, parent_id="baseline", speedup_vs_parent=1.04))
     assert "1.23x (interpreter time) · within noise of its parent (1.04x)" in noisy.plain  # why it is not the best
+    # an H100 run printed "2.92x · beats its parent" for a kernel the selector then left out, silently
+    unaudited = candidate_line(_cand("i1.m0.p1.k0", "verified", speedup=2.92, beats_parent=True,
+                                     flags=["timing_contradicted", "unaudited"],
+                                     audit={"tool": "ncu", "agreed": None, "note": "ncu could not profile T1024 "
+                                            "(the profiled process exited with 1: ERR_NVGPUCTRPERM): not audited"}))
+    assert "2.92x (interpreter time) · beats its parent · kept out of the beam: flagged (timing_contradicted) and " \
+           "not audited: ncu could not profile T1024" in unaudited.plain
+    assert "kept out" not in candidate_line(_cand("i1.m0.p1.k0", "verified", speedup=2.92,
+                                                  flags=["timing_contradicted"])).plain
     view.feed((), "updates", {"candidate": {"candidates": {fast["id"]: fast}, "usage": []}})
     assert view.description() == "iteration 1/2 · measuring 1 · fixing 1"
     view.feed(a, "updates", {"fixer": {"usage": []}})

@@ -100,6 +100,7 @@ class ProfileRun:
     tool: str                                                          # "ncu" or "torch.profiler"
     kernels: dict[str, list[dict]] = field(default_factory=dict)       # workload name -> kernels of its call
     error: str | None = None                                           # set when a workload has no kernels
+    timed_out: bool = False                                            # the process ran past its limit
 
 
 def profile_kernel(task: Task, source: str, *, workload: str | None = None, timeout_s: float = 180.0,
@@ -162,7 +163,7 @@ class Profiling:
             try:
                 stdout, stderr = self.proc.communicate(timeout=timeout_s)
             except subprocess.TimeoutExpired:
-                return ProfileRun(self.tool, error=f"the profiled process ran past {timeout_s:.0f} s")
+                return ProfileRun(self.tool, error=f"the profiled process ran past {timeout_s:.0f} s", timed_out=True)
         finally:
             self.cancel()
         found = (split_workloads(parse_ncu_csv(stdout), self.marker, self.workloads) if self.mode == "ncu"
