@@ -1,12 +1,12 @@
-"""Judge homes of a driver killed with SIGKILL (its pool never closed) are swept by the next pool,
-never those of a driver still running."""
+"""The judge pool: homes of a driver killed with SIGKILL (its pool never closed) are swept by the
+next pool, never those of a driver still running; judges are handed out warm ones first."""
 
 import os
 import shutil
 import subprocess
 import sys
 
-from accelopt.tools.harness.pool import Worker, sweep_stale_homes
+from accelopt.tools.harness.pool import Worker, WorkerPool, sweep_stale_homes
 
 
 def test_homes_of_dead_pools_are_swept_and_live_ones_kept(tmp_path):
@@ -46,3 +46,17 @@ def test_a_sandbox_writes_its_caches_in_its_own_home_whatever_the_judge_had_set(
     assert env["TRITON_CACHE_DIR"] == str(tmp_path / "triton-cache")
     assert env["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "inductor-cache")
     assert not any(v.startswith("/j") for v in env.values())
+
+
+def test_evaluations_one_after_another_reuse_the_judge_that_just_served():
+    """On the interpreter the pool holds a judge per core; handing them out in turn started the
+    second judge (2-5 s of a core) for the second of two evaluations run one after another."""
+    pool = WorkerPool("cpu", 3)
+    try:
+        for _ in range(3):
+            with pool.lease() as worker:
+                assert worker.slot == 0
+        with pool.lease() as first, pool.lease() as second, pool.lease() as third:
+            assert {first.slot, second.slot, third.slot} == {0, 1, 2}  # concurrent: a judge each
+    finally:
+        pool.close()

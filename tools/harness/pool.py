@@ -144,8 +144,11 @@ class WorkerPool:
         self.fresh_process = fresh_process  # benchmark baseline: a new judge (no warm spares) per request
         slots: list[str | None] = list(gpus) if gpus else [None] * count
         self.workers = [Worker(device, i, slots[i]) for i in range(count)]
-        self.free: queue.Queue[Worker] = queue.Queue()
-        for w in self.workers:
+        # Last in, first out: evaluations one after another go to the judge that just served
+        # (started, its spares ready), not to a judge that has yet to start (on the interpreter
+        # a start is 2-5 s of a core); concurrent evaluations still get judges of their own.
+        self.free: queue.LifoQueue[Worker] = queue.LifoQueue()
+        for w in reversed(self.workers):
             self.free.put(w)
 
     def warm(self) -> None:
