@@ -27,7 +27,8 @@ from accelopt.tools.task import load_task
 from accelopt.tools.tunables import apply_config, config_of
 
 
-def _module(source: str, name: str):
+def module_from_source(source: str, name: str):
+    """`source` imported as a module of its own, from a file (Triton's jit reads its kernels' source)."""
     path = Path(tempfile.mkdtemp()) / f"{name}.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location(name, path)
@@ -53,7 +54,7 @@ def probe(task_dir: Path, rewrite: str | None, grid: dict[str, list[int]], devic
 
     task = load_task(task_dir)
     assert task.baseline_source is not None, "the probe starts from the task's baseline"
-    reference = _module((task_dir / "reference.py").read_text(), "probe_reference")
+    reference = module_from_source((task_dir / "reference.py").read_text(), "probe_reference")
     sources = {"baseline": task.baseline_source}
     if rewrite:  # one rewrite, or several in order ("one_pass_softmax,prefetch_loads")
         rewritten = task.baseline_source
@@ -80,7 +81,7 @@ def probe(task_dir: Path, rewrite: str | None, grid: dict[str, list[int]], devic
                 config = dict(zip(names, values, strict=True))
                 row: dict = {"workload": workload.name, "kernel": label, "config": {**known, **config}}
                 try:
-                    module = _module(apply_config(source, config), f"probe_{label}")
+                    module = module_from_source(apply_config(source, config), f"probe_{label}")
                     ok = _close(module.run(*inputs), expected)
                     ms = do_bench(lambda m=module, i=inputs: m.run(*i), warmup=25, rep=200, return_mode="median")
                 except Exception as error:  # noqa: BLE001 - a config that does not compile is a row too

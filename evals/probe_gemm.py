@@ -15,14 +15,13 @@ a rewrite is built and measured by `accelopt optimize`.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import itertools
 import json
 import re
 import sys
-import tempfile
 from pathlib import Path
 
+from accelopt.evals.probe_configs import module_from_source
 from accelopt.tools.inductor_seed import seed_source
 
 FIXTURE = Path(__file__).resolve().parents[1] / "tests/fixtures/inductor/gemm_bf16.triton.json"
@@ -61,16 +60,6 @@ def variant(source: str, index: int, ws: str, store: str, tiles: tuple[int, int,
     return source[:start] + body + launch + source[launch_end:]
 
 
-def _load(source: str, name: str):
-    path = Path(tempfile.mkdtemp()) / f"{name}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ws", default="none,inner,outer")
@@ -103,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
             row = {"shape": [m, n, k], "ws": ws, "store": store, "tiles": tile, "num_warps": warps,
                    "num_stages": stages, "cublas_ms": cublas_ms}
             try:
-                module = _load(variant(seed, index, ws, store, tiles, warps, stages), f"gemm_{len(rows)}")
+                module = module_from_source(variant(seed, index, ws, store, tiles, warps, stages), f"gemm_{len(rows)}")
                 out = module.run(x, w)
                 row["correct"] = bool(torch.allclose(out.float(), expected.float(), rtol=2e-2, atol=2e-2))
                 if row["correct"]:
