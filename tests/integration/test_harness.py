@@ -150,6 +150,20 @@ def test_torch_compile_of_a_reference_that_allocates_is_timed_beside_the_kernel(
     assert set(result.compare["torch_compile"]) == set(result.workloads)
 
 
+def test_the_tasks_own_reference_runs_unprofiled_and_a_candidate_is_traced(task):
+    """A trusted request (the reference as the baseline of a from-scratch run) is torch code by
+    design and nothing checks what it runs, so none of its calls is profiled: a sandbox's first
+    profiled call costs it about 1.3 s on the interpreter. A candidate's calls still are."""
+    from accelopt.tools.harness.reference_kernel import reference_source
+
+    reference = evaluate(task, reference_source(task), device="cpu", trusted=True, rounds=1)
+    assert reference.status == "verified", reference.error
+    assert reference.kernels_seen == []  # profiled, its torch ops would be listed (aten::...)
+    candidate = evaluate(task, task.baseline_source, device="cpu", rounds=1)
+    assert candidate.status == "verified", candidate.error
+    assert any("traced" in line for line in candidate.evidence) and candidate.kernels_seen
+
+
 def test_a_worker_survives_crashes_and_hangs(task):
     """A crash and a hang each cost one candidate; the next candidate is measured normally."""
     assert evaluate(task, BASELINE.replace("return out", "import os; os.abort()"), device="cpu").status == "crashed"

@@ -106,7 +106,7 @@ def test_every_problem_imports_with_a_small_interpreter_workload(imported):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1800)  # ~35 references judged one after another: about 6 minutes on 2 idle cores
+@pytest.mark.timeout(1800)  # ~35 references judged one after another: about a minute on 2 busy cores
 def test_every_cheap_reference_verifies_from_scratch_on_the_interpreter(imported):
     """The PyTorch reference judged as the baseline kernel of a from-scratch run, at the
     interpreter sizes: what `accelopt optimize` does first with a task that has no baseline.py."""

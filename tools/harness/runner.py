@@ -71,8 +71,8 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
     judge's outside clock are reported beside it. `rounds` fixes the number of timing rounds;
     by default a GPU runs 3, then more until every comparison is decided (at most 15), and the
     interpreter 2 (result.rounds says how many ran and why they stopped). `trusted` skips the
-    static findings, ghost replay and trace checks: only for the task's own reference
-    (reference_kernel.py), which is torch code by design."""
+    static findings, ghost replay and trace checks, and profiles none of its calls: only for the
+    task's own reference (reference_kernel.py), which is torch code by design."""
     task = load_task(task) if isinstance(task, str) else task
     device = device or detect_device()
     started = time.monotonic()
