@@ -152,8 +152,8 @@ def test_torch_compile_of_a_reference_that_allocates_is_timed_beside_the_kernel(
 
 def test_the_tasks_own_reference_runs_unprofiled_and_a_candidate_is_traced(task):
     """A trusted request (the reference as the baseline of a from-scratch run) is torch code by
-    design and nothing checks what it runs, so none of its calls is profiled: a sandbox's first
-    profiled call costs it about 1.3 s on the interpreter. A candidate's calls still are."""
+    design and nothing checks what it runs, so none of its calls is profiled (a profile costs time
+    that nothing would read). A candidate's calls still are."""
     from accelopt.tools.harness.reference_kernel import reference_source
 
     reference = evaluate(task, reference_source(task), device="cpu", trusted=True, rounds=1)
