@@ -221,6 +221,13 @@ def grid_bindings(owner: ast.FunctionDef | None, grid: ast.expr) -> list[ast.exp
             and any(isinstance(t, ast.Name) and t.id == grid.id for t in n.targets)]
 
 
+def one_element_grid_name(owner: ast.FunctionDef | None, grid: ast.expr) -> bool:
+    """A grid written as a name that the launching function binds only to one-element tuples."""
+    bound = grid_bindings(owner, grid)
+    return isinstance(grid, ast.Name) and bool(bound) \
+        and all(isinstance(v, ast.Tuple) and len(v.elts) == 1 for v in bound)
+
+
 class Refused(Exception):
     """A rewrite's reason for leaving a kernel as written."""
 

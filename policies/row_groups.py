@@ -32,8 +32,8 @@ import copy
 
 from accelopt.policies.kernel_ast import (
     Refused,
-    grid_bindings,
     is_tl,
+    one_element_grid_name,
     program_id_axis,
     rewrite_launched_kernels,
     stored,
@@ -150,5 +150,4 @@ def _grouped_launch(call: ast.Call, owner: ast.FunctionDef | None) -> tuple[int,
 
 
 def _one_element_grid(owner: ast.FunctionDef, name: str) -> bool:
-    bound = grid_bindings(owner, ast.Name(name))
-    return bool(bound) and all(isinstance(v, ast.Tuple) and len(v.elts) == 1 for v in bound)
+    return one_element_grid_name(owner, ast.Name(name))

@@ -49,7 +49,6 @@ from accelopt.policies.kernel_ast import (
     Refused,
     addressed_params,
     bound_names,
-    grid_bindings,
     has_effects,
     imports_triton,
     is_tl,
@@ -58,6 +57,7 @@ from accelopt.policies.kernel_ast import (
     launches_of,
     loaded,
     names,
+    one_element_grid_name,
     plain_kernels,
     program_id_axis,
     references,
@@ -408,10 +408,8 @@ def _statement_of(owner: ast.FunctionDef | None, call: ast.Call) -> ast.stmt:
 def _one_element_grid(grid: ast.expr, owner: ast.FunctionDef | None) -> str:
     if isinstance(grid, ast.Tuple) and len(grid.elts) == 1 and not isinstance(grid.elts[0], ast.Starred):
         return f"({ast.unparse(grid.elts[0])})"
-    if isinstance(grid, ast.Name) and owner is not None:
-        bound = grid_bindings(owner, grid)
-        if bound and all(isinstance(v, ast.Tuple) and len(v.elts) == 1 for v in bound):
-            return f"{grid.id}[0]"
+    if isinstance(grid, ast.Name) and one_element_grid_name(owner, grid):
+        return f"{grid.id}[0]"
     raise Refused("the grid is not a one-element tuple")
 
 

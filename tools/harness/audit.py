@@ -19,7 +19,7 @@ import shutil
 
 from accelopt.tools import pyparse
 from accelopt.tools.harness.judge import foreign_work
-from accelopt.tools.harness.kernel_profile import Profiling, profile_workloads
+from accelopt.tools.harness.kernel_profile import ProfileRun, Profiling, profile_workloads
 from accelopt.tools.harness.result import Audit, EvalResult
 from accelopt.tools.harness.static_checks import triton_kernel_names
 from accelopt.tools.task import Task
@@ -74,18 +74,17 @@ def audit(task: Task, source: str, result: EvalResult, *, timeout_s: float = TIM
         return Audit(tool="none", note="no external profiler (ncu) on this machine: not audited")
     if not workloads:
         return Audit(tool="ncu", note="nothing measured to audit")
-    if started is not None:
-        run = started.collect(timeout_s, triton_cache)
-    else:
-        run = profile_workloads(task, source, workloads, timeout_s=timeout_s, metrics=AUDIT_METRICS,
-                                triton_cache=triton_cache)
+    def fresh() -> ProfileRun:
+        return profile_workloads(task, source, workloads, timeout_s=timeout_s, metrics=AUDIT_METRICS,
+                                 triton_cache=triton_cache)
+
+    run = started.collect(timeout_s, triton_cache) if started is not None else fresh()
     if run.error and not run.timed_out:
         # Once more in a fresh process: a profile can fail for a moment that is not the kernel's
         # (on an H100, one of two winners of one iteration came back unaudited, the same source
         # audited in the next run), and an unaudited flagged kernel is kept out of the beam.
         first = run.error
-        run = profile_workloads(task, source, workloads, timeout_s=timeout_s, metrics=AUDIT_METRICS,
-                                triton_cache=triton_cache)
+        run = fresh()
         if run.error:
             run = dataclasses.replace(run, error=f"{first}; again in a fresh process: {run.error}")
     if run.tool != "ncu" or run.error:

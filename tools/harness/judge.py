@@ -566,6 +566,12 @@ class Sandboxes:
 
 # ---------------------------------------------------------------- correctness (correctness.py)
 
+def _call_mode(req: dict) -> str:
+    """How a sandbox runs a checked or timed call: profiled, except for the task's own reference
+    (`trusted`), torch code by design, whose trace nothing checks (a profile nothing reads)."""
+    return "normal" if req.get("trusted") else "trace"
+
+
 def _judged(torch, outs, expected, req: dict, where: str) -> dict:
     """The task's correctness rule, as the request carries it (correctness.for_request)."""
     return correctness.for_request(req)(torch, outs, expected, where)
@@ -786,11 +792,8 @@ class Judge:
                     threads0: int, errors: dict | None) -> list:
         torch = self.torch
         originals = [_kept(t) for t in inputs]
-        # The task's own reference (`trusted`) is torch code by design: what it runs is not
-        # checked, so it is not profiled either: a profile would cost time that nothing reads.
-        mode = "normal" if req.get("trusted") else "trace"
         try:
-            reply = box.request("call", deadline, inputs=list(inputs), where=where, mode=mode)
+            reply = box.request("call", deadline, inputs=list(inputs), where=where, mode=_call_mode(req))
         except SandboxFailure as f:
             raise Reject(f.status, f"{where}: {f.error}") from None
         outs = _owned(torch, reply["outputs"])
@@ -965,10 +968,9 @@ class Judge:
                 inputs, expected = self._fresh(ref, req, workload, TIMING_SEED + r * req["interpreter_reps"] + i)
                 start = time.perf_counter()
                 # traced like the checked calls (every function alike): interpreter times are labelled
-                # wall clock anyway, and an untraced call is the one a kernel would cheat in; a request
-                # for the task's own reference traces nothing (_check_call)
+                # wall clock anyway, and an untraced call is the one a kernel would cheat in
                 reply = box.request("call", deadline, inputs=list(inputs), where="timed call", poison=check,
-                                    mode="normal" if req.get("trusted") else "trace")
+                                    mode=_call_mode(req))
                 samples.append((time.perf_counter() - start) * 1e6)
                 if check:
                     _check_timed(torch, req, _owned(torch, reply["outputs"]), expected, where)
