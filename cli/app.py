@@ -101,6 +101,7 @@ def optimize(
     ray_address: o.RayAddress = None,
     seed: o.Seed = None,
     seed_mode: o.SeedMode = None,
+    compile_mode: o.CompileMode = None,
     seed_capture: o.SeedCapture = None,
     review_plans: Opt[bool, typer.Option("--review-plans", help="Pause after each iteration's planners and "
                                                                "choose which plans run")] = False,
@@ -123,7 +124,8 @@ def optimize(
             memory_url=memory_url, embedder=embedder, no_memory=no_memory,
             learn_from_interpreter=learn_from_interpreter, max_tokens=max_tokens, max_cost=max_cost,
             max_wall=max_wall, eval_timeout=eval_timeout, cluster=cluster, ray_address=ray_address, seed=seed,
-            seed_mode=seed_mode, seed_capture=str(seed_capture.resolve()) if seed_capture else None,
+            seed_mode=seed_mode, torch_compile_mode=compile_mode,
+            seed_capture=str(seed_capture.resolve()) if seed_capture else None,
             review_plans=True if review_plans else None))
     except (TaskError, ConfigError) as e:
         fail(str(e))
@@ -456,7 +458,9 @@ def _versus_torch_compile(cmp: TorchCompileStanding | NotMeasured | None) -> str
     if not isinstance(cmp, TorchCompileStanding):  # none yet, or why there is none
         return f"not measured: {cmp.not_measured if cmp else 'the run ended before its standing was measured'}"
     eager = f"; {cmp.eager:.3f}x vs eager PyTorch" if cmp.eager else ""
-    return f"{cmp.speedup:.3f}x [{cmp.ci_low:.3f}, {cmp.ci_high:.3f}] over {cmp.rounds} rounds: {cmp.verdict}{eager}"
+    mode = "" if cmp.mode == "default" else f" (mode {cmp.mode})"
+    return (f"{cmp.speedup:.3f}x [{cmp.ci_low:.3f}, {cmp.ci_high:.3f}] over {cmp.rounds} rounds{mode}: "
+            f"{cmp.verdict}{eager}")
 
 
 def main() -> None:

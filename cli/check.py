@@ -13,11 +13,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from accelopt.cli import options as o
 from accelopt.cli.memory import fail
 from accelopt.cli.options import DeviceName, device_refusal
 
 if TYPE_CHECKING:
     from accelopt.evals.reporting.check_suite import SuiteVerdict
+    from accelopt.tools.harness.reference_kernel import CompileMode
     from accelopt.tools.harness.result import EvalResult
     from accelopt.tools.task import Task
 
@@ -40,6 +42,7 @@ def check(
     versus_torch: Opt[bool, typer.Option(
         "--versus-torch", help="Also time eager PyTorch and torch.compile of the reference in the same rounds "
                                "(the comparators when the task has no baseline and no --against is given)")] = False,
+    compile_mode: o.CompileMode = None,
     sample: Opt[int, typer.Option(help="Folder of KernelBench solutions: which sample of each problem")] = 0,
     device: Opt[DeviceName, typer.Option(help="auto, cuda (refused where no GPU is visible), or cpu (Triton "
                                                "interpreter: correctness, no GPU times)")] = "auto",
@@ -57,7 +60,7 @@ def check(
     if task_dir.is_dir() and not (task_dir / "task.json").is_file() and kernel.is_dir():
         if against is not None:
             fail("--against judges one kernel: give a task directory and a kernel file")
-        check_suite(task_dir, kernel, sample, device, timeout, as_json)
+        check_suite(task_dir, kernel, sample, device, timeout, as_json, compile_mode or "default")
         return
     try:
         task = load_task(task_dir)
@@ -67,18 +70,22 @@ def check(
         if path is not None and not path.is_file():
             fail(f"{path}: no such file")
     try:
-        result = judge(task, kernel, against, versus_torch, device, timeout)
+        result = judge(task, kernel, against, versus_torch, device, timeout, compile_mode or "default")
     except TaskError as e:
         fail(str(e))
+    mode = compile_mode or "default"
     if as_json:
-        typer.echo(json.dumps(result.model_dump(mode="json")))
+        record = result.model_dump(mode="json")
+        if "torch_compile" in result.versus:
+            record["torch_compile_mode"] = mode
+        typer.echo(json.dumps(record))
     else:
-        show(result, kernel)
+        show(result, kernel, mode)
     raise typer.Exit(0 if result.ok else 1)
 
 
 def judge(task: Task, kernel: Path, against: Path | None, versus_torch: bool, device: str,
-          timeout: float) -> EvalResult:
+          timeout: float, compile_mode: CompileMode = "default") -> EvalResult:
     """The kernel's evaluation, timed against --against, else the task's baseline, and against the
     PyTorch reference where there is neither or --versus-torch asks (eager; torch.compile too on a
     GPU: on the CPU interpreter it would time Inductor's C++ against an interpreted kernel).
@@ -101,7 +108,7 @@ def judge(task: Task, kernel: Path, against: Path | None, versus_torch: bool, de
         compare["baseline"] = task.baseline_source
     if versus_torch or not compare:
         on_gpu = device == "cuda" or (device == "auto" and detect_device() == "cuda")  # where it will run
-        compare.update(torch_comparators(task) if on_gpu else {"eager": reference_source(task)})
+        compare.update(torch_comparators(task, compile_mode) if on_gpu else {"eager": reference_source(task)})
     result = backend_for(task).evaluate(task, source, device=None if device == "auto" else device,
                                         timeout_s=timeout, compare=compare, trusted=False)
     if source != text:  # static advice on the entry point accelopt appended is not about the user's file
@@ -111,7 +118,7 @@ def judge(task: Task, kernel: Path, against: Path | None, versus_torch: bool, de
 
 
 def check_suite(tasks_dir: Path, solutions_dir: Path, sample: int, device: str, timeout: float,
-                as_json: bool) -> None:
+                as_json: bool, compile_mode: CompileMode = "default") -> None:
     from accelopt.evals.reporting.check_suite import SolutionVerdict, pair_solutions, suite_verdict, verdict_of
     from accelopt.tools.task import TaskError
 
@@ -128,26 +135,27 @@ def check_suite(tasks_dir: Path, solutions_dir: Path, sample: int, device: str, 
         console.print(f"[{n}/{len(pairings)}] {pairing.task.name}: {pairing.solution.name}", markup=False,
                       highlight=False)
         try:
-            result = judge(pairing.task, pairing.solution, None, True, device, timeout)
+            result = judge(pairing.task, pairing.solution, None, True, device, timeout, compile_mode)
         except TaskError as e:  # this task or file, not the suite: said on its line
             results.append(SolutionVerdict(task=pairing.task.name, solution=str(pairing.solution),
                                            status="refused", error=str(e)))
             continue
         results.append(verdict_of(pairing.task, pairing.solution, result))
-    suite = suite_verdict(results)
+    suite = suite_verdict(results).model_copy(update={"torch_compile_mode": compile_mode})
     if as_json:
         typer.echo(suite.model_dump_json())
     else:
-        show_suite(suite, console)
+        show_suite(suite, console, compile_mode)
     raise typer.Exit(0 if suite.correct == suite.tasks else 1)
 
 
-def show_suite(suite: SuiteVerdict, console: Console) -> None:
+def show_suite(suite: SuiteVerdict, console: Console, compile_mode: str = "default") -> None:
     from accelopt.tools.harness.result import TIMER_NAMES
 
     table = Table(title=f"{suite.correct} of {suite.tasks} correct"
                   + (f" ({TIMER_NAMES.get(suite.timer, suite.timer)})" if suite.timer else ""))
-    for column in ("task", "solution", "status", "vs eager", "vs torch.compile"):
+    torch_compile = "vs torch.compile" + ("" if compile_mode == "default" else f" ({compile_mode})")
+    for column in ("task", "solution", "status", "vs eager", torch_compile):
         table.add_column(column, overflow="fold")
     for r in suite.results:
         speed = [f"{r.speedup[k]:.2f}x ({r.interval[k][0]:.2f}-{r.interval[k][1]:.2f})" if k in r.speedup else "-"
@@ -156,12 +164,13 @@ def show_suite(suite: SuiteVerdict, console: Console) -> None:
     console.print(table)
     for name, shares in suite.fast_p.items():
         known = ", ".join(f"fast_{p.rstrip('0').rstrip('.') or '0'} {v:.0%}" for p, v in shares.items() if v is not None)
-        console.print(f"  vs {COMPARATOR_NAMES[name]}: {known}", markup=False, highlight=False)
+        mode = f" ({compile_mode})" if name == "torch_compile" and compile_mode != "default" else ""
+        console.print(f"  vs {COMPARATOR_NAMES[name]}{mode}: {known}", markup=False, highlight=False)
     if suite.note:
         console.print(f"  {suite.note}", markup=False, highlight=False)
 
 
-def show(result: EvalResult, kernel: Path) -> None:
+def show(result: EvalResult, kernel: Path, compile_mode: str = "default") -> None:
     console = Console()
     style = "bold green" if result.ok else "bold red"
     console.print(f"[{style}]{result.status}[/]  {kernel}  on {result.device_name or result.device}")
@@ -197,6 +206,8 @@ def show(result: EvalResult, kernel: Path) -> None:
         else:
             verdict = "faster" if vs.faster else "slower" if vs.slower else "within noise"
             verdict += f" (noise floor {vs.noise_floor:.0%})" if vs.noise_floor else ""
+        if name == "torch_compile" and compile_mode != "default":
+            name += f" (mode {compile_mode})"
         console.print(f"  vs {name}: {vs.speedup:.3f}x ({interval_label(vs.rounds)}: {vs.ci_low:.3f}-{vs.ci_high:.3f})"
                       f": {verdict}", markup=False, highlight=False)
     if result.audit is not None:

@@ -57,6 +57,7 @@ def eval_suite(
     ray_address: o.RayAddress = None,
     seed: o.Seed = None,
     seed_mode: o.SeedMode = None,
+    compile_mode: o.CompileMode = None,
     torch_compile: Opt[bool, typer.Option(help="On a GPU, time the best kernels against torch.compile")] = True,
 ) -> None:
     """Optimize every task of SUITE, each in its own run directory, then write the report.
@@ -81,7 +82,7 @@ def eval_suite(
             memory_url=memory_url, embedder=embedder, no_memory=no_memory,
             learn_from_interpreter=learn_from_interpreter, max_tokens=max_tokens, max_cost=max_cost,
             max_wall=max_wall, eval_timeout=eval_timeout, cluster=cluster, ray_address=ray_address, seed=seed,
-            seed_mode=seed_mode, versus_torch_compile=None if torch_compile else False))
+            seed_mode=seed_mode, torch_compile_mode=compile_mode, versus_torch_compile=None if torch_compile else False))
     except (TaskError, ConfigError) as e:
         fail(str(e))
     refusal = o.cluster_refusal(ctx.ray_address) if ctx.ray_address else o.device_refusal(ctx.device)

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic.json_schema import SkipJsonSchema
 
+from accelopt.tools.harness.reference_kernel import CompileMode
 from accelopt.tools.llm_spec import ROLES, ModelSpec, given_spec, split_model
 
 # Settings that belong to one model or one endpoint: a role that names another model does not
@@ -56,6 +57,11 @@ class RunContext:
     versus_torch_compile: bool = field(default=True, metadata={
         "description": "At the run's end on a GPU, time the best kernel interleaved with torch.compile and eager "
                        "PyTorch of the reference (summary.json versus_torch_compile, torch_compile.json)"})
+    torch_compile_mode: CompileMode = field(
+        default="default", metadata={
+            "description": "torch.compile mode of that comparator: default (what torch.compile(f) gives), "
+                           "max-autotune-no-cudagraphs (autotuned templates and launch configurations: the "
+                           "strongest kernels, compiled in minutes), max-autotune (the same under CUDA graphs)"})
     ray_address: str | None = field(default=None, metadata={
         "description": "Evaluate on this Ray cluster (auto, ray://host:10001, host:6379); None: the local pool"})
     use_memory: bool = field(default=True, metadata={

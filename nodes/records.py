@@ -377,6 +377,7 @@ class TorchCompileStanding(TypedDict):
     verdict: str                 # faster | slower | within noise
     eager: float | None          # over eager PyTorch
     device_name: str | None
+    mode: str                    # torch.compile's mode (reference_kernel.COMPILE_MODES)
 
 
 class NotMeasured(TypedDict):

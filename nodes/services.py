@@ -163,17 +163,18 @@ def measure_against_torch(task: Task, source: str, ctx: RunContext, run_dir: str
     the run cache, so a resumed run does not time it again."""
     from accelopt.tools.harness.reference_kernel import torch_comparators
 
-    compare = torch_comparators(task)
+    compare = torch_comparators(task, ctx.torch_compile_mode)
     cache = RunCache(run_dir)
     key = digest({"versus_torch": source, "task": task.spec.model_dump(), "reference": task.reference_source,
-                  "device": device_fingerprint(ctx.device)})
+                  "device": device_fingerprint(ctx.device), "mode": ctx.torch_compile_mode})
     cached = cache.get("evals", key)
     if cached is not None:
         return cached
     backend = backend_for(task, cluster=ctx.ray_address, profile=False)
     result = backend.evaluate(task, source, device="cuda", timeout_s=ctx.eval_timeout_s, compare=compare,
                               trusted=True)  # the kernel verified untrusted already; this only times it
-    record: dict = {"status": result.status, "error": result.error, "device_name": result.device_name}
+    record: dict = {"status": result.status, "error": result.error, "device_name": result.device_name,
+                    "torch_compile_mode": ctx.torch_compile_mode}
     if result.ok:
         record["versus"] = {k: v.model_dump() for k, v in result.versus.items()}
         record["median_us"] = {"best": {w: t.median_us for w, t in result.workloads.items()},

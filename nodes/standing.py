@@ -52,4 +52,4 @@ def versus_torch_compile(state: RunState, best: Candidate, ctx: RunContext) -> T
     eager = (record.get("versus") or {}).get("eager") or {}
     return {"speedup": versus["speedup"], "ci_low": versus["ci_low"], "ci_high": versus["ci_high"],
             "rounds": versus["rounds"], "verdict": verdict, "eager": eager.get("speedup"),
-            "device_name": record.get("device_name")}
+            "device_name": record.get("device_name"), "mode": ctx.torch_compile_mode}

@@ -92,6 +92,7 @@ class TorchCompileStanding(Record):
     verdict: str  # faster | slower | within noise
     eager: float | None = None  # over eager PyTorch
     device_name: str | None = None
+    mode: str = "default"  # torch.compile's mode (reference_kernel.COMPILE_MODES); records before it: default
 
 
 class NotMeasured(Record):

@@ -50,6 +50,7 @@ class SuiteVerdict(BaseModel):
     timer: str | None             # the one timer every judged solution ran under, else None
     fast_p: dict[str, dict[str, float | None]]  # comparator -> p -> share of all tasks; None where not measurable
     note: str | None = None
+    torch_compile_mode: str = "default"  # the torch.compile comparator's mode (reference_kernel.COMPILE_MODES)
     results: list[SolutionVerdict]
 
 

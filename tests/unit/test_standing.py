@@ -41,3 +41,28 @@ def test_a_comparator_that_raised_is_reported_by_its_exception_not_the_traceback
     got = node.versus_torch_compile({"task_dir": "t", "run_dir": str(tmp_path)}, GPU_BEST, RunContext())
     assert got["not_measured"].endswith("(runtime_error): torch.OutOfMemoryError: CUDA out of memory. Tried to "
                                         "allocate 6.00 GiB")
+
+
+def test_the_standing_says_which_torch_compile_mode_it_was_timed_against(monkeypatch, tmp_path):
+    seen = {}
+
+    def measured(task, source, ctx, run_dir):
+        seen["mode"] = ctx.torch_compile_mode
+        return {"status": "verified", "device_name": "H100", "torch_compile_mode": ctx.torch_compile_mode,
+                "versus": {"torch_compile": {"speedup": 0.97, "ci_low": 0.96, "ci_high": 0.98, "rounds": 30,
+                                             "faster": False, "slower": True},
+                           "eager": {"speedup": 2.0}}}
+
+    monkeypatch.setattr(node, "measure_against_torch", measured)
+    monkeypatch.setattr(node, "task_of", lambda task_dir: None)
+    ctx = RunContext(torch_compile_mode="max-autotune-no-cudagraphs")
+    got = node.versus_torch_compile({"task_dir": "t", "run_dir": str(tmp_path)}, GPU_BEST, ctx)
+    assert seen["mode"] == "max-autotune-no-cudagraphs"
+    assert got["mode"] == "max-autotune-no-cudagraphs" and got["verdict"] == "slower"
+
+
+def test_a_standing_recorded_before_modes_reads_as_default():
+    from accelopt.tools.run_record import TorchCompileStanding
+
+    old = TorchCompileStanding.model_validate({"speedup": 1.1, "verdict": "faster"})
+    assert old.mode == "default"

@@ -4,13 +4,22 @@ Two uses: the starting point of a from-scratch run (a task with no baseline.py),
 are then against the reference itself, as KernelBench reports them; and the torch.compile
 comparator of reports. Both are the task's own code, so they skip the static checks that a
 generated kernel must pass (they are torch code by design).
+
+The comparator compiles in one of COMPILE_MODES. max-autotune-no-cudagraphs is torch.compile's
+strongest kernel search (autotuned matmul templates, coordinate-descent launch tuning) with the
+kernels launched as they are: a kernel under test is not graph-captured either. "max-autotune"
+adds CUDA graphs, whose replay copies each call's inputs into the graph's own buffers first.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from accelopt.tools.task import Task
+
+CompileMode = Literal["default", "max-autotune-no-cudagraphs", "max-autotune"]
+COMPILE_MODES: tuple[CompileMode, ...] = ("default", "max-autotune-no-cudagraphs", "max-autotune")
 
 _LOAD = '''import importlib.util
 
@@ -40,18 +49,21 @@ _compiled = {{}}
 def {entry}(*inputs):
     function = _traceable_for(*inputs) or _reference.reference
     if function not in _compiled:
-        _compiled[function] = torch.compile(function, dynamic=False)
+        _compiled[function] = torch.compile(function, dynamic=False, mode={mode!r})
     return _compiled[function](*inputs)
 '''
 
 
-def compiled_reference_source(task: Task) -> str:
-    """The task's reference under torch.compile (default mode, Inductor), compiled on first call."""
+def compiled_reference_source(task: Task, mode: CompileMode = "default") -> str:
+    """The task's reference under torch.compile (Inductor) in `mode`, compiled on first call."""
+    if mode not in COMPILE_MODES:
+        raise ValueError(f"torch.compile mode {mode!r}: expected one of {', '.join(COMPILE_MODES)}")
     path = str(Path(task.root) / "reference.py")
-    return (f'"""torch.compile of the PyTorch reference of task {task.name}."""\n'
-            + _LOAD.format(path=path) + _COMPILED.format(entry=task.spec.entry_point))
+    return (f'"""torch.compile (mode {mode}) of the PyTorch reference of task {task.name}."""\n'
+            + _LOAD.format(path=path)
+            + _COMPILED.format(entry=task.spec.entry_point, mode=None if mode == "default" else mode))
 
 
-def torch_comparators(task: Task) -> dict[str, str]:
-    """What reports compare kernels with: torch.compile of the reference, and eager PyTorch."""
-    return {"torch_compile": compiled_reference_source(task), "eager": reference_source(task)}
+def torch_comparators(task: Task, mode: CompileMode = "default") -> dict[str, str]:
+    """What reports compare kernels with: torch.compile of the reference in `mode`, and eager PyTorch."""
+    return {"torch_compile": compiled_reference_source(task, mode), "eager": reference_source(task)}
