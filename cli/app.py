@@ -458,9 +458,8 @@ def _versus_torch_compile(cmp: TorchCompileStanding | NotMeasured | None) -> str
     if not isinstance(cmp, TorchCompileStanding):  # none yet, or why there is none
         return f"not measured: {cmp.not_measured if cmp else 'the run ended before its standing was measured'}"
     eager = f"; {cmp.eager:.3f}x vs eager PyTorch" if cmp.eager else ""
-    mode = "" if cmp.mode == "default" else f" (mode {cmp.mode})"
-    return (f"{cmp.speedup:.3f}x [{cmp.ci_low:.3f}, {cmp.ci_high:.3f}] over {cmp.rounds} rounds{mode}: "
-            f"{cmp.verdict}{eager}")
+    return (f"{cmp.speedup:.3f}x [{cmp.ci_low:.3f}, {cmp.ci_high:.3f}] over {cmp.rounds} rounds "
+            f"(mode {cmp.mode}): {cmp.verdict}{eager}")
 
 
 def main() -> None:

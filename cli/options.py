@@ -96,11 +96,11 @@ SeedMode = Opt[SeedModeName | None, typer.Option(
     show_default="default", help="torch.compile mode of the Inductor seed; max-autotune-triton keeps matmuls in "
                                  "Triton templates instead of cuBLAS")]
 # The comparator of the run's end (nodes/standing.py) and of `accelopt check`.
-CompileModeName = Literal["default", "max-autotune-no-cudagraphs", "max-autotune"]
+CompileModeName = Literal["default", "max-autotune-no-cudagraphs"]  # reference_kernel.COMPILE_MODES
 CompileMode = Opt[CompileModeName | None, typer.Option(
     show_default="default", help="torch.compile mode of the comparator the best kernel is timed against: "
-                                 "max-autotune-no-cudagraphs is its strongest kernel search (minutes to compile); "
-                                 "max-autotune also replays under CUDA graphs")]
+                                 "max-autotune-no-cudagraphs is its strongest kernel search (autotuned templates "
+                                 "and launch configurations; longer to compile)")]
 SeedCapture = Opt[Path | None, typer.Option(
     help="An Inductor capture made earlier on a GPU (`accelopt seed --capture-out`), used instead of compiling")]
 

@@ -59,9 +59,9 @@ class RunContext:
                        "PyTorch of the reference (summary.json versus_torch_compile, torch_compile.json)"})
     torch_compile_mode: CompileMode = field(
         default="default", metadata={
-            "description": "torch.compile mode of that comparator: default (what torch.compile(f) gives), "
-                           "max-autotune-no-cudagraphs (autotuned templates and launch configurations: the "
-                           "strongest kernels, compiled in minutes), max-autotune (the same under CUDA graphs)"})
+            "description": "torch.compile mode of that comparator: default (what torch.compile(f) gives) or "
+                           "max-autotune-no-cudagraphs (autotuned templates and launch configurations: its "
+                           "strongest kernels, longer to compile)"})
     ray_address: str | None = field(default=None, metadata={
         "description": "Evaluate on this Ray cluster (auto, ray://host:10001, host:6379); None: the local pool"})
     use_memory: bool = field(default=True, metadata={

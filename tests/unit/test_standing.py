@@ -66,3 +66,13 @@ def test_a_standing_recorded_before_modes_reads_as_default():
 
     old = TorchCompileStanding.model_validate({"speedup": 1.1, "verdict": "faster"})
     assert old.mode == "default"
+
+
+def test_the_console_line_names_the_mode_it_was_timed_against():
+    from accelopt.cli.app import _versus_torch_compile
+    from accelopt.tools.run_record import TorchCompileStanding
+
+    figure = {"speedup": 1.029, "ci_low": 1.025, "ci_high": 1.037, "rounds": 3, "verdict": "faster"}
+    line = _versus_torch_compile(TorchCompileStanding.model_validate({**figure, "mode": "max-autotune-no-cudagraphs"}))
+    assert line == "1.029x [1.025, 1.037] over 3 rounds (mode max-autotune-no-cudagraphs): faster"
+    assert "(mode default)" in _versus_torch_compile(TorchCompileStanding.model_validate(figure))

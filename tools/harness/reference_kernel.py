@@ -6,9 +6,11 @@ comparator of reports. Both are the task's own code, so they skip the static che
 generated kernel must pass (they are torch code by design).
 
 The comparator compiles in one of COMPILE_MODES. max-autotune-no-cudagraphs is torch.compile's
-strongest kernel search (autotuned matmul templates, coordinate-descent launch tuning) with the
-kernels launched as they are: a kernel under test is not graph-captured either. "max-autotune"
-adds CUDA graphs, whose replay copies each call's inputs into the graph's own buffers first.
+strongest kernel search (autotuned matmul templates, coordinate-descent launch tuning), its
+kernels launched as a kernel under test is. "max-autotune" (the same under CUDA graphs) is not
+offered: a graph's outputs live in the graph's own pool, overwritten by its next replay, and the
+judge's sandbox could not hand them back (on an H100, 2026-11-27: "the kernel's outputs could not
+be handed back"); cloning them would time a copy torch.compile does not make.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from typing import Literal
 
 from accelopt.tools.task import Task
 
-CompileMode = Literal["default", "max-autotune-no-cudagraphs", "max-autotune"]
-COMPILE_MODES: tuple[CompileMode, ...] = ("default", "max-autotune-no-cudagraphs", "max-autotune")
+CompileMode = Literal["default", "max-autotune-no-cudagraphs"]
+COMPILE_MODES: tuple[CompileMode, ...] = ("default", "max-autotune-no-cudagraphs")
 
 _LOAD = '''import importlib.util
 
