@@ -90,8 +90,8 @@ SeedName = Literal["auto", "none", "inductor"]
 SeedModeName = Literal["default", "max-autotune-no-cudagraphs", "max-autotune-triton"]
 Seed = Opt[SeedName | None, typer.Option(
     show_default="auto", help="inductor: also start from torch.compile's own Triton kernels for the reference "
-                              "(compiled on this machine's GPU), judged like any candidate; auto: only for a task "
-                              "with no baseline.py under the tuner, on a GPU")]
+                              "(compiled on this machine's GPU), judged like any candidate; auto: under the tuner on "
+                              "a GPU (torch.compile's kernel is the bar to clear); none: never")]
 SeedMode = Opt[SeedModeName | None, typer.Option(
     show_default="default", help="torch.compile mode of the Inductor seed; max-autotune-triton keeps matmuls in "
                                  "Triton templates instead of cuBLAS")]

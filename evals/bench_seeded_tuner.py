@@ -32,7 +32,8 @@ def tune(task_dir: Path, seed: str, work: Path, iterations: int, plans: int, tim
     run_dir = work / "runs" / task_dir.name
     shutil.rmtree(run_dir, ignore_errors=True)
     command = [sys.executable, "-m", "accelopt", "optimize", str(copy), "--model", "tuner", "--device", device,
-               "--no-memory", "-B", "1", "-N", str(plans), "-T", str(iterations), "--run-dir", str(run_dir)]
+               "--no-memory", "--seed", "none",  # the seed is this copy's baseline already
+               "-B", "1", "-N", str(plans), "-T", str(iterations), "--run-dir", str(run_dir)]
     started = time.monotonic()
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)

@@ -179,7 +179,8 @@ def main() -> None:
     tasks = [t for t in tasks if load_task(t).spec.backend == "triton" and load_task(t).baseline_source]
     # Interpreter timings are noise; learning from them is only allowed for a CPU pipeline check.
     base = dict(beams=1, plans=args.plans, samples=1, fixes=1, iterations=args.iterations, device=args.device,
-                model="tuner", profile=False, embedder=args.embedder, learn_from_interpreter=args.device == "cpu")
+                model="tuner", profile=False, embedder=args.embedder, learn_from_interpreter=args.device == "cpu",
+                seed="none")  # what memory adds to a search from the baseline, not what a seed does
     cold, warm = args.out / "cold", args.out / "warm"
     if args.phase in ("cold", "all"):
         run_suite(suite, cold, RunContext(**base, use_memory=False, versus_torch_compile=args.torch_compile), tasks,

@@ -91,7 +91,7 @@ class RunContext:
     seed: Literal["auto", "none", "inductor"] = field(default="auto", metadata={
         "description": "inductor: also start from torch.compile's own Triton kernels for the reference (needs a "
                        "CUDA GPU, or seed_capture), judged like any candidate and kept in the beam when they verify; "
-                       "auto: only where the tuner has no baseline.py to start from and a GPU or capture is there"})
+                       "auto: under the tuner (no LLM) wherever a GPU or capture is there, baseline.py or not"})
     seed_mode: Literal["default", "max-autotune-no-cudagraphs", "max-autotune-triton"] = field(
         default="default", metadata={"description": "torch.compile mode of the Inductor seed; max-autotune-triton "
                                                     "keeps matmuls in Triton templates instead of cuBLAS"})

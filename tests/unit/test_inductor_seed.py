@@ -176,9 +176,10 @@ print("ok")
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
 
 
-def test_a_task_without_baseline_under_the_tuner_seeds_from_inductor_by_default_on_a_gpu(softmax_task, monkeypatch):
-    """An imported problem (no baseline.py) under the tuner: seeded on a GPU by default; on a CPU,
-    one line says why nothing can start, before any setup. An explicit choice is kept."""
+def test_the_tuner_seeds_from_inductor_by_default_on_a_gpu(softmax_task, monkeypatch):
+    """Under the tuner on a GPU every Triton task is seeded by default; an imported problem (no
+    baseline.py) on a CPU gets one line on why nothing can start, before any setup. An explicit
+    choice is kept."""
     from accelopt.nodes import seeding
     from accelopt.nodes.context import RunContext
     from accelopt.tools.task import load_task
@@ -197,9 +198,13 @@ def test_a_task_without_baseline_under_the_tuner_seeds_from_inductor_by_default_
     monkeypatch.setattr(seeding, "detect_device", lambda: "cpu")
     assert "no CUDA GPU is visible here" in seeding.nothing_to_start_from(task, RunContext())
     assert seeding.seeds_from_inductor(task, RunContext(device="cpu", seed_capture="capture.json"))
-    # a task with its baseline is not seeded unless asked for
+    # a task with its baseline is seeded too under the tuner on a GPU (torch.compile is the bar),
+    # not on the CPU without a capture, not under an LLM, and not when told not to
     monkeypatch.setattr(seeding, "detect_device", lambda: "cuda")
-    assert not seeding.seeds_from_inductor(with_baseline, RunContext())
+    assert seeding.seeds_from_inductor(with_baseline, RunContext())
+    assert not seeding.seeds_from_inductor(with_baseline, RunContext(seed="none"))
+    assert not seeding.seeds_from_inductor(with_baseline, llm)
+    assert not seeding.seeds_from_inductor(with_baseline, RunContext(device="cpu"))
 
 
 
