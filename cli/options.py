@@ -93,8 +93,8 @@ Seed = Opt[SeedName | None, typer.Option(
                               "(compiled on this machine's GPU), judged like any candidate; auto: under the tuner on "
                               "a GPU (torch.compile's kernel is the bar to clear); none: never")]
 SeedMode = Opt[SeedModeName | None, typer.Option(
-    show_default="default", help="torch.compile mode of the Inductor seed; max-autotune-triton keeps matmuls in "
-                                 "Triton templates instead of cuBLAS")]
+    show_default="--compile-mode's", help="torch.compile mode of the Inductor seed; max-autotune-triton keeps matmuls "
+                                          "in Triton templates instead of cuBLAS")]
 # The comparator of the run's end (nodes/standing.py) and of `accelopt check`.
 CompileModeName = Literal["default", "max-autotune-no-cudagraphs"]  # reference_kernel.COMPILE_MODES
 CompileMode = Opt[CompileModeName | None, typer.Option(

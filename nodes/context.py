@@ -92,9 +92,10 @@ class RunContext:
         "description": "inductor: also start from torch.compile's own Triton kernels for the reference (needs a "
                        "CUDA GPU, or seed_capture), judged like any candidate and kept in the beam when they verify; "
                        "auto: under the tuner (no LLM) wherever a GPU or capture is there, baseline.py or not"})
-    seed_mode: Literal["default", "max-autotune-no-cudagraphs", "max-autotune-triton"] = field(
-        default="default", metadata={"description": "torch.compile mode of the Inductor seed; max-autotune-triton "
-                                                    "keeps matmuls in Triton templates instead of cuBLAS"})
+    seed_mode: Literal["default", "max-autotune-no-cudagraphs", "max-autotune-triton"] | None = field(
+        default=None, metadata={"description": "torch.compile mode of the Inductor seed; max-autotune-triton keeps "
+                                                 "matmuls in Triton templates instead of cuBLAS; None: "
+                                                 "torch_compile_mode's (start from the kernels the run is timed against)"})
     seed_capture: str | None = field(default=None, metadata={
         "description": "An Inductor capture made earlier on a GPU (accelopt seed --capture-out), used instead of "
                        "compiling here"})
@@ -102,6 +103,10 @@ class RunContext:
     def to_json(self) -> dict:
         """The context as plain data (run.json): every field but the code-only chat models."""
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "chat_models"}
+
+    def seed_capture_mode(self) -> str:
+        """The seed's torch.compile mode: as given, else the comparator's."""
+        return self.seed_mode or self.torch_compile_mode
 
     def kernels_per_plan(self) -> int:
         """K, except under the tuner: it writes one kernel per plan, the same every time, so a

@@ -62,12 +62,12 @@ def nothing_to_start_from(task: Task, ctx: RunContext) -> str | None:
 def inductor_seed(task: Task, ctx: RunContext, baseline: Candidate, run_dir: str) -> tuple[Candidate | None, str]:
     """The measured seed candidate (None when it could not be made) and one line saying what happened."""
     try:
-        capture = _capture(task, ctx, Path(run_dir), ctx.seed_mode)
+        capture = _capture(task, ctx, Path(run_dir), ctx.seed_capture_mode())
         try:
             seed = seed_source(capture, task.spec.entry_point)
         except SeedRefused as exc:
             # a matmul Inductor leaves to cuBLAS: its Triton templates are the seed instead
-            if not (exc.library and ctx.seed_mode != TEMPLATES_MODE and not ctx.seed_capture):
+            if not (exc.library and ctx.seed_capture_mode() != TEMPLATES_MODE and not ctx.seed_capture):
                 raise
             seed = seed_source(_capture(task, ctx, Path(run_dir), TEMPLATES_MODE), task.spec.entry_point)
     except (CaptureError, SeedRefused, OSError, ValueError) as exc:

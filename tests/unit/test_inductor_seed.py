@@ -227,3 +227,28 @@ def test_a_reference_dynamo_splits_is_refused_for_its_graphs_not_lost_to_a_captu
     assert "configs" not in record and "error" not in record
     with pytest.raises(SeedRefused, match="takes an input .* that is not an argument of the"):
         seed_source({"mode": "default", "workloads": [{**record, "for": "cpu", "dtype": "float32"}]})
+
+
+def test_the_seed_is_captured_in_the_mode_the_run_is_timed_against_unless_told(monkeypatch, tmp_path):
+    """A run timed against max-autotune starts from max-autotune's kernels, not default mode's;
+    --seed-mode still decides where given. The capture asked for is the one made (and kept)."""
+    from accelopt.nodes import seeding
+    from accelopt.nodes.context import RunContext
+    from tests.conftest import TASKS
+
+    asked = []
+
+    def fake_capture(root, mode):
+        asked.append(mode)
+        raise seeding.CaptureError("no GPU in this test")
+
+    monkeypatch.setattr(seeding, "capture_in_subprocess", fake_capture)
+    from accelopt.tools.task import load_task
+
+    task = load_task(TASKS / "softmax")
+    for ctx, mode in ((RunContext(), "default"),
+                      (RunContext(torch_compile_mode="max-autotune-no-cudagraphs"), "max-autotune-no-cudagraphs"),
+                      (RunContext(torch_compile_mode="max-autotune-no-cudagraphs", seed_mode="default"), "default")):
+        candidate, line = seeding.inductor_seed(task, ctx, {}, str(tmp_path))
+        assert candidate is None and line == "no Inductor seed: no GPU in this test"
+        assert asked.pop() == mode
