@@ -3,7 +3,8 @@
 For each task, one evaluation of its Inductor seed (tools/inductor_seed.py; a matmul or a
 convolution that Inductor leaves to a library is seeded from its Triton templates) through the
 harness, timed interleaved in the same rounds with: the task's baseline kernel (if it has one),
-torch.compile of the reference (default mode), eager PyTorch, and, when `--tuned DIR` holds
+torch.compile of the reference (`--compile-mode`: default, or max-autotune-no-cudagraphs, which
+the seeds are then captured in too), eager PyTorch, and, when `--tuned DIR` holds
 DIR/<task>.py, the best kernel of a seeded tuner run. Speedups are comparator time / seed time
 (>1: the seed is faster). Where one of the tuner's source rewrites (policies/rewrites.py) applies to
 the seed, the rewritten seed gets an evaluation of its own, checked like any candidate, with the
@@ -24,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from accelopt.policies.rewrites import applicable
-from accelopt.tools.harness.reference_kernel import torch_comparators
+from accelopt.tools.harness.reference_kernel import COMPILE_MODES, CompileMode, torch_comparators
 from accelopt.tools.harness.runner import evaluate
 from accelopt.tools.inductor_capture import CaptureError, capture_in_subprocess
 from accelopt.tools.inductor_seed import SeedRefused, seed_source
@@ -33,10 +34,10 @@ from accelopt.tools.task import load_task
 TASKS = Path(__file__).resolve().parent / "tasks"
 
 
-def seed_for(task_dir: Path, timeout_s: float = 900.0) -> tuple[str | None, str]:
+def seed_for(task_dir: Path, timeout_s: float = 900.0, mode: CompileMode = "default") -> tuple[str | None, str]:
     """(seed source, origin), or (None, why there is none)."""
     try:
-        made = seed_source(capture_in_subprocess(task_dir, "default", timeout_s))
+        made = seed_source(capture_in_subprocess(task_dir, mode, timeout_s))
     except SeedRefused as exc:
         if not exc.library:
             return None, str(exc)
@@ -50,15 +51,15 @@ def seed_for(task_dir: Path, timeout_s: float = 900.0) -> tuple[str | None, str]
 
 
 def bench_task(task_dir: Path, seed: tuple[str | None, str], tuned_dir: Path | None, timeout_s: float,
-               device: str = "cuda", rounds: int | None = None) -> dict:
+               device: str = "cuda", rounds: int | None = None, mode: CompileMode = "default") -> dict:
     task = load_task(task_dir)
     source, origin = seed
-    row: dict = {"task": task.name, "origin": origin}
+    row: dict = {"task": task.name, "origin": origin, "torch_compile_mode": mode}
     if source is None:
         row["refused"] = origin
         return row
     row["source"] = source
-    compare = torch_comparators(task)
+    compare = torch_comparators(task, mode)
     if task.baseline_source:
         compare["baseline"] = task.baseline_source
     tuned = tuned_dir / f"{task.name}.py" if tuned_dir else None
@@ -104,6 +105,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=Path, default=None,
                         help="JSON file of seeds made earlier ({task folder: [source, origin]}), read and "
                              "extended: a later call times what an earlier one captured")
+    parser.add_argument("--compile-mode", choices=COMPILE_MODES, default="default",
+                        help="torch.compile's mode, for the comparator and the seeds' capture")
     args = parser.parse_args()
     root = args.suite or TASKS
     names = [t for t in args.tasks.split(",") if t] or sorted(p.name for p in root.iterdir() if p.is_dir())
@@ -113,7 +116,7 @@ def main() -> None:
 
     def seed(name: str) -> tuple[str | None, str]:
         if name not in made:
-            got = list(seed_for(root / name, args.capture_timeout))
+            got = list(seed_for(root / name, args.capture_timeout, args.compile_mode))
             with saving:  # captures finish in several threads
                 made[name] = got
                 if args.seeds:
@@ -124,7 +127,7 @@ def main() -> None:
         seeds = list(pool.map(seed, names))
     rows = []
     for name, seeded in zip(names, seeds):
-        rows.append(bench_task(root / name, seeded, args.tuned, args.timeout))
+        rows.append(bench_task(root / name, seeded, args.tuned, args.timeout, mode=args.compile_mode))
         Path(args.out).write_text(json.dumps(rows, indent=1))
         print(json.dumps({k: rows[-1].get(k) for k in ("task", "status", "versus", "refused", "error")}), flush=True)
         for name, measured in rows[-1].get("rewrites", {}).items():

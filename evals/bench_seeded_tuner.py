@@ -21,9 +21,11 @@ import sys
 import time
 from pathlib import Path
 
+from accelopt.tools.harness.reference_kernel import COMPILE_MODES
+
 
 def tune(task_dir: Path, seed: str, work: Path, iterations: int, plans: int, timeout_s: float,
-         device: str = "cuda") -> dict:
+         device: str = "cuda", compile_mode: str = "default") -> dict:
     """One tuner run from the seed; its summary's figures, or why there are none."""
     copy = work / "tasks" / task_dir.name
     shutil.rmtree(copy, ignore_errors=True)
@@ -33,7 +35,8 @@ def tune(task_dir: Path, seed: str, work: Path, iterations: int, plans: int, tim
     shutil.rmtree(run_dir, ignore_errors=True)
     command = [sys.executable, "-m", "accelopt", "optimize", str(copy), "--model", "tuner", "--device", device,
                "--no-memory", "--seed", "none",  # the seed is this copy's baseline already
-               "-B", "1", "-N", str(plans), "-T", str(iterations), "--run-dir", str(run_dir)]
+               "-B", "1", "-N", str(plans), "-T", str(iterations), "--run-dir", str(run_dir),
+               "--compile-mode", compile_mode]
     started = time.monotonic()
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
@@ -70,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-N", "--plans", type=int, default=2)
     parser.add_argument("--device", default="cuda", help="cpu: a dry run on the interpreter (no standing)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds for one task's run")
+    parser.add_argument("--compile-mode", choices=COMPILE_MODES, default="default",
+                        help="torch.compile's mode for each run's standing")
     args = parser.parse_args(argv)
     seeds: dict[str, list] = {}
     for path in args.seeds:
@@ -83,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             row["refused"] = origin
         else:
             row.update(tune(args.suite / name, source, args.work, args.iterations, args.plans, args.timeout,
-                            args.device))
+                            args.device, args.compile_mode))
         rows.append(row)
         args.out.write_text(json.dumps(rows, indent=1))
         print(json.dumps({k: v for k, v in row.items() if k != "origin"}), flush=True)

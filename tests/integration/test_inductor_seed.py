@@ -31,7 +31,7 @@ def test_the_seed_benchmark_judges_each_rewrite_of_the_seed_against_the_seed(mon
     from accelopt.policies.rewrites import CHUNKWISE_ONLINE_SOFTMAX
     from accelopt.tools.harness.reference_kernel import reference_source
 
-    monkeypatch.setattr(bench, "torch_comparators", lambda task: {"eager": reference_source(task)})
+    monkeypatch.setattr(bench, "torch_comparators", lambda task, mode: {"eager": reference_source(task)})
     seed = seed_source(json.loads((FIXTURES / "inductor" / "softmax.default.json").read_text()))
     row = bench.bench_task(softmax_task, (seed.source, seed.origin), None, 300, device="cpu", rounds=1)
     assert row["status"] == "verified", row["error"]
