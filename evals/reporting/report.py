@@ -286,6 +286,7 @@ def _with_torch_compile(row: TaskRow, record: dict | None) -> None:
             (f" ({str(record.get('error'))[:200]})" if record.get("error") else "")
         return
     row.vs_torch_compile = versus["speedup"]
+    row.torch_compile_mode = record.get("torch_compile_mode") or "default"  # files before modes: default
     row.vs_torch_compile_low, row.vs_torch_compile_high = versus.get("ci_low"), versus.get("ci_high")
     row.vs_torch_compile_rounds = versus.get("rounds")
     eager = (record.get("versus") or {}).get("eager")
@@ -354,7 +355,7 @@ def headline(rows: list[TaskRow], figures: dict) -> tuple[list[list[str]], list[
             speedup = f"{r.speedup:.3f}x{interval}"
         versus = "-"
         if r.vs_torch_compile is not None:
-            versus = f"{r.vs_torch_compile:.3f}x" + (" (slower)" if r.vs_torch_compile < 1 else "")
+            versus = f"{r.vs_torch_compile:.3f}x" + (" (slower)" if r.vs_torch_compile < 1 else "") + r.mode_note
         elif r.interpreter and r.correct:
             versus = "n/a (CPU)"
         label = r.label + (f": {r.note}" if r.note and not r.correct else "")

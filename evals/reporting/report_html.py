@@ -175,6 +175,7 @@ def _task_table(rows: list[TaskRow]) -> str:
             versus = _speedup_cell(Speedup(speedup=r.vs_torch_compile, ci_low=r.vs_torch_compile_low,
                                            ci_high=r.vs_torch_compile_high, rounds=r.vs_torch_compile_rounds))
             versus += " <b>slower</b>" if r.vs_torch_compile < 1 else ""
+            versus += html.escape(r.mode_note)
         elif r.interpreter:
             versus = "n/a (CPU)"
         speedup = _speedup_cell(Speedup(speedup=r.speedup, ci_low=r.ci_low, ci_high=r.ci_high,

@@ -116,6 +116,7 @@ class TaskRow(BaseModel):
     vs_torch_compile_low: float | None = None
     vs_torch_compile_high: float | None = None
     vs_torch_compile_rounds: int | None = None
+    torch_compile_mode: str = "default"    # the comparator's mode (reference_kernel.COMPILE_MODES)
     torch_compile_over_baseline: float | None = None
     vs_eager: Speedup | None = None        # best kernel / eager PyTorch, the standing evaluation's
     torch_compile_note: str | None = None  # why there is no torch.compile figure (it failed)
@@ -164,9 +165,14 @@ class TaskRow(BaseModel):
             if self.vs_torch_compile_low is not None else ""
         if self.vs_torch_compile < 1:
             beyond = " beyond noise" if self.vs_torch_compile_high is not None and self.vs_torch_compile_high < 1 else ""
-            return (f"slower than torch.compile{beyond}: the best kernel runs at {self.vs_torch_compile:.3f}x of "
-                    f"torch.compile(reference){interval}")
-        return f"faster than torch.compile: {self.vs_torch_compile:.3f}x{interval}"
+            return (f"slower than torch.compile{self.mode_note}{beyond}: the best kernel runs at "
+                    f"{self.vs_torch_compile:.3f}x of torch.compile(reference){interval}")
+        return f"faster than torch.compile{self.mode_note}: {self.vs_torch_compile:.3f}x{interval}"
+
+    @property
+    def mode_note(self) -> str:
+        """ " (mode M)" where torch.compile was not in its default mode, else nothing."""
+        return "" if self.torch_compile_mode == "default" else f" (mode {self.torch_compile_mode})"
 
 
 def geomean(values: list[float | None] | list[float]) -> float | None:

@@ -52,7 +52,7 @@ def _write(path: Path, data) -> None:
     path.write_text(data if isinstance(data, str) else json.dumps(data))
 
 
-def write_run(run_dir: Path, *, speedup: float | None, interval=(0.97, 1.03), rounds=5, vs_tc=None,
+def write_run(run_dir: Path, *, speedup: float | None, interval=(0.97, 1.03), rounds=5, vs_tc=None, tc_mode=None,
               timer="cuda_event", device=H100, cost=0.0, failed=1) -> Path:
     """A finished run directory as the graph and `eval` write it: run.json, summary.json, the
     candidates' result.json and kernel.py, best_kernel.py and, with vs_tc, torch_compile.json.
@@ -107,6 +107,7 @@ def write_run(run_dir: Path, *, speedup: float | None, interval=(0.97, 1.03), ro
         us = base_us / best
         _write(run_dir / "torch_compile.json", {
             "status": "verified", "error": None, "device_name": device,
+            **({"torch_compile_mode": tc_mode} if tc_mode else {}),
             "versus": {"torch_compile": {"speedup": vs_tc, "ci_low": vs_tc * 0.98, "ci_high": vs_tc * 1.01,
                                          "rounds": 5, "faster": vs_tc * 0.98 > 1, "slower": vs_tc * 1.01 < 1},
                        "eager": {"speedup": 2.0, "ci_low": 1.9, "ci_high": 2.1, "rounds": 5}},
@@ -576,3 +577,16 @@ def test_eval_resumes_an_interrupted_task_from_its_checkpoint(tmp_path):
 def test_unknown_task_names_fail_with_the_list(tmp_path):
     result = runner.invoke(app, ["eval", str(_suite(tmp_path)), "--tasks", "nope", "--device", "cpu"])
     assert result.exit_code == 2 and "no task named nope" in result.output and "rmsnorm" in result.output
+
+
+def test_the_report_names_the_torch_compile_mode_where_it_is_not_the_default(tmp_path):
+    """A standing against max-autotune says so on every line that gives it; an older record
+    (no mode written) reads as default mode, as it was timed."""
+    write_run(tmp_path / "e" / "tuned", speedup=1.5, interval=(1.4, 1.6), vs_tc=1.03, tc_mode="max-autotune-no-cudagraphs")
+    write_run(tmp_path / "e" / "old", speedup=1.2, interval=(1.1, 1.3), vs_tc=0.9)
+    result = runner.invoke(app, ["report", str(tmp_path / "e")], env={"COLUMNS": "220"})
+    assert result.exit_code == 0, result.output
+    assert "1.030x (mode max-autotune-no-cudagraphs)" in result.output
+    assert "0.900x (slower)" in result.output and "0.900x (slower) (mode" not in result.output
+    page = _page_text(build_report(tmp_path / "e"))
+    assert "faster than torch.compile (mode max-autotune-no-cudagraphs): 1.030x" in page
