@@ -74,7 +74,7 @@ def test_the_record_keeps_the_published_keys_in_order_and_types_its_parts(tmp_pa
 def test_the_standing_is_one_of_two_shapes():
     base = run_summary(_state()).dump()
     measured = {"speedup": 0.9, "ci_low": 0.88, "ci_high": 0.93, "rounds": 5, "verdict": "slower", "eager": 2.1,
-                "device_name": "NVIDIA H100 80GB HBM3"}
+                "device_name": "NVIDIA H100 80GB HBM3", "mode": "max-autotune-no-cudagraphs"}
     got = RunSummary.model_validate({**base, "versus_torch_compile": measured})
     assert isinstance(got.versus_torch_compile, TorchCompileStanding) and got.versus_torch_compile.eager == 2.1
     assert got.dump()["versus_torch_compile"] == measured and list(got.dump())[-1] == "versus_torch_compile"
