@@ -22,6 +22,28 @@ def test_a_verified_kernel_exits_0_with_its_evidence_and_times(softmax_task, tmp
     assert set(result["versus"]) == {"baseline"}
 
 
+def test_naming_a_compile_mode_asks_for_the_torch_comparison(softmax_task, tmp_path, monkeypatch):
+    """--compile-mode without --versus-torch still times the PyTorch reference (on the CPU eager
+    alone: Inductor's C++ against an interpreted kernel would mean nothing)."""
+    from accelopt.cli import check as check_cli
+
+    asked = {}
+    judged = check_cli.judge
+
+    def spy(task, kernel, against, versus_torch, device, timeout, compile_mode="default"):
+        asked.update(versus_torch=versus_torch, compile_mode=compile_mode)
+        return judged(task, kernel, against, versus_torch, device, timeout, compile_mode)
+
+    monkeypatch.setattr(check_cli, "judge", spy)
+    kernel = tmp_path / "k.py"
+    kernel.write_text(BASELINE)
+    out = CliRunner().invoke(app, ["check", str(softmax_task), str(kernel), "--device", "cpu", "--json",
+                                   "--compile-mode", "max-autotune-no-cudagraphs"])
+    assert out.exit_code == 0, out.output
+    assert asked == {"versus_torch": True, "compile_mode": "max-autotune-no-cudagraphs"}
+    assert set(json.loads(out.output)["versus"]) == {"baseline", "eager"}
+
+
 def test_a_rejected_kernel_exits_1_and_says_why(softmax_task, tmp_path):
     kernel, other = tmp_path / "k.py", tmp_path / "other.py"
     kernel.write_text(WRONG)

@@ -130,3 +130,15 @@ def test_every_bracketed_literal_of_a_help_text_is_shown_in_help():
         assert [lit for lit in sorted(literals) if lit not in shown] == [], f"accelopt {' '.join(path)} --help"
         checked += len(literals)
     assert checked  # the walk found the commands' help texts
+
+
+def test_the_modes_the_cli_offers_are_the_harness_and_run_contexts():
+    """The CLI spells the mode lists out (its top imports only typer and rich); they must not drift
+    from what the comparator and RunContext accept."""
+    from typing import get_args
+
+    from accelopt.tools.harness.reference_kernel import COMPILE_MODES, CompileMode
+    from accelopt.tools.inductor_capture import MODES
+
+    assert get_args(options.CompileModeName) == COMPILE_MODES == get_args(CompileMode)
+    assert set(get_args(options.SeedModeName)) == set(MODES)
