@@ -160,6 +160,9 @@ def test_a_run_ends_with_where_its_best_stands_against_torch_compile(tmp_path):
     assert on_disk["versus_torch_compile"] == standing and on_disk["best_pct_achievable"] is not None
     record = json.loads((tmp_path / "run" / "torch_compile.json").read_text())
     assert set(record["workloads"]) == {"best", "torch_compile", "eager"}
+    # the tuner on a GPU starts from torch.compile's own kernels beside the baseline (--seed auto)
+    assert out["candidates"]["inductor"]["status"] == "verified", out.get("notes")
+    assert standing["mode"] == record["torch_compile_mode"] == "default"
 
 
 def test_a_kernel_is_timed_against_torch_compile_in_its_autotuned_mode():
