@@ -57,10 +57,11 @@ def check(
     refusal = device_refusal(device)
     if refusal:
         fail(refusal)
+    mode = compile_mode or "default"
     if task_dir.is_dir() and not (task_dir / "task.json").is_file() and kernel.is_dir():
         if against is not None:
             fail("--against judges one kernel: give a task directory and a kernel file")
-        check_suite(task_dir, kernel, sample, device, timeout, as_json, compile_mode or "default")
+        check_suite(task_dir, kernel, sample, device, timeout, as_json, mode)
         return
     try:
         task = load_task(task_dir)
@@ -71,11 +72,9 @@ def check(
             fail(f"{path}: no such file")
     try:
         # naming torch.compile's mode asks for the comparison with it
-        result = judge(task, kernel, against, versus_torch or compile_mode is not None, device, timeout,
-                       compile_mode or "default")
+        result = judge(task, kernel, against, versus_torch or compile_mode is not None, device, timeout, mode)
     except TaskError as e:
         fail(str(e))
-    mode = compile_mode or "default"
     if as_json:
         record = result.model_dump(mode="json")
         if "torch_compile" in result.versus:
@@ -152,12 +151,12 @@ def check_suite(tasks_dir: Path, solutions_dir: Path, sample: int, device: str, 
 
 
 def show_suite(suite: SuiteVerdict, console: Console, compile_mode: str = "default") -> None:
+    from accelopt.tools.harness.reference_kernel import mode_note
     from accelopt.tools.harness.result import TIMER_NAMES
 
     table = Table(title=f"{suite.correct} of {suite.tasks} correct"
                   + (f" ({TIMER_NAMES.get(suite.timer, suite.timer)})" if suite.timer else ""))
-    torch_compile = "vs torch.compile" + ("" if compile_mode == "default" else f" ({compile_mode})")
-    for column in ("task", "solution", "status", "vs eager", torch_compile):
+    for column in ("task", "solution", "status", "vs eager", "vs torch.compile" + mode_note(compile_mode)):
         table.add_column(column, overflow="fold")
     for r in suite.results:
         speed = [f"{r.speedup[k]:.2f}x ({r.interval[k][0]:.2f}-{r.interval[k][1]:.2f})" if k in r.speedup else "-"
@@ -166,7 +165,7 @@ def show_suite(suite: SuiteVerdict, console: Console, compile_mode: str = "defau
     console.print(table)
     for name, shares in suite.fast_p.items():
         known = ", ".join(f"fast_{p.rstrip('0').rstrip('.') or '0'} {v:.0%}" for p, v in shares.items() if v is not None)
-        mode = f" ({compile_mode})" if name == "torch_compile" and compile_mode != "default" else ""
+        mode = mode_note(compile_mode) if name == "torch_compile" else ""
         console.print(f"  vs {COMPARATOR_NAMES[name]}{mode}: {known}", markup=False, highlight=False)
     if suite.note:
         console.print(f"  {suite.note}", markup=False, highlight=False)
@@ -197,6 +196,7 @@ def show(result: EvalResult, kernel: Path, compile_mode: str = "default") -> Non
         for name, t in result.workloads.items():
             if t.disagreement:
                 console.print(f"  {name}: the figures disagree: {t.disagreement}", markup=False)
+    from accelopt.tools.harness.reference_kernel import mode_note
     from accelopt.tools.harness.result import interval_label
 
     if result.rounds is not None:
@@ -208,8 +208,8 @@ def show(result: EvalResult, kernel: Path, compile_mode: str = "default") -> Non
         else:
             verdict = "faster" if vs.faster else "slower" if vs.slower else "within noise"
             verdict += f" (noise floor {vs.noise_floor:.0%})" if vs.noise_floor else ""
-        if name == "torch_compile" and compile_mode != "default":
-            name += f" (mode {compile_mode})"
+        if name == "torch_compile":
+            name += mode_note(compile_mode)
         console.print(f"  vs {name}: {vs.speedup:.3f}x ({interval_label(vs.rounds)}: {vs.ci_low:.3f}-{vs.ci_high:.3f})"
                       f": {verdict}", markup=False, highlight=False)
     if result.audit is not None:

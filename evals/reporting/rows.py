@@ -10,6 +10,8 @@ import math
 
 from pydantic import BaseModel, computed_field
 
+from accelopt.tools.harness.reference_kernel import mode_note
+
 # re-exported: the reporting modules read these names from here
 from accelopt.tools.harness.result import TIMER_NAMES, TIMER_SHORT, interval_coverage, interval_label  # noqa: F401
 
@@ -172,7 +174,7 @@ class TaskRow(BaseModel):
     @property
     def mode_note(self) -> str:
         """ " (mode M)" where torch.compile was not in its default mode, else nothing."""
-        return "" if self.torch_compile_mode == "default" else f" (mode {self.torch_compile_mode})"
+        return mode_note(self.torch_compile_mode)
 
 
 def geomean(values: list[float | None] | list[float]) -> float | None:

@@ -66,6 +66,11 @@ def compiled_reference_source(task: Task, mode: CompileMode = "default") -> str:
             + _COMPILED.format(entry=task.spec.entry_point, mode=None if mode == "default" else mode))
 
 
+def mode_note(mode: str) -> str:
+    """What a figure against torch.compile adds to say its mode: nothing for the default mode."""
+    return "" if mode == "default" else f" (mode {mode})"
+
+
 def torch_comparators(task: Task, mode: CompileMode = "default") -> dict[str, str]:
     """What reports compare kernels with: torch.compile of the reference in `mode`, and eager PyTorch."""
     return {"torch_compile": compiled_reference_source(task, mode), "eager": reference_source(task)}
