@@ -99,15 +99,28 @@ def _evidence(insight: Insight, config: Config) -> tuple:
     return (not same_start, -(recipe.speedup_vs_baseline or insight.evidence.speedup), -insight.support)
 
 
+def _transfer(recipe: Recipe, config: Config) -> Config:
+    """The knobs a recipe moved, set where it took them, on this configuration: only where that
+    goes the way the recipe went. A like kernel helped by 4 -> 2 warps says nothing for 1 -> 2
+    (this one already stands past where it went), and a knob it left alone was not measured."""
+    changes = {}
+    for name, (a, b) in recipe.moves().items():
+        here = config.get(name)
+        if here is None or here == b or not limits(name)[0] <= b <= limits(name)[1]:
+            continue
+        if (b > a) == (b > here):
+            changes[name] = b
+    return changes
+
+
 def recipes(lessons: list[Insight], config: Config, klass: str) -> list[tuple[Config, str]]:
-    """Changes that take this configuration to one that a positive recalled lesson reached on a
-    kernel of this class with the same tiles, strongest evidence first: (changes, insight id)."""
+    """Changes that take this configuration where a positive recalled lesson went on a kernel of
+    this class with the same tiles (`_transfer`), strongest evidence first: (changes, insight id)."""
     found = []
     for insight in sorted((i for i in lessons if i.kind == "positive" and _applies(i.recipe, config, klass)),
                           key=lambda i: _evidence(i, config)):
         assert insight.recipe is not None
-        changes = {k: v for k, v in insight.recipe.result.items()
-                   if k in config and config[k] != v and limits(k)[0] <= v <= limits(k)[1]}
+        changes = _transfer(insight.recipe, config)
         if changes:
             found.append((changes, insight.id))
     return found
@@ -191,8 +204,7 @@ def recalled_rewrites(request: PlanRequest, klass: str) -> list[PlanDraft]:
         config = config_of(rewritten) if rewritten else {}
         if rewritten is None or not _same_tiles(recipe.result, config):
             continue
-        changes = {k: v for k, v in recipe.result.items()
-                   if k in config and config[k] != v and limits(k)[0] <= v <= limits(k)[1]}
+        changes = _transfer(recipe, config)
         moves = {k: (config[k], v) for k, v in changes.items()}
         if len(recipe.rewrites) == 1 and not moves:  # the rewrite alone: its own plan, brought forward
             rule = rewrites.BY_NAME[chain]
@@ -241,11 +253,46 @@ def _between(name: str, a: int, b: int) -> int:
     return 2 ** round((math.log2(a) + math.log2(b)) / 2) if a > 0 and b > 0 else b
 
 
+def _beyond(name: str, a: int, b: int) -> int:
+    """As far again past b as b is from a (geometrically for sizes and warps, by stages for
+    stages), but at most two steps: past what anyone measured, a long step is a guess."""
+    lo, hi = limits(name)
+    if additive(name):
+        value = b + max(-2, min(2, b - a))
+    else:
+        value = 2 ** round(math.log2(b) + max(-2.0, min(2.0, math.log2(b) - math.log2(a)))) if a > 0 and b > 0 else b
+    return min(max(value, lo), hi)
+
+
+def _as_far_again(request: PlanRequest, config: Config, parent: Config) -> Config:
+    """After a jump that won here: each knob it moved, as far again the same way, unless a kernel
+    measured in this run one step or more that way from here (the rest as here) was no faster."""
+    mine = next((k["speedup"] for k in request.tried if k["id"] == request.member_id), None)
+    changes = {}
+    for name, value in config.items():
+        start = parent.get(name)
+        if start is None or start == value:
+            continue
+        target = _beyond(name, start, value)
+        up = value > start
+        stalled = any(
+            k["status"] == "verified" and k["config"] and (k["speedup"] or 0.0) <= (mine or 0.0)
+            and all(k["config"].get(n) == v for n, v in config.items() if n != name)
+            and name in k["config"] and (k["config"][name] > value if up else k["config"][name] < value)
+            for k in request.tried)
+        if target != value and not stalled:
+            changes[name] = target
+    return changes
+
+
 def around_recipes(request: PlanRequest, config: Config, klass: str) -> list[tuple[Config, str]]:
     """Around each recalled recipe measured in this run: its direction was right often enough to
     be recalled, its distance may not have been. One that lost (the beam stands elsewhere): the
     configuration halfway between here and there. One that won by a jump of several steps (the
-    beam stands on it): halfway back towards where it jumped from, the step it skipped."""
+    beam stands on it): halfway back towards where it jumped from, the step it skipped; then as
+    far again the way it jumped (a like kernel's search ended where its budget did, not
+    necessarily where its best was: fused_add_rmsnorm's siblings stopped at BLOCK 1024, its own
+    best is 4096)."""
     measured = {frozenset(k["config"].items()): k for k in request.tried if k["config"]}
     by_id = {k["id"]: k for k in request.tried}
     found = []
@@ -268,6 +315,8 @@ def around_recipes(request: PlanRequest, config: Config, klass: str) -> list[tup
         changes = {k: v for k, v in changes.items() if v != config[k]}
         if changes:
             found.append((changes, why))
+        if target == config and (further := _as_far_again(request, config, middle)):
+            found.append((further, f"as far again as recalled lesson {insight.id} jumped, which won as {kernel['id']}"))
     return found
 
 

@@ -169,7 +169,10 @@ def test_planner_tries_the_skipped_step_after_a_recipe_that_won_by_a_far_jump():
     plans = plan(apply_config(RMSNORM, far), 2, lessons, tried)
     # layernorm on the H100: 256 -> 2048 won at 1.16x, but 1024 (skipped) was the best at 1.31x
     assert titles(plans)[0] == "BLOCK 2048 -> 1024" and "won as i1.m0.p0.k0" in plans[0].text
-    assert "one step" in plans[1].text
+    # and as far again the way it jumped, at most two steps past what anyone measured
+    assert titles(plans)[1] == "BLOCK 2048 -> 8192" and "as far again" in plans[1].text
+    plans = plan(apply_config(RMSNORM, far), 3, lessons, tried)
+    assert "one step" in plans[2].text
     # a recipe one step away leaves nothing between: no halfway plan
     near = {**start, "BLOCK": 512}
     plans = plan(apply_config(RMSNORM, near), 3, [lesson("ins-h", start, near, 1.2)],
@@ -272,3 +275,50 @@ def test_a_configuration_measured_on_another_program_is_still_planned_after_a_re
     again = MeasuredKernel(id="i2.m0.p0.k0", title="BLOCK 256 -> 512", status="verified", parent_id=rewritten["id"],
                            speedup_vs_parent=1.0, speedup=1.2, config={**start, "BLOCK": 512})
     assert "BLOCK 256 -> 512" not in planned(rewritten["id"], [again])
+
+
+def test_a_recipe_transfers_only_the_way_it_went():
+    start = {"BLOCK": 256, "num_warps": 4, "num_stages": 3}
+    lessons = [lesson("ins-up", start, {**start, "BLOCK": 512}, 1.3),
+               lesson("ins-far", start, {**start, "BLOCK": 2048, "num_warps": 2}, 1.6)]
+    # this kernel already stands past where both recipes took BLOCK: only the warps go their way
+    here = {"BLOCK": 4096, "num_warps": 8, "num_stages": 3}
+    assert titles(plan(apply_config(RMSNORM, here), 1, lessons)) == ["num_warps 8 -> 2"]
+    # at 1 warp, 4 -> 2 warps points the other way: nothing transfers, plain steps follow
+    plans = plan(apply_config(RMSNORM, {**here, "num_warps": 1}), 2, lessons)
+    assert all("recalled" not in p.text for p in plans)
+    # a knob the recipe left alone is not moved to its value (here: num_stages 2 stays)
+    assert titles(plan(apply_config(RMSNORM, {**start, "num_stages": 2}), 1, lessons[:1])) == ["BLOCK 256 -> 512"]
+
+
+def test_a_recalled_rewrite_leaves_a_knob_that_already_stands_past_the_recipe():
+    """merge_attn_states (1 warp) recalled rmsnorm_h128's row groups with 4 -> 2 warps: on the
+    H200 that plan set 2 warps and lost to the plain rewrite at 1 (2.12x against 2.31x)."""
+    task = load_task(TASKS / "merge_attn_states")
+    source = (TASKS / "merge_attn_states" / "baseline.py").read_text()
+    assert config_of(source)["num_warps"] == 1
+    grouped = {"num_warps": 4, "ROW_GROUP": 4, "num_stages": 3}
+    recalled = lesson("ins-h128", grouped, {**grouped, "num_warps": 2}, 1.44, task="rmsnorm_h128")
+    recalled.recipe.rewrites = ["row_groups"]
+    plans = TUNER.plan(PlanRequest(task=task, iteration=1, member_id="baseline", source=source, measurements="",
+                                   tried=[], lessons=[recalled], n=2)).plans
+    assert plans[0].rewrite == "row_groups" and not plans[0].moves and "ins-h128" in plans[0].text
+
+
+def test_after_a_recalled_jump_won_the_search_goes_as_far_again_unless_that_way_stalled():
+    """fused_add_rmsnorm on the H200: siblings' lessons reached BLOCK 1024, its own best is 4096,
+    and the warm run walked there one doubling per iteration."""
+    start = {"BLOCK": 256, "num_warps": 4, "num_stages": 3}
+    jumped = {**start, "BLOCK": 1024}
+    lessons = [lesson("ins-j", start, jumped, 1.33, task="layernorm")]
+    tried = [measured("baseline", start), measured("i1.m0.p0.k0", jumped, speedup=1.52),
+             measured("i1.m0.p1.k0", {**start, "BLOCK": 512}, speedup=1.31)]
+    request = dict(lessons=lessons, tried=tried)
+    plans = TUNER.plan(PlanRequest(task=TASK, iteration=2, member_id="i1.m0.p0.k0",
+                                   source=apply_config(RMSNORM, jumped), measurements="", n=2, **request)).plans
+    assert titles(plans)[0] == "BLOCK 1024 -> 4096" and "as far again" in plans[0].text  # 512 is measured
+    # one step that way measured no faster here (layernorm: 2048 lost to 1024): no far step
+    stalled = tried + [measured("i1.m0.p2.k0", {**start, "BLOCK": 2048}, speedup=1.18)]
+    plans = TUNER.plan(PlanRequest(task=TASK, iteration=2, member_id="i1.m0.p0.k0", lessons=lessons, tried=stalled,
+                                   source=apply_config(RMSNORM, jumped), measurements="", n=3)).plans
+    assert all("as far again" not in p.text for p in plans)
