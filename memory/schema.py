@@ -40,6 +40,16 @@ class Recipe(BaseModel):
     def moves(self) -> dict[str, tuple[int, int]]:
         return {k: (self.start[k], v) for k, v in self.result.items() if k in self.start and self.start[k] != v}
 
+    def same_change(self, other: Recipe | None) -> bool:
+        """The same change measured (on whatever task, at whatever speedup)."""
+        return other is not None and (self.kernel_class, self.rewrites, self.start, self.result) == \
+            (other.kernel_class, other.rewrites, other.start, other.result)
+
+
+def config_key(config: dict[str, int]) -> str:
+    """A launch configuration as one string: store metadata holds scalars, and recall matches it."""
+    return ",".join(f"{k}={v}" for k, v in sorted(config.items()))
+
 
 InsightKind = Literal["positive", "negative"]
 

@@ -9,14 +9,15 @@ share one memory. Vectors come from our own offline embedder, never from Chroma'
   one). Scalar metadata (task, kernel class, kind, speedup, strength, recalls) ranks; the full
   insight rides along as JSON.
 - A near-duplicate of a stored lesson (same backend, timer and kind; cosine similarity above
-  DUPLICATE_SIMILARITY) merges into it: the stronger evidence's text and numbers are kept and
-  the support count grows.
+  DUPLICATE_SIMILARITY; and, where either carries a recipe, the same change measured) merges into
+  it: the stronger evidence's text and numbers are kept and the support count grows.
 - Past capacity, the weakest-evidenced, least-recalled insights are evicted. Never at random.
 - Recall: top candidates by similarity, lessons of another kernel family discounted, above
   MIN_SIMILARITY and near the best match (an unrelated lesson is not returned just to fill k),
   re-ranked by measured evidence,
   then chosen with maximal marginal relevance so that paraphrases of one lesson do not crowd out
-  the others.
+  the others. Given the kernel's launch configuration, lessons whose recipe started exactly there
+  (a metadata match, `recipe_start`) come too: what to try next from where a search stands.
 """
 
 from __future__ import annotations
@@ -36,10 +37,11 @@ from platformdirs import user_data_dir
 
 from accelopt.memory.embedder import DEFAULT_EMBEDDER, MemoryStoreError, get_embedder
 from accelopt.memory.features import class_family
-from accelopt.memory.schema import Insight
+from accelopt.memory.schema import Insight, config_key
 
 COLLECTION_PREFIX = "accelopt-insights"
 DUPLICATE_SIMILARITY = 0.92
+DUPLICATE_CANDIDATES = 10  # nearest lessons looked at for a twin: alike texts with other recipes come first
 MIN_SIMILARITY = 0.3
 RELATIVE_MARGIN = 0.2   # keep only candidates within this similarity of the best match
 FAMILY_PENALTY = 0.15   # a lesson from another kernel family (GEMM vs reduction...) must be this much closer
@@ -199,11 +201,17 @@ class InsightStore:
         count = collection.count()
         if count == 0:
             return None
-        found = collection.query(query_embeddings=[vector], n_results=min(3, count),
+        found = collection.query(query_embeddings=[vector], n_results=min(DUPLICATE_CANDIDATES, count),
                                  include=["metadatas", "distances"])
         for dist, meta in zip(found["distances"][0], found["metadatas"][0]):
-            if meta["kind"] == insight.kind and 1.0 - dist >= DUPLICATE_SIMILARITY:
-                return Insight.model_validate_json(meta["insight"]), meta
+            if meta["kind"] != insight.kind or 1.0 - dist < DUPLICATE_SIMILARITY:
+                continue
+            stored = Insight.model_validate_json(meta["insight"])
+            # Lessons with recipes are the same lesson only if they measured the same change:
+            # "BLOCK 256 -> 1024" and "BLOCK 1024 -> 2048" read alike, and the numbers are the lesson.
+            if (stored.recipe is None and insight.recipe is None) or \
+                    (stored.recipe is not None and stored.recipe.same_change(insight.recipe)):
+                return stored, meta
         return None
 
     def _upsert(self, insight: Insight, vector: list[float] | None, recalls: int) -> None:
@@ -211,7 +219,8 @@ class InsightStore:
         meta = {"backend": insight.evidence.backend, "timer": insight.evidence.timer, "task": insight.evidence.task,
                 "kernel_class": insight.kernel_class, "family": class_family(insight.kernel_class), "kind": insight.kind, "speedup": insight.evidence.speedup,
                 "hardware": insight.evidence.hardware, "strength": strength(insight), "recalls": recalls,
-                "support": insight.support, "added": time.time(), "insight": insight.model_dump_json()}
+                "support": insight.support, "added": time.time(), "insight": insight.model_dump_json(),
+                "recipe_start": _launch_start(insight)}
         if vector is None:
             vector = collection.get(ids=[insight.id], include=["embeddings"])["embeddings"][0]
         collection.upsert(ids=[insight.id], embeddings=[list(vector)], documents=[embedding_text(insight)],
@@ -261,7 +270,34 @@ class InsightStore:
     # ------------------------------------------------------------------ reading
 
     def recall(self, query: str, *, backend: str, timer: str | None, k: int = 5,
-               kernel_class: str | None = None) -> list[Insight]:
+               kernel_class: str | None = None, config: dict[str, int] | None = None) -> list[Insight]:
+        """Up to k lessons by meaning (below); then, given the kernel's launch `config` and class,
+        up to k more whose launch recipe started at exactly that configuration on a kernel of that
+        class, strongest first. Meaning cannot tell "from BLOCK 1024, 8 warps won" from "from BLOCK
+        256, a larger BLOCK won": the text differs in numbers only, and the numbers decide which
+        one a search standing at BLOCK 1024 can use."""
+        chosen = self._recall_by_meaning(query, backend=backend, timer=timer, k=k, kernel_class=kernel_class)
+        if config and kernel_class and k > 0:
+            chosen += self._recall_by_start(backend, timer, kernel_class, config, k, {i.id for i in chosen})
+        return chosen
+
+    def _recall_by_start(self, backend: str, timer: str | None, kernel_class: str, config: dict[str, int],
+                         k: int, held: set[str]) -> list[Insight]:
+        name = f"{COLLECTION_PREFIX}.{backend}.{timer}"
+        if name not in self._collections and name not in self._names():
+            return []
+        rows = self._open(name).get(
+            where={"$and": [{"recipe_start": config_key(config)}, {"kernel_class": kernel_class}]},
+            include=["metadatas"])
+        ranked = sorted((r for r in zip(rows["ids"], rows["metadatas"]) if r[0] not in held),
+                        key=lambda r: -r[1]["strength"])[:k]
+        with self._lock:
+            for rid, _ in ranked:
+                self._pending_recalls[(name, rid)] += 1
+        return [Insight.model_validate_json(meta["insight"]) for _, meta in ranked]
+
+    def _recall_by_meaning(self, query: str, *, backend: str, timer: str | None, k: int,
+                           kernel_class: str | None) -> list[Insight]:
         name = f"{COLLECTION_PREFIX}.{backend}.{timer}"
         if k <= 0 or (name not in self._collections and name not in self._names()):
             return []
@@ -324,6 +360,12 @@ class InsightStore:
                     raise MemoryStoreError(f"{path}:{n}: not an insight ({str(exc)[:200]})") from None
         self.add(insights)
         return len(insights)
+
+
+def _launch_start(insight: Insight) -> str:
+    """Where a launch recipe (no rewrites) started, as config_key; "" for any other lesson."""
+    recipe = insight.recipe
+    return config_key(recipe.start) if recipe is not None and not recipe.rewrites else ""
 
 
 def _diverse(similarity: np.ndarray, vectors: np.ndarray, strengths: np.ndarray, k: int) -> list[int]:

@@ -14,6 +14,7 @@ from accelopt.nodes.context import RunContext
 from accelopt.nodes.records import InsightRecord, insight_record
 from accelopt.nodes.services import open_store
 from accelopt.nodes.state import RunState
+from accelopt.tools.tunables import config_of
 
 
 def recall_query(description: str, member: Mapping[str, Any]) -> str:
@@ -35,7 +36,8 @@ def recall(state: RunState, runtime: Runtime[RunContext]) -> dict:
             continue
         hits = store.recall(recall_query(task.spec.description, member), backend=task.spec.backend,
                             timer=member.get("timer"), k=ctx.recall_k,
-                            kernel_class=kernel_class(member.get("source") or ""))
+                            kernel_class=kernel_class(member.get("source") or ""),
+                            config=config_of(member.get("source") or ""))
         recalled[member_id] = [insight_record(h) for h in hits]
     # Per-iteration accumulator: reset deliberately, in a step of its own.
     return {"iteration": state["iteration"] + 1, "recalled": recalled, "plans": Overwrite([])}

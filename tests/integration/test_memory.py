@@ -9,7 +9,7 @@ import time
 import pytest
 
 from accelopt.memory.embedder import MemoryStoreError
-from accelopt.memory.schema import Evidence, Insight, Provenance
+from accelopt.memory.schema import Evidence, Insight, Provenance, Recipe
 from accelopt.memory.store import InsightStore, embedding_text
 
 ROW = "Row reductions over 4096 or more elements want 8 warps so that each thread holds fewer values in registers."
@@ -108,7 +108,7 @@ def _free_port() -> int:
 
 WRITER = """
 import sys
-from accelopt.memory.schema import Evidence, Insight, Provenance
+from accelopt.memory.schema import Evidence, Insight, Provenance, Recipe
 from accelopt.memory.store import InsightStore, embedding_text
 store = InsightStore(url=sys.argv[1])
 topics = ["warps", "tiles", "stages", "vector loads", "fusion", "split-K", "persistent kernels", "swizzling",
@@ -203,3 +203,43 @@ def test_a_store_opened_to_read_loads_the_embedder_only_when_it_embeds(tmp_path)
     store = InsightStore(tmp_path / "m", load_embedder=False)  # memory list / stats / show
     assert store._embedder is None and store.all() == [] and store.count() == 0
     assert store.embedder.embed(["more warps"]) and store._embedder is not None
+
+
+def _tuned(child: str, task: str, start: dict, result: dict, speedup: float) -> Insight:
+    """A tuner lesson as the summarizer writes it: the text names the move, the recipe holds it."""
+    moved = ", ".join(f"`{k}` from {start[k]} to {v}" for k, v in result.items() if start[k] != v)
+    lesson = insight(child, moved, f"Setting {moved} made the row kernel {speedup:.2f}x faster.", task, speedup)
+    return lesson.model_copy(update={"recipe": Recipe(kernel_class="row reduction", start=start, result=result,
+                                                      speedup_vs_baseline=speedup)})
+
+
+def test_lessons_that_read_alike_but_measured_other_changes_stay_apart_and_are_recalled_by_where_they_start(store):
+    """On the H100 the near-duplicate rule merged all seven of fused_add_rmsnorm's lessons
+    (BLOCK 256 -> 512, 512 -> 1024, 1024 -> 2048, 8 warps at 1024, ...) into one: their texts
+    differ in numbers only, and the recipes, the part a search can use, were dropped."""
+    start = {"BLOCK": 256, "num_warps": 4, "num_stages": 3}
+    at_1024 = {**start, "BLOCK": 1024}
+    lessons = [_tuned("a", "fused_add_rmsnorm", start, {**start, "BLOCK": 512}, 1.24),
+               _tuned("b", "fused_add_rmsnorm", start, at_1024, 1.42),
+               _tuned("c", "fused_add_rmsnorm", at_1024, {**at_1024, "BLOCK": 2048}, 1.68),
+               _tuned("d", "fused_add_rmsnorm", at_1024, {**at_1024, "num_warps": 8}, 1.57),
+               _tuned("e", "layernorm", start, at_1024, 1.28)]  # the same change on another task: merges
+    store.add(lessons)
+    kept = {i.id: i for i, _ in store.all()}
+    assert set(kept) == {lessons[n].id for n in range(4)} and kept[lessons[1].id].support == 2
+    # recalled by meaning, a search standing at BLOCK 1024 may get none of the lessons that start there
+    query = "RMSNorm with a residual add.\nKernel: row reduction, sum reduction, loops over the row\nBottleneck: memory"
+    by_meaning = store.recall(query, backend="triton", timer="cuda_event", k=1, kernel_class="row reduction")
+    assert len(by_meaning) == 1
+    hits = store.recall(query, backend="triton", timer="cuda_event", k=1, kernel_class="row reduction",
+                        config=at_1024)
+    from_here = [h for h in hits if h.recipe and h.recipe.start == at_1024]
+    assert len(hits) == 2 and len(from_here) >= 1
+    # the strongest of those that start here, if meaning did not already bring it
+    assert lessons[2].id in {h.id for h in hits}
+    # another class, or a configuration no lesson started at, adds nothing
+    assert store.recall(query, backend="triton", timer="cuda_event", k=1, kernel_class="GEMM",
+                        config=at_1024) == store.recall(query, backend="triton", timer="cuda_event", k=1,
+                                                        kernel_class="GEMM")
+    assert len(store.recall(query, backend="triton", timer="cuda_event", k=1, kernel_class="row reduction",
+                            config={**start, "BLOCK": 64})) == 1
