@@ -5,9 +5,10 @@ tunables (tools/tunables.py): num_warps, num_stages, tl.constexpr tile sizes.
 - plan: first a recalled recipe that rests on rewrites (a chain of them and the configuration
   reached after it, as data), as one plan, where the chain applies to this kernel; then the
   configurations that recalled lessons reached on kernels of the same class and
-  tiles (their recipes, as data), strongest evidence first; then, for a recipe measured in this
-  run, the configuration halfway (geometrically) between here and there if it lost, or halfway
-  back towards where it jumped from if it won (the distance may be wrong either way); then
+  tiles (their recipes, as data), strongest evidence first, each knob only the way its recipe
+  moved it; then, for a recipe measured in this run, the configuration halfway (geometrically)
+  between here and there if it lost, or if it won halfway back towards where it jumped from and
+  as far again the other way (the distance may be wrong either way); then
   single-knob steps, those recalled lessons measured as helping from the same starting
   configuration first and those they warned against last. Never a configuration measured already
   on this program (reached from the same rewrite by launch moves; one measured before a rewrite
@@ -19,7 +20,9 @@ tunables (tools/tunables.py): num_warps, num_stages, tl.constexpr tile sizes.
   a 2-D grid's second axis tiled, launches of one kernel joined) is planned first, once per beam
   member whose source has the pattern (the joining once no other rewrite is left: none can follow
   it); one that hides latency rather than removing work (a loop's loads prefetched) is a bet
-  on the kernel, planned after the recalled recipes and before the plain steps, and (its double
+  on the kernel, planned after the recalled recipes and before the plain steps (a rewrite also
+  recalled with a like kernel's launch is one bet: its bare form waits behind the first plain
+  step), and (its double
   buffer closes the loop to the loop rewrites) only once those were tried; once it measured
   within noise, each plain step is also tried on top of it. A rewrite a recalled lesson measured
   hurting a like kernel from this same configuration waits until after the plain steps.
