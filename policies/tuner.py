@@ -20,12 +20,11 @@ tunables (tools/tunables.py): num_warps, num_stages, tl.constexpr tile sizes.
   a 2-D grid's second axis tiled, launches of one kernel joined) is planned first, once per beam
   member whose source has the pattern (the joining once no other rewrite is left: none can follow
   it); one that hides latency rather than removing work (a loop's loads prefetched) is a bet
-  on the kernel, planned after the recalled recipes and before the plain steps (a rewrite also
-  recalled with a like kernel's launch is one bet: its bare form waits behind the first plain
-  step), and (its double
+  on the kernel, planned after the recalled recipes and before the plain steps, and (its double
   buffer closes the loop to the loop rewrites) only once those were tried; once it measured
   within noise, each plain step is also tried on top of it. A rewrite a recalled lesson measured
-  hurting a like kernel from this same configuration waits until after the plain steps.
+  hurting a like kernel from this same configuration waits until after the plain steps; one also
+  recalled with a like kernel's launch is one bet, so its bare form waits behind the first plain step.
 - write: applies the plan's moves to the source (AST edits), or its rewrite.
 - fix: a failed multi-knob move drops its largest step (on a resource error, the largest growth);
   a failed big single step is halved (geometrically); a failed single step has nothing smaller,
