@@ -23,8 +23,7 @@ tunables (tools/tunables.py): num_warps, num_stages, tl.constexpr tile sizes.
   on the kernel, planned after the recalled recipes and before the plain steps, and (its double
   buffer closes the loop to the loop rewrites) only once those were tried; once it measured
   within noise, each plain step is also tried on top of it. A rewrite a recalled lesson measured
-  hurting a like kernel from this same configuration waits until after the plain steps; one also
-  recalled with a like kernel's launch is one bet, so its bare form waits behind the first plain step.
+  hurting a like kernel from this same configuration waits until after the plain steps.
 - write: applies the plan's moves to the source (AST edits), or its rewrite.
 - fix: a failed multi-knob move drops its largest step (on a resource error, the largest growth);
   a failed big single step is halved (geometrically); a failed single step has nothing smaller,
@@ -421,18 +420,13 @@ class TunerPolicy:
         recalled = recalled_rewrites(request, klass)
         brought = {p.rewrite for p in recalled if not p.moves}
         rewritten, latency = ([p for p in found if p.rewrite not in brought] for found in _rewrite_plans(request))
-        # A rewrite recalled with a like kernel's launch is one bet: its bare form waits behind the
-        # first plain step, so that one iteration does not spend two evaluations on it (softmax on
-        # the H100: row groups with merge_attn_states' 1 warp 0.46x, then bare 0.63x; 8 warps won).
-        hedged = [p for p in rewritten if p.rewrite in {r.rewrite for r in recalled if r.moves}]
-        rewritten = [p for p in rewritten if p not in hedged]
         config = config_of(source) if source else {}
         warned = warned_rewrites(request.lessons, config, klass)
         deferred = [p for p in rewritten + latency if p.rewrite in warned]
         rewritten, latency = ([p for p in found if p not in deferred] for found in (rewritten, latency))
         if not config:
-            if recalled or rewritten or latency or deferred or hedged:
-                return Plans(_numbered((recalled + rewritten + hedged + latency + deferred)[:request.n]))
+            if recalled or rewritten or latency or deferred:
+                return Plans(_numbered((recalled + rewritten + latency + deferred)[:request.n]))
             return Plans([], note=f"(tuner) This kernel has no launch tunables to move: {why_untunable(source or '')}.")
         # A kernel whose @triton.autotune list still picks at run time was measured as the
         # autotuner's choice, not as its first configuration: its own record proves nothing
@@ -456,10 +450,8 @@ class TunerPolicy:
         options += [(c, f"following recalled lesson {i}") for c, i in recipes(request.lessons, base, klass)]
         options += around_recipes(request, base, klass)
         options += latency  # after what memory recalls, before the plain steps
-        steps_here: list[tuple[Config, str] | PlanDraft] = [
-            (m, "one step" + (" from the fastest pinned config" if base != config else ""))
-            for m in sorted(neighbours(base), key=rank)]
-        options += steps_here[:1] + hedged + steps_here[1:]
+        options += [(m, "one step" + (" from the fastest pinned config" if base != config else ""))
+                    for m in sorted(neighbours(base), key=rank)]
         options += deferred
         plans: list[PlanDraft] = (recalled + rewritten)[:request.n]
         winners = per_workload_winners(request, listed, config)

@@ -324,17 +324,3 @@ def test_after_a_recalled_jump_won_the_search_goes_as_far_again_unless_that_way_
                                    source=apply_config(RMSNORM, jumped), measurements="", n=3)).plans
     assert all("as far again" not in p.text for p in plans)
 
-
-def test_a_rewrite_recalled_with_a_launch_is_one_bet_its_bare_form_waits_behind_a_plain_step():
-    """softmax on the H100 spent both first evaluations on row groups (with merge_attn_states'
-    1 warp 0.46x, then bare 0.63x)."""
-    task = load_task(TASKS / "softmax")
-    source = (TASKS / "softmax" / "baseline.py").read_text()
-    grouped = {"num_warps": 1, "ROW_GROUP": 4, "num_stages": 3}
-    recalled = lesson("ins-merge", grouped, grouped, 1.89, task="merge_attn_states")
-    recalled.recipe.rewrites = ["row_groups"]
-    plans = TUNER.plan(PlanRequest(task=task, iteration=1, member_id="baseline", source=source, measurements="",
-                                   tried=[], lessons=[recalled], n=3)).plans
-    assert plans[0].rewrite == "row_groups" and plans[0].moves == {"num_warps": (4, 1)}
-    assert not plans[1].rewrite and "one step" in plans[1].text
-    assert plans[2].rewrite == "row_groups" and not plans[2].moves
