@@ -145,12 +145,12 @@ def optimize(
     if not configured:
         console.print("No LLM endpoint configured: using the local tuner policy (no LLM). "
                       "Set --model or ACCELOPT_MODEL to use one.")
+    _preflight(ctx)  # before the memory: loading its embedding model takes seconds, a refusal none
     if not ctx.use_memory:
         console.print("Memory disabled (--no-memory): no insights are recalled or stored.")
     else:
         _check_memory(ctx, create_memory, "pass an existing store, add --create-memory to start one there, or run "
                                           "with --no-memory")
-    _preflight(ctx)
     run_dir = run_dir or default_run_dir(task.name)
     try:
         claim_new_run_dir(run_dir, task.root)
@@ -263,10 +263,10 @@ def resume(run_dir: Opt[Path, typer.Argument(help="A run directory written by `a
     refusal = o.cluster_refusal(ctx.ray_address) if ctx.ray_address else o.device_refusal(ctx.device)
     if refusal:
         fail(f"cannot resume {run_dir} here: {refusal}")
+    _preflight(ctx)  # before the memory, as for optimize
     if ctx.use_memory:
         _check_memory(ctx, create_memory, "the memory directory recorded in run.json is gone; restore it, or "
                                           "resume with --create-memory to go on with an empty store there")
-    _preflight(ctx)
     if restart:  # every check passed: only now is the old checkpoint set aside
         checkpoint = run_dir / "checkpoints.sqlite"
         if checkpoint.exists():
