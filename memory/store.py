@@ -276,16 +276,16 @@ class InsightStore:
         class, strongest first. Meaning cannot tell "from BLOCK 1024, 8 warps won" from "from BLOCK
         256, a larger BLOCK won": the text differs in numbers only, and the numbers decide which
         one a search standing at BLOCK 1024 can use."""
-        chosen = self._recall_by_meaning(query, backend=backend, timer=timer, k=k, kernel_class=kernel_class)
-        if config and kernel_class and k > 0:
-            chosen += self._recall_by_start(backend, timer, kernel_class, config, k, {i.id for i in chosen})
+        name = f"{COLLECTION_PREFIX}.{backend}.{timer}"
+        if k <= 0 or (name not in self._collections and name not in self._names()):
+            return []
+        chosen = self._recall_by_meaning(name, query, k, kernel_class)
+        if config and kernel_class:
+            chosen += self._recall_by_start(name, kernel_class, config, k, {i.id for i in chosen})
         return chosen
 
-    def _recall_by_start(self, backend: str, timer: str | None, kernel_class: str, config: dict[str, int],
-                         k: int, held: set[str]) -> list[Insight]:
-        name = f"{COLLECTION_PREFIX}.{backend}.{timer}"
-        if name not in self._collections and name not in self._names():
-            return []
+    def _recall_by_start(self, name: str, kernel_class: str, config: dict[str, int], k: int,
+                         held: set[str]) -> list[Insight]:
         rows = self._open(name).get(
             where={"$and": [{"recipe_start": config_key(config)}, {"kernel_class": kernel_class}]},
             include=["metadatas"])
@@ -296,11 +296,7 @@ class InsightStore:
                 self._pending_recalls[(name, rid)] += 1
         return [Insight.model_validate_json(meta["insight"]) for _, meta in ranked]
 
-    def _recall_by_meaning(self, query: str, *, backend: str, timer: str | None, k: int,
-                           kernel_class: str | None) -> list[Insight]:
-        name = f"{COLLECTION_PREFIX}.{backend}.{timer}"
-        if k <= 0 or (name not in self._collections and name not in self._names()):
-            return []
+    def _recall_by_meaning(self, name: str, query: str, k: int, kernel_class: str | None) -> list[Insight]:
         collection = self._open(name)
         count = collection.count()
         if count == 0:
