@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from accelopt.memory.features import near_rows
+
 
 class Evidence(BaseModel):
     speedup: float              # child over parent, geometric mean over workloads
@@ -36,14 +38,15 @@ class Recipe(BaseModel):
     result: dict[str, int]
     speedup_vs_baseline: float | None = None  # the child's, when the lesson was written
     rewrites: list[str] = []
+    row: float | None = None  # the parent's scale, memory.features.row_length (None: not recorded)
 
     def moves(self) -> dict[str, tuple[int, int]]:
         return {k: (self.start[k], v) for k, v in self.result.items() if k in self.start and self.start[k] != v}
 
     def same_change(self, other: Recipe | None) -> bool:
-        """The same change measured (on whatever task, at whatever speedup)."""
+        """The same change measured (on whatever task, at whatever speedup) on rows alike."""
         return other is not None and (self.kernel_class, self.rewrites, self.start, self.result) == \
-            (other.kernel_class, other.rewrites, other.start, other.result)
+            (other.kernel_class, other.rewrites, other.start, other.result) and near_rows(self.row, other.row)
 
 
 def config_key(config: dict[str, int]) -> str:
@@ -78,4 +81,5 @@ class Insight(BaseModel):
     def compact(self) -> str:
         """One line for a planner prompt."""
         sign = "avoid: " if self.kind == "negative" else ""
-        return f"[{self.evidence.speedup:.2f}x on {self.evidence.task}] {sign}{self.title}: {self.lesson}"
+        rows = f", rows of {self.recipe.row:.0f}" if self.recipe is not None and self.recipe.row else ""
+        return f"[{self.evidence.speedup:.2f}x on {self.evidence.task}{rows}] {sign}{self.title}: {self.lesson}"

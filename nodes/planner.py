@@ -15,6 +15,7 @@ from typing import Any
 from langgraph.runtime import Runtime
 from langgraph.types import Overwrite, interrupt
 
+from accelopt.memory.features import row_length
 from accelopt.memory.schema import Insight
 from accelopt.nodes.common import task_of
 from accelopt.nodes.context import RunContext
@@ -32,7 +33,8 @@ def planner(state: PlannerInput, runtime: Runtime[RunContext]) -> RunState:
     insights = [Insight.model_validate(i) for i in state["recalled"]]
     request = PlanRequest(task=task_of(state["task_dir"]), iteration=state["iteration"], member_id=member["id"],
                           source=None if member.get("kind") == "reference" else member["source"],
-                          measurements=describe(member), tried=state["tried"], lessons=insights, n=ctx.plans)
+                          measurements=describe(member), tried=state["tried"], lessons=insights, n=ctx.plans,
+                          row=row_length(member.get("workloads")))
     try:
         answer = policy_for(ctx, "planner", state.get("run_dir")).plan(request)
     except PolicyError as exc:

@@ -10,7 +10,7 @@ from typing import Any
 from langgraph.runtime import Runtime
 from pydantic import ValidationError
 
-from accelopt.memory.features import kernel_class
+from accelopt.memory.features import kernel_class, row_length
 from accelopt.memory.schema import Evidence, Insight, InsightKind, Provenance, Recipe
 from accelopt.nodes.common import task_of
 from accelopt.nodes.context import RunContext
@@ -81,9 +81,11 @@ def _changed_lines(before: str, after: str) -> tuple[str, str]:
     return "\n".join(removed[:8]), "\n".join(added[:8])
 
 
-def recipe_of(parent_source: str, child_source: str, speedup_vs_baseline: float | None) -> Recipe | None:
+def recipe_of(parent_source: str, child_source: str, speedup_vs_baseline: float | None,
+              row: float | None = None) -> Recipe | None:
     """The change from parent to child as data, when it is the tuner's rewrites (none or several)
-    and a launch configuration alone (rewrites.chain_between): the child is exactly that."""
+    and a launch configuration alone (rewrites.chain_between): the child is exactly that. `row`:
+    the parent's scale (memory.features.row_length), which says where the recipe may transfer."""
     found = rewrites.chain_between(parent_source, child_source)
     if found is None:
         return None
@@ -92,7 +94,7 @@ def recipe_of(parent_source: str, child_source: str, speedup_vs_baseline: float 
     if not chain and (not before or before == after):
         return None  # no change, or nothing a launch could carry
     return Recipe(kernel_class=kernel_class(parent_source), start=before, result=after,
-                  speedup_vs_baseline=speedup_vs_baseline, rewrites=chain)
+                  speedup_vs_baseline=speedup_vs_baseline, rewrites=chain, row=row)
 
 
 def bottleneck(candidate: Candidate) -> str:
@@ -119,7 +121,8 @@ def build_insight(parent: Candidate, child: Candidate, kind: InsightKind, plan_t
                    f"parent. Plan: {' '.join(plan_text.split())[:400]}"),
         "before": before, "after": after,
     }
-    recipe = recipe_of(parent.get("source") or "", child.get("source") or "", child.get("speedup"))
+    recipe = recipe_of(parent.get("source") or "", child.get("source") or "", child.get("speedup"),
+                       row=row_length(parent.get("workloads")))
     if draft:
         try:
             return Insight(kind=kind, author=author, evidence=evidence, provenance=provenance, recipe=recipe,

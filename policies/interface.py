@@ -64,6 +64,7 @@ class PlanRequest:
     tried: list[MeasuredKernel]   # every kernel measured so far in this run, oldest first
     lessons: list[Insight]        # recalled from memory, most relevant first
     n: int                        # how many plans
+    row: float | None = None      # the member's scale (memory.features.row_length); None: unknown
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 (interface.py). It reads typed requests, never prompt text, and moves a kernel's launch
 tunables (tools/tunables.py): num_warps, num_stages, tl.constexpr tile sizes.
 
-- plan: first a recalled recipe that rests on rewrites (a chain of them and the configuration
+- plan: recalled recipes measured on rows unlike this kernel's (memory.features.near_rows: more
+  than 8x longer or shorter) are left out; first a recalled recipe that rests on rewrites (a chain of them and the configuration
   reached after it, as data), as one plan, where the chain applies to this kernel; then the
   configurations that recalled lessons reached on kernels of the same class and
   tiles (their recipes, as data), strongest evidence first, each knob only the way its recipe
@@ -42,7 +43,7 @@ import dataclasses
 import math
 import re
 
-from accelopt.memory.features import kernel_class
+from accelopt.memory.features import kernel_class, near_rows
 from accelopt.memory.schema import Insight, Recipe
 from accelopt.policies import rewrites
 from accelopt.policies.interface import (
@@ -414,6 +415,10 @@ class TunerPolicy:
     label = "tuner:tuner"
 
     def plan(self, request: PlanRequest) -> Plans:
+        # a launch recipe carries to rows alike only: one measured on rows of 128 elements says
+        # nothing for rows of 32000 (memory.features.near_rows)
+        request = dataclasses.replace(request, lessons=[
+            i for i in request.lessons if i.recipe is None or near_rows(i.recipe.row, request.row)])
         source = request.source
         klass = kernel_class(source or "")
         # what recalled lessons measured on like kernels first: a rewrite chain and where it went

@@ -324,3 +324,49 @@ def test_after_a_recalled_jump_won_the_search_goes_as_far_again_unless_that_way_
                                    source=apply_config(RMSNORM, jumped), measurements="", n=3)).plans
     assert all("as far again" not in p.text for p in plans)
 
+
+
+def test_a_lesson_measured_on_rows_unlike_this_kernels_does_not_steer_it():
+    """softmax (rows of 1k-32k elements) on the H100 recalled merge_attn_states' row groups at 1 warp
+    (0.46x) and rmsnorm_h128's "8 warps hurt" (which put 8 warps, its only win, last): both measured
+    on rows of 128 elements. Rows within 8x still take the lessons; unknown rows (stores written
+    before rows were recorded) too."""
+    task = load_task(TASKS / "softmax")
+    source = (TASKS / "softmax" / "baseline.py").read_text()
+    grouped = {"num_warps": 1, "ROW_GROUP": 4, "num_stages": 3}
+    rows = lesson("ins-merge", grouped, grouped, 2.3, task="merge_attn_states")
+    rows.recipe.rewrites, rows.recipe.row = ["row_groups"], 128.0
+    eight = lesson("ins-h128", {"num_warps": 4}, {"num_warps": 8}, 0.8, kind="negative", task="rmsnorm_h128")
+    eight.recipe.row = 128.0
+
+    def plans(row):
+        return TUNER.plan(PlanRequest(task=task, iteration=1, member_id="baseline", source=source, measurements="",
+                                      tried=[], lessons=[rows, eight], n=4, row=row)).plans
+
+    far = plans(5080.0)
+    assert all("ins-" not in p.text for p in far)
+    assert [p.moves for p in far if p.moves][:2] == [{"num_warps": (4, 8)}, {"num_warps": (4, 2)}]
+    for row in (128.0, 900.0, None):
+        near = plans(row)
+        assert "ins-merge" in near[0].text and near[0].moves == {"num_warps": (4, 1)}
+        assert [p.moves for p in near if p.moves and "ins-" not in p.text][:2] == \
+            [{"num_warps": (4, 2)}, {"num_warps": (4, 8)}]
+
+
+def test_a_lesson_records_the_row_length_its_parent_ran_at():
+    """The judge records each workload's largest input shape; the lesson's recipe keeps the row
+    length (its last dimension, geometric mean over workloads) for near_rows to read."""
+    from accelopt.nodes.summarizer import build_insight
+
+    parent = {"id": "p", "source": RMSNORM, "workloads": {
+        "a": {"input_shape": [4096, 1024]}, "b": {"input_shape": [64, 2, 16384]}, "c": {"input_shape": None}}}
+    child = {"id": "c", "source": apply_config(RMSNORM, {"BLOCK": 1024}), "speedup": 1.3}
+    made = build_insight(parent, child, "positive", "### Plan 1: BLOCK 256 -> 1024\nx", {},
+                         Evidence(speedup=1.3, hardware="H100", timer="cuda_event", task="rmsnorm", backend="triton"),
+                         Provenance(run_id="r", parent_id="p", child_id="c", iteration=1), "tuner:tuner")
+    assert made.recipe is not None and round(made.recipe.row) == 4096 and "rows of 4096" in made.compact()
+    assert build_insight({**parent, "workloads": {}}, child, "positive", "### Plan 1: x\ny", {}, made.evidence,
+                         made.provenance, "tuner:tuner").recipe.row is None
+    # the same change on rows 32x apart is two lessons, not one
+    assert not made.recipe.same_change(made.recipe.model_copy(update={"row": 128.0}))
+    assert made.recipe.same_change(made.recipe.model_copy(update={"row": 2048.0}))

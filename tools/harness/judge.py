@@ -1118,12 +1118,13 @@ class Judge:
         if not req.get("trusted"):
             _same_processes((0.0, 0), (plan.child_cpu_s, plan.children), where)
         _fresh_not_slower(plan.fresh_vs_seen, where)
-        inputs = self._fresh(ref, req, plan.workload, TIMING_SEED, expect=False)[0] if req["device"] == "cuda" else None
+        inputs = self._fresh(ref, req, plan.workload, TIMING_SEED, expect=False)[0]
+        shape = _largest_shape(self.torch, inputs)
         out = {}
         for name in plan.names:
             p = plan.pooled[name]
             summary = _summary(p["primary"])
-            summary.update(round_medians_us=plan.rounds[name], metric=p["metric"])
+            summary.update(round_medians_us=plan.rounds[name], metric=p["metric"], input_shape=shape)
             if req["device"] == "cuda":
                 summary["kernel_us"] = statistics.median(p["kernel"]) if p["kernel"] else None
                 summary["event_us"] = statistics.median(p["event"]) if p["event"] else None
@@ -1271,6 +1272,13 @@ class Judge:
                 "compare": {k: v for k, v in timings.items() if k not in ("candidate", COPY)},
                 "copy": timings.get(COPY, {}), "device_name": device_name, "rounds": rounds,
                 "evidence": evidence, "kernels_seen": sorted(self.seen), "phases_s": self.phases}
+
+
+def _largest_shape(torch, inputs) -> list[int] | None:
+    """The shape of the workload's largest input tensor, from the judge's own inputs: what a
+    lesson's scale is read from (memory.features.row_length)."""
+    tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
+    return list(max(tensors, key=lambda t: t.numel()).shape) if tensors else None
 
 
 def _non_negative(torch, t) -> bool:

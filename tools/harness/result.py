@@ -71,6 +71,7 @@ class WorkloadTiming(BaseModel):
     # ramp-up included. pct_of_copy (memory-bound workloads): copy_us / median_us, in %.
     copy_us: float | None = None
     pct_of_copy: float | None = None
+    input_shape: list[int] | None = None  # the workload's largest input tensor (the judge's own inputs)
 
 
 Severity = Literal["info", "warning", "serious"]
