@@ -370,3 +370,39 @@ def test_a_lesson_records_the_row_length_its_parent_ran_at():
     # the same change on rows 32x apart is two lessons, not one
     assert not made.recipe.same_change(made.recipe.model_copy(update={"row": 128.0}))
     assert made.recipe.same_change(made.recipe.model_copy(update={"row": 2048.0}))
+
+
+def test_a_rewrite_that_tied_is_tried_again_under_each_plain_step():
+    """o3's rmsnorm_h128 kernel on the H100: row groups measured 1.02x (within noise, so the beam
+    kept the baseline), 8 warps lost, and the search stopped after 2 warps with nothing left to
+    plan. Row groups at 2 warps was 1.40x in another run."""
+    from tests.conftest import ROOT
+
+    task = load_task(ROOT / "evals" / "realworld" / "tasks" / "rmsnorm_h128")
+    source = (ROOT / "evals" / "realworld" / "solutions" / "o3_rmsnorm_h128_35b90e.py").read_text()
+    rows = next(r for r in REWRITES if r.name == "row_groups")
+    assert rows.apply(source) and config_of(source)["num_warps"] == 4
+
+    def tried(versus: str) -> list[MeasuredKernel]:
+        grouped = MeasuredKernel(id="i1.m0.p0.k0", title=_title(rows.title), status="verified", parent_id="baseline",
+                                 speedup_vs_parent=1.02, speedup=1.02, config=config_of(rows.apply(source)),
+                                 versus_parent=versus)
+        return [measured("baseline", config_of(source)), grouped,
+                {**measured("i1.m0.p1.k0", {**config_of(source), "num_warps": 8}, speedup=0.79), "parent_id": "baseline"}]
+
+    def plans(versus: str) -> list[PlanDraft]:
+        return TUNER.plan(PlanRequest(task=task, iteration=2, member_id="baseline", source=source, measurements="",
+                                      tried=tried(versus), lessons=[], n=4)).plans
+
+    step, combined, *rest = plans("within noise")
+    assert step.moves == {"num_warps": (4, 2)} and not step.rewrite and not rest
+    assert combined.rewrite == "row_groups" and combined.moves == {"num_warps": (4, 2)}
+    written = TUNER.write(WriteRequest(task=task, iteration=2, candidate_id="k", plan=combined, source=source)).source
+    assert written == apply_config(rows.apply(source), {"num_warps": 2})
+    assert [p.rewrite for p in plans("slower")] == [""]  # a rewrite that lost is not tried again
+
+
+def _title(title: str) -> str:
+    from accelopt.policies.replies import plan_title
+
+    return plan_title(f"### Plan 0: {title}")
