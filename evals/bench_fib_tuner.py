@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -45,12 +46,17 @@ def _run(cmd: list[str], timeout: float, parse_json: bool = False) -> dict:
 
 
 def _json_of(text: str) -> dict | None:
-    """`accelopt check --json`'s one JSON document (the whole stdout)."""
-    at = text.find("{")
-    try:
-        return json.loads(text[at:]) if at >= 0 else None
-    except json.JSONDecodeError:
-        return None
+    """`accelopt check --json`'s one JSON document: the first line that opens a JSON object and
+    decodes (a warning printed before it may hold braces of its own)."""
+    decoder = json.JSONDecoder()
+    for match in re.finditer(r"(?m)^\{", text):
+        try:
+            found, _ = decoder.raw_decode(text, match.start())
+        except json.JSONDecodeError:
+            continue
+        if isinstance(found, dict):
+            return found
+    return None
 
 
 def bench_task(name: str, entry: dict, work: Path, optimize_args: list[str], timeout: float) -> dict:
