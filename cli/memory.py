@@ -33,13 +33,13 @@ EmbedderOpt = Annotated[str, typer.Option("--embedder", help="Sentence-transform
 def _open(memory: Path | None, memory_url: str | None, embedder: str, create: bool = False,
           embed: bool = True) -> InsightStore:
     """The store at --memory (which must exist unless `create`), --memory-url, or the default location.
-    `embed=False`: commands that only read do not load the embedding model (seconds)."""
+    `embed=False`: commands that only read do not check the embedding model's files."""
     from accelopt.memory.store import InsightStore, require_store_dir
 
     try:
         if memory and not memory_url and not create:
             require_store_dir(memory, "check the path; `accelopt memory import FILE --memory DIR` creates a store")
-        return InsightStore(memory, url=memory_url, embedder=embedder, load_embedder=embed)
+        return InsightStore(memory, url=memory_url, embedder=embedder, check_embedder=embed)
     except MemoryStoreError as e:
         fail(str(e))
 

@@ -7,6 +7,7 @@ Chroma never embeds for us (its default embedder downloads a model); we pass vec
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from functools import lru_cache
@@ -35,6 +36,56 @@ def model_path(name: str) -> str:
                                "pass --embedder DIR with a sentence-transformers model, or use the default "
                                f"{DEFAULT_EMBEDDER}, or run with --no-memory")
     return name
+
+
+def check_model(name: str) -> str:
+    """The folder of embedding model `name`, checked without loading it (loading imports
+    sentence-transformers and builds the model: about 7 s on a 2-core machine): every JSON file of
+    it parses and its weights file is whole (a safetensors header that parses, and a file exactly
+    as long as that header says). So a run fails at its start on a missing, cut-off or garbled
+    model, and pays for loading only when it first embeds (an empty store recalls nothing)."""
+    path = Path(model_path(name))
+    problem = _model_problem(path)
+    if problem:
+        raise MemoryStoreError(f"the embedding model at {path} cannot be used ({problem}): reinstall it, "
+                               "pass another --embedder, or run with --no-memory")
+    return str(path)
+
+
+def _model_problem(path: Path) -> str | None:
+    if not (path / "modules.json").is_file() and not (path / "config.json").is_file():
+        return "no modules.json or config.json: not a sentence-transformers model"
+    for config in sorted(path.glob("**/*.json")):
+        try:
+            json.loads(config.read_text())
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            return f"{config.relative_to(path)} does not parse: {type(exc).__name__}"
+    if (path / "model.safetensors").is_file():
+        return _safetensors_problem(path / "model.safetensors")
+    if (path / "pytorch_model.bin").is_file():
+        return None
+    return "no model.safetensors or pytorch_model.bin"
+
+
+def _safetensors_problem(path: Path) -> str | None:
+    """What is wrong with a safetensors file's framing: 8 bytes of header length, the JSON header,
+    then the tensors' bytes, which end where the header's last offset says."""
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        head = f.read(8)
+        length = int.from_bytes(head, "little") if len(head) == 8 else -1
+        if not 0 < length <= size - 8:
+            return f"{path.name} is cut off"
+        try:
+            header = json.loads(f.read(length))
+            end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
+        except (UnicodeDecodeError, ValueError, KeyError, IndexError, TypeError, AttributeError):
+            return f"{path.name} has no readable header"
+    if size < 8 + length + end:
+        return f"{path.name} is cut off: {size} of the {8 + length + end} bytes its header names"
+    if size > 8 + length + end:
+        return f"{path.name} holds {size} bytes, more than the {8 + length + end} its header names"
+    return None
 
 
 class Embedder:

@@ -35,7 +35,7 @@ from urllib.parse import urlparse
 import numpy as np
 from platformdirs import user_data_dir
 
-from accelopt.memory.embedder import DEFAULT_EMBEDDER, MemoryStoreError, get_embedder
+from accelopt.memory.embedder import DEFAULT_EMBEDDER, Embedder, MemoryStoreError, check_model, get_embedder
 from accelopt.memory.features import class_family
 from accelopt.memory.schema import Insight, config_key
 
@@ -101,7 +101,7 @@ def embedding_text(insight: Insight) -> str:
 
 class InsightStore:
     def __init__(self, directory: str | Path | None = None, *, url: str | None = None,
-                 embedder: str = DEFAULT_EMBEDDER, capacity: int = 2000, load_embedder: bool = True):
+                 embedder: str = DEFAULT_EMBEDDER, capacity: int = 2000, check_embedder: bool = True):
         import chromadb
         from chromadb.config import Settings
 
@@ -129,9 +129,12 @@ class InsightStore:
             raise
         except Exception as exc:  # noqa: BLE001 - every failure to open gets advice
             raise MemoryStoreError(self._open_advice(url, exc)) from None
-        # After the store opened (a bad location fails first); loaded now so a run fails fast on a
-        # missing model, or on first use for commands that only read (memory list, stats, show).
-        self._embedder = get_embedder(embedder) if load_embedder else None
+        # After the store opened (a bad location fails first): the model's files are checked now,
+        # so a run fails at its start on a broken model, and it loads at the first embedding.
+        # Commands that only read (memory list, stats, show) skip the check.
+        if check_embedder:
+            check_model(embedder)
+        self._embedder: Embedder | None = None
         atexit.register(self._flush_at_exit)
 
     def _open_advice(self, url: str | None, exc: Exception) -> str:

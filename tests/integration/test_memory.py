@@ -1,10 +1,12 @@
 """The optimization memory with the real offline embedder and a real embedded Chroma."""
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -199,10 +201,42 @@ def test_a_new_best_reached_by_a_small_step_is_learned_from_the_baseline():
     assert [kind for _, _, kind, _ in measured_pairs(state, RunContext())] == ["negative"]
 
 
-def test_a_store_opened_to_read_loads_the_embedder_only_when_it_embeds(tmp_path):
-    store = InsightStore(tmp_path / "m", load_embedder=False)  # memory list / stats / show
-    assert store._embedder is None and store.all() == [] and store.count() == 0
-    assert store.embedder.embed(["more warps"]) and store._embedder is not None
+def test_a_store_loads_the_embedder_only_when_it_embeds(tmp_path):
+    for check in (False, True):  # memory list / stats / show; a run
+        store = InsightStore(tmp_path / f"m{check}", check_embedder=check)
+        assert store._embedder is None and store.all() == [] and store.count() == 0
+        assert store.recall("more warps", backend="triton", timer="cuda_event") == [] and store._embedder is None
+        assert store.embedder.embed(["more warps"]) and store._embedder is not None
+
+
+def test_a_broken_embedding_model_fails_when_the_store_opens_not_mid_run(tmp_path):
+    """The model loads at the first embedding; its files are checked when the store opens: a
+    missing, cut-off or garbled model is refused then, with the fix in the message."""
+    from accelopt.memory.embedder import check_model, model_path
+
+    good = Path(model_path("all-MiniLM-L6-v2"))
+    assert check_model(str(good)) == str(good)
+
+    def broken(name: str, change) -> Path:
+        copy = tmp_path / name
+        shutil.copytree(good, copy)
+        change(copy)
+        return copy
+
+    def cut(copy: Path) -> None:
+        weights = copy / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[:-1000])
+
+    cases = {
+        "cut off": broken("cut", cut),
+        "modules.json does not parse": broken("garbled", lambda c: (c / "modules.json").write_text("{not json")),
+        "no model.safetensors": broken("weightless", lambda c: (c / "model.safetensors").unlink()),
+        "is cut off": broken("empty", lambda c: (c / "model.safetensors").write_bytes(b"")),
+    }
+    for words, folder in cases.items():
+        with pytest.raises(MemoryStoreError, match="--no-memory") as info:
+            InsightStore(tmp_path / f"store-{folder.name}", embedder=str(folder))
+        assert words in str(info.value), (folder.name, str(info.value))
 
 
 def _tuned(child: str, task: str, start: dict, result: dict, speedup: float) -> Insight:

@@ -1,7 +1,7 @@
 """evals/pack_embedder.py: the embedding model carried as int8 embeds as the fp32 model does."""
 
 from accelopt.evals.pack_embedder import default_model_dir, pack, unpack
-from accelopt.memory.embedder import Embedder
+from accelopt.memory.embedder import Embedder, check_model
 
 LESSONS = ["BLOCK 256 -> 2048 on a row reduction: 1.27x, the loop's trip count fell eightfold",
            "num_warps 4 -> 8 hurt a one-row-per-program kernel whose row is one tile (0.83x)",
@@ -14,6 +14,7 @@ def test_the_packed_model_is_a_quarter_of_the_size_and_embeds_within_cosine_0_99
     size = sum(p.stat().st_size for p in packed.rglob("*") if p.is_file())
     assert size < 0.3 * (model / "model.safetensors").stat().st_size
     restored = unpack(packed, tmp_path / "minilm")
+    assert check_model(str(restored)) == str(restored)  # what a run checks as its store opens
     original, again = Embedder(str(model)).embed(LESSONS), Embedder(str(restored)).embed(LESSONS)
     for a, b in zip(original, again):  # both normalized: the dot product is the cosine
         assert sum(x * y for x, y in zip(a, b)) > 0.999
