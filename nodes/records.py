@@ -265,6 +265,7 @@ class RecipeRecord(TypedDict):
     result: dict[str, int]
     speedup_vs_baseline: float | None
     rewrites: list[str]
+    row: float | None
 
 
 class InsightRecord(TypedDict):

@@ -92,7 +92,8 @@ def test_tuner_optimizes_autotunes_learns_and_a_later_run_recalls(tmp_path, monk
                                              "stored (more support)")
 
     # A later run on another row reduction recalls them and jumps to a recalled configuration first.
-    later = run(TASKS / "layernorm", tmp_path, "second", plans=1, learn_from_interpreter=True)
+    # (rows as long as the first run's: a recipe from rows of 4096 says nothing for rows of 64)
+    later = run(long_rows(tmp_path, "layernorm"), tmp_path, "second", plans=1, learn_from_interpreter=True)
     recalled = later["recalled"]["baseline"]
     assert {i["id"] for i in recalled} & stored
     assert "following recalled lesson" in later["plans"][0]["text"]

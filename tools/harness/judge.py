@@ -1119,7 +1119,7 @@ class Judge:
             _same_processes((0.0, 0), (plan.child_cpu_s, plan.children), where)
         _fresh_not_slower(plan.fresh_vs_seen, where)
         inputs = self._fresh(ref, req, plan.workload, TIMING_SEED, expect=False)[0]
-        shape = _largest_shape(self.torch, inputs)
+        shape = _largest_shape(inputs)
         out = {}
         for name in plan.names:
             p = plan.pooled[name]
@@ -1274,10 +1274,10 @@ class Judge:
                 "evidence": evidence, "kernels_seen": sorted(self.seen), "phases_s": self.phases}
 
 
-def _largest_shape(torch, inputs) -> list[int] | None:
+def _largest_shape(inputs) -> list[int] | None:
     """The shape of the workload's largest input tensor, from the judge's own inputs: what a
     lesson's scale is read from (memory.features.row_length)."""
-    tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
+    tensors = [t for t in inputs if hasattr(t, "numel") and hasattr(t, "shape")]
     return list(max(tensors, key=lambda t: t.numel()).shape) if tensors else None
 
 
