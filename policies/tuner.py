@@ -3,8 +3,9 @@
 tunables (tools/tunables.py): num_warps, num_stages, tl.constexpr tile sizes.
 
 - plan: recalled recipes measured on rows unlike this kernel's (memory.features.near_rows: more
-  than 8x longer or shorter) are left out; first a recalled recipe that rests on rewrites (a chain of them and the configuration
-  reached after it, as data), as one plan, where the chain applies to this kernel; then the
+  than 8x longer or shorter) are left out; first a recalled recipe that rests on rewrites (a
+  chain of them and the configuration reached after it, as data), as one plan, where the chain
+  applies to this kernel; then the
   configurations that recalled lessons reached on kernels of the same class and
   tiles (their recipes, as data), strongest evidence first, each knob only the way its recipe
   moved it; then, for a recipe measured in this run, the configuration halfway (geometrically)
@@ -23,8 +24,8 @@ tunables (tools/tunables.py): num_warps, num_stages, tl.constexpr tile sizes.
   it); one that hides latency rather than removing work (a loop's loads prefetched) is a bet
   on the kernel, planned after the recalled recipes and before the plain steps, and (its double
   buffer closes the loop to the loop rewrites) only once those were tried. Once any rewrite
-  measured within noise, each plain step is also tried on top of it. A rewrite a recalled lesson measured
-  hurting a like kernel from this same configuration waits until after the plain steps.
+  measured within noise, each plain step is also tried on top of it. A rewrite a recalled lesson
+  measured hurting a like kernel from this same configuration waits until after the plain steps.
 - write: applies the plan's moves to the source (AST edits), or its rewrite.
 - fix: a failed multi-knob move drops its largest step (on a resource error, the largest growth);
   a failed big single step is halved (geometrically); a failed single step has nothing smaller,
