@@ -15,6 +15,7 @@ from accelopt.policies.interface import (
     SummarizeRequest,
     WriteRequest,
 )
+from accelopt.policies.replies import plan_title
 from accelopt.policies.rewrites import PREFETCH_LOADS, REWRITES
 from accelopt.policies.tuner import TunerPolicy
 from accelopt.tools.task import load_task
@@ -325,7 +326,6 @@ def test_after_a_recalled_jump_won_the_search_goes_as_far_again_unless_that_way_
     assert all("as far again" not in p.text for p in plans)
 
 
-
 def test_a_lesson_measured_on_rows_unlike_this_kernels_does_not_steer_it():
     """softmax (rows of 1k-32k elements) on the H100 recalled merge_attn_states' row groups at 1 warp
     (0.46x) and rmsnorm_h128's "8 warps hurt" (which put 8 warps, its only win, last): both measured
@@ -384,7 +384,7 @@ def test_a_rewrite_that_tied_is_tried_again_under_each_plain_step():
     assert rows.apply(source) and config_of(source)["num_warps"] == 4
 
     def tried(versus: str) -> list[MeasuredKernel]:
-        grouped = MeasuredKernel(id="i1.m0.p0.k0", title=_title(rows.title), status="verified", parent_id="baseline",
+        grouped = MeasuredKernel(id="i1.m0.p0.k0", title=plan_title(f"### Plan 0: {rows.title}"), status="verified", parent_id="baseline",
                                  speedup_vs_parent=1.02, speedup=1.02, config=config_of(rows.apply(source)),
                                  versus_parent=versus)
         return [measured("baseline", config_of(source)), grouped,
@@ -400,9 +400,3 @@ def test_a_rewrite_that_tied_is_tried_again_under_each_plain_step():
     written = TUNER.write(WriteRequest(task=task, iteration=2, candidate_id="k", plan=combined, source=source)).source
     assert written == apply_config(rows.apply(source), {"num_warps": 2})
     assert [p.rewrite for p in plans("slower")] == [""]  # a rewrite that lost is not tried again
-
-
-def _title(title: str) -> str:
-    from accelopt.policies.replies import plan_title
-
-    return plan_title(f"### Plan 0: {title}")
