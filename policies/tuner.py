@@ -8,7 +8,8 @@ tunables (tools/tunables.py): num_warps, num_stages, tl.constexpr tile sizes.
   applies to this kernel; then the
   configurations that recalled lessons reached on kernels of the same class and
   tiles (their recipes, as data), strongest evidence first, each knob only the way its recipe
-  moved it; then, for a recipe measured in this run, the configuration halfway (geometrically)
+  moved it, and where two knobs one like kernel moved apart from one configuration both helped,
+  the pair (ranked by its estimate, one's reach times the other's gain); then, for a recipe measured in this run, the configuration halfway (geometrically)
   between here and there if it lost, or if it won halfway back towards where it jumped from and
   as far again the other way (the distance may be wrong either way); then
   single-knob steps, those recalled lessons measured as helping from the same starting
@@ -41,6 +42,7 @@ Its notes are labelled "(tuner)"; nothing it writes is presented as model output
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import re
 
@@ -96,10 +98,13 @@ def _applies(recipe: Recipe | None, config: Config, klass: str) -> bool:
 def _evidence(insight: Insight, config: Config) -> tuple:
     """Rank of a recipe: one that started where this kernel stands transfers whole; then the
     speedup it reached over its own baseline, then how many measured pairs support it."""
-    recipe = insight.recipe
-    assert recipe is not None
+    assert insight.recipe is not None
+    return _rank(insight.recipe, insight.evidence.speedup, insight.support, config)
+
+
+def _rank(recipe: Recipe, speedup: float, support: int, config: Config) -> tuple:
     same_start = all(config.get(k) == v for k, v in recipe.start.items())
-    return (not same_start, -(recipe.speedup_vs_baseline or insight.evidence.speedup), -insight.support)
+    return (not same_start, -(recipe.speedup_vs_baseline or speedup), -support)
 
 
 def _transfer(recipe: Recipe, config: Config) -> Config:
@@ -118,16 +123,45 @@ def _transfer(recipe: Recipe, config: Config) -> Config:
     return changes
 
 
+def combined(lessons: list[Insight], klass: str) -> list[tuple[Recipe, str, int]]:
+    """Two launch recipes one like kernel measured helping from the same configuration, moving
+    different knobs, taken together where that kernel never measured the pair: (the recipe, why,
+    support). Its speedup is an estimate, one's reach times the other's gain. A search that ends
+    on its budget leaves such pairs behind: fused_add_rmsnorm at BLOCK 1024 gained from BLOCK 2048
+    (1.17x) and from 8 warps (1.10x) apart; rmsnorm's best on the H100 is BLOCK 2048 with 8 warps."""
+    launch = [i for i in lessons if i.kind == "positive" and i.recipe is not None and not i.recipe.rewrites
+              and i.recipe.kernel_class == klass]
+    measured = {(i.evidence.task, frozenset(i.recipe.result.items())) for i in lessons
+                if i.recipe is not None and not i.recipe.rewrites}
+    found = []
+    for a, b in itertools.combinations(launch, 2):
+        ra, rb = a.recipe, b.recipe
+        assert ra is not None and rb is not None
+        if a.evidence.task != b.evidence.task or ra.start != rb.start or set(ra.moves()) & set(rb.moves()):
+            continue
+        result = {**ra.result, **{k: v for k, (_, v) in rb.moves().items()}}
+        if (a.evidence.task, frozenset(result.items())) in measured:
+            continue
+        reach = max((ra.speedup_vs_baseline or a.evidence.speedup) * b.evidence.speedup,
+                    (rb.speedup_vs_baseline or b.evidence.speedup) * a.evidence.speedup)
+        recipe = Recipe(kernel_class=klass, start=ra.start, result=result, speedup_vs_baseline=reach, row=ra.row)
+        found.append((recipe, f"recalled lessons {a.id} and {b.id} together", min(a.support, b.support)))
+    return found
+
+
 def recipes(lessons: list[Insight], config: Config, klass: str) -> list[tuple[Config, str]]:
     """Changes that take this configuration where a positive recalled lesson went on a kernel of
-    this class with the same tiles (`_transfer`), strongest evidence first: (changes, insight id)."""
+    this class with the same tiles (`_transfer`), or where two of them would go together
+    (`combined`), strongest evidence first (an estimate ranks as a measurement): (changes, why)."""
+    candidates = [(i.recipe, f"recalled lesson {i.id}", i.support, i.evidence.speedup) for i in lessons
+                  if i.kind == "positive" and _applies(i.recipe, config, klass)]
+    candidates += [(r, why, support, r.speedup_vs_baseline or 1.0) for r, why, support in combined(lessons, klass)
+                   if _applies(r, config, klass)]
     found = []
-    for insight in sorted((i for i in lessons if i.kind == "positive" and _applies(i.recipe, config, klass)),
-                          key=lambda i: _evidence(i, config)):
-        assert insight.recipe is not None
-        changes = _transfer(insight.recipe, config)
-        if changes:
-            found.append((changes, insight.id))
+    for recipe, why, _, _ in sorted(candidates, key=lambda c: _rank(c[0], c[3], c[2], config)):
+        assert recipe is not None
+        if changes := _transfer(recipe, config):
+            found.append((changes, f"following {why}"))
     return found
 
 
@@ -455,7 +489,7 @@ class TunerPolicy:
 
         options: list[tuple[Config, str] | PlanDraft]
         options = [(c, f"pinning the autotuner's config {i + 1} of {len(listed)}") for i, c in enumerate(listed)]
-        options += [(c, f"following recalled lesson {i}") for c, i in recipes(request.lessons, base, klass)]
+        options += recipes(request.lessons, base, klass)
         options += around_recipes(request, base, klass)
         options += latency  # after what memory recalls, before the plain steps
         options += [(m, "one step" + (" from the fastest pinned config" if base != config else ""))

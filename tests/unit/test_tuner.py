@@ -326,6 +326,29 @@ def test_after_a_recalled_jump_won_the_search_goes_as_far_again_unless_that_way_
     assert all("as far again" not in p.text for p in plans)
 
 
+def test_two_moves_a_like_kernel_measured_helping_apart_are_tried_together():
+    """fused_add_rmsnorm's cold run on the H100 ended with BLOCK 2048 and 8 warps each helping from
+    BLOCK 1024, apart; the warm rmsnorm run found the pair, its best, only at its fifth kernel."""
+    here = {"BLOCK": 1024, "num_warps": 4, "num_stages": 3}
+    wider = lesson("ins-w", here, {**here, "BLOCK": 2048}, 1.17, task="fused_add_rmsnorm")
+    warps = lesson("ins-8", here, {**here, "num_warps": 8}, 1.10, task="fused_add_rmsnorm")
+    wider.recipe.speedup_vs_baseline, warps.recipe.speedup_vs_baseline = 1.68, 1.58
+    plans = plan(apply_config(RMSNORM, here), 3, [wider, warps])
+    # the pair's estimate (1.68 x 1.10) ranks above either measured alone
+    assert titles(plans) == ["BLOCK 1024 -> 2048, num_warps 4 -> 8", "BLOCK 1024 -> 2048", "num_warps 4 -> 8"]
+    assert "ins-w and ins-8 together" in plans[0].text
+    # from elsewhere, the pair transfers as any recipe does, after those that started here
+    baseline = {**here, "BLOCK": 256}
+    plans = plan(RMSNORM, 4, [wider, warps, lesson("ins-b", baseline, {**baseline, "BLOCK": 512}, 1.2)])
+    assert titles(plans)[:2] == ["BLOCK 256 -> 512", "BLOCK 256 -> 2048, num_warps 4 -> 8"]
+    # no pair where the like kernel measured it already, or the two came from different kernels
+    tried_pair = lesson("ins-x", here, {**here, "BLOCK": 2048, "num_warps": 8}, 0.9, kind="negative",
+                        task="fused_add_rmsnorm")
+    for lessons in ([wider, warps, tried_pair], [wider, warps.model_copy(update={"evidence": warps.evidence.model_copy(
+            update={"task": "layernorm"})})]):
+        assert all("together" not in p.text for p in plan(apply_config(RMSNORM, here), 3, lessons))
+
+
 def test_a_lesson_measured_on_rows_unlike_this_kernels_does_not_steer_it():
     """softmax (rows of 1k-32k elements) on the H100 recalled merge_attn_states' row groups at 1 warp
     (0.46x) and rmsnorm_h128's "8 warps hurt" (which put 8 warps, its only win, last): both measured
