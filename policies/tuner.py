@@ -153,13 +153,13 @@ def recipes(lessons: list[Insight], config: Config, klass: str) -> list[tuple[Co
     """Changes that take this configuration where a positive recalled lesson went on a kernel of
     this class with the same tiles (`_transfer`), or where two of them would go together
     (`combined`), strongest evidence first (an estimate ranks as a measurement): (changes, why)."""
-    candidates = [(i.recipe, f"recalled lesson {i.id}", i.support, i.evidence.speedup) for i in lessons
-                  if i.kind == "positive" and _applies(i.recipe, config, klass)]
+    candidates: list[tuple[Recipe, str, int, float]] = [
+        (i.recipe, f"recalled lesson {i.id}", i.support, i.evidence.speedup) for i in lessons
+        if i.kind == "positive" and i.recipe is not None and _applies(i.recipe, config, klass)]
     candidates += [(r, why, support, r.speedup_vs_baseline or 1.0) for r, why, support in combined(lessons, klass)
                    if _applies(r, config, klass)]
     found = []
     for recipe, why, _, _ in sorted(candidates, key=lambda c: _rank(c[0], c[3], c[2], config)):
-        assert recipe is not None
         if changes := _transfer(recipe, config):
             found.append((changes, f"following {why}"))
     return found
