@@ -43,9 +43,10 @@ lint: install mypy-tree
 	$(BIN)/mypy
 
 # CI runs this: the linter, then the CPU tests, two at a time (most of a test's wall time is
-# waiting on processes it started: judges, servers, the CLI), a test file to a worker.
+# waiting on processes it started: judges, servers, the CLI), a test file to a worker. The
+# slowest tests are listed at the end: CI has 15 minutes, and a slow test is a slow code path.
 test: lint
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=15
 
 gpu-test: install
 	$(BIN)/python -m pytest -q -m gpu
