@@ -17,7 +17,7 @@ from rich.console import Console
 from accelopt.graph.progress import LiveDisplay
 from accelopt.nodes.context import RunContext
 from accelopt.tools.budget import ledger
-from accelopt.tools.llm import totals
+from accelopt.tools.llm_spec import totals
 from accelopt.tools.run_record import run_summary, write_summary
 from accelopt.tools.rundir import lock_run_dir
 from accelopt.tools.tracing import flush_traces, task_label

@@ -29,7 +29,7 @@ from rich.text import Text
 from accelopt.nodes.context import RunContext
 from accelopt.nodes.records import leads_parent
 from accelopt.tools.harness.result import FIXABLE, NOT_EVALUATED, TIMER_LIVE, short_reason
-from accelopt.tools.llm import totals
+from accelopt.tools.llm_spec import totals
 
 log = logging.getLogger("accelopt")
 

@@ -18,7 +18,7 @@ from accelopt.nodes.measurements import measured_kernels
 from accelopt.nodes.state import CandidateState, RunState, compact
 from accelopt.tools.budget import Limits, affordable, ledger
 from accelopt.tools.harness.result import FIXABLE
-from accelopt.tools.llm import totals
+from accelopt.tools.llm_spec import totals
 
 log = logging.getLogger("accelopt")
 

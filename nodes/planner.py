@@ -24,7 +24,7 @@ from accelopt.nodes.state import PlannerInput, RunState
 from accelopt.policies.choice import policy_for
 from accelopt.policies.interface import PlanDraft, PlanRequest, PolicyError
 from accelopt.policies.measurement_text import describe
-from accelopt.tools.llm import BudgetExceeded
+from accelopt.tools.llm_spec import BudgetExceeded
 
 
 def planner(state: PlannerInput, runtime: Runtime[RunContext]) -> RunState:

@@ -19,7 +19,7 @@ from accelopt.nodes.records import Candidate, IterationRecord, leads_parent
 from accelopt.nodes.state import RunState
 from accelopt.tools.budget import Spend, ledger, next_step
 from accelopt.tools.harness.result import NOT_EVALUATED
-from accelopt.tools.llm import endpoint, totals
+from accelopt.tools.llm_spec import endpoint, totals
 
 
 def rank(candidates: Mapping[str, Candidate], ids: list[str]) -> list[str]:

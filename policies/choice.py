@@ -7,9 +7,8 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from accelopt.policies.interface import Policy
-from accelopt.policies.llm import LLMPolicy
 from accelopt.policies.tuner import TunerPolicy
-from accelopt.tools.llm import ModelSpec, build_chat_model
+from accelopt.tools.llm_spec import ModelSpec
 from accelopt.tools.tracing import TracedPolicy, tracing_enabled
 
 
@@ -34,6 +33,9 @@ def policy_for(ctx: RoleSettings, role: str, run_dir: str | None) -> Policy:
     if model is None and spec.provider == "tuner":
         policy = TunerPolicy()
     else:
+        # the chat-model half (openai, about 0.8 s of imports) only where a model is used
+        from accelopt.policies.llm import LLMPolicy
+        from accelopt.tools.llm import build_chat_model
         policy = LLMPolicy(model if model is not None else build_chat_model(spec), spec, role, ctx.llm_retry_wait_s,
                            run_dir)
     return TracedPolicy(policy, role) if tracing_enabled() else policy
