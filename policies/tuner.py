@@ -5,17 +5,17 @@ tunables (tools/tunables.py): num_warps, num_stages, tl.constexpr tile sizes.
 - plan: recalled recipes measured on rows unlike this kernel's (memory.features.near_rows: more
   than 8x longer or shorter) are left out; first a recalled recipe that rests on rewrites (a
   chain of them and the configuration reached after it, as data), as one plan, where the chain
-  applies to this kernel; then the
-  configurations that recalled lessons reached on kernels of the same class and
-  tiles (their recipes, as data), strongest evidence first, each knob only the way its recipe
-  moved it, and where two knobs one like kernel moved apart from one configuration both helped,
-  the pair (ranked by its estimate, one's reach times the other's gain); then, for a recipe measured in this run, the configuration halfway (geometrically)
+  applies to this kernel; then the configurations that recalled lessons reached on kernels of
+  the same class and tiles (their recipes, as data), strongest evidence first, each knob only
+  the way its recipe moved it, and where two knobs one like kernel moved apart from one
+  configuration both helped, the pair (ranked by its estimate, one's reach times the other's
+  gain); then, for a recipe measured in this run, the configuration halfway (geometrically)
   between here and there if it lost, or if it won halfway back towards where it jumped from and
-  as far again the other way (the distance may be wrong either way); then
-  single-knob steps, those recalled lessons measured as helping from the same starting
-  configuration first and those they warned against last. Never a configuration measured already
-  on this program (reached from the same rewrite by launch moves; one measured before a rewrite
-  is planned again after it).
+  as far again the other way (the distance may be wrong either way); then single-knob steps,
+  those recalled lessons measured as helping from the same starting configuration first and
+  those they warned against last. Never a configuration measured already on this program
+  (reached from the same rewrite by launch moves; one measured before a rewrite is planned again
+  after it).
   A kernel whose @triton.autotune list still picks at run time: first each configuration of the
   list pinned (in list order, one plan each), then the same moves from the fastest pinned one.
 - rewrites: a source rewrite of a known pattern (rewrites.py: Inductor's element-wise online
