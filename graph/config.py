@@ -42,6 +42,7 @@ from accelopt.tools.llm_spec import (
     ConfigError,
     ModelSpec,
     check_model_settings,
+    client_missing,
     endpoint,
     unknown_key,
     validate_spec,
@@ -164,7 +165,10 @@ def preflight_context(ctx: RunContext) -> None:
         checks.setdefault(key, (spec, []))[1].append(role)
     if not checks:
         return
-    from accelopt.tools.llm import preflight  # httpx and openai: only when there is an endpoint to check
+    try:  # httpx and openai: only when there is an endpoint to check
+        from accelopt.tools.llm import preflight
+    except ImportError as exc:
+        raise client_missing(exc) from None
 
     for spec, roles in checks.values():
         preflight(spec, ", ".join(roles))

@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 from accelopt.policies.interface import Policy
 from accelopt.policies.tuner import TunerPolicy
-from accelopt.tools.llm_spec import ModelSpec
+from accelopt.tools.llm_spec import ModelSpec, client_missing
 from accelopt.tools.tracing import TracedPolicy, tracing_enabled
 
 
@@ -33,9 +33,11 @@ def policy_for(ctx: RoleSettings, role: str, run_dir: str | None) -> Policy:
     if model is None and spec.provider == "tuner":
         policy = TunerPolicy()
     else:
-        # the chat-model half (openai, about 0.8 s of imports) only where a model is used
-        from accelopt.policies.llm import LLMPolicy
-        from accelopt.tools.llm import build_chat_model
+        try:  # the chat-model half (openai, about 0.8 s of imports) only where a model is used
+            from accelopt.policies.llm import LLMPolicy
+            from accelopt.tools.llm import build_chat_model
+        except ImportError as exc:
+            raise client_missing(exc) from None
         policy = LLMPolicy(model if model is not None else build_chat_model(spec), spec, role, ctx.llm_retry_wait_s,
                            run_dir)
     return TracedPolicy(policy, role) if tracing_enabled() else policy

@@ -234,3 +234,11 @@ def totals(usage: Sequence[Mapping[str, Any]]) -> dict:
         out["estimated_calls"] += bool(rec.get("estimated"))
         out["unpriced_calls"] += rec.get("priced") is False
     return out
+
+
+def client_missing(exc: ImportError) -> ConfigError:
+    """The one line for a model run whose chat client cannot be imported (openai, httpx or
+    langchain-openai missing or broken): imported only where a model is used, it fails there,
+    not when the graph is imported, so a tuner run never needs it."""
+    return ConfigError(f"the LLM client cannot be imported ({exc}): install accelopt into this Python environment "
+                       "(pip install -e . in its folder), or run without a model (--model tuner)")

@@ -118,16 +118,35 @@ def test_run_dir_from_an_incompatible_version(tmp_path):
     assert_clean_error(run_cli("resume", str(tmp_path)), "not an accelopt run directory")
 
 
+def _shadowed(tmp_path, package: str) -> dict:
+    """An environment where `package` is shadowed by a module that fails to import."""
+    (tmp_path / package).mkdir()
+    (tmp_path / package / "__init__.py").write_text(f"raise ImportError('{package} is broken here')\n")
+    return {**os.environ, "PYTHONPATH": f"{tmp_path}:{ROOT}"}
+
+
 def test_a_graph_that_cannot_import_says_how_to_install(tmp_path):
     """What `langgraph dev` shows when langgraph.json's graph fails to import: here a dependency
-    (openai) is shadowed by a broken module."""
-    (tmp_path / "openai").mkdir()
-    (tmp_path / "openai" / "__init__.py").write_text("raise ImportError('openai is broken here')\n")
+    (platformdirs) is shadowed by a broken module."""
     proc = subprocess.run([sys.executable, "-c", "import graph.builder"], capture_output=True, text=True,
-                          timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": f"{tmp_path}:{ROOT}"})
+                          timeout=120, cwd=ROOT, env=_shadowed(tmp_path, "platformdirs"))
     assert proc.returncode != 0
-    assert "accelopt's graph cannot be imported (openai is broken here)" in proc.stderr and "pip install -e ." \
+    assert "accelopt's graph cannot be imported (platformdirs is broken here)" in proc.stderr and "pip install -e ." \
         in proc.stderr
+
+
+def test_a_broken_llm_client_stops_a_model_run_in_one_line_and_no_tuner_run(softmax_task, tmp_path):
+    """openai is imported only where a model is used: the graph imports without it, and a run
+    with a model stops at its preflight with the fix, before any work."""
+    env = _shadowed(tmp_path, "openai")
+    proc = subprocess.run([sys.executable, "-c", "import graph.builder"], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT, env=env)
+    assert proc.returncode == 0, proc.stderr
+    run_dir = tmp_path / "run"
+    proc = run_cli("optimize", str(softmax_task), "--device", "cpu", "--no-memory", "--run-dir", str(run_dir),
+                   "--model", "vllm:m", "--base-url", "http://127.0.0.1:9/v1", env=env, cwd=ROOT)
+    assert_clean_error(proc, "the LLM client cannot be imported (openai is broken here)", "--model tuner")
+    assert not run_dir.exists()
 
 
 NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}  # no GPU for torch, also on a machine that has one
