@@ -123,10 +123,10 @@ def _transfer(recipe: Recipe, config: Config) -> Config:
     return changes
 
 
-def combined(lessons: list[Insight], klass: str) -> list[tuple[Recipe, str, int]]:
+def combined(lessons: list[Insight], klass: str) -> list[tuple[Recipe, str, int, float]]:
     """Two launch recipes one like kernel measured helping from the same configuration, moving
     different knobs, taken together where that kernel never measured the pair: (the recipe, why,
-    support). Its speedup is an estimate, one's reach times the other's gain. A search that ends
+    support, its speedup). The speedup is an estimate, one's reach times the other's gain. A search that ends
     on its budget leaves such pairs behind: fused_add_rmsnorm at BLOCK 1024 gained from BLOCK 2048
     (1.17x) and from 8 warps (1.10x) apart; rmsnorm's best on the H100 is BLOCK 2048 with 8 warps."""
     launch = [i for i in lessons if i.kind == "positive" and i.recipe is not None and not i.recipe.rewrites
@@ -145,7 +145,7 @@ def combined(lessons: list[Insight], klass: str) -> list[tuple[Recipe, str, int]
         reach = max((ra.speedup_vs_baseline or a.evidence.speedup) * b.evidence.speedup,
                     (rb.speedup_vs_baseline or b.evidence.speedup) * a.evidence.speedup)
         recipe = Recipe(kernel_class=klass, start=ra.start, result=result, speedup_vs_baseline=reach, row=ra.row)
-        found.append((recipe, f"recalled lessons {a.id} and {b.id} together", min(a.support, b.support)))
+        found.append((recipe, f"recalled lessons {a.id} and {b.id} together", min(a.support, b.support), reach))
     return found
 
 
@@ -156,8 +156,7 @@ def recipes(lessons: list[Insight], config: Config, klass: str) -> list[tuple[Co
     candidates: list[tuple[Recipe, str, int, float]] = [
         (i.recipe, f"recalled lesson {i.id}", i.support, i.evidence.speedup) for i in lessons
         if i.kind == "positive" and i.recipe is not None and _applies(i.recipe, config, klass)]
-    candidates += [(r, why, support, r.speedup_vs_baseline or 1.0) for r, why, support in combined(lessons, klass)
-                   if _applies(r, config, klass)]
+    candidates += [c for c in combined(lessons, klass) if _applies(c[0], config, klass)]
     found = []
     for recipe, why, _, _ in sorted(candidates, key=lambda c: _rank(c[0], c[3], c[2], config)):
         if changes := _transfer(recipe, config):
