@@ -86,9 +86,12 @@ def seed_source(capture: dict[str, Any], entry_point: str = "run") -> Seed:
         name = record.get("workload", f"#{index}")
         if "error" in record:
             raise SeedRefused(f"torch.compile failed on workload {name}: {record['error'].splitlines()[0]}")
-        if record.get("graphs") != 1 or len(record.get("sources", [])) != 1:
+        if record.get("graphs") != 1:
             raise SeedRefused(f"torch.compile made {record.get('graphs', 0)} graphs of the reference on workload "
                               f"{name} (Dynamo fell back to Python or split it); a seed needs exactly one")
+        if len(record.get("sources", [])) != 1:  # one graph, but not one module of output code to read
+            raise SeedRefused(f"torch.compile made one graph of the reference on workload {name}, but Inductor "
+                              f"wrote {len(record.get('sources', []))} modules of output code for it; a seed reads exactly one")
         try:
             code, call_name = _workload_code(record, index)
         except SeedRefused as exc:

@@ -65,11 +65,24 @@ def test_the_audit_decides_per_workload_on_one_run():
     off = audit_mod.verdict(task.baseline_source, _result({**NCU_US, "M1024_N32000": 40.0}), calls)
     assert off.agreed is False and "on M1024_N32000 ncu measured 88.4 µs" in off.note
     assert "M4096_N4096" not in off.note
+    # a harness slower than ncu beyond the tolerance hides nothing: agreed, with both figures said
+    # (an honest GEMM seed on the H100: 32.0 µs after the harness's L2 flush, 24.3 under ncu)
+    slow = audit_mod.verdict(task.baseline_source, _result({**NCU_US, "M1024_N32000": 120.0}), calls)
+    assert slow.agreed is True and "ncu measured less than the harness (M1024_N32000 88.4 against 120.0 µs)" in slow.note
     # a torch kernel in one workload's call is foreign work
     foreign = {**calls, "M16384_N1024": calls["M16384_N1024"] + [
         {"name": "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>", "time_us": 1.0}]}
     rejected = audit_mod.verdict(task.baseline_source, _result(NCU_US), foreign)
     assert rejected.agreed is False and "not Triton kernels of the source on M16384_N1024" in rejected.note
+
+
+def test_an_autotuned_kernel_is_rejected_only_past_three_times_the_harness():
+    source = "import triton\n\n\n@triton.autotune(configs=[], key=['n'])\n@triton.jit\ndef softmax_kernel(x):\n    pass\n"
+    calls = {"M1024_N32000": [{"name": "softmax_kernel", "time_us": 100.0}]}
+    assert audit_mod.verdict(source, _result({"M1024_N32000": 40.0}), calls).agreed is True   # 2.5x: another config
+    assert audit_mod.verdict(source, _result({"M1024_N32000": 500.0}), calls).agreed is True  # a faster config here
+    far = audit_mod.verdict(source, _result({"M1024_N32000": 30.0}), calls)
+    assert far.agreed is False and "ncu measured 100.0 µs" in far.note
 
 
 class _FakeProcess:

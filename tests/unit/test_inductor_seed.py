@@ -76,6 +76,12 @@ def test_a_library_call_refuses_the_seed_and_names_the_way_out():
 def test_a_reference_dynamo_cannot_capture_refuses_the_seed():
     with pytest.raises(SeedRefused, match="made 0 graphs of the reference on workload B16_L4096"):
         seed_source(capture("gqa_paged_decode.default"))
+    # one graph whose output code is not one module is refused as that: KernelBench's matmul with a
+    # large K under max-autotune-triton read "made 1 graphs ... needs exactly one" on the H100
+    softmax = capture("softmax.default")
+    doubled = {**softmax, "workloads": [{**softmax["workloads"][0], "sources": softmax["workloads"][0]["sources"] * 2}]}
+    with pytest.raises(SeedRefused, match="one graph of the reference on workload .* wrote 2 modules of output code"):
+        seed_source(doubled)
 
 
 def test_a_failed_or_empty_capture_refuses():

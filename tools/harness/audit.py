@@ -5,10 +5,17 @@ noise, or flagged as too good) is run again outside the harness, under ncu
 (`--clock-control none`): one ncu launch, one call per workload (up to three), every
 compilation and warm-up before the first profiled call. The audit disagrees, and the candidate
 is rejected, when ncu sees compute kernels that are not Triton kernels of the source, or when
-ncu's summed kernel time differs from the harness's kernel-only time by more than the
-tolerance (for @triton.autotune kernels, by more than 3x either way: a fresh process may tune
-to another configuration; measured on real FlashInfer-Bench solutions, ncu then read 0.6-1.9x
-the harness's time for the same source). Without ncu the audit says so (tool "none") and decides nothing.
+ncu's summed kernel time exceeds the harness's kernel-only time by more than the tolerance (for
+@triton.autotune kernels, by more than 3x: a fresh process may tune to another configuration;
+measured on real FlashInfer-Bench solutions, ncu then read 0.6-1.9x the harness's time for the
+same source). Without ncu the audit says so (tool "none") and decides nothing.
+
+Only more time under ncu rejects: the audit is there to catch a harness figure below the real
+work (work hidden from its clock, results kept from an earlier call). Less time under ncu says the
+harness was the pessimistic clock, which gains a candidate nothing: on the H100 an honest Inductor
+GEMM seed (M12853, N128, K2048, reading 52 MB) took 32.0 µs in the harness after its L2 flush and
+24.3 µs under ncu, whose cache control invalidates instead, and was rejected as a cheat until this.
+The note still gives both figures.
 """
 
 from __future__ import annotations
@@ -94,12 +101,13 @@ def audit(task: Task, source: str, result: EvalResult, *, timeout_s: float = TIM
 
 def verdict(source: str, result: EvalResult, calls: dict[str, list[dict]]) -> Audit:
     """What ncu saw in one call per workload (`calls`: workload -> kernels) against the harness:
-    foreign kernels, or a kernel time beyond the tolerance, disagree."""
+    foreign kernels, or more kernel time than the harness reported beyond the tolerance, disagree."""
     own = triton_kernel_names(source)
     tuned = autotuned(source)
     kernels: list[str] = []
     measured: dict[str, float] = {}
     problems: list[str] = []
+    slower: list[str] = []  # workloads where ncu measured less than the harness beyond the tolerance
     for workload, seen in calls.items():
         names = [k["name"] for k in seen]
         kernels += [n for n in names if n not in kernels]
@@ -110,22 +118,28 @@ def verdict(source: str, result: EvalResult, calls: dict[str, list[dict]]) -> Au
         measured[workload] = sum(k.get("time_us") or 0.0 for k in seen)
         timing = result.workloads.get(workload)
         harness = timing.kernel_us if timing is not None else None
-        if harness is not None and _times_differ(measured[workload], harness, tuned):
+        if harness is None:
+            continue
+        if _ncu_saw_more(measured[workload], harness, tuned):
             problems.append(f"on {workload} ncu measured {measured[workload]:.1f} µs of kernels per call, "
                             f"the harness {harness:.1f} µs")
-    note = "; ".join(problems) or (
-        "ncu agrees: the same kernels" + (f" (autotuned: a fresh process may pick another configuration, so "
-                                          f"times agree within {AUTOTUNE_BAND:.0f}x)" if tuned
-                                          else f", kernel time within {REL_TOLERANCE:.0%} or {ABS_TOLERANCE_US:.0f} µs"))
+        elif _ncu_saw_more(harness, measured[workload], tuned):
+            slower.append(f"{workload} {measured[workload]:.1f} against {harness:.1f} µs")
+    agrees = "ncu agrees: the same kernels" + (
+        f" (autotuned: a fresh process may pick another configuration, so times agree within {AUTOTUNE_BAND:.0f}x)"
+        if tuned else f", kernel time within {REL_TOLERANCE:.0%} or {ABS_TOLERANCE_US:.0f} µs")
+    if slower:
+        agrees += ("; ncu measured less than the harness (" + ", ".join(slower) + "): the harness's slower "
+                   "figure stands")
+    note = "; ".join(problems) or agrees
     return Audit(tool="ncu", agreed=not problems, kernels=kernels, measured_us=measured, note=note)
 
 
-def _times_differ(ncu_us: float, harness_us: float, tuned: bool) -> bool:
-    """Beyond the clock's tolerance: 20% (or 4 µs) for a fixed kernel; 3x either way for an
-    autotuned one, which a fresh process may run in another configuration."""
-    gap = abs(ncu_us - harness_us)
-    if gap <= ABS_TOLERANCE_US:
+def _ncu_saw_more(ncu_us: float, harness_us: float, tuned: bool) -> bool:
+    """ncu's time above the harness's beyond the clock's tolerance: 20% (or 4 µs) for a fixed
+    kernel; 3x for an autotuned one, which a fresh process may run in another configuration."""
+    if ncu_us - harness_us <= ABS_TOLERANCE_US:
         return False
     if tuned:
-        return not 1 / AUTOTUNE_BAND <= ncu_us / max(harness_us, 1e-9) <= AUTOTUNE_BAND
-    return gap > REL_TOLERANCE * harness_us
+        return ncu_us > AUTOTUNE_BAND * harness_us
+    return ncu_us > (1 + REL_TOLERANCE) * harness_us
