@@ -20,6 +20,7 @@ import sys
 import traceback
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 from accelopt.tools.inductor_seed import graph_argument_positions
 from accelopt.tools.task import Task, Workload, load_task
@@ -72,7 +73,6 @@ def _chosen_configs(source: str, inputs: list) -> dict[str, dict]:
 def capture_workload(reference: Any, workload: Workload, inputs: tuple, mode: str) -> dict[str, Any]:
     import torch
     from torch._inductor.compile_fx import compile_fx
-    from torch._inductor.utils import run_and_get_code
 
     options = mode_options(mode)
     graphs: list[list[str]] = []
@@ -83,7 +83,7 @@ def capture_workload(reference: Any, workload: Workload, inputs: tuple, mode: st
 
     function = traced_reference(reference, inputs)
     compiled = torch.compile(function, backend=backend, dynamic=False)
-    _, sources = run_and_get_code(compiled, *inputs)
+    sources, benchmarks = run_and_get_graph_code(compiled, inputs)
     wrappers = [s for s in sources if "def call(" in s]
     record: dict[str, Any] = {
         "workload": workload.name, "params": workload.params, "graphs": len(graphs),
@@ -93,6 +93,7 @@ def capture_workload(reference: Any, workload: Workload, inputs: tuple, mode: st
         "inputs": [[list(x.shape), str(x.dtype).removeprefix("torch."), list(x.stride())]
                    if isinstance(x, torch.Tensor) else repr(x) for x in inputs],
         "sources": wrappers,
+        "benchmark_modules": benchmarks,
     }
     # The configurations are read by running the graph's code on the reference's arguments. A graph
     # Dynamo resumed after a break (at .item(), say) takes values the reference computed in Python:
@@ -102,6 +103,35 @@ def capture_workload(reference: Any, workload: Workload, inputs: tuple, mode: st
     if len(graphs) == 1 and len(wrappers) == 1 and None not in positions:
         record["configs"] = _chosen_configs(wrappers[0], [inputs[p] for p in positions if p is not None])
     return record
+
+
+def run_and_get_graph_code(compiled: Any, inputs: tuple) -> tuple[list[str], int]:
+    """Run `compiled` once; the output code of the graph's own modules, and how many modules
+    Inductor compiled only to time an autotuning choice.
+
+    torch's `run_and_get_code` returns both kinds. Under max-autotune a choice that is a subgraph
+    (a split-K GEMM, say) is compiled as a module of its own, named `benchmark_<choice>`, while the
+    graph is being lowered: on the H100, KernelBench's matmul with a large K gave 11 modules for
+    one graph, and the seed was refused. The graph's own module is the one to read."""
+    import torch
+    from torch._inductor.graph import GraphLowering
+    from torch._inductor.virtualized import V
+
+    own: list[str] = []
+    benchmarks = 0
+
+    def save_output_code(code: str) -> None:
+        nonlocal benchmarks
+        # V.graph: the lowering whose module this code is (a NullHandler, no name, outside any)
+        if str(getattr(V.graph, "name", None) or "").startswith("benchmark_"):
+            benchmarks += 1
+        elif code not in own:
+            own.append(code)
+
+    with patch.object(GraphLowering, "save_output_code", save_output_code):
+        torch._dynamo.reset()
+        compiled(*inputs)
+    return own, benchmarks
 
 
 def traced_reference(reference: Any, inputs: tuple) -> Any:

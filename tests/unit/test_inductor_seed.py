@@ -258,3 +258,24 @@ def test_the_seed_is_captured_in_the_mode_the_run_is_timed_against_unless_told(m
         candidate, line = seeding.inductor_seed(task, ctx, {}, str(tmp_path))
         assert candidate is None and line == "no Inductor seed: no GPU in this test"
         assert asked.pop() == mode
+
+
+def test_modules_inductor_compiled_only_to_time_an_autotuning_choice_are_not_the_graphs():
+    """Under max-autotune a split-K choice is lowered and compiled as a module of its own
+    (`benchmark_<choice>`) while the graph is lowered; only the graph's module becomes a seed."""
+    from types import SimpleNamespace
+
+    from torch._inductor.graph import GraphLowering
+    from torch._inductor.virtualized import V
+
+    from accelopt.tools.inductor_capture import run_and_get_graph_code
+
+    def compiled(x):  # what Inductor does inside a compiled call, reduced to the hook it calls
+        for k in (2, 4, 8):
+            with V.set_graph_handler(SimpleNamespace(name=f"benchmark_decompose_k_mm_{k}_split")):
+                GraphLowering.save_output_code(f"def call(args):  # split in {k}")
+        with V.set_graph_handler(SimpleNamespace(name=None)):
+            GraphLowering.save_output_code("def call(args):  # the graph")
+        return x
+
+    assert run_and_get_graph_code(compiled, (1,)) == (["def call(args):  # the graph"], 3)
