@@ -26,7 +26,8 @@ tunables (tools/tunables.py): num_warps, num_stages, tl.constexpr tile sizes.
   on the kernel, planned after the recalled recipes and before the plain steps, and (its double
   buffer closes the loop to the loop rewrites) only once those were tried. Once any rewrite
   measured within noise, each plain step is also tried on top of it. A rewrite a recalled lesson
-  measured hurting a like kernel from this same configuration waits until after the plain steps.
+  measured hurting a like kernel from this same configuration, or this run measured hurting this
+  program in another launch configuration, waits until after the plain steps.
 - write: applies the plan's moves to the source (AST edits), or its rewrite.
 - fix: a failed multi-knob move drops its largest step (on a resource error, the largest growth);
   a failed big single step is halved (geometrically); a failed single step has nothing smaller,
@@ -192,6 +193,18 @@ def warned_rewrites(lessons: list[Insight], config: Config, klass: str) -> set[s
                 and all(config.get(k, v) == v for k, v in recipe.start.items()):
             warned.add(rewrites.CHAIN.join(recipe.rewrites))
     return warned
+
+
+def lost_rewrites(request: PlanRequest) -> set[str]:
+    """The rewrites this run measured slower than the kernel they were applied to, where that
+    kernel is this member's program in another launch configuration: planned after the plain
+    steps, as a recalled warning is. On the H100 gqa_paged_decode's baseline lost 0.82x to the
+    prefetch; its child at BLOCK_N 128 then spent one of its iteration's two evaluations on the
+    same prefetch (within noise), and no warp count was tried in the run."""
+    program = {k["id"] for k in _same_program(request)}
+    by_title = {_recorded(r.title): r.name for r in rewrites.REWRITES}
+    return {by_title[k["title"]] for k in request.tried
+            if k["title"] in by_title and k["parent_id"] in program and k.get("versus_parent") == "slower"}
 
 
 def _tried_from(request: PlanRequest) -> set[str]:
@@ -462,7 +475,7 @@ class TunerPolicy:
         brought = {p.rewrite for p in recalled if not p.moves}
         rewritten, latency = ([p for p in found if p.rewrite not in brought] for found in _rewrite_plans(request))
         config = config_of(source) if source else {}
-        warned = warned_rewrites(request.lessons, config, klass)
+        warned = warned_rewrites(request.lessons, config, klass) | lost_rewrites(request)
         deferred = [p for p in rewritten + latency if p.rewrite in warned]
         rewritten, latency = ([p for p in found if p not in deferred] for found in (rewritten, latency))
         if not config:

@@ -423,3 +423,39 @@ def test_a_rewrite_that_tied_is_tried_again_under_each_plain_step():
     written = TUNER.write(WriteRequest(task=task, iteration=2, candidate_id="k", plan=combined, source=source)).source
     assert written == apply_config(rows.apply(source), {"num_warps": 2})
     assert [p.rewrite for p in plans("slower")] == [""]  # a rewrite that lost is not tried again
+
+
+def test_a_rewrite_this_run_measured_losing_waits_on_the_programs_other_configurations():
+    """gqa_paged_decode on the H100: the prefetch lost on the baseline (0.82x) and BLOCK_N 128 won
+    (1.37x); the second iteration then spent one of its two evaluations on the same prefetch under
+    BLOCK_N 128 (within noise) and never tried a warp count."""
+    task = load_task(TASKS / "gqa_paged_decode")
+    baseline = task.baseline_source
+    child = apply_config(baseline, {"BLOCK_N": 128})
+    prefetched = PREFETCH_LOADS.apply(baseline)
+    assert prefetched and PREFETCH_LOADS.apply(child)
+    tried = [
+        MeasuredKernel(id="baseline", title="the starting kernel", status="verified", parent_id=None,
+                       speedup_vs_parent=None, speedup=1.0, config=config_of(baseline)),
+        MeasuredKernel(id="i1.m0.p0.k0", title=_recorded_title(PREFETCH_LOADS.title), status="verified",
+                       parent_id="baseline", speedup_vs_parent=0.82, speedup=0.82, config=config_of(prefetched),
+                       versus_parent="slower"),
+        MeasuredKernel(id="i1.m0.p1.k0", title="BLOCK_N 64 -> 128", status="verified", parent_id="baseline",
+                       speedup_vs_parent=1.37, speedup=1.37, config=config_of(child), versus_parent="faster"),
+    ]
+
+    def planned(n: int, versus: str = "slower") -> list[PlanDraft]:
+        kernels = [{**k, "versus_parent": versus} if k["id"] == "i1.m0.p0.k0" else k for k in tried]
+        return TUNER.plan(PlanRequest(task=task, iteration=2, member_id="i1.m0.p1.k0", source=child, measurements="",
+                                      tried=kernels, lessons=[], n=n)).plans
+
+    first = planned(2)
+    assert [p.rewrite for p in first] == ["", ""] and all(len(p.moves) == 1 for p in first)
+    everything = planned(64)
+    assert everything[-1].rewrite == PREFETCH_LOADS.name and sum(p.rewrite == PREFETCH_LOADS.name for p in everything) == 1
+    # a prefetch that tied on the baseline is no verdict: it still comes before the plain steps
+    assert planned(2, versus="within noise")[0].rewrite == PREFETCH_LOADS.name
+
+
+def _recorded_title(title: str) -> str:
+    return plan_title(f"### Plan 0: {title}")
