@@ -12,6 +12,9 @@ Where it lives:
 - for a kernel under @triton.autotune, its `triton.Config` list (`autotune_space`): moving a
   knob pins the list to one configuration (`apply_config`), `pins` lists the configurations the
   autotuner would choose among, `write_configs` leaves it a smaller list.
+A knob set at several launches that hold different values (an Inductor seed: one launch per
+workload, each as its autotuner chose) is read at its first and moves every launch by the same
+step (`_moved_like`), so the launches keep their difference.
 Shape constants (D=128, PAGE=16) are not tunables: moving them changes the computation.
 Edits splice the new value into the exact source span, so formatting and comments survive.
 """
@@ -659,10 +662,25 @@ def apply_config(source: str, changes: dict[str, int]) -> str:
             continue
         for const in knob.sites:
             edits.append((const.lineno, const.col_offset, const.end_lineno or const.lineno,
-                          const.end_col_offset or 0, str(value)))
+                          const.end_col_offset or 0, str(_moved_like(knob, _int_of(const), value))))
         for call in knob.launches:
             edits.append(_insertion(source, call, f"{name}={value}"))
     return splice(source, edits)
+
+
+def _moved_like(knob: Knob, site: int, value: int) -> int:
+    """A site's new value when its knob moves from `knob.value` (its first site's) to `value`:
+    a site that held another value moves by the same step (one stage more, twice the warps), so
+    launches that differ keep their difference. An Inductor seed has one launch per workload,
+    each in the configuration its autotuner chose (gemm_n4096_k4096 on the H100: 4, 8 and 4
+    warps; 5, 3 and 4 stages); setting them all to one value undid those choices, and moving
+    "num_stages 5 -> 6" gave the 3-stage launch of 128x256x64 tiles 6 stages: 288 KB of shared
+    memory, past the H100's 227 KB, and a candidate that did not compile."""
+    if site == knob.value or knob.value <= 0:
+        return value
+    low, high = LIMITS.get(knob.name, (1, 1 << 20))
+    moved = site + value - knob.value if additive(knob.name) else round(site * value / knob.value)
+    return min(max(moved, low), high)
 
 
 def splice(source: str, edits: list[tuple[int, int, int, int, str]]) -> str:

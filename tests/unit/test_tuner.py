@@ -459,3 +459,30 @@ def test_a_rewrite_this_run_measured_losing_waits_on_the_programs_other_configur
 
 def _recorded_title(title: str) -> str:
     return plan_title(f"### Plan 0: {title}")
+
+
+def test_launches_that_differ_move_by_the_same_step_and_keep_their_difference():
+    """An Inductor seed launches one kernel per workload, each as its autotuner chose (the FIB
+    gemm_n4096_k4096 seed on the H100: 5, 3 and 4 stages). "num_stages 5 -> 6" used to set all
+    three to 6, and the 3-stage launch of 128x256x64 tiles no longer fit in shared memory."""
+    seed = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def k0(x, BLOCK: tl.constexpr):
+    for i in range(4):
+        pass
+
+
+def run(x):
+    k0[(1,)](x, BLOCK=64, num_warps=4, num_stages=5)
+    k0[(2,)](x, BLOCK=256, num_warps=8, num_stages=3)
+    return x
+'''
+    assert config_of(seed) == {"BLOCK": 64, "num_warps": 4, "num_stages": 5}
+    moved = apply_config(seed, {"num_stages": 6, "num_warps": 8, "BLOCK": 128})
+    assert "BLOCK=128, num_warps=8, num_stages=6)" in moved
+    assert "BLOCK=512, num_warps=16, num_stages=4)" in moved
+    assert apply_config(moved, {"num_stages": 5, "num_warps": 4, "BLOCK": 64}) == seed  # and back
+    assert "BLOCK=256, num_warps=32, num_stages=3)" in apply_config(seed, {"num_warps": 32})  # 64: past the limit
