@@ -32,8 +32,8 @@ tunables (tools/tunables.py): num_warps, num_stages, tl.constexpr tile sizes.
 - fix: a failed multi-knob move drops its largest step (on a resource error, the largest growth);
   a failed big single step is halved (geometrically); a failed single step has nothing smaller,
   except after a resource error (shared memory, registers), where the failed configuration itself
-  shrinks (its largest tile halved, else a stage fewer): how a pinned autotune config that does
-  not fit as written is repaired.
+  shrinks (its largest tile halved, else a stage fewer; for a step, only a knob of the launch the
+  step moved): how a pinned autotune config that does not fit as written is repaired.
 - summarize: a lesson's text (which knobs moved, from what to what, the measured effect); the
   summarizer node attaches the recipe itself, from the measured sources.
 
@@ -69,6 +69,7 @@ from accelopt.tools.tunables import (
     config_of,
     describe_moves,
     format_config,
+    launched_with,
     limits,
     neighbours,
     pins,
@@ -385,12 +386,14 @@ def _best_measured(request: PlanRequest, config: Config) -> Config:
     return dict(max(same, key=lambda k: k["speedup"] or 0.0)["config"]) if same else config
 
 
-def _shrink(config: Config, start: Config) -> Config:
+def _shrink(config: Config, start: Config, among: set[str] | None = None) -> Config:
     """After a resource error with nothing of the plan left to undo (a pinned autotune
     configuration fails on its own): the largest tile halved, else one pipeline stage fewer,
-    never back to where the plan started."""
-    tiles = sorted((n for n in config if limits(n)[0] > 1), key=lambda n: -config[n])
-    stages = [n for n in config if additive(n)]
+    never back to where the plan started; `among`: only these knobs (those launched with the
+    step that failed)."""
+    names = [n for n in config if among is None or n in among]
+    tiles = sorted((n for n in names if limits(n)[0] > 1), key=lambda n: -config[n])
+    stages = [n for n in names if additive(n)]
     for name in tiles + stages:
         value = config[name] - 1 if additive(name) else config[name] // 2
         if limits(name)[0] <= value and {**config, name: value} != start:
@@ -575,6 +578,9 @@ class TunerPolicy:
             return Kernel(apply_config(source, {culprit: moves[culprit][0]}))
         (name, (old, new)), = moves.items()
         if span[name] <= 1.0 or additive(name) and abs(new - old) <= 1:
+            # only a knob of the launch the step moved can make it fit: a GEMM seed's stage step
+            # out of shared memory once had a pointwise kernel's XBLOCK halved, twice, in vain
+            shrunk = _shrink(current, start, launched_with(source or "", name)) if resource else {}
             if shrunk:
                 return Kernel(apply_config(source, shrunk))
             return Kernel(None, f"(tuner) `{name}` {old} -> {new} is a single step with nothing smaller to try; "

@@ -44,6 +44,7 @@ class Knob:
     value: int
     sites: list[ast.Constant] = field(default_factory=list)   # spans to rewrite; empty when implicit
     launches: list[ast.Call] = field(default_factory=list)    # where to insert an implicit knob
+    passed_at: list[ast.Call] = field(default_factory=list)   # the launches whose keywords set it
 
     @property
     def implicit(self) -> bool:
@@ -617,6 +618,7 @@ def find_knobs(source: str) -> dict[str, Knob]:
                 knob = knobs.setdefault(kw.arg, Knob(kw.arg, _int_of(const)))
                 if all(const is not s for s in knob.sites):
                     knob.sites.append(const)
+                knob.passed_at.append(call)
     passed = {kw.arg for call, _ in launches for kw in call.keywords if kw.arg} | set(space.names if space else ())
     jitted = _jit_functions(tree)
     for fn in jitted:
@@ -639,6 +641,17 @@ def why_untunable(source: str) -> str:
         return ""
     space = autotune_space(source)
     return space.reason if space and space.reason else "it exposes no launch tunables to move"
+
+
+def launched_with(source: str, name: str) -> set[str]:
+    """The knobs some launch sets beside `name` (itself included): the tiles and stages of the
+    kernel that launch starts. An implicit knob goes with every launch. A knob no launch sets (an
+    @triton.autotune config's, a kernel signature's default) is not told apart: every knob."""
+    knobs = find_knobs(source)
+    calls = {id(c) for c in (knobs[name].passed_at or knobs[name].launches)} if name in knobs else set()
+    if not calls:
+        return set(knobs)
+    return {n for n, k in knobs.items() if calls & {id(c) for c in (k.passed_at or k.launches)}}
 
 
 def config_of(source: str) -> dict[str, int]:

@@ -486,3 +486,41 @@ def run(x):
     assert "BLOCK=512, num_warps=16, num_stages=4)" in moved
     assert apply_config(moved, {"num_stages": 5, "num_warps": 4, "BLOCK": 64}) == seed  # and back
     assert "BLOCK=256, num_warps=32, num_stages=3)" in apply_config(seed, {"num_warps": 32})  # 64: past the limit
+
+
+def test_a_step_out_of_shared_memory_shrinks_only_a_knob_of_its_own_launch():
+    """The FIB gemm_n2048_k4096 seed on the H100: a stage more on its GEMM launch ran out of shared
+    memory, and the fixer halved its largest tile, the XBLOCK of a pointwise launch beside it, twice
+    (the same error each time). The GEMM launch sets no tile of its own: nothing smaller to try."""
+    seed = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def gemm(a, b, c):
+    for k in range(4):
+        pass
+
+
+@triton.jit
+def cast(x, y, XBLOCK: tl.constexpr):
+    pass
+
+
+def run(a, b, c):
+    gemm[(1,)](a, b, c, num_warps=8, num_stages=5)
+    cast[(1,)](c, a, XBLOCK=512, num_warps=4)
+    return c
+'''
+
+    def fix(source: str, moves: dict) -> object:
+        return TUNER.fix(FixRequest(task=TASK, iteration=1, candidate_id="k.f1", plan=PlanDraft("p", moves),
+                                    parent_source=source, source=source, status="compile_error",
+                                    error="OutOfResources: out of resource: shared memory, Required: 245800",
+                                    findings=""))
+
+    reply = fix(seed, {"num_stages": (4, 5)})
+    assert reply.source is None and "nothing smaller" in reply.note
+    # where the launch that failed sets a tile, halving it is the repair
+    tiled = seed.replace("a, b, c, num_warps=8", "a, b, c, BLOCK_N=256, num_warps=8")
+    assert config_of(fix(tiled, {"num_stages": (4, 5)}).source)["BLOCK_N"] == 128
