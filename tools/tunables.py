@@ -691,9 +691,9 @@ def _moved_like(knob: Knob, site: int, value: int) -> int:
     memory, past the H100's 227 KB, and a candidate that did not compile."""
     if site == knob.value or knob.value <= 0:
         return value
-    low, high = LIMITS.get(knob.name, (1, 1 << 20))
+    low, high = limits(knob.name)  # a limit stops the step; a site already past it is not pulled back
     moved = site + value - knob.value if additive(knob.name) else round(site * value / knob.value)
-    return min(max(moved, low), high)
+    return min(max(moved, min(low, site)), max(high, site))
 
 
 def splice(source: str, edits: list[tuple[int, int, int, int, str]]) -> str:

@@ -486,6 +486,8 @@ def run(x):
     assert "BLOCK=512, num_warps=16, num_stages=4)" in moved
     assert apply_config(moved, {"num_stages": 5, "num_warps": 4, "BLOCK": 64}) == seed  # and back
     assert "BLOCK=256, num_warps=32, num_stages=3)" in apply_config(seed, {"num_warps": 32})  # 64: past the limit
+    small = seed.replace("BLOCK=256", "BLOCK=16")  # at the tile floor already: a halving leaves it there
+    assert "BLOCK=16, num_warps=8" in apply_config(small, {"BLOCK": 32})
 
 
 def test_a_step_out_of_shared_memory_shrinks_only_a_knob_of_its_own_launch():
