@@ -565,8 +565,8 @@ class TunerPolicy:
         moves = {n: (a, current[n]) for n, (a, _) in request.plan.moves.items() if n in current and current[n] != a}
         resource = bool(_RESOURCE_ERROR.search(f"{request.status}\n{request.error}"))
         start = {**current, **{n: a for n, (a, _) in request.plan.moves.items() if n in current}}
-        shrunk = _shrink(current, start) if source and resource else {}
         if not source or not moves:
+            shrunk = _shrink(current, start) if source and resource else {}
             if shrunk:  # a pinned autotune config that fails as written: shrink it
                 return Kernel(apply_config(source or "", shrunk))
             return Kernel(None, "(tuner) Nothing to revert: the failed kernel has none of the plan's moves left.")
@@ -580,7 +580,7 @@ class TunerPolicy:
         if span[name] <= 1.0 or additive(name) and abs(new - old) <= 1:
             # only a knob of the launch the step moved can make it fit: a GEMM seed's stage step
             # out of shared memory once had a pointwise kernel's XBLOCK halved, twice, in vain
-            shrunk = _shrink(current, start, launched_with(source or "", name)) if resource else {}
+            shrunk = _shrink(current, start, launched_with(source, name)) if resource else {}
             if shrunk:
                 return Kernel(apply_config(source, shrunk))
             return Kernel(None, f"(tuner) `{name}` {old} -> {new} is a single step with nothing smaller to try; "

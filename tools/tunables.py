@@ -648,10 +648,12 @@ def launched_with(source: str, name: str) -> set[str]:
     kernel that launch starts. An implicit knob goes with every launch. A knob no launch sets (an
     @triton.autotune config's, a kernel signature's default) is not told apart: every knob."""
     knobs = find_knobs(source)
-    calls = {id(c) for c in (knobs[name].passed_at or knobs[name].launches)} if name in knobs else set()
-    if not calls:
-        return set(knobs)
-    return {n for n, k in knobs.items() if calls & {id(c) for c in (k.passed_at or k.launches)}}
+
+    def calls(knob: Knob) -> set[int]:
+        return {id(c) for c in (knob.passed_at or knob.launches)}
+
+    mine = calls(knobs[name]) if name in knobs else set()
+    return {n for n, k in knobs.items() if mine & calls(k)} if mine else set(knobs)
 
 
 def config_of(source: str) -> dict[str, int]:

@@ -437,7 +437,7 @@ def test_a_rewrite_this_run_measured_losing_waits_on_the_programs_other_configur
     tried = [
         MeasuredKernel(id="baseline", title="the starting kernel", status="verified", parent_id=None,
                        speedup_vs_parent=None, speedup=1.0, config=config_of(baseline)),
-        MeasuredKernel(id="i1.m0.p0.k0", title=_recorded_title(PREFETCH_LOADS.title), status="verified",
+        MeasuredKernel(id="i1.m0.p0.k0", title=plan_title(f"### Plan 0: {PREFETCH_LOADS.title}"), status="verified",
                        parent_id="baseline", speedup_vs_parent=0.82, speedup=0.82, config=config_of(prefetched),
                        versus_parent="slower"),
         MeasuredKernel(id="i1.m0.p1.k0", title="BLOCK_N 64 -> 128", status="verified", parent_id="baseline",
@@ -455,10 +455,6 @@ def test_a_rewrite_this_run_measured_losing_waits_on_the_programs_other_configur
     assert everything[-1].rewrite == PREFETCH_LOADS.name and sum(p.rewrite == PREFETCH_LOADS.name for p in everything) == 1
     # a prefetch that tied on the baseline is no verdict: it still comes before the plain steps
     assert planned(2, versus="within noise")[0].rewrite == PREFETCH_LOADS.name
-
-
-def _recorded_title(title: str) -> str:
-    return plan_title(f"### Plan 0: {title}")
 
 
 def test_launches_that_differ_move_by_the_same_step_and_keep_their_difference():
