@@ -62,7 +62,7 @@ def axis_tiles(source: str) -> str | None:
     """The module with every one-row-per-program 2-D-grid kernel made to take AXIS1_GROUP rows of
     its second axis as a tile; None where no kernel qualifies."""
     note = "rows of the grid's second axis a program takes as a tile (the axis-tile rewrite); the tuner moves it"
-    return rewrite_launched_kernels(source, _OWN_NAMES, _tiled_kernel, _tiled_launch, KNOB, FIRST_VALUE, note)
+    return rewrite_launched_kernels(source, _OWN_NAMES, _tiled_kernel, _tiled_launch, (KNOB, FIRST_VALUE, note))
 
 
 # ------------------------------------------------------------------ the kernel
@@ -160,7 +160,8 @@ def _mask_if_moving(call: ast.Call, moving: set[str]) -> None:
 
 # ------------------------------------------------------------------ the launches
 
-def _tiled_launch(call: ast.Call, owner: ast.FunctionDef | None) -> tuple[int, int, int, int, str]:
+def _tiled_launch(call: ast.Call, owner: ast.FunctionDef | None, _kernel: ast.FunctionDef) \
+        -> tuple[int, int, int, int, str]:
     """One edit replacing `kernel[(a, b)](args)` with the tiled launch."""
     sub = call.func
     assert isinstance(sub, ast.Subscript)

@@ -235,14 +235,15 @@ class Refused(Exception):
 Launch = tuple[ast.Call, ast.FunctionDef | None]
 
 
-def rewrite_launched_kernels(source: str, own_names: tuple[str, ...],
-                             kernel: Callable[[ast.FunctionDef], ast.FunctionDef],
-                             launch: Callable[[ast.Call, ast.FunctionDef | None], tuple[int, int, int, int, str]],
-                             knob: str, value: int, note: str) -> str | None:
+def rewrite_launched_kernels(
+        source: str, own_names: tuple[str, ...], kernel: Callable[[ast.FunctionDef], ast.FunctionDef],
+        launch: Callable[[ast.Call, ast.FunctionDef | None, ast.FunctionDef], tuple[int, int, int, int, str]],
+        constant: tuple[str, int, str] | None = None) -> str | None:
     """Each plain kernel read only by its launches rewritten by `kernel`, and each of its launches
-    by `launch` (an edit for tools.tunables.splice), either refusing that kernel by raising Refused;
-    the knob's module constant added. None where no kernel was rewritten, the module does not
-    parse or already binds one of the rewrite's own names."""
+    by `launch` (given the launch, the function it is in and the kernel as written; an edit for
+    tools.tunables.splice), either refusing that kernel by raising Refused; the knob's module
+    constant (name, value, note) added where there is one. None where no kernel was rewritten, the
+    module does not parse or already binds one of the rewrite's own names."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -258,12 +259,14 @@ def rewrite_launched_kernels(source: str, own_names: tuple[str, ...],
             continue  # a variadic signature: the parameters a grid rewrite adds have no place
         try:
             new_fn = kernel(fn)
-            launch_edits = [launch(call, owner) for call, owner in launches]
+            launch_edits = [launch(call, owner, fn) for call, owner in launches]
         except Refused:
             continue
         edits.append((*kernel_span(source, fn), ast.unparse(new_fn)))
         edits.extend(launch_edits)
-    return with_constant(splice(source, edits), knob, value, note) if edits else None
+    if not edits:
+        return None
+    return with_constant(splice(source, edits), *constant) if constant else splice(source, edits)
 
 
 def with_knob_params(written: ast.FunctionDef, new: ast.FunctionDef, total: str, knob: str) -> None:

@@ -16,6 +16,9 @@ split into parts of PART_BLOCK columns a program and a launch that combines them
 `prefetch_loads` (prefetch_loads.py): a loop's loads issued one iteration ahead (a register double
 buffer), for the loops Triton does not pipeline itself (no tl.dot in them).
 
+`grouped_heads` (grouped_heads.py): a grouped-query attention kernel with a program per query head
+made to give each program a KV head and its query heads as one tile, q·k and p·v as tl.dot.
+
 `fused_launches` (fused_launches.py): launches of one kernel made one after another on independent
 tensors (rope's q, then k) made one launch, the grids joined along their last axis.
 
@@ -38,7 +41,15 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from accelopt.policies import axis_tiles, fused_launches, one_pass_softmax, prefetch_loads, row_groups, split_rows
+from accelopt.policies import (
+    axis_tiles,
+    fused_launches,
+    grouped_heads,
+    one_pass_softmax,
+    prefetch_loads,
+    row_groups,
+    split_rows,
+)
 from accelopt.policies.kernel_ast import before_definitions
 from accelopt.tools import pyparse
 from accelopt.tools.tunables import apply_config, config_of
@@ -189,6 +200,17 @@ AXIS_TILES = Rewrite(
         "the end masked): the shared loads once a program, one wide load per tensor instead of many short ones.",
     apply=axis_tiles.axis_tiles)
 
+GROUPED_HEADS = Rewrite(
+    name="grouped_heads",
+    title="rewrite: a KV head's query heads in one program, q·k and p·v as tl.dot",
+    why="(tuner rewrite) The kernel gives each query head of a grouped-query attention its own program: "
+        "the query heads that share a KV head each load its keys and values, and q·k and p·v are "
+        "element-wise products summed on the CUDA cores. Give each program one KV head and all its "
+        "query heads as the rows of a tile (padded to the 16 rows a tensor-core product needs, the "
+        "padding masked): the keys and values loaded once, and the two matrix-vector products per head "
+        "made two matrix products (tl.dot, float32 accuracy), which Triton also pipelines (num_stages).",
+    apply=grouped_heads.grouped_heads)
+
 SPLIT_ROWS = Rewrite(
     name="split_rows",
     title=f"rewrite: each row reduced in parts of {split_rows.KNOB} columns, then combined",
@@ -213,8 +235,8 @@ FUSED_LAUNCHES = Rewrite(
     apply=fused_launches.fused_launches, last=True)
 
 # in plan order: a rewrite that removes a pass over memory before one that hides its latency
-REWRITES: tuple[Rewrite, ...] = (CHUNKWISE_ONLINE_SOFTMAX, ONE_PASS_SOFTMAX, SPLIT_ROWS, PREFETCH_LOADS, AXIS_TILES,
-                                 ROW_GROUPS, FUSED_LAUNCHES)
+REWRITES: tuple[Rewrite, ...] = (CHUNKWISE_ONLINE_SOFTMAX, ONE_PASS_SOFTMAX, GROUPED_HEADS, SPLIT_ROWS, PREFETCH_LOADS,
+                                 AXIS_TILES, ROW_GROUPS, FUSED_LAUNCHES)
 BY_NAME = {r.name: r for r in REWRITES}
 
 

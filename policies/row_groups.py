@@ -52,7 +52,7 @@ def row_groups(source: str) -> str | None:
     """The module with every one-row-per-program kernel made to take ROW_GROUP rows; None where no
     kernel qualifies."""
     note = "rows per program (the row-group rewrite); the tuner moves it"
-    return rewrite_launched_kernels(source, _OWN_NAMES, _grouped_kernel, _grouped_launch, KNOB, FIRST_VALUE, note)
+    return rewrite_launched_kernels(source, _OWN_NAMES, _grouped_kernel, _grouped_launch, (KNOB, FIRST_VALUE, note))
 
 
 # ------------------------------------------------------------------ the kernel
@@ -130,7 +130,8 @@ def _fresh(name: str, taken: set[str]) -> str:
 
 # ------------------------------------------------------------------ the launches
 
-def _grouped_launch(call: ast.Call, owner: ast.FunctionDef | None) -> tuple[int, int, int, int, str]:
+def _grouped_launch(call: ast.Call, owner: ast.FunctionDef | None, _kernel: ast.FunctionDef) \
+        -> tuple[int, int, int, int, str]:
     """One edit replacing `kernel[GRID](args)` with the grouped launch."""
     sub = call.func
     assert isinstance(sub, ast.Subscript)

@@ -1,0 +1,554 @@
+"""The grouped-heads rewrite: a grouped-query attention kernel that gives each query head a program
+is made to give each program one KV head and all the query heads that share it, as the rows of a
+tile, with the two products (q·k and p·v) as `tl.dot` on the tensor cores.
+
+Why: decode kernels written per query head (the bundled gqa_paged_decode baseline; the o3 and
+gpt-5 FlashInfer-Bench solutions) load a KV head once for each of the query heads that read it,
+and compute q·k and p·v as element-wise products summed on the CUDA cores. On the H100 the bundled
+baseline stood at 44-52% of a same-size copy under its best launch configuration (BENCHMARKS.md):
+launch moves cannot close it. Made mechanically:
+
+    b = tl.program_id(0)                  b = tl.program_id(0)
+    h = tl.program_id(1)            ->    _kv_head = tl.program_id(1)
+                                          _head_in_group = tl.arange(0, HEADS_TILE)
+                                          h = _kv_head * (G) + _head_in_group
+                                          _head_mask = (_head_in_group < (G)) & (h < _heads_total)
+    kvh = h // G                          kvh = _kv_head
+    q = tl.load(Q(b, h) + offs)           q = tl.load(Q(b, h)[:, None] + offs, mask=_head_mask[:, None])
+    ...                                   ...
+    s = tl.sum(k * q[None, :], axis=1)    s = tl.dot(q, tl.trans(k), input_precision=...)
+    acc = acc * alpha + tl.sum(p[:, None] * v, axis=0)
+                                    ->    acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=...)
+
+and each launch's grid `(a, b)` becomes `(a, triton.cdiv(b, G))` with `_heads_total=b` and
+`HEADS_TILE` = G rounded up to a power of two, at least 16 (a tensor-core tile's rows).
+
+Every value that depends on the query head (found by following assignments, loops included, to a
+fixed point) gains the heads as a new first axis; what does not (the KV head, its keys and values,
+the token positions) stays as it was and is loaded once a program. Element-wise code broadcasts
+once a head-dependent operand of lower rank is given singleton axes after its heads; a reduction
+of one moves to the next axis; a load or store of one is masked to the heads that exist. A
+reduction of a head-dependent vector times a head-independent matrix (a matrix-vector product)
+becomes a `tl.dot` of the heads' tile with the matrix. Its precision is the launch's choice
+(`DOT_PRECISION`, a constexpr): where no tensor the launch passes is float32, one TF32 product,
+exact on values cast up from bf16 or fp16 (q, k, v) and 11 bits on the probabilities, eight times
+finer than a bf16 output's own rounding; where one is float32, three TF32 products (float32
+accuracy). On the H100 the bundled task's grouped kernel ran at 80-97% of a same-size copy with one
+TF32 product, 50-59% with three, 2% with `ieee` (no tensor cores). The rewrite refuses anything else:
+a head that steers control flow, a head-dependent value of rank two or more (a 3-D tile), a call
+it does not know, the KV head not found as `h // G` with G independent of the head, kernels
+under @triton.autotune or @triton.heuristics.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+from dataclasses import dataclass
+
+from accelopt.policies.kernel_ast import (
+    Refused,
+    axis_of,
+    grid_bindings,
+    is_tl,
+    names,
+    program_id_axis,
+    rewrite_launched_kernels,
+    with_knob_params,
+)
+
+TILE = "HEADS_TILE"        # the heads a program holds, padded: a constexpr the launch computes
+TENSOR_CORE_ROWS = 16      # tl.dot's smallest tile dimension on NVIDIA GPUs
+PRECISION = "DOT_PRECISION"  # tl.dot's input precision: a constexpr the launch chooses by its tensors' dtypes
+_KV = "_kv_head"
+_LANE = "_head_in_group"
+_MASK = "_head_mask"
+_TOTAL = "_heads_total"
+_OWN_NAMES = (TILE, PRECISION, _KV, _LANE, _MASK, _TOTAL)
+
+_ELEMENTWISE = ("where", "maximum", "minimum", "exp", "exp2", "log", "log2", "sqrt", "sqrt_rn", "rsqrt", "abs",
+                "sin", "cos", "sigmoid", "fma", "cast", "fdiv", "div_rn", "clamp", "erf", "floor", "ceil", "umulhi",
+                "multiple_of", "max_contiguous")
+_REDUCTIONS = ("sum", "max", "min", "argmax", "argmin")
+_SCALARS = ("program_id", "num_programs", "cdiv")
+
+
+def grouped_heads(source: str) -> str | None:
+    """The module with every per-query-head GQA kernel made to take a KV head's query heads as one
+    tile; None where no kernel qualifies."""
+    return rewrite_launched_kernels(source, _OWN_NAMES, _grouped_kernel, _grouped_launch)
+
+
+# ------------------------------------------------------------------ what a kernel must look like
+
+@dataclass(frozen=True)
+class _Shape:
+    head: str            # the query head's name, bound to tl.program_id(1)
+    kv_at: int           # the index in the body of `kvh = h // G`
+    group: ast.expr      # G, in the kernel's parameters and module constants only
+
+
+def _body(fn: ast.FunctionDef) -> tuple[list[ast.stmt], list[ast.stmt]]:
+    """(the docstring, if any; the rest of the body)."""
+    body = list(fn.body)
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        return body[:1], body[1:]
+    return [], body
+
+
+def _shape_of(fn: ast.FunctionDef, body: list[ast.stmt]) -> _Shape:
+    at = [i for i, s in enumerate(body) if program_id_axis(s) == 1]
+    ids = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and is_tl(n.func, ("program_id",))]
+    if len(at) != 1 or sum(axis_of(c) == 1 for c in ids) != 1:
+        raise Refused("not one program per query head on the grid's second axis")
+    head = body[at[0]].targets[0].id  # type: ignore[attr-defined]  # checked by program_id_axis
+    if sum(isinstance(n, ast.Name) and n.id == head and isinstance(n.ctx, ast.Store) for n in ast.walk(fn)) != 1:
+        raise Refused("the query head is assigned more than once")
+    found = [(i, s) for i, s in enumerate(body) if i > at[0] and _divides(s, head)]
+    if len(found) != 1:
+        raise Refused("no KV head computed as `h // G`")
+    kv_at, stmt = found[0]
+    value = stmt.value  # type: ignore[attr-defined]
+    division = value.func.value if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) else value
+    assert isinstance(division, ast.BinOp)  # checked by _divides
+    return _Shape(head, kv_at, _in_parameters(division.right, fn, body, head))
+
+
+def _divides(stmt: ast.stmt, head: str) -> bool:
+    """`name = head // G` or `name = (head // G).to(...)`."""
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
+        return False
+    value = stmt.value
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "to":
+        value = value.func.value
+    return isinstance(value, ast.BinOp) and isinstance(value.op, ast.FloorDiv) \
+        and isinstance(value.left, ast.Name) and value.left.id == head
+
+
+def _in_parameters(expr: ast.expr, fn: ast.FunctionDef, body: list[ast.stmt], head: str) -> ast.expr:
+    """`expr` with every name the body binds once, at its top level, replaced by what it binds,
+    until only parameters and module names are left (the group size, which the new first lines
+    and the launch both need)."""
+    params = {a.arg for a in fn.args.args}
+    stores: dict[str, int] = {}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            stores[node.id] = stores.get(node.id, 0) + 1
+    top = {s.targets[0].id: s.value for s in body if isinstance(s, ast.Assign) and len(s.targets) == 1
+           and isinstance(s.targets[0], ast.Name)}
+
+    class Inline(ast.NodeTransformer):
+        def visit_Name(self, node: ast.Name) -> ast.expr:
+            if node.id == head:
+                raise Refused("the group size depends on the query head")
+            if node.id in params or node.id not in stores:
+                return node
+            if stores[node.id] != 1 or node.id not in top:
+                raise Refused(f"the group size reads {node.id}, bound more than once or in a block")
+            return self.visit(copy.deepcopy(top[node.id]))
+
+    out = Inline().visit(copy.deepcopy(expr))
+    if any(isinstance(n, ast.Call) for n in ast.walk(out)):
+        raise Refused("the group size is computed by a call")
+    return out
+
+
+def _moving(fn: ast.FunctionDef, shape: _Shape, kv_name: str) -> set[str]:
+    """The names whose value depends on the query head: assignments followed to a fixed point,
+    loops included (an accumulator initialised before a loop moves if the loop gives it a moving
+    value). The KV head, which the rewrite makes the program's own, does not."""
+    moving = {shape.head}
+    while True:
+        grown = set(moving)
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign) and node.value is not None:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                stored = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+                if stored != {kv_name} and names(node.value) & grown:
+                    grown |= stored
+        if grown == moving:
+            return moving
+        moving = grown
+
+
+# ------------------------------------------------------------------ the kernel
+
+@dataclass
+class _Value:
+    node: ast.expr
+    moving: bool   # has the heads as a new first axis
+    rank: int      # the rank it had before the rewrite
+
+
+def _expr_of(text: str) -> ast.expr:
+    return ast.parse(text, mode="eval").body
+
+
+def _expanded(value: _Value, rank: int) -> ast.expr:
+    """A moving value given singleton axes after its heads, up to `rank` axes besides them."""
+    if not value.moving or value.rank >= rank:
+        return value.node
+    index = ", ".join([":"] + ["None"] * (rank - value.rank) + [":"] * value.rank)
+    return _expr_of(f"({ast.unparse(value.node)})[{index}]")
+
+
+def _head_mask(rank: int) -> ast.expr:
+    return _expr_of(_MASK if rank == 0 else f"{_MASK}[:{', None' * rank}]")
+
+
+def _one_per_head(value: _Value) -> ast.expr:
+    """A head-independent value given the heads' axis: an accumulator's first value, before the
+    loop that makes it move. Its tiles (`tl.zeros`, `tl.full`) get the heads' axis where they make
+    the whole value's shape; anything else is broadcast by a select."""
+
+    class Tiles(ast.NodeTransformer):
+        found = 0
+
+        def visit_Call(self, node: ast.Call) -> ast.expr:
+            if is_tl(node.func, ("zeros", "full")):
+                shape = node.args[0] if node.args else next(k.value for k in node.keywords if k.arg == "shape")
+                if isinstance(shape, ast.Tuple | ast.List) and len(shape.elts) == value.rank:
+                    shape.elts.insert(0, ast.Name(TILE, ast.Load()))
+                    self.found += 1
+            return node
+
+    tiles = Tiles()
+    lifted = tiles.visit(copy.deepcopy(value.node))
+    calls = sum(isinstance(n, ast.Call) and not (isinstance(n.func, ast.Name) and n.func.id in ("float", "int"))
+                for n in ast.walk(value.node))
+    if tiles.found and tiles.found == calls:  # nothing but tiles and arithmetic on them
+        return lifted
+    mask, written = ast.unparse(_head_mask(value.rank)), ast.unparse(value.node)
+    return _expr_of(f"tl.where({mask}, {written}, {written})")
+
+
+class _Grouper:
+    """Rewrites a kernel's statements in order, tracking every name's rank."""
+
+    def __init__(self, moving: set[str], params: set[str]) -> None:
+        self.moving = moving
+        self.ranks: dict[str, int] = {p: 0 for p in params}
+
+    # -------------------------------------------------------------- statements
+    def block(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
+        return [out for s in stmts for out in self.stmt(s)]
+
+    def stmt(self, stmt: ast.stmt) -> list[ast.stmt]:
+        if isinstance(stmt, ast.Assign):
+            if len(stmt.targets) != 1 or not isinstance(stmt.targets[0], ast.Name):
+                if names(stmt) & self.moving:
+                    raise Refused("a moving value assigned to several names or an element")
+                return [self._static(stmt)]
+            name = stmt.targets[0].id
+            return [ast.Assign([ast.Name(name, ast.Store())], self._assigned(name, stmt.value))]
+        if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
+            name = stmt.target.id
+            value = ast.BinOp(ast.Name(name, ast.Load()), stmt.op, stmt.value)
+            return [ast.Assign([ast.Name(name, ast.Store())], self._assigned(name, value))]
+        if isinstance(stmt, ast.Expr):
+            if isinstance(stmt.value, ast.Constant):
+                return [stmt]
+            return [ast.Expr(self.call_statement(stmt.value))]
+        if isinstance(stmt, ast.For):
+            if names(stmt.iter) & self.moving or names(stmt.target) & self.moving or stmt.orelse:
+                raise Refused("a loop over something that depends on the head")
+            for target in (n for n in ast.walk(stmt.target) if isinstance(n, ast.Name)):
+                self.ranks[target.id] = 0
+            return [ast.For(stmt.target, stmt.iter, self.block(stmt.body), [])]
+        if isinstance(stmt, ast.While | ast.If):
+            if names(stmt.test) & self.moving:
+                raise Refused("control flow that depends on the head")
+            self.expr(stmt.test)
+            kind = type(stmt)
+            return [kind(stmt.test, self.block(stmt.body), self.block(stmt.orelse))]
+        if isinstance(stmt, ast.Return) and stmt.value is None or isinstance(stmt, ast.Pass | ast.Break | ast.Continue):
+            return [stmt]
+        raise Refused(f"{type(stmt).__name__}: not a statement the rewrite knows")
+
+    def _static(self, stmt: ast.stmt) -> ast.stmt:
+        for target in (n for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)):
+            self.ranks.setdefault(target.id, 0)
+        return stmt
+
+    def _assigned(self, name: str, value: ast.expr) -> ast.expr:
+        """What `name = value` assigns after the rewrite; the name's rank checked and recorded."""
+        got = self.expr(value)
+        if self.ranks.setdefault(name, got.rank) != got.rank:
+            raise Refused(f"{name} is assigned values of different ranks")
+        if name in self.moving and not got.moving:
+            return _one_per_head(got)
+        if got.moving and name not in self.moving:
+            raise Refused(f"{name}: moves with the head where the analysis said it does not")
+        return got.node
+
+    def call_statement(self, node: ast.expr) -> ast.expr:
+        if isinstance(node, ast.Call) and is_tl(node.func, ("store",)):
+            return self._store(node)
+        if isinstance(node, ast.Call) and is_tl(node.func, ("debug_barrier", "static_assert")) \
+                and not names(node) & self.moving:
+            return node
+        raise Refused(f"{ast.unparse(node)[:40]}: a statement the rewrite does not know")
+
+    # -------------------------------------------------------------- expressions
+    def expr(self, node: ast.expr) -> _Value:
+        if isinstance(node, ast.Constant):
+            return _Value(node, False, 0)
+        if isinstance(node, ast.Name):
+            return _Value(node, node.id in self.moving, self.ranks.get(node.id, 0))
+        if isinstance(node, ast.Attribute):  # a dtype, `x.dtype.element_ty`
+            if node.attr in ("T", "shape") or names(node) & self.moving:
+                raise Refused("the shape of a value that moves with the head")
+            return _Value(node, False, 0)
+        if isinstance(node, ast.UnaryOp):
+            inner = self.expr(node.operand)
+            return _Value(ast.UnaryOp(node.op, inner.node), inner.moving, inner.rank)
+        if isinstance(node, ast.BinOp):
+            left, right = self.expr(node.left), self.expr(node.right)
+            rank = max(left.rank, right.rank)
+            return self._checked(_Value(ast.BinOp(_expanded(left, rank), node.op, _expanded(right, rank)),
+                                        left.moving or right.moving, rank))
+        if isinstance(node, ast.Compare) and len(node.comparators) == 1:
+            left, right = self.expr(node.left), self.expr(node.comparators[0])
+            rank = max(left.rank, right.rank)
+            return self._checked(_Value(ast.Compare(_expanded(left, rank), node.ops, [_expanded(right, rank)]),
+                                        left.moving or right.moving, rank))
+        if isinstance(node, ast.Subscript):
+            return self._subscript(node)
+        if isinstance(node, ast.Call):
+            return self._call(node)
+        if isinstance(node, ast.BoolOp | ast.IfExp) and not names(node) & self.moving:
+            return _Value(node, False, 0)
+        raise Refused(f"{type(node).__name__}: not an expression the rewrite knows")
+
+    @staticmethod
+    def _checked(value: _Value) -> _Value:
+        if value.moving and value.rank >= 2:
+            raise Refused("a value of rank 2 that moves with the head would be a 3-D tile")
+        return value
+
+    def _subscript(self, node: ast.Subscript) -> _Value:
+        inner = self.expr(node.value)
+        parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        if not all(isinstance(p, ast.Slice) and p.lower is p.upper is p.step is None
+                   or isinstance(p, ast.Constant) and p.value is None for p in parts):
+            raise Refused("indexing other than new axes")
+        if sum(isinstance(p, ast.Slice) for p in parts) != inner.rank:
+            raise Refused("indexing that does not keep every axis")
+        if not inner.moving:
+            return _Value(node, False, len(parts))
+        index = ", ".join([":"] + [ast.unparse(p) or ":" for p in parts])
+        return self._checked(_Value(_expr_of(f"({ast.unparse(inner.node)})[{index}]"), True, len(parts)))
+
+    def _call(self, node: ast.Call) -> _Value:
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr == "to" and not is_tl(func, ("to",)):
+            inner = self.expr(func.value)
+            return _Value(ast.Call(ast.Attribute(inner.node, "to", ast.Load()), node.args, node.keywords),
+                          inner.moving, inner.rank)
+        if isinstance(func, ast.Name) and func.id in ("float", "int", "min", "max") \
+                or is_tl(func, _SCALARS) or is_tl(func, ("static_range", "range")):
+            if names(node) & self.moving:
+                raise Refused(f"{ast.unparse(func)} of a value that moves with the head")
+            return _Value(node, False, 0)
+        if is_tl(func, ("arange",)):
+            return _Value(node, False, 1)
+        if is_tl(func, ("zeros", "full")):
+            shape = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "shape"), None)
+            if not isinstance(shape, ast.Tuple | ast.List) or names(node) & self.moving:
+                raise Refused("a tile whose shape is not written out")
+            return _Value(node, False, len(shape.elts))
+        if is_tl(func, ("load",)):
+            return self._load(node)
+        if is_tl(func, _REDUCTIONS):
+            return self._reduction(node)
+        if is_tl(func, ("dot", "trans")) and not names(node) & self.moving:
+            return _Value(node, False, 2)
+        if is_tl(func, _ELEMENTWISE) and not any(k.arg in ("mask",) for k in node.keywords):
+            values = [self.expr(a) for a in node.args]
+            keywords = [(k, self.expr(k.value)) for k in node.keywords]
+            rank = max([v.rank for v in values] + [v.rank for _, v in keywords], default=0)
+            moving = any(v.moving for v in values) or any(v.moving for _, v in keywords)
+            call = ast.Call(func, [_expanded(v, rank) for v in values],
+                            [ast.keyword(k.arg, _expanded(v, rank)) for k, v in keywords])
+            return self._checked(_Value(call, moving, rank))
+        raise Refused(f"{ast.unparse(func)}: a call the rewrite does not know")
+
+    def _argument(self, node: ast.Call, position: int, keyword: str) -> ast.expr | None:
+        if len(node.args) > position:
+            return node.args[position]
+        return next((k.value for k in node.keywords if k.arg == keyword), None)
+
+    def _with_argument(self, node: ast.Call, position: int, keyword: str, value: ast.expr) -> None:
+        if len(node.args) > position:
+            node.args[position] = value
+            return
+        node.keywords = [k for k in node.keywords if k.arg != keyword] + [ast.keyword(keyword, value)]
+
+    def _load(self, node: ast.Call) -> _Value:
+        pointer = self._argument(node, 0, "pointer")
+        if pointer is None or len(node.args) > 3:
+            raise Refused("a load without its pointer, or with more than pointer, mask and other")
+        address = self.expr(pointer)
+        new = ast.Call(node.func, list(node.args), list(node.keywords))
+        self._with_argument(new, 0, "pointer", address.node)
+        mask, other = self._argument(node, 1, "mask"), self._argument(node, 2, "other")
+        if not address.moving:
+            if mask is not None and names(mask) & self.moving or other is not None and names(other) & self.moving:
+                raise Refused("a load from an address that does not move with the head, masked by one that does")
+            return _Value(node, False, address.rank)
+        self._with_argument(new, 1, "mask", self._masked(mask, address.rank))
+        if other is not None:
+            self._with_argument(new, 2, "other", _expanded(self.expr(other), address.rank))
+        return self._checked(_Value(new, True, address.rank))
+
+    def _masked(self, mask: ast.expr | None, rank: int) -> ast.expr:
+        """The heads' mask at `rank`, and the written one where there is one (tl.where: a scalar
+        mask `&` a block is not a boolean block on Triton's interpreter)."""
+        if mask is None:
+            return _head_mask(rank)
+        written = _expanded(self.expr(mask), rank)
+        return _expr_of(f"tl.where({ast.unparse(_head_mask(rank))}, {ast.unparse(written)}, False)")
+
+    def _store(self, node: ast.Call) -> ast.Call:
+        pointer, value = self._argument(node, 0, "pointer"), self._argument(node, 1, "value")
+        if pointer is None or value is None or len(node.args) > 3:
+            raise Refused("a store without its pointer and value, or with more")
+        address, stored = self.expr(pointer), self.expr(value)
+        if not address.moving:
+            if stored.moving or names(node) & self.moving:
+                raise Refused("a value that moves with the head stored where it does not")
+            return node
+        new = ast.Call(node.func, list(node.args), list(node.keywords))
+        self._with_argument(new, 0, "pointer", address.node)
+        self._with_argument(new, 1, "value", _expanded(stored, address.rank))
+        self._with_argument(new, 2, "mask", self._masked(self._argument(node, 2, "mask"), address.rank))
+        return new
+
+    def _reduction(self, node: ast.Call) -> _Value:
+        if len(node.args) > 2 or any(k.arg not in ("axis",) for k in node.keywords):
+            raise Refused("a reduction with more than its input and axis")
+        axis_node = self._argument(node, 1, "axis")
+        if axis_node is not None and not (isinstance(axis_node, ast.Constant) and isinstance(axis_node.value, int)
+                                          or isinstance(axis_node, ast.UnaryOp) and isinstance(axis_node.op, ast.USub)
+                                          and isinstance(axis_node.operand, ast.Constant)):
+            raise Refused("a reduction over an axis that is not written out")
+        axis = None if axis_node is None else ast.literal_eval(axis_node)
+        product = self._product(node.args[0] if node.args else None, axis) \
+            if is_tl(node.func, ("sum",)) else None
+        if product is not None:
+            return product
+        inner = self.expr(node.args[0])
+        rank = max(inner.rank - 1, 0) if axis is not None else 0
+        if not inner.moving:
+            return _Value(node, False, rank)
+        if axis is None:
+            if inner.rank != 1:
+                raise Refused("a whole-tile reduction of a value of rank 2 that moves with the head")
+            axis = 0
+        new_axis = axis + 1 if axis >= 0 else axis
+        return _Value(ast.Call(node.func, [inner.node], [ast.keyword("axis", ast.Constant(new_axis))]), True, rank)
+
+    def _product(self, node: ast.expr | None, axis: int | None) -> _Value | None:
+        """`tl.sum(M * u[None, :], axis=1)` or `tl.sum(u[:, None] * M, axis=0)` (either order), with u
+        moving with the head and M a matrix that does not: a matrix-vector product per head, which
+        is a `tl.dot` of the heads' tile with M. None where the sum is not one."""
+        if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult)) or axis is None:
+            return None
+        sides = [node.left, node.right]
+        moving = [names(s) & self.moving != set() for s in sides]
+        if moving.count(True) != 1:
+            return None
+        vector, matrix = sides[moving.index(True)], sides[moving.index(False)]
+        if not (isinstance(vector, ast.Subscript) and isinstance(vector.slice, ast.Tuple)
+                and len(vector.slice.elts) == 2):
+            return None
+        kinds = ["new" if isinstance(p, ast.Constant) else "keep" for p in vector.slice.elts]
+        u, m = self.expr(vector.value), self.expr(matrix)
+        if not (u.moving and u.rank == 1 and not m.moving and m.rank == 2):
+            return None
+        precision = f"input_precision={PRECISION}"
+        if kinds == ["new", "keep"] and axis in (1, -1):   # out[n] = sum_d M[n, d] u[d]
+            return _Value(_expr_of(f"tl.dot({ast.unparse(u.node)}, tl.trans({ast.unparse(m.node)}), {precision})"),
+                          True, 1)
+        if kinds == ["keep", "new"] and axis in (0, -2):   # out[d] = sum_n u[n] M[n, d]
+            return _Value(_expr_of(f"tl.dot({ast.unparse(u.node)}, {ast.unparse(m.node)}, {precision})"), True, 1)
+        return None
+
+
+def _grouped_kernel(fn: ast.FunctionDef) -> ast.FunctionDef:
+    doc, body = _body(fn)
+    shape = _shape_of(fn, body)
+    kv_name = body[shape.kv_at].targets[0].id  # type: ignore[attr-defined]  # checked by _divides
+    moving = _moving(fn, shape, kv_name)
+    if kv_name in moving or names(shape.group) & moving:
+        raise Refused("the KV head or the group size moves with the query head")
+    group = ast.unparse(shape.group)
+    grouper = _Grouper(moving, {a.arg for a in fn.args.args})
+    new_body: list[ast.stmt] = []
+    for index, stmt in enumerate(body):
+        if index == shape.kv_at:
+            new_body.append(ast.parse(f"{kv_name} = {_KV}").body[0])
+        elif program_id_axis(stmt) == 1:
+            new_body += ast.parse(f"{_KV} = tl.program_id(1)\n"
+                                  f"{_LANE} = tl.arange(0, {TILE})\n"
+                                  f"{shape.head} = {_KV} * ({group}) + {_LANE}\n"
+                                  f"{_MASK} = ({_LANE} < ({group})) & ({shape.head} < {_TOTAL})").body
+        else:
+            new_body += grouper.stmt(stmt)
+    if not any(isinstance(n, ast.Call) and is_tl(n.func, ("dot",)) for s in new_body for n in ast.walk(s)):
+        raise Refused("no matrix-vector product to make a tl.dot: nothing for the tensor cores")
+    new = copy.deepcopy(fn)
+    new.body = doc + new_body
+    with_knob_params(fn, new, _TOTAL, TILE)
+    new.args.args.append(ast.arg(PRECISION, _expr_of("tl.constexpr")))
+    if fn.args.defaults:
+        new.args.defaults.append(ast.Constant("tf32x3"))
+    return ast.fix_missing_locations(new)
+
+
+# ------------------------------------------------------------------ the launches
+
+def _grouped_launch(call: ast.Call, owner: ast.FunctionDef | None, fn: ast.FunctionDef) -> tuple[int, int, int, int, str]:
+    """One edit replacing `kernel[(a, b)](args)` with the grouped launch."""
+    sub = call.func
+    assert isinstance(sub, ast.Subscript)
+    if any(k.arg in _OWN_NAMES or k.arg is None for k in call.keywords) or any(
+            isinstance(a, ast.Starred) for a in call.args):
+        raise Refused("the launch names our parameters, or passes *args or **kwargs")
+    grid = sub.slice
+    if isinstance(grid, ast.Name) and owner is not None:
+        bound = grid_bindings(owner, grid)
+        grid = bound[0] if len(bound) == 1 else grid
+    if not (isinstance(grid, ast.Tuple) and len(grid.elts) == 2
+            and not any(isinstance(e, ast.Starred) for e in grid.elts)):
+        raise Refused("the grid is not a two-element tuple")
+    doc, body = _body(fn)
+    group = f"({ast.unparse(_launch_side(_shape_of(fn, body).group, fn, call))})"
+    first, heads = (ast.unparse(e) for e in grid.elts)
+    args = [ast.unparse(a) for a in call.args] + [f"{k.arg}={ast.unparse(k.value)}" for k in call.keywords]
+    tensors = ", ".join(a for a in args if a.isidentifier())  # the names passed: tensors among them
+    exact = f"'tf32x3' if any(str(getattr(a, 'dtype', '')) == 'torch.float32' for a in ({tensors},)) else 'tf32'"
+    args += [f"{_TOTAL}={heads}", f"{TILE}=max({TENSOR_CORE_ROWS}, triton.next_power_of_2({group}))",
+             f"{PRECISION}=({exact})"]
+    new = f"{ast.unparse(sub.value)}[({first}, triton.cdiv({heads}, {group}))]({', '.join(args)})"
+    return (call.lineno, call.col_offset, call.end_lineno or call.lineno, call.end_col_offset or 0, new)
+
+
+def _launch_side(group: ast.expr, fn: ast.FunctionDef, call: ast.Call) -> ast.expr:
+    """The group size as the launch computes it: each kernel parameter replaced by the argument the
+    launch passes for it (or its default)."""
+    params = [a.arg for a in fn.args.args]
+    passed: dict[str, ast.expr] = dict(zip(params, call.args))
+    passed.update({k.arg: k.value for k in call.keywords if k.arg})
+    defaults = dict(zip(params[len(params) - len(fn.args.defaults):], fn.args.defaults))
+
+    class Arguments(ast.NodeTransformer):
+        def visit_Name(self, node: ast.Name) -> ast.expr:
+            if node.id not in params:
+                return node  # a module constant, as visible at the launch as in the kernel
+            value = passed.get(node.id, defaults.get(node.id))
+            if value is None:
+                raise Refused(f"the launch does not pass {node.id}, which the group size reads")
+            return _expr_of(f"({ast.unparse(value)})")
+
+    return Arguments().visit(copy.deepcopy(group))
