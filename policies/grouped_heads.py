@@ -54,7 +54,6 @@ from accelopt.policies.kernel_ast import (
     names,
     program_id_axis,
     rewrite_launched_kernels,
-    with_knob_params,
 )
 
 TILE = "HEADS_TILE"        # the heads a program holds, padded: a constexpr the launch computes
@@ -83,9 +82,38 @@ def grouped_heads(source: str) -> str | None:
 
 @dataclass(frozen=True)
 class _Shape:
-    head: str            # the query head's name, bound to tl.program_id(1)
-    kv_at: int           # the index in the body of `kvh = h // G`
-    group: ast.expr      # G, in the kernel's parameters and module constants only
+    head: str                 # the query head's name
+    head_at: int              # the index in the body of its statement
+    kv_at: int                # ... of `kvh = h // G`
+    group: ast.expr           # G, in the kernel's parameters and module constants only
+    # a 1-D grid of (row, head) programs: `b = pid // H` at row_at, `h = pid % H`; None on a 2-D grid
+    heads: ast.expr | None = None
+    row_at: int | None = None
+
+
+def _shape_of(fn: ast.FunctionDef, body: list[ast.stmt]) -> _Shape:
+    """Where the query head comes from: `h = tl.program_id(1)` (a 2-D grid of rows and heads), or
+    `h = pid % H` beside `b = pid // H` with `pid = tl.program_id(0)` (one axis of rows times heads)."""
+    ids = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and is_tl(n.func, ("program_id",))]
+    second = [i for i, s in enumerate(body) if program_id_axis(s) == 1]
+    if len(second) == 1 and sum(axis_of(c) == 1 for c in ids) == 1:
+        head_at, heads, row_at = second[0], None, None
+    elif len(ids) == 1:
+        head_at, heads, row_at = _rows_times_heads(body)
+    else:
+        raise Refused("not one program per query head")
+    head = body[head_at].targets[0].id  # type: ignore[attr-defined]  # checked above
+    if sum(isinstance(n, ast.Name) and n.id == head and isinstance(n.ctx, ast.Store) for n in ast.walk(fn)) != 1:
+        raise Refused("the query head is assigned more than once")
+    found = [(i, s) for i, s in enumerate(body) if i > head_at and _divides(s, head)]
+    if len(found) != 1:
+        raise Refused("no KV head computed as `h // G`")
+    kv_at, stmt = found[0]
+    value = stmt.value  # type: ignore[attr-defined]
+    division = value.func.value if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) else value
+    assert isinstance(division, ast.BinOp)  # checked by _divides
+    group = _in_parameters(division.right, fn, body, head)
+    return _Shape(head, head_at, kv_at, group, heads and _in_parameters(heads, fn, body, head), row_at)
 
 
 def _body(fn: ast.FunctionDef) -> tuple[list[ast.stmt], list[ast.stmt]]:
@@ -96,22 +124,21 @@ def _body(fn: ast.FunctionDef) -> tuple[list[ast.stmt], list[ast.stmt]]:
     return [], body
 
 
-def _shape_of(fn: ast.FunctionDef, body: list[ast.stmt]) -> _Shape:
-    at = [i for i, s in enumerate(body) if program_id_axis(s) == 1]
-    ids = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and is_tl(n.func, ("program_id",))]
-    if len(at) != 1 or sum(axis_of(c) == 1 for c in ids) != 1:
-        raise Refused("not one program per query head on the grid's second axis")
-    head = body[at[0]].targets[0].id  # type: ignore[attr-defined]  # checked by program_id_axis
-    if sum(isinstance(n, ast.Name) and n.id == head and isinstance(n.ctx, ast.Store) for n in ast.walk(fn)) != 1:
-        raise Refused("the query head is assigned more than once")
-    found = [(i, s) for i, s in enumerate(body) if i > at[0] and _divides(s, head)]
-    if len(found) != 1:
-        raise Refused("no KV head computed as `h // G`")
-    kv_at, stmt = found[0]
-    value = stmt.value  # type: ignore[attr-defined]
-    division = value.func.value if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) else value
-    assert isinstance(division, ast.BinOp)  # checked by _divides
-    return _Shape(head, kv_at, _in_parameters(division.right, fn, body, head))
+def _rows_times_heads(body: list[ast.stmt]) -> tuple[int, ast.expr, int]:
+    """(the index of `h = pid % H`, H, the index of `b = pid // H`) on a 1-D grid."""
+    pids = [s.targets[0].id for s in body if program_id_axis(s) == 0]  # type: ignore[attr-defined]
+    if len(pids) != 1:
+        raise Refused("no program id bound to a name")
+
+    def split(op: type) -> list[tuple[int, ast.expr]]:
+        return [(i, s.value.right) for i, s in enumerate(body) if isinstance(s, ast.Assign) and len(s.targets) == 1
+                and isinstance(s.targets[0], ast.Name) and isinstance(s.value, ast.BinOp)
+                and isinstance(s.value.op, op) and isinstance(s.value.left, ast.Name) and s.value.left.id == pids[0]]
+
+    heads, rows = split(ast.Mod), split(ast.FloorDiv)
+    if len(heads) != 1 or len(rows) != 1 or ast.dump(heads[0][1]) != ast.dump(rows[0][1]):
+        raise Refused("the program id not split into rows and heads by one count")
+    return heads[0][0], heads[0][1], rows[0][0]
 
 
 def _divides(stmt: ast.stmt, head: str) -> bool:
@@ -480,7 +507,7 @@ def _grouped_kernel(fn: ast.FunctionDef) -> ast.FunctionDef:
     shape = _shape_of(fn, body)
     kv_name = body[shape.kv_at].targets[0].id  # type: ignore[attr-defined]  # checked by _divides
     moving = _moving(fn, shape, kv_name)
-    if kv_name in moving or names(shape.group) & moving:
+    if kv_name in moving or names(shape.group) & moving or shape.heads and names(shape.heads) & moving:
         raise Refused("the KV head or the group size moves with the query head")
     group = ast.unparse(shape.group)
     grouper = _Grouper(moving, {a.arg for a in fn.args.args})
@@ -488,49 +515,65 @@ def _grouped_kernel(fn: ast.FunctionDef) -> ast.FunctionDef:
     for index, stmt in enumerate(body):
         if index == shape.kv_at:
             new_body.append(ast.parse(f"{kv_name} = {_KV}").body[0])
-        elif program_id_axis(stmt) == 1:
-            new_body += ast.parse(f"{_KV} = tl.program_id(1)\n"
+        elif index == shape.head_at:
+            if shape.heads is None:  # a 2-D grid: its second axis counts KV heads now
+                kv_head, total = "tl.program_id(1)", _TOTAL
+            else:                    # rows times heads: the row's KV heads
+                pid = stmt.value.left.id  # type: ignore[attr-defined]  # checked by _rows_times_heads
+                kv_head, total = f"{pid} % (({ast.unparse(shape.heads)}) // ({group}))", f"({ast.unparse(shape.heads)})"
+            new_body += ast.parse(f"{_KV} = {kv_head}\n"
                                   f"{_LANE} = tl.arange(0, {TILE})\n"
                                   f"{shape.head} = {_KV} * ({group}) + {_LANE}\n"
-                                  f"{_MASK} = ({_LANE} < ({group})) & ({shape.head} < {_TOTAL})").body
+                                  f"{_MASK} = ({_LANE} < ({group})) & ({shape.head} < {total})").body
+        elif index == shape.row_at:
+            row, pid = stmt.targets[0].id, stmt.value.left.id  # type: ignore[attr-defined]  # as above
+            new_body += ast.parse(f"{row} = {pid} // (({ast.unparse(shape.heads)}) // ({group}))").body  # type: ignore[arg-type]
         else:
             new_body += grouper.stmt(stmt)
     if not any(isinstance(n, ast.Call) and is_tl(n.func, ("dot",)) for s in new_body for n in ast.walk(s)):
         raise Refused("no matrix-vector product to make a tl.dot: nothing for the tensor cores")
     new = copy.deepcopy(fn)
     new.body = doc + new_body
-    with_knob_params(fn, new, _TOTAL, TILE)
-    new.args.args.append(ast.arg(PRECISION, _expr_of("tl.constexpr")))
-    if fn.args.defaults:
-        new.args.defaults.append(ast.Constant("tf32x3"))
+    added = ([_TOTAL] if shape.heads is None else []) + [TILE, PRECISION]
+    new.args.args += [ast.arg(a, None if a == _TOTAL else _expr_of("tl.constexpr")) for a in added]
+    if fn.args.defaults:  # parameters after defaulted ones need defaults
+        defaults: dict[str, int | str] = {_TOTAL: 0, TILE: TENSOR_CORE_ROWS, PRECISION: "tf32x3"}
+        new.args.defaults += [ast.Constant(defaults[a]) for a in added]
     return ast.fix_missing_locations(new)
 
 
 # ------------------------------------------------------------------ the launches
 
 def _grouped_launch(call: ast.Call, owner: ast.FunctionDef | None, fn: ast.FunctionDef) -> tuple[int, int, int, int, str]:
-    """One edit replacing `kernel[(a, b)](args)` with the grouped launch."""
+    """One edit replacing `kernel[grid](args)` with the grouped launch: `(a, b)` -> `(a, cdiv(b, G))`
+    on a 2-D grid, `(n,)` -> `(cdiv(n, G),)` on rows times heads."""
     sub = call.func
     assert isinstance(sub, ast.Subscript)
     if any(k.arg in _OWN_NAMES or k.arg is None for k in call.keywords) or any(
             isinstance(a, ast.Starred) for a in call.args):
         raise Refused("the launch names our parameters, or passes *args or **kwargs")
+    _, body = _body(fn)
+    shape = _shape_of(fn, body)
     grid = sub.slice
     if isinstance(grid, ast.Name) and owner is not None:
         bound = grid_bindings(owner, grid)
         grid = bound[0] if len(bound) == 1 else grid
-    if not (isinstance(grid, ast.Tuple) and len(grid.elts) == 2
+    axes = 2 if shape.heads is None else 1
+    if not (isinstance(grid, ast.Tuple) and len(grid.elts) == axes
             and not any(isinstance(e, ast.Starred) for e in grid.elts)):
-        raise Refused("the grid is not a two-element tuple")
-    doc, body = _body(fn)
-    group = f"({ast.unparse(_launch_side(_shape_of(fn, body).group, fn, call))})"
-    first, heads = (ast.unparse(e) for e in grid.elts)
+        raise Refused(f"the grid is not a {axes}-element tuple")
+    group = f"({ast.unparse(_launch_side(shape.group, fn, call))})"
     args = [ast.unparse(a) for a in call.args] + [f"{k.arg}={ast.unparse(k.value)}" for k in call.keywords]
     tensors = ", ".join(a for a in args if a.isidentifier())  # the names passed: tensors among them
     exact = f"'tf32x3' if any(str(getattr(a, 'dtype', '')) == 'torch.float32' for a in ({tensors},)) else 'tf32'"
-    args += [f"{_TOTAL}={heads}", f"{TILE}=max({TENSOR_CORE_ROWS}, triton.next_power_of_2({group}))",
-             f"{PRECISION}=({exact})"]
-    new = f"{ast.unparse(sub.value)}[({first}, triton.cdiv({heads}, {group}))]({', '.join(args)})"
+    extra = [f"{TILE}=max({TENSOR_CORE_ROWS}, triton.next_power_of_2({group}))", f"{PRECISION}=({exact})"]
+    programs = ast.unparse(grid.elts[-1])
+    if shape.heads is None:
+        new_grid = f"({ast.unparse(grid.elts[0])}, triton.cdiv({programs}, {group}))"
+        extra.insert(0, f"{_TOTAL}={programs}")
+    else:
+        new_grid = f"(triton.cdiv({programs}, {group}),)"
+    new = f"{ast.unparse(sub.value)}[{new_grid}]({', '.join(args + extra)})"
     return (call.lineno, call.col_offset, call.end_lineno or call.lineno, call.end_col_offset or 0, new)
 
 

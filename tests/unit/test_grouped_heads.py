@@ -16,7 +16,7 @@ from accelopt.policies.rewrites import GROUPED_HEADS, chain_between
 from accelopt.policies.tuner import TunerPolicy
 from accelopt.tools.task import load_task
 from accelopt.tools.tunables import apply_config, config_of
-from tests.conftest import TASKS
+from tests.conftest import ROOT, TASKS
 from tests.unit.test_rewrites import MODULE, run_on_interpreter
 
 HEADER = "import torch\nimport triton\nimport triton.language as tl\n"
@@ -75,6 +75,12 @@ def run(q, k, v, indptr, indices, sm_scale):
     return out, lse
 '''
 
+# The gpt-5 solution's own grid: one axis of (row, head) programs split by the head count.
+LIKE_GPT5_ONE_AXIS = LIKE_GPT5.replace(
+    "    b = tl.program_id(0)\n    h = tl.program_id(1)\n",
+    "    pid = tl.program_id(0)\n    h = pid % num_qo_heads\n    b = pid // num_qo_heads\n").replace(
+    "decode[(batch, heads)]", "decode[(batch * heads,)]")
+
 
 def test_the_bundled_kernel_is_grouped():
     out = grouped_heads((TASKS / "gqa_paged_decode" / "baseline.py").read_text())
@@ -104,9 +110,11 @@ def test_grouped_kernels_compute_what_they_did(tmp_path):
     """Groups of 2 (the tile padded to 16), 1, 3 (not a power of two) and 20 (a tile of 32); a batch
     with an empty sequence (the early return stores every head of the group, masked)."""
     bundled = (TASKS / "gqa_paged_decode" / "baseline.py").read_text()
-    pairs = {"bundled": (bundled, grouped_heads(bundled)), "gpt5": (LIKE_GPT5, grouped_heads(LIKE_GPT5))}
-    assert all(after for _, after in pairs.values())
+    pairs = {"bundled": (bundled, grouped_heads(bundled)), "gpt5": (LIKE_GPT5, grouped_heads(LIKE_GPT5)),
+             "gpt5_one_axis": (LIKE_GPT5_ONE_AXIS, grouped_heads(LIKE_GPT5_ONE_AXIS))}
+    assert all(after for _, after in pairs.values()) and LIKE_GPT5_ONE_AXIS != LIKE_GPT5
     assert pairs["gpt5"][1].count("tl.dot(") == 2 and "kv_head = _kv_head" in pairs["gpt5"][1]
+    assert "decode[(triton.cdiv(batch * heads, (heads // k.shape[1])),)]" in pairs["gpt5_one_axis"][1]
     run_on_interpreter(tmp_path, f'''
 import importlib.util, sys, torch
 sys.path.insert(0, {str(TASKS / "gqa_paged_decode")!r})
@@ -124,16 +132,17 @@ for params in ({{"B": 2, "L": 10, "HQ": 4, "HKV": 2, "D": 16, "PAGE": 4}}, {{"B"
     assert torch.allclose(after.run(*inputs), want, atol=1e-5), params
 
 torch.manual_seed(0)
-before, after = (module("gpt5_" + label, text) for label, text in zip(("before", "after"), PAIRS["gpt5"]))
-batch, heads, kv_heads, dim = 3, 6, 2, 16
-lens = torch.tensor([5, 0, 11])
-indptr = torch.cat([torch.zeros(1, dtype=torch.int64), lens.cumsum(0)]).to(torch.int32)
-indices = torch.randperm(20)[: int(lens.sum())].to(torch.int32)
-q, k, v = torch.randn(batch, heads, dim), torch.randn(20, kv_heads, dim), torch.randn(20, kv_heads, dim)
-want_out, want_lse = before.run(q, k, v, indptr, indices, 0.25)
-got_out, got_lse = after.run(q, k, v, indptr, indices, 0.25)
-assert torch.allclose(got_out, want_out, atol=1e-5) and torch.allclose(got_lse, want_lse, atol=1e-5)
-assert torch.isneginf(got_lse[1]).all() and (got_out[1] == 0).all()
+for name in ("gpt5", "gpt5_one_axis"):
+    before, after = (module(name + "_" + label, text) for label, text in zip(("before", "after"), PAIRS[name]))
+    for batch, heads, kv_heads, lens in ((3, 6, 2, [5, 0, 11]), (2, 4, 4, [9, 3])):
+        dim, lens = 16, torch.tensor(lens)
+        indptr = torch.cat([torch.zeros(1, dtype=torch.int64), lens.cumsum(0)]).to(torch.int32)
+        indices = torch.randperm(20)[: int(lens.sum())].to(torch.int32)
+        q, k, v = torch.randn(batch, heads, dim), torch.randn(20, kv_heads, dim), torch.randn(20, kv_heads, dim)
+        want_out, want_lse = before.run(q, k, v, indptr, indices, 0.25)
+        got_out, got_lse = after.run(q, k, v, indptr, indices, 0.25)
+        assert torch.allclose(got_out, want_out, atol=1e-5) and torch.allclose(got_lse, want_lse, atol=1e-5), name
+        assert not (lens == 0).any() or torch.isneginf(got_lse[1]).all() and (got_out[1] == 0).all()
 print("ok")
 ''')
 
@@ -186,6 +195,19 @@ def test_kernels_of_other_shapes_are_left_alone():
     assert grouped_heads(plain.replace("@triton.jit", "@triton.autotune(configs=[], key=[])\n@triton.jit")) is None
     for name in ("softmax", "rmsnorm", "rope", "merge_attn_states", "gemm_bf16", "cross_entropy", "layernorm"):
         assert grouped_heads((TASKS / name / "baseline.py").read_text()) is None, name
+
+
+def test_the_flashinfer_bench_solutions_written_per_query_head_are_grouped():
+    """o3's and gpt-5's gqa_paged_decode solutions (one axis of programs; the o3 one binds the group
+    size to a name of its own); gpt-oss-120b's, written grouped already, are left alone."""
+    solutions = ROOT / "evals" / "realworld" / "solutions"
+    for path in sorted(solutions.glob("*gqa_paged_decode*")):
+        out = grouped_heads(path.read_text())
+        if path.name.startswith("accelopt-gpt-oss"):
+            assert out is None, path.name
+        else:
+            assert out is not None and out.count("tl.dot(") == 2 and ",)](" in out, path.name
+            assert config_of(out) == config_of(path.read_text())
 
 
 def test_the_tuner_plans_it_first_and_a_recipe_finds_it_again():
