@@ -30,7 +30,8 @@ once a head-dependent operand of lower rank is given singleton axes after its he
 of one moves to the next axis; a load or store of one is masked to the heads that exist. A
 reduction of a head-dependent vector times a head-independent matrix (a matrix-vector product)
 becomes a `tl.dot` of the heads' tile with the matrix. Its precision is the launch's choice
-(`DOT_PRECISION`, a constexpr): where no tensor the launch passes is float32, one TF32 product,
+(`DOT_PRECISION`, a constexpr): where no tensor the products' operands are loaded from is float32
+(an fp32 output such as a log-sum-exp does not count), one TF32 product,
 exact on values cast up from bf16 or fp16 (q, k, v) and 11 bits on the probabilities, eight times
 finer than a bf16 output's own rounding; where one is float32, three TF32 products (float32
 accuracy). On the H100 the bundled task's grouped kernel ran at 80-97% of a same-size copy with one
@@ -51,6 +52,7 @@ from accelopt.policies.kernel_ast import (
     axis_of,
     grid_bindings,
     is_tl,
+    loaded_params,
     names,
     program_id_axis,
     rewrite_launched_kernels,
@@ -255,6 +257,7 @@ class _Grouper:
     def __init__(self, moving: set[str], params: set[str]) -> None:
         self.moving = moving
         self.ranks: dict[str, int] = {p: 0 for p in params}
+        self.dot_operands: list[ast.expr] = []  # as written: what the launch's precision looks at
 
     # -------------------------------------------------------------- statements
     def block(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
@@ -494,6 +497,7 @@ class _Grouper:
         if not (u.moving and u.rank == 1 and not m.moving and m.rank == 2):
             return None
         precision = f"input_precision={PRECISION}"
+        self.dot_operands += [vector.value, matrix]
         if kinds == ["new", "keep"] and axis in (1, -1):   # out[n] = sum_d M[n, d] u[d]
             return _Value(_expr_of(f"tl.dot({ast.unparse(u.node)}, tl.trans({ast.unparse(m.node)}), {precision})"),
                           True, 1)
@@ -503,6 +507,11 @@ class _Grouper:
 
 
 def _grouped_kernel(fn: ast.FunctionDef) -> ast.FunctionDef:
+    return _grouped(fn)[0]
+
+
+def _grouped(fn: ast.FunctionDef) -> tuple[ast.FunctionDef, list[str]]:
+    """The grouped kernel, and the parameters whose memory the dots' operands are loaded from."""
     doc, body = _body(fn)
     shape = _shape_of(fn, body)
     kv_name = body[shape.kv_at].targets[0].id  # type: ignore[attr-defined]  # checked by _divides
@@ -539,7 +548,7 @@ def _grouped_kernel(fn: ast.FunctionDef) -> ast.FunctionDef:
     if fn.args.defaults:  # parameters after defaulted ones need defaults
         defaults: dict[str, int | str] = {_TOTAL: 0, TILE: TENSOR_CORE_ROWS, PRECISION: "tf32x3"}
         new.args.defaults += [ast.Constant(defaults[a]) for a in added]
-    return ast.fix_missing_locations(new)
+    return ast.fix_missing_locations(new), loaded_params(fn, grouper.dot_operands)
 
 
 # ------------------------------------------------------------------ the launches
@@ -564,8 +573,12 @@ def _grouped_launch(call: ast.Call, owner: ast.FunctionDef | None, fn: ast.Funct
         raise Refused(f"the grid is not a {axes}-element tuple")
     group = f"({ast.unparse(_launch_side(shape.group, fn, call))})"
     args = [ast.unparse(a) for a in call.args] + [f"{k.arg}={ast.unparse(k.value)}" for k in call.keywords]
-    tensors = ", ".join(a for a in args if a.isidentifier())  # the names passed: tensors among them
-    exact = f"'tf32x3' if any(str(getattr(a, 'dtype', '')) == 'torch.float32' for a in ({tensors},)) else 'tf32'"
+    passed = _passed(fn, call)
+    sources = [passed[p] for p in _grouped(fn)[1] if p in passed]
+    tensors = ", ".join(f"({ast.unparse(a)})" for a in sources)
+    # float32 memory among them: three TF32 products; none found: the same, to be safe
+    exact = f"'tf32x3' if any(str(getattr(a, 'dtype', '')) == 'torch.float32' for a in ({tensors},)) else 'tf32'" \
+        if sources else "'tf32x3'"
     extra = [f"{TILE}=max({TENSOR_CORE_ROWS}, triton.next_power_of_2({group}))", f"{PRECISION}=({exact})"]
     programs = ast.unparse(grid.elts[-1])
     if shape.heads is None:
@@ -581,17 +594,24 @@ def _launch_side(group: ast.expr, fn: ast.FunctionDef, call: ast.Call) -> ast.ex
     """The group size as the launch computes it: each kernel parameter replaced by the argument the
     launch passes for it (or its default)."""
     params = [a.arg for a in fn.args.args]
-    passed: dict[str, ast.expr] = dict(zip(params, call.args))
-    passed.update({k.arg: k.value for k in call.keywords if k.arg})
-    defaults = dict(zip(params[len(params) - len(fn.args.defaults):], fn.args.defaults))
+    passed = _passed(fn, call)
 
     class Arguments(ast.NodeTransformer):
         def visit_Name(self, node: ast.Name) -> ast.expr:
             if node.id not in params:
                 return node  # a module constant, as visible at the launch as in the kernel
-            value = passed.get(node.id, defaults.get(node.id))
+            value = passed.get(node.id)
             if value is None:
                 raise Refused(f"the launch does not pass {node.id}, which the group size reads")
             return _expr_of(f"({ast.unparse(value)})")
 
     return Arguments().visit(copy.deepcopy(group))
+
+
+def _passed(fn: ast.FunctionDef, call: ast.Call) -> dict[str, ast.expr]:
+    """Each kernel parameter the launch gives a value, with that value (or the default)."""
+    params = [a.arg for a in fn.args.args]
+    passed: dict[str, ast.expr] = dict(zip(params[len(params) - len(fn.args.defaults):], fn.args.defaults))
+    passed.update(zip(params, call.args))
+    passed.update({k.arg: k.value for k in call.keywords if k.arg})
+    return passed

@@ -58,6 +58,23 @@ def addressed_params(fn: ast.FunctionDef, calls: tuple[str, ...]) -> list[str]:
     any chain of assignments (loops included). Offsets (products, quotients, `tl.arange`, program
     ids) are no base; anything this does not know counts every parameter it mentions."""
     params = [p.arg for p in fn.args.args]
+    bound = _bindings(fn)
+    hit: set[str] = set()
+    for call in (n for n in ast.walk(fn) if isinstance(n, ast.Call)):
+        func = call.func
+        if not (isinstance(func, ast.Attribute) and func.attr in calls):
+            continue
+        if is_tl(func, calls):
+            addressed = call.args[:1] + [k.value for k in call.keywords if k.arg == "pointer"]
+        else:
+            addressed = [func.value]  # `desc.store(...)`, `ptr.atomic_add(...)`
+        for expr in addressed:
+            hit |= _bases(expr, bound, set(params), set())
+    return [name for name in params if name in hit]
+
+
+def _bindings(fn: ast.FunctionDef) -> dict[str, list[ast.expr]]:
+    """Every value each name of the kernel is assigned, loops included."""
     bound: dict[str, list[ast.expr]] = {}
     for node in ast.walk(fn):
         if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign) and node.value is not None:
@@ -71,17 +88,28 @@ def addressed_params(fn: ast.FunctionDef, calls: tuple[str, ...]) -> list[str]:
                 or is_tl(node.iter.func, ("range", "static_range")))
             for name in (t.id for t in ast.walk(node.target) if isinstance(t, ast.Name)):
                 bound.setdefault(name, []).append(ast.Constant(0) if over_range else node.iter)
+    return bound
+
+
+def loaded_params(fn: ast.FunctionDef, exprs: list[ast.expr]) -> list[str]:
+    """The kernel's parameters, in order, that the loads whose values reach `exprs` read from: the
+    names the expressions read followed through every assignment, and each load's address bases
+    (as addressed_params finds them)."""
+    params = [p.arg for p in fn.args.args]
+    bound = _bindings(fn)
+    seen: set[str] = set()
+    todo = [n.id for e in exprs for n in ast.walk(e) if isinstance(n, ast.Name)]
+    values = list(exprs)
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            values += bound.get(name, [])
+            todo += [n.id for v in bound.get(name, []) for n in ast.walk(v) if isinstance(n, ast.Name)]
     hit: set[str] = set()
-    for call in (n for n in ast.walk(fn) if isinstance(n, ast.Call)):
-        func = call.func
-        if not (isinstance(func, ast.Attribute) and func.attr in calls):
-            continue
-        if is_tl(func, calls):
-            addressed = call.args[:1] + [k.value for k in call.keywords if k.arg == "pointer"]
-        else:
-            addressed = [func.value]  # `desc.store(...)`, `ptr.atomic_add(...)`
-        for expr in addressed:
-            hit |= _bases(expr, bound, set(params), set())
+    for call in (n for v in values for n in ast.walk(v) if isinstance(n, ast.Call) and is_tl(n.func, ("load",))):
+        for pointer in call.args[:1] + [k.value for k in call.keywords if k.arg == "pointer"]:
+            hit |= _bases(pointer, bound, set(params), set())
     return [name for name in params if name in hit]
 
 
