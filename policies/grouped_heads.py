@@ -60,7 +60,7 @@ from accelopt.policies.kernel_ast import (
 
 TILE = "HEADS_TILE"        # the heads a program holds, padded: a constexpr the launch computes
 TENSOR_CORE_ROWS = 16      # tl.dot's smallest tile dimension on NVIDIA GPUs
-PRECISION = "DOT_PRECISION"  # tl.dot's input precision: a constexpr the launch chooses by its tensors' dtypes
+PRECISION = "DOT_PRECISION"  # tl.dot's input precision: a constexpr the launch chooses by its operands' memory
 _KV = "_kv_head"
 _LANE = "_head_in_group"
 _MASK = "_head_mask"

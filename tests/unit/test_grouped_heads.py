@@ -92,17 +92,21 @@ def test_the_bundled_kernel_is_grouped():
     assert config_of(out) == config_of((TASKS / "gqa_paged_decode" / "baseline.py").read_text())
 
 
-@pytest.mark.parametrize("precision, dtype", [("tf32", "torch.bfloat16"), ("tf32", "torch.float16"),
-                                              ("tf32x3", "torch.float32")])
-def test_the_launch_keeps_float32_inputs_to_float32_accuracy(precision, dtype):
-    """One TF32 product is exact on values cast up from 16 bits; float32 inputs get three."""
+@pytest.mark.parametrize("precision, dtype, out_dtype", [
+    ("tf32", "torch.bfloat16", "torch.bfloat16"), ("tf32", "torch.float16", "torch.float16"),
+    ("tf32x3", "torch.float32", "torch.float32"),
+    ("tf32", "torch.bfloat16", "torch.float32"),  # a float32 output (FIB's lse) is no operand
+])
+def test_the_launch_keeps_float32_inputs_to_float32_accuracy(precision, dtype, out_dtype):
+    """One TF32 product is exact on values cast up from 16 bits; operands loaded from float32 get three."""
     import torch
 
     out = grouped_heads((TASKS / "gqa_paged_decode" / "baseline.py").read_text())
     launch = next(n for n in ast.walk(ast.parse(out)) if isinstance(n, ast.Call) and isinstance(n.func, ast.Subscript))
     chosen = next(k.value for k in launch.keywords if k.arg == PRECISION)
-    tensors = {name: torch.zeros(1, dtype=eval(dtype)) for name in ("q", "k_cache", "v_cache", "out")}
-    tensors |= {"block_table": torch.zeros(1, dtype=torch.int32), "seq_lens": torch.zeros(1, dtype=torch.int32)}
+    tensors = {name: torch.zeros(1, dtype=eval(dtype)) for name in ("q", "k_cache", "v_cache")}
+    tensors |= {"block_table": torch.zeros(1, dtype=torch.int32), "seq_lens": torch.zeros(1, dtype=torch.int32),
+                "out": torch.zeros(1, dtype=eval(out_dtype))}
     assert eval(compile(ast.Expression(chosen), "launch", "eval"), {}, tensors) == precision
 
 
