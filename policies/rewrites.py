@@ -19,6 +19,9 @@ buffer), for the loops Triton does not pipeline itself (no tl.dot in them).
 `grouped_heads` (grouped_heads.py): a grouped-query attention kernel with a program per query head
 made to give each program a KV head and its query heads as one tile, q·k and p·v as tl.dot.
 
+`split_kv` (split_kv.py): a loop that walks a sequence with an online softmax split into KV_SPLITS
+parts a program, each storing its state, and a combine that rescales the parts (flash-decoding).
+
 `fused_launches` (fused_launches.py): launches of one kernel made one after another on independent
 tensors (rope's q, then k) made one launch, the grids joined along their last axis.
 
@@ -48,6 +51,7 @@ from accelopt.policies import (
     one_pass_softmax,
     prefetch_loads,
     row_groups,
+    split_kv,
     split_rows,
 )
 from accelopt.policies.kernel_ast import before_definitions
@@ -211,6 +215,18 @@ GROUPED_HEADS = Rewrite(
         "made two matrix products (tl.dot, float32 accuracy), which Triton also pipelines (num_stages).",
     apply=grouped_heads.grouped_heads)
 
+SPLIT_KV = Rewrite(
+    name="split_kv",
+    title=f"rewrite: each program's sequence walked in {split_kv.KNOB} parts, then combined (flash-decoding)",
+    why="(tuner rewrite) The kernel walks a whole sequence per program with an online softmax (a running "
+        "maximum, sums kept scaled to it): with few sequences the grid has about one program per SM, each "
+        "with a long walk and too few loads in flight. Split each program's range into "
+        f"{split_kv.FIRST_VALUE} parts ({split_kv.KNOB}, a module constant the tuner moves afterwards) on a "
+        "new grid axis, each storing the maximum and sums its part reached; a second launch combines a "
+        "program's parts, each sum rescaled to the common maximum, and runs what followed the loop. Every "
+        "iteration of the loop runs once, unchanged.",
+    apply=split_kv.split_kv)
+
 SPLIT_ROWS = Rewrite(
     name="split_rows",
     title=f"rewrite: each row reduced in parts of {split_rows.KNOB} columns, then combined",
@@ -235,8 +251,8 @@ FUSED_LAUNCHES = Rewrite(
     apply=fused_launches.fused_launches, last=True)
 
 # in plan order: a rewrite that removes a pass over memory before one that hides its latency
-REWRITES: tuple[Rewrite, ...] = (CHUNKWISE_ONLINE_SOFTMAX, ONE_PASS_SOFTMAX, GROUPED_HEADS, SPLIT_ROWS, PREFETCH_LOADS,
-                                 AXIS_TILES, ROW_GROUPS, FUSED_LAUNCHES)
+REWRITES: tuple[Rewrite, ...] = (CHUNKWISE_ONLINE_SOFTMAX, ONE_PASS_SOFTMAX, GROUPED_HEADS, SPLIT_ROWS, SPLIT_KV,
+                                 PREFETCH_LOADS, AXIS_TILES, ROW_GROUPS, FUSED_LAUNCHES)
 BY_NAME = {r.name: r for r in REWRITES}
 
 

@@ -16,7 +16,7 @@ from accelopt.policies.interface import (
     WriteRequest,
 )
 from accelopt.policies.replies import plan_title
-from accelopt.policies.rewrites import GROUPED_HEADS, PREFETCH_LOADS, REWRITES
+from accelopt.policies.rewrites import GROUPED_HEADS, PREFETCH_LOADS, REWRITES, SPLIT_KV
 from accelopt.policies.tuner import TunerPolicy
 from accelopt.tools.task import load_task
 from accelopt.tools.tunables import apply_config, config_of, neighbours
@@ -449,13 +449,14 @@ def test_a_rewrite_this_run_measured_losing_waits_on_the_programs_other_configur
         return TUNER.plan(PlanRequest(task=task, iteration=2, member_id="i1.m0.p1.k0", source=child, measurements="",
                                       tried=kernels, lessons=[], n=n)).plans
 
-    # untried, the grouped-heads rewrite leads (it removes loads) and the prefetch, a closing rewrite, waits for it
-    assert [p.rewrite for p in planned(3)] == [GROUPED_HEADS.name, "", ""]
-    grouped = GROUPED_HEADS.apply(child)
-    assert grouped
-    tried.append(MeasuredKernel(id="i2.m0.p0.k0", title=plan_title(f"### Plan 0: {GROUPED_HEADS.title}"),
-                                status="verified", parent_id="i1.m0.p1.k0", speedup_vs_parent=0.9, speedup=1.23,
-                                config=config_of(grouped), versus_parent="slower"))
+    # untried, the grouped-heads and split-KV rewrites lead (they remove loads, or add programs)
+    assert [p.rewrite for p in planned(2)] == [GROUPED_HEADS.name, SPLIT_KV.name]
+    for n, rule in enumerate((GROUPED_HEADS, SPLIT_KV)):
+        rewritten = rule.apply(child)
+        assert rewritten
+        tried.append(MeasuredKernel(id=f"i2.m0.p{n}.k0", title=plan_title(f"### Plan 0: {rule.title}"),
+                                    status="verified", parent_id="i1.m0.p1.k0", speedup_vs_parent=0.9, speedup=1.23,
+                                    config=config_of(rewritten), versus_parent="slower"))
     first = planned(2)
     assert [p.rewrite for p in first] == ["", ""] and all(len(p.moves) == 1 for p in first)
     everything = planned(64)

@@ -1,0 +1,348 @@
+"""The split-KV rewrite (flash-decoding): a kernel whose one loop walks a sequence with an online
+softmax (a running maximum and sums kept scaled to it) is split in two launches. `K_parts`, on
+the grid with one more axis of `KV_SPLITS` parts, walks one part of each program's range and
+stores the state its loop carried; the kernel as written combines a program's parts (each sum
+rescaled to the common maximum) in place of its loop and runs what followed.
+
+Why: decode attention gives a program a (sequence, KV head) and walks the whole sequence. With
+few sequences the grid has about one program per SM, each with a long walk and too few loads in
+flight: on the H100 the bundled gqa_paged_decode, grouped onto the tensor cores, read its keys and
+values at 78.5% of a same-size copy on B16_L4096 (128 programs) and 89-97% on the larger batches
+(BENCHMARKS.md, twelfth session). Made mechanically:
+
+    <before the loop>                       K_parts (grid (*grid, KV_SPLITS)):
+    m = tl.zeros([H]) - inf                     <before the loop>
+    l = tl.zeros([H]); acc = tl.zeros([H, D])   _split_span = cdiv(cdiv(stop - start, step), KV_SPLITS) * step
+    for i in range(start, stop, step):          _split_lo = start + tl.program_id(2) * _split_span
+        m_new = tl.maximum(m, ...)              for i in range(_split_lo, tl.minimum(_split_lo + _split_span, stop), step):
+        alpha = tl.exp(m - m_new)                   <the loop, unchanged>
+        l = l * alpha + ...                     store m, l, acc in this part's slots
+        acc = acc * alpha[:, None] + ...
+        m = m_new                           K (the grid as written):
+    <after the loop>                            <before the loop>, and the inits
+                                                for each part: m_new = max(m, m_p); l = l * a + l_p * b, acc likewise
+                                                <after the loop>
+
+and the launch becomes a float32 buffer per carried value, the parts launch and the combine. A
+part starts on a multiple of the loop's step, so every iteration of the loop as written runs in
+exactly one part, unchanged; only the order of the sums differs. The split needs no bound the host
+knows: each program divides its own range (a sequence's length loaded in the kernel).
+
+What the loop may carry: a maximum `m = m_new` with `m_new = tl.maximum(m, x)`, starting from -inf;
+sums `v = v * alpha + e` (alpha maybe given new axes) with `alpha = tl.exp(m - m_new)`, starting
+from zero. Their shapes come from their initial tiles (`tl.zeros`, `tl.full`), whose sizes must be
+powers of two (a tile's are). Refused: anything else carried, or read after the loop; a loop that
+stores or branches out; effects before the loop (a store, a return); grids of three axes;
+kernels under @triton.autotune or @triton.heuristics; launches that are not a statement of their
+own.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+from dataclasses import dataclass
+
+from accelopt.policies.kernel_ast import (
+    Refused,
+    addressed_params,
+    bound_names,
+    grid_bindings,
+    has_effects,
+    imports_triton,
+    is_tl,
+    is_tl_call,
+    kernel_span,
+    launches_of,
+    loaded,
+    names,
+    plain_kernels,
+    references,
+    stored,
+    with_constant,
+)
+from accelopt.tools.tunables import splice
+
+KNOB = "KV_SPLITS"       # parts of each program's range: a module constant the tuner moves
+FIRST_VALUE = 4
+_PREFIX = "_split_"
+
+
+def split_kv(source: str) -> str | None:
+    """The module with every online-softmax loop kernel split into parts and their combine; None
+    where no kernel qualifies."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    taken = bound_names(tree)
+    imports_torch = any(isinstance(n, ast.Import) and any(a.name == "torch" and a.asname is None for a in n.names)
+                        for n in tree.body)  # the launch allocates the parts' buffers with torch
+    if not imports_triton(tree) or not imports_torch or KNOB in taken or any(n.startswith(_PREFIX) for n in taken):
+        return None
+    edits: list[tuple[int, int, int, int, str]] = []
+    for fn in plain_kernels(tree):
+        launches = launches_of(tree, fn.name)
+        if not launches or references(tree, fn.name) != len(launches):
+            continue
+        try:
+            split = _Split(fn)
+            launch_edits = [split.launch(source, call, owner) for call, owner in launches]
+        except Refused:
+            continue
+        edits.append((*kernel_span(source, fn), split.kernels()))
+        edits += launch_edits
+    if not edits:
+        return None
+    note = "parts each program's sequence is split into (the split-KV rewrite); the tuner moves it"
+    return with_constant(splice(source, edits), KNOB, FIRST_VALUE, note)
+
+
+@dataclass(frozen=True)
+class _Carried:
+    name: str
+    shape: list[ast.expr]    # its initial tile's shape, as written
+    scaled_by: str | None    # a sum: the maximum it is kept scaled to; None for the maximum
+
+    @property
+    def size(self) -> str:
+        return " * ".join(f"({ast.unparse(e)})" for e in self.shape) or "1"
+
+
+def _tile_shape(value: ast.expr) -> list[ast.expr] | None:
+    """The shape of the one `tl.zeros`/`tl.full` tile an initial value is made of."""
+    tiles = [n for n in ast.walk(value) if isinstance(n, ast.Call) and is_tl(n.func, ("zeros", "full"))]
+    if len(tiles) != 1:
+        return None
+    shape = tiles[0].args[0] if tiles[0].args else next((k.value for k in tiles[0].keywords if k.arg == "shape"), None)
+    return list(shape.elts) if isinstance(shape, ast.Tuple | ast.List) else None
+
+
+def _is_minus_infinity(value: ast.expr) -> bool:
+    """`tl.zeros(...) - float("inf")`, `tl.full(..., -float("inf") | float("-inf"), ...)`."""
+    text = ast.unparse(value).replace('"', "'")
+    return _tile_shape(value) is not None and ("- float('inf')" in text or "-float('inf')" in text
+                                         or "float('-inf')" in text)
+
+
+class _Split:
+    def __init__(self, fn: ast.FunctionDef):
+        self.fn = fn
+        if fn.args.vararg or fn.args.kwarg or fn.args.kwonlyargs or fn.args.posonlyargs:
+            raise Refused("a variadic signature")
+        body = list(fn.body)
+        self.doc = body[:1] if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) else []
+        body = body[len(self.doc):]
+        loops = [i for i, s in enumerate(body) if isinstance(s, ast.For | ast.While)]
+        if len(loops) != 1 or not isinstance(body[loops[0]], ast.For):
+            raise Refused("not one for-loop at the top of the kernel")
+        self.before, self.loop, self.after = body[:loops[0]], body[loops[0]], body[loops[0] + 1:]
+        assert isinstance(self.loop, ast.For)
+        if has_effects(self.before) or any(isinstance(n, ast.For | ast.While) for s in self.before + self.after
+                                           for n in ast.walk(s)):
+            raise Refused("effects before the loop, or another loop")
+        if has_effects(self.loop.body) or self.loop.orelse or not isinstance(self.loop.target, ast.Name):
+            raise Refused("a loop that stores or branches out")
+        if any(is_tl_call(n, "program_id") and not (n.args and isinstance(n.args[0], ast.Constant)
+                                                     and n.args[0].value in (0, 1)) for n in ast.walk(fn)):
+            raise Refused("a grid of three axes")
+        it = self.loop.iter
+        if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
+                and 2 <= len(it.args) <= 3 and not it.keywords):
+            raise Refused("not a loop over range(start, stop[, step])")
+        self.start, self.stop = it.args[0], it.args[1]
+        self.step = it.args[2] if len(it.args) == 3 else ast.Constant(1)
+        if names(it) & stored([self.loop]):
+            raise Refused("the loop's bounds change in the loop")
+        self.carried = self._carried()
+
+    def _carried(self) -> list[_Carried]:
+        inside = stored(self.loop.body)
+        carried = (inside & loaded(self.after)) | {n for n in inside if _read_before_written(self.loop.body, n)}
+        carried -= {self.loop.target.id}  # type: ignore[attr-defined]  # checked in __init__
+        if self.loop.target.id in loaded(self.after):  # type: ignore[attr-defined]
+            raise Refused("the loop variable read after the loop")
+        inits = {s.targets[0].id: s.value for s in self.before if isinstance(s, ast.Assign)
+                 and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name)}
+        updates = {s.targets[0].id: s.value for s in self.loop.body if isinstance(s, ast.Assign)
+                   and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name)}
+        maxima = {}
+        for name in carried:  # m = m_new, m_new = tl.maximum(m, x)
+            update = updates.get(name)
+            if isinstance(update, ast.Name) and is_tl_call(updates.get(update.id, ast.Constant(0)), "maximum"):
+                call = updates[update.id]
+                assert isinstance(call, ast.Call)
+                if any(isinstance(a, ast.Name) and a.id == name for a in call.args) \
+                        and name in inits and _is_minus_infinity(inits[name]):
+                    maxima[name] = update.id
+        found = [_Carried(m, _tile_shape(inits[m]) or [], None) for m in sorted(maxima)]
+        for name in sorted(carried - set(maxima)):
+            by = self._scaled_by(name, updates, maxima)
+            shape = _tile_shape(inits.get(name, ast.Constant(0)))
+            if by is None or shape is None or "zeros" not in ast.unparse(inits[name]):
+                raise Refused(f"{name}: carried, but not a maximum or a sum kept scaled to one")
+            found.append(_Carried(name, shape, by))
+        if not any(c.scaled_by for c in found):
+            raise Refused("no online softmax in the loop")
+        if any(sum(isinstance(n, ast.Name) and n.id == c.name and isinstance(n.ctx, ast.Store)
+                   for s in self.loop.body for n in ast.walk(s)) != 1 for c in found):
+            raise Refused("a carried value assigned more than once in the loop")
+        return found
+
+    def _scaled_by(self, name: str, updates: dict[str, ast.expr], maxima: dict[str, str]) -> str | None:
+        """The maximum `name` is kept scaled to: `v = v * alpha[...] + e`, `alpha = tl.exp(m - m_new)`."""
+        update = updates.get(name)
+        if not (isinstance(update, ast.BinOp) and isinstance(update.op, ast.Add)
+                and isinstance(update.left, ast.BinOp) and isinstance(update.left.op, ast.Mult)
+                and isinstance(update.left.left, ast.Name) and update.left.left.id == name):
+            return None
+        factor = update.left.right
+        if isinstance(factor, ast.Subscript):
+            factor = factor.value
+        if name in names(update.right) or not isinstance(factor, ast.Name):
+            return None
+        alpha = updates.get(factor.id)
+        for m, m_new in maxima.items():
+            if ast.dump(alpha or ast.Constant(0)) == ast.dump(ast.parse(f"tl.exp({m} - {m_new})", mode="eval").body):
+                return m
+        return None
+
+    # ------------------------------------------------------------------ the kernels
+    def kernels(self) -> str:
+        return ast.unparse(self._parts()) + "\n\n\n" + ast.unparse(self._combine())
+
+    def _slot(self, part: str) -> str:
+        """The flat index of this program's part `part` among all programs' parts."""
+        return f"((tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)) * {KNOB} + {part})"
+
+    def _signature(self, fn: ast.FunctionDef) -> None:
+        fn.args.args += [ast.arg(f"{_PREFIX}{c.name}") for c in self.carried]
+        fn.args.args.append(ast.arg(KNOB, ast.parse("tl.constexpr", mode="eval").body))
+        if self.fn.args.defaults:
+            fn.args.defaults += [ast.Constant(None) for _ in self.carried] + [ast.Constant(1)]
+
+    def _parts(self) -> ast.FunctionDef:
+        fn = copy.deepcopy(self.fn)
+        fn.name = f"{self.fn.name}_parts"
+        start, stop, step = (ast.unparse(e) for e in (self.start, self.stop, self.step))
+        loop = copy.deepcopy(self.loop)
+        span, low = f"{_PREFIX}span", f"{_PREFIX}lo"
+        loop.iter = ast.parse(f"range({low}, tl.minimum({low} + {span}, {stop}), {step})", mode="eval").body
+        head = ast.parse(f"{span} = tl.cdiv(tl.cdiv({stop} - ({start}), {step}), {KNOB}) * ({step})\n"
+                         f"{low} = {start} + tl.program_id(2) * {span}").body
+        tail = []
+        for c in self.carried:
+            at = f"{_PREFIX}{c.name} + {self._slot('tl.program_id(2)')} * ({c.size})"
+            value = f"tl.reshape({c.name}, [{c.size}])" if c.shape else c.name
+            offsets = f" + tl.arange(0, {c.size})" if c.shape else ""
+            tail += ast.parse(f"tl.store({at}{offsets}, {value})").body
+        fn.body = self.doc + self.before + head + [loop] + tail
+        self._signature(fn)
+        return ast.fix_missing_locations(fn)
+
+    def _combine(self) -> ast.FunctionDef:
+        fn = copy.deepcopy(self.fn)
+        part = f"{_PREFIX}p"
+        lines = []
+        for c in self.carried:
+            at = f"{_PREFIX}{c.name} + {self._slot(part)} * ({c.size})"
+            load = (f"tl.reshape(tl.load({at} + tl.arange(0, {c.size})), [{', '.join(ast.unparse(e) for e in c.shape)}])"
+                    if c.shape else f"tl.load({at})")
+            lines.append(f"{_PREFIX}{c.name}_p = {load}")
+        maxima = [c for c in self.carried if c.scaled_by is None]
+        for m in maxima:
+            lines += [f"{_PREFIX}{m.name}_new = tl.maximum({m.name}, {_PREFIX}{m.name}_p)",
+                      # a part that saw nothing holds -inf: exp(-inf - -inf) would be nan
+                      f"{_PREFIX}{m.name}_shift = tl.where({_PREFIX}{m.name}_new == float('-inf'), 0.0, "
+                      f"{_PREFIX}{m.name}_new)",
+                      f"{_PREFIX}{m.name}_a = tl.exp({m.name} - {_PREFIX}{m.name}_shift)",
+                      f"{_PREFIX}{m.name}_b = tl.exp({_PREFIX}{m.name}_p - {_PREFIX}{m.name}_shift)"]
+        by_name = {c.name: c for c in self.carried}
+        for c in (c for c in self.carried if c.scaled_by):
+            m = by_name[c.scaled_by or ""]
+            extra = len(c.shape) - len(m.shape)
+            if extra < 0:
+                raise Refused(f"{c.name} has fewer axes than the maximum it is scaled to")
+            index = f"[{', '.join([':'] * len(m.shape) + ['None'] * extra)}]" if m.shape and extra else ""
+            a, b = f"{_PREFIX}{m.name}_a{index}", f"{_PREFIX}{m.name}_b{index}"
+            lines.append(f"{c.name} = {c.name} * {a} + {_PREFIX}{c.name}_p * {b}")
+        lines += [f"{m.name} = {_PREFIX}{m.name}_new" for m in maxima]
+        body = "\n".join("    " + line for line in lines)
+        loop = ast.parse(f"for {part} in range(0, {KNOB}):\n{body}").body
+        fn.body = self.doc + self.before + loop + self.after
+        self._signature(fn)
+        return ast.fix_missing_locations(fn)
+
+    # ------------------------------------------------------------------ the launch
+    def launch(self, source: str, call: ast.Call, owner: ast.FunctionDef | None) -> tuple[int, int, int, int, str]:
+        """The launch statement replaced by the parts' buffers, the parts launch and the combine."""
+        statement = next((s for s in ast.walk(owner) if isinstance(s, ast.Expr) and s.value is call), None) \
+            if owner is not None else None
+        if statement is None:
+            raise Refused("a launch that is not a statement of its own in a function")
+        sub = call.func
+        assert isinstance(sub, ast.Subscript)
+        if any(k.arg is None or k.arg.startswith(_PREFIX) or k.arg == KNOB for k in call.keywords) \
+                or any(isinstance(a, ast.Starred) for a in call.args):
+            raise Refused("a launch passing *args or **kwargs, or our names")
+        grid = sub.slice
+        bound = grid_bindings(owner, grid)
+        written = bound[0] if isinstance(grid, ast.Name) and len(bound) == 1 else grid
+        if not (isinstance(written, ast.Tuple) and 1 <= len(written.elts) <= 2
+                and not any(isinstance(e, ast.Starred) for e in written.elts)):
+            raise Refused("the grid is not a tuple of one or two axes")
+        arguments = self._arguments(call)
+        pointers = sorted((p for p in addressed_params(self.fn, ("load",)) if p in arguments),
+                          key=lambda p: "ptr" not in p)
+        if not pointers:
+            raise Refused("no tensor the kernel loads from to place the buffers on")
+        host = {name: f"({text})" for name, text in arguments.items()}
+        grid_name = f"{_PREFIX}grid"
+        axes = [f"{grid_name}[{i}]" for i in range(len(written.elts))]
+        if len(axes) == 1:
+            axes.append("1")
+        programs = " * ".join(axes)
+        args = [ast.unparse(a) for a in call.args] + [f"{k.arg}={ast.unparse(k.value)}" for k in call.keywords]
+        args += [f"{_PREFIX}{c.name}={_PREFIX}{c.name}" for c in self.carried] + [f"{KNOB}={KNOB}"]
+        name = self.fn.name
+        line = source.splitlines()[statement.lineno - 1]
+        indent = line[:len(line) - len(line.lstrip())]
+        lines = [f"{grid_name} = {ast.unparse(written)}"]
+        lines += [f"{_PREFIX}{c.name} = torch.empty({programs} * {KNOB} * {_on_host(c.size, host)}, "
+                  f"dtype=torch.float32, device={host[pointers[0]]}.device)" for c in self.carried]
+        lines += [f"{name}_parts[({axes[0]}, {axes[1]}, {KNOB})]({', '.join(args)})",
+                  f"{name}[{grid_name}]({', '.join(args)})"]
+        return (statement.lineno, statement.col_offset, statement.end_lineno or statement.lineno,
+                statement.end_col_offset or 0, ("\n" + indent).join(lines))
+
+    def _arguments(self, call: ast.Call) -> dict[str, str]:
+        """The kernel's parameters as this launch binds them, as host expressions."""
+        params = self.fn.args.args
+        defaults = [None] * (len(params) - len(self.fn.args.defaults)) + list(self.fn.args.defaults)
+        bound = {p.arg: ast.unparse(a) for p, a in zip(params, call.args)}
+        bound.update({k.arg: ast.unparse(k.value) for k in call.keywords if k.arg in {p.arg for p in params}})
+        for p, d in zip(params, defaults):
+            if p.arg not in bound and d is not None:
+                bound[p.arg] = ast.unparse(d)
+        return bound
+
+
+def _read_before_written(body: list[ast.stmt], name: str) -> bool:
+    for stmt in body:
+        if name in loaded([stmt]):
+            return True
+        if name in stored([stmt]):
+            return False
+    return False
+
+
+def _on_host(expr: str, host: dict[str, str]) -> str:
+    """A kernel expression of its parameters as the host computes it from the launch's arguments."""
+
+    class Arguments(ast.NodeTransformer):
+        def visit_Name(self, node: ast.Name) -> ast.expr:
+            if node.id in host:
+                return ast.parse(host[node.id], mode="eval").body
+            raise Refused(f"{node.id}: not a parameter the launch passes")
+
+    return ast.unparse(Arguments().visit(ast.parse(expr, mode="eval")))
