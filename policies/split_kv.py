@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from accelopt.policies.kernel_ast import (
     Refused,
     addressed_params,
+    axis_of,
     bound_names,
     grid_bindings,
     has_effects,
@@ -136,15 +137,16 @@ class _Split:
         loops = [i for i, s in enumerate(body) if isinstance(s, ast.For | ast.While)]
         if len(loops) != 1 or not isinstance(body[loops[0]], ast.For):
             raise Refused("not one for-loop at the top of the kernel")
-        self.before, self.loop, self.after = body[:loops[0]], body[loops[0]], body[loops[0] + 1:]
-        assert isinstance(self.loop, ast.For)
+        loop = body[loops[0]]
+        assert isinstance(loop, ast.For)
+        self.before, self.loop, self.after = body[:loops[0]], loop, body[loops[0] + 1:]
         if has_effects(self.before) or any(isinstance(n, ast.For | ast.While) for s in self.before + self.after
                                            for n in ast.walk(s)):
             raise Refused("effects before the loop, or another loop")
         if has_effects(self.loop.body) or self.loop.orelse or not isinstance(self.loop.target, ast.Name):
             raise Refused("a loop that stores or branches out")
-        if any(is_tl_call(n, "program_id") and not (n.args and isinstance(n.args[0], ast.Constant)
-                                                     and n.args[0].value in (0, 1)) for n in ast.walk(fn)):
+        if any(isinstance(n, ast.Call) and is_tl(n.func, ("program_id",)) and axis_of(n) not in (0, 1)
+               for n in ast.walk(fn)):
             raise Refused("a grid of three axes")
         it = self.loop.iter
         if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
