@@ -224,7 +224,8 @@ SPLIT_KV = Rewrite(
         f"{split_kv.FIRST_VALUE} parts ({split_kv.KNOB}, a module constant the tuner moves afterwards) on a "
         "new grid axis, each storing the maximum and sums its part reached; a second launch combines a "
         "program's parts, each sum rescaled to the common maximum, and runs what followed the loop. Every "
-        "iteration of the loop runs once, unchanged.",
+        "iteration of the loop runs once, unchanged. A launch whose grid fills the SMs twice already runs "
+        "the kernel as written.",
     apply=split_kv.split_kv)
 
 SPLIT_ROWS = Rewrite(

@@ -1,8 +1,9 @@
 """The split-KV rewrite (flash-decoding): a kernel whose one loop walks a sequence with an online
-softmax (a running maximum and sums kept scaled to it) is split in two launches. `K_parts`, on
-the grid with one more axis of `KV_SPLITS` parts, walks one part of each program's range and
-stores the state its loop carried; the kernel as written combines a program's parts (each sum
-rescaled to the common maximum) in place of its loop and runs what followed.
+softmax (a running maximum and sums kept scaled to it) gets a split form of two launches.
+`K_parts`, on the grid with one more axis of parts (at most `KV_SPLITS`), walks one part of each
+program's range and stores the state its loop carried; `K_combine`, the kernel as written with its
+loop replaced, combines a program's parts (each sum rescaled to the common maximum) and runs what
+followed.
 
 Why: decode attention gives a program a (sequence, KV head) and walks the whole sequence. With
 few sequences the grid has about one program per SM, each with a long walk and too few loads in
@@ -10,21 +11,26 @@ flight: on the H100 the bundled gqa_paged_decode, grouped onto the tensor cores,
 values at 78.5% of a same-size copy on B16_L4096 (128 programs) and 89-97% on the larger batches
 (BENCHMARKS.md, twelfth session). Made mechanically:
 
-    <before the loop>                       K_parts (grid (*grid, KV_SPLITS)):
+    <before the loop>                       K_parts (grid (*grid, parts)):
     m = tl.zeros([H]) - inf                     <before the loop>
-    l = tl.zeros([H]); acc = tl.zeros([H, D])   _split_span = cdiv(cdiv(stop - start, step), KV_SPLITS) * step
+    l = tl.zeros([H]); acc = tl.zeros([H, D])   _split_span = cdiv(cdiv(stop - start, step), parts) * step
     for i in range(start, stop, step):          _split_lo = start + tl.program_id(2) * _split_span
         m_new = tl.maximum(m, ...)              for i in range(_split_lo, tl.minimum(_split_lo + _split_span, stop), step):
         alpha = tl.exp(m - m_new)                   <the loop, unchanged>
         l = l * alpha + ...                     store m, l, acc in this part's slots
         acc = acc * alpha[:, None] + ...
-        m = m_new                           K (the grid as written):
-    <after the loop>                            <before the loop>, and the inits
+        m = m_new
+    <after the loop>                        K_combine (the grid as written):
+                                                <before the loop>, and the inits
                                                 for each part: m_new = max(m, m_p); l = l * a + l_p * b, acc likewise
                                                 <after the loop>
 
-and the launch becomes a float32 buffer per carried value, the parts launch and the combine. A
-part starts on a multiple of the loop's step, so every iteration of the loop as written runs in
+and the launch chooses on the host how many parts to take: enough that the grid fills the GPU's
+SMs twice, at most `KV_SPLITS`. On the H100 the split paid on B16_L4096's 128 programs (2 parts:
+87% of a copy, 80% unsplit) and cost 3-10% on the 512 and 1024 of the larger batches, so a launch
+whose grid fills the SMs already runs the kernel as written, kept beside the two; the others get a
+float32 buffer per carried value, the parts launch and the combine. A part starts on a multiple of
+the loop's step, so every iteration of the loop as written runs in
 exactly one part, unchanged; only the order of the sums differs. The split needs no bound the host
 knows: each program divides its own range (a sequence's length loaded in the kernel).
 
@@ -47,6 +53,7 @@ from accelopt.policies.kernel_ast import (
     Refused,
     addressed_params,
     axis_of,
+    before_definitions,
     bound_names,
     grid_bindings,
     has_effects,
@@ -64,9 +71,23 @@ from accelopt.policies.kernel_ast import (
 )
 from accelopt.tools.tunables import splice
 
-KNOB = "KV_SPLITS"       # parts of each program's range: a module constant the tuner moves
+KNOB = "KV_SPLITS"       # the most parts a program's range is split into: a module constant the tuner moves
 FIRST_VALUE = 4
 _PREFIX = "_split_"
+_PARTS = "_split_parts"
+_HELPER = "_split_kv_parts"
+# How many parts a launch takes, on the host: enough programs to fill the GPU's SMs twice, at most
+# KV_SPLITS; one (the kernel as written) where the grid fills them already. Off a GPU (Triton's
+# interpreter) there are no SMs to fill: KV_SPLITS, so the split is what runs there.
+_HELPER_SOURCE = f'''
+
+def {_HELPER}(programs, device):
+    """Parts per program of a split-KV launch: the grid made to fill the SMs twice, at most {KNOB}."""
+    if device.type != "cuda":
+        return {KNOB}
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    return max(1, min({KNOB}, 2 * sms // max(programs, 1)))
+'''
 
 
 def split_kv(source: str) -> str | None:
@@ -95,8 +116,8 @@ def split_kv(source: str) -> str | None:
         edits += launch_edits
     if not edits:
         return None
-    note = "parts each program's sequence is split into (the split-KV rewrite); the tuner moves it"
-    return with_constant(splice(source, edits), KNOB, FIRST_VALUE, note)
+    note = "the most parts a program's sequence is split into (the split-KV rewrite); the tuner moves it"
+    return before_definitions(with_constant(splice(source, edits), KNOB, FIRST_VALUE, note), _HELPER_SOURCE + "\n\n")
 
 
 @dataclass(frozen=True)
@@ -211,17 +232,18 @@ class _Split:
 
     # ------------------------------------------------------------------ the kernels
     def kernels(self) -> str:
-        return ast.unparse(self._parts()) + "\n\n\n" + ast.unparse(self._combine())
+        """The kernel as written (launched where one part is all a program gets), its parts and their combine."""
+        return "\n\n\n".join(ast.unparse(k) for k in (self.fn, self._parts(), self._combine()))
 
     def _slot(self, part: str) -> str:
         """The flat index of this program's part `part` among all programs' parts."""
-        return f"((tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)) * {KNOB} + {part})"
+        return f"((tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)) * {_PARTS} + {part})"
 
     def _signature(self, fn: ast.FunctionDef) -> None:
-        fn.args.args += [ast.arg(f"{_PREFIX}{c.name}") for c in self.carried]
+        fn.args.args += [ast.arg(f"{_PREFIX}{c.name}") for c in self.carried] + [ast.arg(_PARTS)]
         fn.args.args.append(ast.arg(KNOB, ast.parse("tl.constexpr", mode="eval").body))
         if self.fn.args.defaults:
-            fn.args.defaults += [ast.Constant(None) for _ in self.carried] + [ast.Constant(1)]
+            fn.args.defaults += [ast.Constant(None) for _ in self.carried] + [ast.Constant(1), ast.Constant(1)]
 
     def _parts(self) -> ast.FunctionDef:
         fn = copy.deepcopy(self.fn)
@@ -230,7 +252,7 @@ class _Split:
         loop = copy.deepcopy(self.loop)
         span, low = f"{_PREFIX}span", f"{_PREFIX}lo"
         loop.iter = ast.parse(f"range({low}, tl.minimum({low} + {span}, {stop}), {step})", mode="eval").body
-        head = ast.parse(f"{span} = tl.cdiv(tl.cdiv({stop} - ({start}), {step}), {KNOB}) * ({step})\n"
+        head = ast.parse(f"{span} = tl.cdiv(tl.cdiv({stop} - ({start}), {step}), {_PARTS}) * ({step})\n"
                          f"{low} = {start} + tl.program_id(2) * {span}").body
         tail = []
         for c in self.carried:
@@ -244,6 +266,7 @@ class _Split:
 
     def _combine(self) -> ast.FunctionDef:
         fn = copy.deepcopy(self.fn)
+        fn.name = f"{self.fn.name}_combine"
         part = f"{_PREFIX}p"
         lines = []
         for c in self.carried:
@@ -269,8 +292,9 @@ class _Split:
             a, b = f"{_PREFIX}{m.name}_a{index}", f"{_PREFIX}{m.name}_b{index}"
             lines.append(f"{c.name} = {c.name} * {a} + {_PREFIX}{c.name}_p * {b}")
         lines += [f"{m.name} = {_PREFIX}{m.name}_new" for m in maxima]
-        body = "\n".join("    " + line for line in lines)
-        loop = ast.parse(f"for {part} in range(0, {KNOB}):\n{body}").body
+        body = "\n".join("        " + line for line in lines)
+        # unrolled up to the cap; the launch's parts may be fewer
+        loop = ast.parse(f"for {part} in tl.static_range({KNOB}):\n    if {part} < {_PARTS}:\n{body}").body
         fn.body = self.doc + self.before + loop + self.after
         self._signature(fn)
         return ast.fix_missing_locations(fn)
@@ -305,15 +329,21 @@ class _Split:
             axes.append("1")
         programs = " * ".join(axes)
         args = [ast.unparse(a) for a in call.args] + [f"{k.arg}={ast.unparse(k.value)}" for k in call.keywords]
-        args += [f"{_PREFIX}{c.name}={_PREFIX}{c.name}" for c in self.carried] + [f"{KNOB}={KNOB}"]
+        split_args = args + [f"{_PREFIX}{c.name}={_PREFIX}{c.name}" for c in self.carried]
+        split_args += [f"{_PARTS}={_PARTS}", f"{KNOB}={KNOB}"]
         name = self.fn.name
         line = source.splitlines()[statement.lineno - 1]
         indent = line[:len(line) - len(line.lstrip())]
-        lines = [f"{grid_name} = {ast.unparse(written)}"]
-        lines += [f"{_PREFIX}{c.name} = torch.empty({programs} * {KNOB} * {_on_host(c.size, host)}, "
-                  f"dtype=torch.float32, device={host[pointers[0]]}.device)" for c in self.carried]
-        lines += [f"{name}_parts[({axes[0]}, {axes[1]}, {KNOB})]({', '.join(args)})",
-                  f"{name}[{grid_name}]({', '.join(args)})"]
+        device = f"{host[pointers[0]]}.device"
+        lines = [f"{grid_name} = {ast.unparse(written)}",
+                 f"{_PARTS} = {_HELPER}({programs}, {device})",
+                 f"if {_PARTS} > 1:"]
+        lines += [f"    {_PREFIX}{c.name} = torch.empty({programs} * {_PARTS} * {_on_host(c.size, host)}, "
+                  f"dtype=torch.float32, device={device})" for c in self.carried]
+        lines += [f"    {name}_parts[({axes[0]}, {axes[1]}, {_PARTS})]({', '.join(split_args)})",
+                  f"    {name}_combine[{grid_name}]({', '.join(split_args)})",
+                  "else:  # one part a program: the kernel as written",
+                  f"    {name}[{grid_name}]({', '.join(args)})"]
         return (statement.lineno, statement.col_offset, statement.end_lineno or statement.lineno,
                 statement.end_col_offset or 0, ("\n" + indent).join(lines))
 

@@ -22,14 +22,32 @@ def test_the_bundled_kernel_per_head_and_grouped_is_split():
     for source in (BUNDLED, grouped_heads(BUNDLED) or ""):
         out = split_kv(source)
         assert out is not None and split_kv(out) is None
-        assert config_of(out)[KNOB] == FIRST_VALUE and "decode_kernel_parts[(_split_grid[0], _split_grid[1], KV_SPLITS)]" in out
+        assert config_of(out)[KNOB] == FIRST_VALUE and "decode_kernel_parts[(_split_grid[0], _split_grid[1], _split_parts)]" in out
         assert "for start in range(_split_lo, tl.minimum(_split_lo + _split_span, seq_len), BLOCK_N):" in out
         assert out.count("torch.empty(") == 3  # m_i, l_i, acc
+        # the kernel as written stays, for launches whose grid fills the GPU already
+        assert "def decode_kernel(" in out and "    else:  # one part a program: the kernel as written\n        decode_kernel[_split_grid](" in out
+
+
+def test_a_launch_takes_parts_only_where_its_grid_leaves_sms_idle():
+    """On the H100 (132 SMs) B16_L4096's 128 grouped programs ran best in 2 parts (87% of a copy, 80%
+    unsplit), B64 and B128 (512, 1024 programs) unsplit (BENCHMARKS.md, twelfth session)."""
+    from types import SimpleNamespace
+
+    source = split_kv(BUNDLED) or ""
+    helper = source[source.index("def _split_kv_parts("):source.index("@triton.jit")]
+    h100 = SimpleNamespace(cuda=SimpleNamespace(get_device_properties=lambda d: SimpleNamespace(multi_processor_count=132)))
+    space: dict = {"torch": h100, KNOB: FIRST_VALUE}
+    exec(helper, space)
+    gpu, cpu = SimpleNamespace(type="cuda"), SimpleNamespace(type="cpu")
+    assert [space["_split_kv_parts"](n, gpu) for n in (16, 128, 512, 1024)] == [FIRST_VALUE, 2, 1, 1]
+    assert space["_split_kv_parts"](1024, cpu) == FIRST_VALUE  # the interpreter runs the split
 
 
 @pytest.mark.parametrize("splits", [1, 3, 4])
 def test_split_kernels_compute_what_they_did(tmp_path, splits):
-    """Sequences of 3 tokens (fewer blocks than parts), 10, 70; groups of 2, 1 and 3 heads."""
+    """Sequences of 3 tokens (fewer blocks than parts), 10, 70; groups of 2, 1 and 3 heads; one part
+    is the kernel as written."""
     variants = {"per_head": split_kv(BUNDLED), "grouped": split_kv(grouped_heads(BUNDLED) or "")}
     assert all(variants.values())
     variants = {k: (v or "").replace(f"{KNOB} = {FIRST_VALUE}", f"{KNOB} = {splits}") for k, v in variants.items()}
