@@ -19,6 +19,9 @@ buffer), for the loops Triton does not pipeline itself (no tl.dot in them).
 `grouped_heads` (grouped_heads.py): a grouped-query attention kernel with a program per query head
 made to give each program a KV head and its query heads as one tile, q·k and p·v as tl.dot.
 
+`counted_loops` (counted_loops.py): a `while` loop that counts up by a fixed step made a `for` loop
+over a range, which Triton pipelines (num_stages) and the loop rewrites take.
+
 `split_kv` (split_kv.py): a loop that walks a sequence with an online softmax split into KV_SPLITS
 parts a program, each storing its state, and a combine that rescales the parts (flash-decoding).
 
@@ -46,6 +49,7 @@ from dataclasses import dataclass
 
 from accelopt.policies import (
     axis_tiles,
+    counted_loops,
     fused_launches,
     grouped_heads,
     one_pass_softmax,
@@ -215,6 +219,16 @@ GROUPED_HEADS = Rewrite(
         "made two matrix products (tl.dot, float32 accuracy), which Triton also pipelines (num_stages).",
     apply=grouped_heads.grouped_heads)
 
+COUNTED_LOOPS = Rewrite(
+    name="counted_loops",
+    title="rewrite: while loops that count up made for loops (pipelined by Triton)",
+    why="(tuner rewrite) The kernel counts through its data with a `while` loop (`while i < n: ...; "
+        "i += STEP`). Triton software-pipelines only `for` loops (num_stages: the next iterations' loads "
+        "issued while this one computes), so each iteration waits for its own loads. Make it "
+        "`for i in range(i, n, STEP)`: the same iterations in the same order, now pipelined, and open "
+        "to the rewrites that take for loops.",
+    apply=counted_loops.counted_loops)
+
 SPLIT_KV = Rewrite(
     name="split_kv",
     title=f"rewrite: each program's sequence walked in {split_kv.KNOB} parts, then combined (flash-decoding)",
@@ -252,8 +266,8 @@ FUSED_LAUNCHES = Rewrite(
     apply=fused_launches.fused_launches, last=True)
 
 # in plan order: a rewrite that removes a pass over memory before one that hides its latency
-REWRITES: tuple[Rewrite, ...] = (CHUNKWISE_ONLINE_SOFTMAX, ONE_PASS_SOFTMAX, GROUPED_HEADS, SPLIT_ROWS, SPLIT_KV,
-                                 PREFETCH_LOADS, AXIS_TILES, ROW_GROUPS, FUSED_LAUNCHES)
+REWRITES: tuple[Rewrite, ...] = (CHUNKWISE_ONLINE_SOFTMAX, ONE_PASS_SOFTMAX, GROUPED_HEADS, COUNTED_LOOPS, SPLIT_ROWS,
+                                 SPLIT_KV, PREFETCH_LOADS, AXIS_TILES, ROW_GROUPS, FUSED_LAUNCHES)
 BY_NAME = {r.name: r for r in REWRITES}
 
 

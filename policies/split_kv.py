@@ -34,7 +34,8 @@ the loop's step, so every iteration of the loop as written runs in
 exactly one part, unchanged; only the order of the sums differs. The split needs no bound the host
 knows: each program divides its own range (a sequence's length loaded in the kernel).
 
-What the loop may carry: a maximum `m = m_new` with `m_new = tl.maximum(m, x)`, starting from -inf;
+What the loop may carry: a maximum `m = m_new` with `m_new = tl.maximum(m, x)`, starting from a
+tile (-inf, or a very negative number: the combine starts where the loop started);
 sums `v = v * alpha + e` (alpha maybe given new axes) with `alpha = tl.exp(m - m_new)`, starting
 from zero. Their shapes come from their initial tiles (`tl.zeros`, `tl.full`), whose sizes must be
 powers of two (a tile's are). Refused: anything else carried, or read after the loop; a loop that
@@ -140,13 +141,6 @@ def _tile_shape(value: ast.expr) -> list[ast.expr] | None:
     return list(shape.elts) if isinstance(shape, ast.Tuple | ast.List) else None
 
 
-def _is_minus_infinity(value: ast.expr) -> bool:
-    """`tl.zeros(...) - float("inf")`, `tl.full(..., -float("inf") | float("-inf"), ...)`."""
-    text = ast.unparse(value).replace('"', "'")
-    return _tile_shape(value) is not None and ("- float('inf')" in text or "-float('inf')" in text
-                                         or "float('-inf')" in text)
-
-
 class _Split:
     def __init__(self, fn: ast.FunctionDef):
         self.fn = fn
@@ -175,7 +169,7 @@ class _Split:
             raise Refused("not a loop over range(start, stop[, step])")
         self.start, self.stop = it.args[0], it.args[1]
         self.step = it.args[2] if len(it.args) == 3 else ast.Constant(1)
-        if names(it) & stored([self.loop]):
+        if names(it) & stored(self.loop.body):
             raise Refused("the loop's bounds change in the loop")
         self.carried = self._carried()
 
@@ -195,8 +189,9 @@ class _Split:
             if isinstance(update, ast.Name) and is_tl_call(updates.get(update.id, ast.Constant(0)), "maximum"):
                 call = updates[update.id]
                 assert isinstance(call, ast.Call)
+                # its first value (-inf, or o3's -1e30) starts the combine as it started the loop
                 if any(isinstance(a, ast.Name) and a.id == name for a in call.args) \
-                        and name in inits and _is_minus_infinity(inits[name]):
+                        and name in inits and _tile_shape(inits[name]) is not None:
                     maxima[name] = update.id
         found = [_Carried(m, _tile_shape(inits[m]) or [], None) for m in sorted(maxima)]
         for name in sorted(carried - set(maxima)):
