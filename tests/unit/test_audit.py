@@ -76,6 +76,24 @@ def test_the_audit_decides_per_workload_on_one_run():
     assert rejected.agreed is False and "not Triton kernels of the source on M16384_N1024" in rejected.note
 
 
+def test_each_launch_of_a_call_widens_the_absolute_tolerance_up_to_three():
+    """The split-KV decode on FIB's one sequence of 54 tokens (H100): its parts and combine kernels
+    took 13.0 µs under ncu, 8.2 µs in the harness; one kernel that far off is still rejected, and
+    ten launches widen it no more than three do."""
+    source = load_task(TASKS / "softmax").baseline_source
+
+    def calls(*times: float) -> dict[str, list[dict]]:
+        return {"one": [{"name": "softmax_kernel", "time_us": t} for t in times]}
+
+    def agreed(*times: float, harness: float) -> bool:
+        return audit_mod.verdict(source, _result({"one": harness}), calls(*times)).agreed
+
+    assert agreed(6.5, 6.5, harness=8.2) is True            # two launches: 4.8 µs over, within 8
+    assert agreed(13.0, harness=8.2) is False                # one launch: 4.8 µs over 4, and 59% over
+    assert agreed(*[2.2] * 10, harness=8.2) is False         # ten launches: 13.8 µs over, past 12
+    assert agreed(*[1.9] * 10, harness=8.2) is True          # 10.8 µs over, within 12
+
+
 def test_an_autotuned_kernel_is_rejected_only_past_three_times_the_harness():
     source = "import triton\n\n\n@triton.autotune(configs=[], key=['n'])\n@triton.jit\ndef softmax_kernel(x):\n    pass\n"
     calls = {"M1024_N32000": [{"name": "softmax_kernel", "time_us": 100.0}]}

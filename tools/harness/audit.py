@@ -32,9 +32,12 @@ from accelopt.tools.harness.static_checks import triton_kernel_names
 from accelopt.tools.task import Task
 
 # ncu serializes kernels and flushes caches between them: a little slower than the harness's
-# cold-L2 kernel time for short kernels; beyond this it is not the same work.
+# cold-L2 kernel time for short kernels; beyond this it is not the same work. The absolute part is
+# per launch, up to a few: each kernel of a call starts cold under ncu (a split-KV decode's parts
+# and combine on one sequence of 54 tokens, H100: 13.0 µs under ncu, 8.2 µs in the harness).
 REL_TOLERANCE = 0.20
 ABS_TOLERANCE_US = 4.0
+ABS_TOLERANCE_LAUNCHES = 3  # launches that each widen the absolute tolerance: hidden work stays bounded
 MAX_WORKLOADS = 3
 AUDIT_METRICS = ["gpu__time_duration.sum"]  # one pass per kernel
 # An autotuned kernel in a fresh process may run another configuration (0.6-1.9x measured on
@@ -120,14 +123,15 @@ def verdict(source: str, result: EvalResult, calls: dict[str, list[dict]]) -> Au
         harness = timing.kernel_us if timing is not None else None
         if harness is None:
             continue
-        if _ncu_saw_more(measured[workload], harness, tuned):
+        launches = len(seen)
+        if _ncu_saw_more(measured[workload], harness, tuned, launches):
             problems.append(f"on {workload} ncu measured {measured[workload]:.1f} µs of kernels per call, "
                             f"the harness {harness:.1f} µs")
-        elif _ncu_saw_more(harness, measured[workload], tuned):
+        elif _ncu_saw_more(harness, measured[workload], tuned, launches):
             slower.append(f"{workload} {measured[workload]:.1f} against {harness:.1f} µs")
     agrees = "ncu agrees: the same kernels" + (
         f" (autotuned: a fresh process may pick another configuration, so times agree within {AUTOTUNE_BAND:.0f}x)"
-        if tuned else f", kernel time within {REL_TOLERANCE:.0%} or {ABS_TOLERANCE_US:.0f} µs")
+        if tuned else f", kernel time within {REL_TOLERANCE:.0%} or {ABS_TOLERANCE_US:.0f} µs a launch")
     if slower:
         agrees += ("; ncu measured less than the harness (" + ", ".join(slower) + "): the harness's slower "
                    "figure stands")
@@ -135,10 +139,11 @@ def verdict(source: str, result: EvalResult, calls: dict[str, list[dict]]) -> Au
     return Audit(tool="ncu", agreed=not problems, kernels=kernels, measured_us=measured, note=note)
 
 
-def _ncu_saw_more(ncu_us: float, harness_us: float, tuned: bool) -> bool:
-    """ncu's time above the harness's beyond the clock's tolerance: 20% (or 4 µs) for a fixed
-    kernel; 3x for an autotuned one, which a fresh process may run in another configuration."""
-    if ncu_us - harness_us <= ABS_TOLERANCE_US:
+def _ncu_saw_more(ncu_us: float, harness_us: float, tuned: bool, launches: int = 1) -> bool:
+    """ncu's time above the harness's beyond the clock's tolerance: 20% (or 4 µs a launch, up to
+    three) for a fixed kernel; 3x for an autotuned one, which a fresh process may run in another
+    configuration."""
+    if ncu_us - harness_us <= ABS_TOLERANCE_US * min(max(launches, 1), ABS_TOLERANCE_LAUNCHES):
         return False
     if tuned:
         return ncu_us > AUTOTUNE_BAND * harness_us
