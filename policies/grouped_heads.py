@@ -52,6 +52,7 @@ from accelopt.policies.kernel_ast import (
     axis_of,
     grid_bindings,
     is_tl,
+    launch_arguments,
     loaded_params,
     names,
     program_id_axis,
@@ -573,7 +574,7 @@ def _grouped_launch(call: ast.Call, owner: ast.FunctionDef | None, fn: ast.Funct
         raise Refused(f"the grid is not a {axes}-element tuple")
     group = f"({ast.unparse(_launch_side(shape.group, fn, call))})"
     args = [ast.unparse(a) for a in call.args] + [f"{k.arg}={ast.unparse(k.value)}" for k in call.keywords]
-    passed = _passed(fn, call)
+    passed = launch_arguments(fn, call)
     sources = [passed[p] for p in _grouped(fn)[1] if p in passed]
     tensors = ", ".join(f"({ast.unparse(a)})" for a in sources)
     # float32 memory among them: three TF32 products; none found: the same, to be safe
@@ -594,7 +595,7 @@ def _launch_side(group: ast.expr, fn: ast.FunctionDef, call: ast.Call) -> ast.ex
     """The group size as the launch computes it: each kernel parameter replaced by the argument the
     launch passes for it (or its default)."""
     params = [a.arg for a in fn.args.args]
-    passed = _passed(fn, call)
+    passed = launch_arguments(fn, call)
 
     class Arguments(ast.NodeTransformer):
         def visit_Name(self, node: ast.Name) -> ast.expr:
@@ -606,12 +607,3 @@ def _launch_side(group: ast.expr, fn: ast.FunctionDef, call: ast.Call) -> ast.ex
             return _expr_of(f"({ast.unparse(value)})")
 
     return Arguments().visit(copy.deepcopy(group))
-
-
-def _passed(fn: ast.FunctionDef, call: ast.Call) -> dict[str, ast.expr]:
-    """Each kernel parameter the launch gives a value, with that value (or the default)."""
-    params = [a.arg for a in fn.args.args]
-    passed: dict[str, ast.expr] = dict(zip(params[len(params) - len(fn.args.defaults):], fn.args.defaults))
-    passed.update(zip(params, call.args))
-    passed.update({k.arg: k.value for k in call.keywords if k.arg})
-    return passed

@@ -150,6 +150,15 @@ def _bases(expr: ast.expr, bound: dict[str, list[ast.expr]], params: set[str], s
     return mentioned
 
 
+def launch_arguments(fn: ast.FunctionDef, call: ast.Call) -> dict[str, ast.expr]:
+    """Each parameter of the kernel that a launch of it gives a value: the argument, or the default."""
+    params = [a.arg for a in fn.args.args]
+    bound: dict[str, ast.expr] = dict(zip(params[len(params) - len(fn.args.defaults):], fn.args.defaults))
+    bound.update(zip(params, call.args))
+    bound.update({k.arg: k.value for k in call.keywords if k.arg in params})
+    return bound
+
+
 def names(node: ast.AST) -> set[str]:
     """Every name the node mentions, read or written."""
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}

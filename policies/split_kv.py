@@ -62,6 +62,7 @@ from accelopt.policies.kernel_ast import (
     is_tl,
     is_tl_call,
     kernel_span,
+    launch_arguments,
     launches_of,
     loaded,
     names,
@@ -312,7 +313,7 @@ class _Split:
         if not (isinstance(written, ast.Tuple) and 1 <= len(written.elts) <= 2
                 and not any(isinstance(e, ast.Starred) for e in written.elts)):
             raise Refused("the grid is not a tuple of one or two axes")
-        arguments = self._arguments(call)
+        arguments = {name: ast.unparse(value) for name, value in launch_arguments(self.fn, call).items()}
         pointers = sorted((p for p in addressed_params(self.fn, ("load",)) if p in arguments),
                           key=lambda p: "ptr" not in p)
         if not pointers:
@@ -342,16 +343,6 @@ class _Split:
         return (statement.lineno, statement.col_offset, statement.end_lineno or statement.lineno,
                 statement.end_col_offset or 0, ("\n" + indent).join(lines))
 
-    def _arguments(self, call: ast.Call) -> dict[str, str]:
-        """The kernel's parameters as this launch binds them, as host expressions."""
-        params = self.fn.args.args
-        defaults = [None] * (len(params) - len(self.fn.args.defaults)) + list(self.fn.args.defaults)
-        bound = {p.arg: ast.unparse(a) for p, a in zip(params, call.args)}
-        bound.update({k.arg: ast.unparse(k.value) for k in call.keywords if k.arg in {p.arg for p in params}})
-        for p, d in zip(params, defaults):
-            if p.arg not in bound and d is not None:
-                bound[p.arg] = ast.unparse(d)
-        return bound
 
 
 def _read_before_written(body: list[ast.stmt], name: str) -> bool:

@@ -54,6 +54,7 @@ from accelopt.policies.kernel_ast import (
     is_tl,
     is_tl_call,
     kernel_span,
+    launch_arguments,
     launches_of,
     loaded,
     names,
@@ -296,7 +297,7 @@ class _Split:
         if any(k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
             raise Refused("a launch passing *args or **kwargs")
         rows = _one_element_grid(sub.slice, owner)
-        arguments = self._arguments(call)
+        arguments = {name: ast.unparse(value) for name, value in launch_arguments(self.fn, call).items()}
         # the buffer goes where the tensors are: a parameter loads are addressed from, `*ptr*` first
         pointers = sorted((p for p in addressed_params(self.fn, ("load",)) if p in arguments),
                           key=lambda p: "ptr" not in p)
@@ -318,16 +319,6 @@ class _Split:
         return (statement.lineno, statement.col_offset, statement.end_lineno or statement.lineno,
                 statement.end_col_offset or 0, ("\n" + indent).join(lines))
 
-    def _arguments(self, call: ast.Call) -> dict[str, str]:
-        """The kernel's parameters as this launch binds them, as host expressions."""
-        params = self.fn.args.args
-        defaults = [None] * (len(params) - len(self.fn.args.defaults)) + list(self.fn.args.defaults)
-        bound = {p.arg: ast.unparse(a) for p, a in zip(params, call.args)}
-        bound.update({k.arg: ast.unparse(k.value) for k in call.keywords if k.arg in {p.arg for p in params}})
-        for p, d in zip(params, defaults):
-            if p.arg not in bound and d is not None:
-                bound[p.arg] = ast.unparse(d)
-        return bound
 
 
 class _Combined(ast.NodeTransformer):
