@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Callable
+from typing import Protocol
 
 from accelopt.tools.tunables import splice
 
@@ -304,6 +305,34 @@ def rewrite_launched_kernels(
     if not edits:
         return None
     return with_constant(splice(source, edits), *constant) if constant else splice(source, edits)
+
+
+class KernelSplit(Protocol):
+    """A kernel rewritten into kernels of its own making, with the launches to match."""
+
+    def kernels(self) -> str: ...
+
+    def launch(self, source: str, call: ast.Call, owner: ast.FunctionDef | None) -> tuple[int, int, int, int, str]: ...
+
+
+def split_kernel_edits(source: str, tree: ast.Module,
+                       split: Callable[[ast.FunctionDef], KernelSplit]) -> list[tuple[int, int, int, int, str]]:
+    """The edits (for tools.tunables.splice) that replace each plain kernel read only by its
+    launches with `split(kernel).kernels()`, and each launch with its `launch(...)`; a kernel whose
+    split or launches raise Refused is left as written."""
+    edits: list[tuple[int, int, int, int, str]] = []
+    for fn in plain_kernels(tree):
+        launches = launches_of(tree, fn.name)
+        if not launches or references(tree, fn.name) != len(launches):
+            continue
+        try:
+            made = split(fn)
+            launch_edits = [made.launch(source, call, owner) for call, owner in launches]
+        except Refused:
+            continue
+        edits.append((*kernel_span(source, fn), made.kernels()))
+        edits += launch_edits
+    return edits
 
 
 def with_knob_params(written: ast.FunctionDef, new: ast.FunctionDef, total: str, knob: str) -> None:

@@ -61,13 +61,10 @@ from accelopt.policies.kernel_ast import (
     imports_triton,
     is_tl,
     is_tl_call,
-    kernel_span,
     launch_arguments,
-    launches_of,
     loaded,
     names,
-    plain_kernels,
-    references,
+    split_kernel_edits,
     stored,
     with_constant,
 )
@@ -104,18 +101,7 @@ def split_kv(source: str) -> str | None:
                         for n in tree.body)  # the launch allocates the parts' buffers with torch
     if not imports_triton(tree) or not imports_torch or KNOB in taken or any(n.startswith(_PREFIX) for n in taken):
         return None
-    edits: list[tuple[int, int, int, int, str]] = []
-    for fn in plain_kernels(tree):
-        launches = launches_of(tree, fn.name)
-        if not launches or references(tree, fn.name) != len(launches):
-            continue
-        try:
-            split = _Split(fn)
-            launch_edits = [split.launch(source, call, owner) for call, owner in launches]
-        except Refused:
-            continue
-        edits.append((*kernel_span(source, fn), split.kernels()))
-        edits += launch_edits
+    edits = split_kernel_edits(source, tree, _Split)
     if not edits:
         return None
     note = "the most parts a program's sequence is split into (the split-KV rewrite); the tuner moves it"

@@ -53,15 +53,12 @@ from accelopt.policies.kernel_ast import (
     imports_triton,
     is_tl,
     is_tl_call,
-    kernel_span,
     launch_arguments,
-    launches_of,
     loaded,
     names,
     one_element_grid_name,
-    plain_kernels,
     program_id_axis,
-    references,
+    split_kernel_edits,
     stored,
     with_constant,
 )
@@ -84,18 +81,7 @@ def split_rows(source: str) -> str | None:
     taken = bound_names(tree)
     if not imports_triton(tree) or KNOB in taken or _P2 in taken or any(n.startswith(_PREFIX) for n in taken):
         return None
-    edits: list[tuple[int, int, int, int, str]] = []
-    for fn in plain_kernels(tree):
-        launches = launches_of(tree, fn.name)
-        if not launches or references(tree, fn.name) != len(launches):
-            continue
-        try:
-            split = _Split(fn)
-            launch_edits = [split.launch(source, call, owner) for call, owner in launches]
-        except Refused:
-            continue
-        edits.append((*kernel_span(source, fn), split.kernels()))
-        edits += launch_edits
+    edits = split_kernel_edits(source, tree, _Split)
     if not edits:
         return None
     note = "columns of a row a program of the parts kernel walks (the split-row rewrite); the tuner moves it"
