@@ -330,7 +330,6 @@ class _Split:
                 statement.end_col_offset or 0, ("\n" + indent).join(lines))
 
 
-
 def _read_before_written(body: list[ast.stmt], name: str) -> bool:
     for stmt in body:
         if name in loaded([stmt]):

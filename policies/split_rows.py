@@ -306,7 +306,6 @@ class _Split:
                 statement.end_col_offset or 0, ("\n" + indent).join(lines))
 
 
-
 class _Combined(ast.NodeTransformer):
     """After the loop: a carried vector reduced whole, and a carried scalar, read as the parts' combination."""
 
