@@ -21,7 +21,9 @@ launch moves cannot close it. Made mechanically:
                                     ->    acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=...)
 
 and each launch's grid `(a, b)` becomes `(a, triton.cdiv(b, G))` with `_heads_total=b` and
-`HEADS_TILE` = G rounded up to a power of two, at least 16 (a tensor-core tile's rows).
+`HEADS_TILE` = G rounded up to a power of two, at least 16 (a tensor-core tile's rows). A kernel
+on one axis of (row, head) programs (`h = pid % H` beside `b = pid // H`, as o3 and gpt-5 wrote
+theirs) gets `_kv_head = pid % (H // G)`, `b = pid // (H // G)` and the grid `(cdiv(n, G),)`.
 
 Every value that depends on the query head (found by following assignments, loops included, to a
 fixed point) gains the heads as a new first axis; what does not (the KV head, its keys and values,
@@ -31,9 +33,9 @@ of one moves to the next axis; a load or store of one is masked to the heads tha
 reduction of a head-dependent vector times a head-independent matrix (a matrix-vector product)
 becomes a `tl.dot` of the heads' tile with the matrix. Its precision is the launch's choice
 (`DOT_PRECISION`, a constexpr): where no tensor the products' operands are loaded from is float32
-(an fp32 output such as a log-sum-exp does not count), one TF32 product,
-exact on values cast up from bf16 or fp16 (q, k, v) and 11 bits on the probabilities, eight times
-finer than a bf16 output's own rounding; where one is float32, three TF32 products (float32
+(an fp32 output such as a log-sum-exp does not count), one TF32 product, exact on values cast up
+from bf16 or fp16 (q, k, v) and 11 bits on the probabilities, eight times finer than a bf16
+output's own rounding; where one is float32, three TF32 products (float32
 accuracy). On the H100 the bundled task's grouped kernel ran at 80-97% of a same-size copy with one
 TF32 product, 50-59% with three, 2% with `ieee` (no tensor cores). The rewrite refuses anything else:
 a head that steers control flow, a head-dependent value of rank two or more (a 3-D tile), a call
