@@ -35,7 +35,6 @@ import copy
 from accelopt.policies.kernel_ast import (
     Refused,
     axis_of,
-    grid_bindings,
     is_tl,
     loaded,
     names,
@@ -43,6 +42,7 @@ from accelopt.policies.kernel_ast import (
     rewrite_launched_kernels,
     stored,
     with_knob_params,
+    written_grid,
 )
 
 KNOB = "AXIS1_GROUP"
@@ -168,10 +168,7 @@ def _tiled_launch(call: ast.Call, owner: ast.FunctionDef | None, _kernel: ast.Fu
     if any(k.arg in _OWN_NAMES or k.arg is None for k in call.keywords) or any(
             isinstance(a, ast.Starred) for a in call.args):
         raise Refused("the launch names our parameters, or passes *args or **kwargs")
-    grid = sub.slice
-    if isinstance(grid, ast.Name) and owner is not None:
-        bound = grid_bindings(owner, grid)
-        grid = bound[0] if len(bound) == 1 else grid
+    grid = written_grid(owner, sub.slice)
     if not (isinstance(grid, ast.Tuple) and len(grid.elts) == 2
             and not any(isinstance(e, ast.Starred) for e in grid.elts)):
         raise Refused("the grid is not a two-element tuple")

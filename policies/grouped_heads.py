@@ -52,13 +52,15 @@ from dataclasses import dataclass
 from accelopt.policies.kernel_ast import (
     Refused,
     axis_of,
-    grid_bindings,
+    docstring_and_body,
     is_tl,
     launch_arguments,
     loaded_params,
     names,
+    on_host,
     program_id_axis,
     rewrite_launched_kernels,
+    written_grid,
 )
 
 TILE = "HEADS_TILE"        # the heads a program holds, padded: a constexpr the launch computes
@@ -119,14 +121,6 @@ def _shape_of(fn: ast.FunctionDef, body: list[ast.stmt]) -> _Shape:
     assert isinstance(division, ast.BinOp)  # checked by _divides
     group = _in_parameters(division.right, fn, body, head)
     return _Shape(head, head_at, kv_at, group, heads and _in_parameters(heads, fn, body, head), row_at)
-
-
-def _body(fn: ast.FunctionDef) -> tuple[list[ast.stmt], list[ast.stmt]]:
-    """(the docstring, if any; the rest of the body)."""
-    body = list(fn.body)
-    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-        return body[:1], body[1:]
-    return [], body
 
 
 def _rows_times_heads(body: list[ast.stmt]) -> tuple[int, ast.expr, int]:
@@ -513,9 +507,10 @@ def _grouped_kernel(fn: ast.FunctionDef) -> ast.FunctionDef:
     return _grouped(fn)[0]
 
 
-def _grouped(fn: ast.FunctionDef) -> tuple[ast.FunctionDef, list[str]]:
-    """The grouped kernel, and the parameters whose memory the dots' operands are loaded from."""
-    doc, body = _body(fn)
+def _grouped(fn: ast.FunctionDef) -> tuple[ast.FunctionDef, list[str], _Shape]:
+    """The grouped kernel, the parameters whose memory the dots' operands are loaded from, and
+    where the kernel's query head came from."""
+    doc, body = docstring_and_body(fn)
     shape = _shape_of(fn, body)
     kv_name = body[shape.kv_at].targets[0].id  # type: ignore[attr-defined]  # checked by _divides
     moving = _moving(fn, shape, kv_name)
@@ -551,7 +546,7 @@ def _grouped(fn: ast.FunctionDef) -> tuple[ast.FunctionDef, list[str]]:
     if fn.args.defaults:  # parameters after defaulted ones need defaults
         defaults: dict[str, int | str] = {_TOTAL: 0, TILE: TENSOR_CORE_ROWS, PRECISION: "tf32x3"}
         new.args.defaults += [ast.Constant(defaults[a]) for a in added]
-    return ast.fix_missing_locations(new), loaded_params(fn, grouper.dot_operands)
+    return ast.fix_missing_locations(new), loaded_params(fn, grouper.dot_operands), shape
 
 
 # ------------------------------------------------------------------ the launches
@@ -564,12 +559,8 @@ def _grouped_launch(call: ast.Call, owner: ast.FunctionDef | None, fn: ast.Funct
     if any(k.arg in _OWN_NAMES or k.arg is None for k in call.keywords) or any(
             isinstance(a, ast.Starred) for a in call.args):
         raise Refused("the launch names our parameters, or passes *args or **kwargs")
-    _, body = _body(fn)
-    shape = _shape_of(fn, body)
-    grid = sub.slice
-    if isinstance(grid, ast.Name) and owner is not None:
-        bound = grid_bindings(owner, grid)
-        grid = bound[0] if len(bound) == 1 else grid
+    _, loaded_from, shape = _grouped(fn)
+    grid = written_grid(owner, sub.slice)
     axes = 2 if shape.heads is None else 1
     if not (isinstance(grid, ast.Tuple) and len(grid.elts) == axes
             and not any(isinstance(e, ast.Starred) for e in grid.elts)):
@@ -577,7 +568,7 @@ def _grouped_launch(call: ast.Call, owner: ast.FunctionDef | None, fn: ast.Funct
     group = f"({ast.unparse(_launch_side(shape.group, fn, call))})"
     args = [ast.unparse(a) for a in call.args] + [f"{k.arg}={ast.unparse(k.value)}" for k in call.keywords]
     passed = launch_arguments(fn, call)
-    sources = [passed[p] for p in _grouped(fn)[1] if p in passed]
+    sources = [passed[p] for p in loaded_from if p in passed]
     tensors = ", ".join(f"({ast.unparse(a)})" for a in sources)
     # float32 memory among them: three TF32 products; none found: the same, to be safe
     exact = f"'tf32x3' if any(str(getattr(a, 'dtype', '')) == 'torch.float32' for a in ({tensors},)) else 'tf32'" \
@@ -596,16 +587,8 @@ def _grouped_launch(call: ast.Call, owner: ast.FunctionDef | None, fn: ast.Funct
 def _launch_side(group: ast.expr, fn: ast.FunctionDef, call: ast.Call) -> ast.expr:
     """The group size as the launch computes it: each kernel parameter replaced by the argument the
     launch passes for it (or its default)."""
-    params = [a.arg for a in fn.args.args]
     passed = launch_arguments(fn, call)
-
-    class Arguments(ast.NodeTransformer):
-        def visit_Name(self, node: ast.Name) -> ast.expr:
-            if node.id not in params:
-                return node  # a module constant, as visible at the launch as in the kernel
-            value = passed.get(node.id)
-            if value is None:
-                raise Refused(f"the launch does not pass {node.id}, which the group size reads")
-            return _expr_of(f"({ast.unparse(value)})")
-
-    return Arguments().visit(copy.deepcopy(group))
+    missing = names(group) & {a.arg for a in fn.args.args} - set(passed)
+    if missing:
+        raise Refused(f"the launch does not pass {', '.join(sorted(missing))}, which the group size reads")
+    return on_host(group, passed)  # module constants stay: the launch sees them as the kernel does

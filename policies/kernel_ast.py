@@ -5,6 +5,7 @@ ask of a kernel module's syntax tree: its Triton kernels and their launches, nam
 from __future__ import annotations
 
 import ast
+import copy
 import re
 from collections.abc import Callable
 from typing import Protocol
@@ -149,6 +150,40 @@ def _bases(expr: ast.expr, bound: dict[str, list[ast.expr]], params: set[str], s
     for name in (n for n in ast.walk(expr) if isinstance(n, ast.Name)):
         mentioned |= _bases(name, bound, params, seen)
     return mentioned
+
+
+def docstring_and_body(fn: ast.FunctionDef) -> tuple[list[ast.stmt], list[ast.stmt]]:
+    """(the kernel's docstring as a one-statement list, or empty; the rest of its body)."""
+    body = list(fn.body)
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        return body[:1], body[1:]
+    return [], body
+
+
+def written_grid(owner: ast.FunctionDef | None, grid: ast.expr) -> ast.expr:
+    """A launch's grid as written: for a name the launching function binds once, that value."""
+    bound = grid_bindings(owner, grid)
+    return bound[0] if isinstance(grid, ast.Name) and len(bound) == 1 else grid
+
+
+def launch_statement(owner: ast.FunctionDef | None, call: ast.Call) -> ast.stmt:
+    """The expression statement that is the launch, in a host function."""
+    if owner is not None:
+        for node in ast.walk(owner):
+            if isinstance(node, ast.Expr) and node.value is call:
+                return node
+    raise Refused("the launch is not a statement of its own in a function")
+
+
+def on_host(expr: ast.expr, arguments: dict[str, ast.expr]) -> ast.expr:
+    """A kernel expression as the host computes it: each name in `arguments` (a launch's, see
+    launch_arguments) replaced by its value; other names (module constants) kept."""
+
+    class Arguments(ast.NodeTransformer):
+        def visit_Name(self, node: ast.Name) -> ast.expr:
+            return copy.deepcopy(arguments[node.id]) if node.id in arguments else node
+
+    return Arguments().visit(copy.deepcopy(expr))
 
 
 def launch_arguments(fn: ast.FunctionDef, call: ast.Call) -> dict[str, ast.expr]:

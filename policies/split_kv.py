@@ -56,17 +56,20 @@ from accelopt.policies.kernel_ast import (
     axis_of,
     before_definitions,
     bound_names,
-    grid_bindings,
+    docstring_and_body,
     has_effects,
     imports_triton,
     is_tl,
     is_tl_call,
     launch_arguments,
+    launch_statement,
     loaded,
     names,
+    on_host,
     split_kernel_edits,
     stored,
     with_constant,
+    written_grid,
 )
 from accelopt.tools.tunables import splice
 
@@ -133,9 +136,7 @@ class _Split:
         self.fn = fn
         if fn.args.vararg or fn.args.kwarg or fn.args.kwonlyargs or fn.args.posonlyargs:
             raise Refused("a variadic signature")
-        body = list(fn.body)
-        self.doc = body[:1] if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) else []
-        body = body[len(self.doc):]
+        self.doc, body = docstring_and_body(fn)
         loops = [i for i, s in enumerate(body) if isinstance(s, ast.For | ast.While)]
         if len(loops) != 1 or not isinstance(body[loops[0]], ast.For):
             raise Refused("not one for-loop at the top of the kernel")
@@ -284,27 +285,22 @@ class _Split:
     # ------------------------------------------------------------------ the launch
     def launch(self, source: str, call: ast.Call, owner: ast.FunctionDef | None) -> tuple[int, int, int, int, str]:
         """The launch statement replaced by the parts' buffers, the parts launch and the combine."""
-        statement = next((s for s in ast.walk(owner) if isinstance(s, ast.Expr) and s.value is call), None) \
-            if owner is not None else None
-        if statement is None:
-            raise Refused("a launch that is not a statement of its own in a function")
+        statement = launch_statement(owner, call)
         sub = call.func
         assert isinstance(sub, ast.Subscript)
         if any(k.arg is None or k.arg.startswith(_PREFIX) or k.arg == KNOB for k in call.keywords) \
                 or any(isinstance(a, ast.Starred) for a in call.args):
             raise Refused("a launch passing *args or **kwargs, or our names")
-        grid = sub.slice
-        bound = grid_bindings(owner, grid)
-        written = bound[0] if isinstance(grid, ast.Name) and len(bound) == 1 else grid
+        written = written_grid(owner, sub.slice)
         if not (isinstance(written, ast.Tuple) and 1 <= len(written.elts) <= 2
                 and not any(isinstance(e, ast.Starred) for e in written.elts)):
             raise Refused("the grid is not a tuple of one or two axes")
-        arguments = {name: ast.unparse(value) for name, value in launch_arguments(self.fn, call).items()}
+        arguments = launch_arguments(self.fn, call)
         pointers = sorted((p for p in addressed_params(self.fn, ("load",)) if p in arguments),
                           key=lambda p: "ptr" not in p)
         if not pointers:
             raise Refused("no tensor the kernel loads from to place the buffers on")
-        host = {name: f"({text})" for name, text in arguments.items()}
+        sizes = {c.name: _size_on_host(c.size, arguments) for c in self.carried}
         grid_name = f"{_PREFIX}grid"
         axes = [f"{grid_name}[{i}]" for i in range(len(written.elts))]
         if len(axes) == 1:
@@ -316,11 +312,11 @@ class _Split:
         name = self.fn.name
         line = source.splitlines()[statement.lineno - 1]
         indent = line[:len(line) - len(line.lstrip())]
-        device = f"{host[pointers[0]]}.device"
+        device = f"({ast.unparse(arguments[pointers[0]])}).device"
         lines = [f"{grid_name} = {ast.unparse(written)}",
                  f"{_PARTS} = {_HELPER}({programs}, {device})",
                  f"if {_PARTS} > 1:"]
-        lines += [f"    {_PREFIX}{c.name} = torch.empty({programs} * {_PARTS} * {_on_host(c.size, host)}, "
+        lines += [f"    {_PREFIX}{c.name} = torch.empty({programs} * {_PARTS} * {sizes[c.name]}, "
                   f"dtype=torch.float32, device={device})" for c in self.carried]
         lines += [f"    {name}_parts[({axes[0]}, {axes[1]}, {_PARTS})]({', '.join(split_args)})",
                   f"    {name}_combine[{grid_name}]({', '.join(split_args)})",
@@ -339,13 +335,9 @@ def _read_before_written(body: list[ast.stmt], name: str) -> bool:
     return False
 
 
-def _on_host(expr: str, host: dict[str, str]) -> str:
-    """A kernel expression of its parameters as the host computes it from the launch's arguments."""
-
-    class Arguments(ast.NodeTransformer):
-        def visit_Name(self, node: ast.Name) -> ast.expr:
-            if node.id in host:
-                return ast.parse(host[node.id], mode="eval").body
-            raise Refused(f"{node.id}: not a parameter the launch passes")
-
-    return ast.unparse(Arguments().visit(ast.parse(expr, mode="eval")))
+def _size_on_host(size: str, arguments: dict[str, ast.expr]) -> str:
+    """A carried tile's size (of the kernel's parameters) as the host computes it from the launch."""
+    tree = ast.parse(size, mode="eval").body
+    for name in names(tree) - set(arguments):
+        raise Refused(f"{name}: not a parameter the launch passes")
+    return ast.unparse(on_host(tree, arguments))

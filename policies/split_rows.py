@@ -54,8 +54,10 @@ from accelopt.policies.kernel_ast import (
     is_tl,
     is_tl_call,
     launch_arguments,
+    launch_statement,
     loaded,
     names,
+    on_host,
     one_element_grid_name,
     program_id_axis,
     split_kernel_edits,
@@ -277,20 +279,19 @@ class _Split:
 
     def launch(self, source: str, call: ast.Call, owner: ast.FunctionDef | None) -> tuple[int, int, int, int, str]:
         """The launch statement replaced by the parts' buffer, the parts launch and the combine."""
-        statement = _statement_of(owner, call)
+        statement = launch_statement(owner, call)
         sub = call.func
         assert isinstance(sub, ast.Subscript)
         if any(k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
             raise Refused("a launch passing *args or **kwargs")
         rows = _one_element_grid(sub.slice, owner)
-        arguments = {name: ast.unparse(value) for name, value in launch_arguments(self.fn, call).items()}
+        arguments = launch_arguments(self.fn, call)
         # the buffer goes where the tensors are: a parameter loads are addressed from, `*ptr*` first
         pointers = sorted((p for p in addressed_params(self.fn, ("load",)) if p in arguments),
                           key=lambda p: "ptr" not in p)
         if not pointers:
             raise Refused("no tensor the kernel loads from to place the buffer on")
-        host = {name: f"({text})" for name, text in arguments.items()}
-        stop, start = (_on_host(expr, host) for expr in (self.stop, self.start))
+        stop, start = (_on_host(expr, arguments) for expr in (self.stop, self.start))
         written = [ast.unparse(a) for a in call.args] + [f"{k.arg}={ast.unparse(k.value)}" for k in call.keywords]
         extra = ", ".join(written + [f"{_BUF}={_BUF}", f"{_PARTS}={_PARTS}"])
         name = self.fn.name
@@ -299,7 +300,7 @@ class _Split:
         span = start if start != "(0)" else None
         lines = [f"{_PARTS} = triton.cdiv({stop}{f' - {span}' if span else ''}, {KNOB})",
                  f"{_BUF} = torch.empty({rows} * {_PARTS} * {len(self.carried)}, dtype=torch.float32, "
-                 f"device={host[pointers[0]]}.device)",
+                 f"device=({ast.unparse(arguments[pointers[0]])}).device)",
                  f"{name}_parts[({rows}, {_PARTS})]({extra}, {KNOB}={KNOB})",
                  f"{name}[({rows},)]({extra}, {_P2}=triton.next_power_of_2({_PARTS}))"]
         return (statement.lineno, statement.col_offset, statement.end_lineno or statement.lineno,
@@ -372,15 +373,6 @@ def _init_value(init: ast.expr) -> str | None:
     return None
 
 
-def _statement_of(owner: ast.FunctionDef | None, call: ast.Call) -> ast.stmt:
-    """The expression statement that is the launch, in a host function."""
-    if owner is not None:
-        for node in ast.walk(owner):
-            if isinstance(node, ast.Expr) and node.value is call:
-                return node
-    raise Refused("the launch is not a statement of its own in a function")
-
-
 def _one_element_grid(grid: ast.expr, owner: ast.FunctionDef | None) -> str:
     if isinstance(grid, ast.Tuple) and len(grid.elts) == 1 and not isinstance(grid.elts[0], ast.Starred):
         return f"({ast.unparse(grid.elts[0])})"
@@ -389,19 +381,15 @@ def _one_element_grid(grid: ast.expr, owner: ast.FunctionDef | None) -> str:
     raise Refused("the grid is not a one-element tuple")
 
 
-def _on_host(expr: str, host: dict[str, str]) -> str:
-    """A kernel expression of its parameters and constants, as the launch's host expressions."""
+def _on_host(expr: str, arguments: dict[str, ast.expr]) -> str:
+    """A loop bound of the kernel's parameters and constants, as the launch's host expression."""
     tree = ast.parse(expr, mode="eval").body
     for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and node.id not in host:
+        if isinstance(node, ast.Name) and node.id not in arguments:
             raise Refused(f"a loop bound reads {node.id}, not a parameter the launch passes")
         if not isinstance(node, ast.Name | ast.Constant | ast.BinOp | ast.UnaryOp | ast.operator | ast.unaryop
                           | ast.Load):
             raise Refused("a loop bound that is not arithmetic on parameters")
 
-    class Host(ast.NodeTransformer):
-        def visit_Name(self, node: ast.Name) -> ast.expr:
-            return ast.parse(host[node.id], mode="eval").body
-
-    return f"({ast.unparse(Host().visit(copy.deepcopy(tree)))})"
+    return f"({ast.unparse(on_host(tree, arguments))})"
 
