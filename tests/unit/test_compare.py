@@ -50,21 +50,45 @@ def test_a_nan_where_the_reference_is_finite_is_found_in_any_chunk():
         _compare(torch, [_outputs()[0]], _outputs()[1], 1e-2, 1e-2, "w")
 
 
-def test_an_input_change_is_found_in_any_chunk_and_against_a_host_copy():
-    """The judge keeps large inputs' copies on the host (_kept) and compares them a chunk at a
-    time (_same): a single changed bit anywhere is still a change, NaN payloads included."""
+@pytest.mark.parametrize("limit", [1 << 40, 1], ids=["copy", "fingerprint"])
+def test_an_input_change_is_found_in_any_chunk(limit):
+    """The judge keeps a copy of each input, or a keyed fingerprint of a large one (_kept), and
+    compares a chunk at a time: a single changed bit anywhere is still a change, NaN payloads
+    included."""
+    from accelopt.tools.harness.correctness import Fingerprint
     from accelopt.tools.harness.correctness import identical as _same
     from accelopt.tools.harness.judge import _kept
 
     x = torch.randn(3, 1001)
     x[1, 7] = float("nan")
-    before = _kept(x)
+    before = _kept(torch, x, limit)
+    assert isinstance(before, Fingerprint) == (limit == 1)
     assert before is not x and _same(torch, x, before, chunk=64)
     for where in (0, 1000, 3002):
-        changed = x.clone()
-        flat = changed.view(-1).view(torch.int32)
-        flat[where] ^= 1  # the lowest mantissa bit
-        assert not _same(torch, changed, before, chunk=64) and not _same(torch, changed, before, chunk=1 << 20)
+        for bit in (1, 1 << 16, 1 << 31):  # the lowest mantissa bit, each 16-bit half's lowest, the sign
+            changed = x.clone()
+            flat = changed.view(-1).view(torch.int32)
+            flat[where] ^= bit
+            assert not _same(torch, changed, before, chunk=64) and not _same(torch, changed, before, chunk=1 << 20)
     assert not _same(torch, x.reshape(1001, 3), before)             # same values, another shape
     assert not _same(torch, x.double(), before)                      # same values, another dtype
-    assert _same(torch, x.t(), before.t(), chunk=100)                # views compare by their elements
+    if limit > 1:
+        assert _same(torch, x.t(), before.t(), chunk=100)            # views compare by their elements
+
+
+def test_a_fingerprint_sees_two_changes_that_cancel_in_a_plain_sum():
+    """Two words moved by +d and -d leave an unweighted sum as it was; the weights do not."""
+    from accelopt.tools.harness.correctness import fingerprint, identical
+
+    x = torch.arange(4096, dtype=torch.int16)
+    before = fingerprint(torch, x, key=12345, chunk=1000)
+    swapped = x.clone()
+    swapped[[10, 3000]] = swapped[[3000, 10]]
+    assert int(swapped.sum()) == int(x.sum()) and not identical(torch, swapped, before, chunk=1000)
+    assert fingerprint(torch, x, key=12345, chunk=1000) == before              # the same key, the same sums
+    assert fingerprint(torch, x, key=54321, chunk=1000).sums != before.sums    # another key, other weights
+    odd = torch.arange(1001, dtype=torch.uint8)                                # an odd byte count: single bytes
+    assert identical(torch, odd.clone(), fingerprint(torch, odd, key=1))
+    odd_changed = odd.clone()
+    odd_changed[1000] += 1
+    assert not identical(torch, odd_changed, fingerprint(torch, odd, key=1))

@@ -34,6 +34,7 @@ import math
 import os
 import pickle
 import re
+import secrets
 import select
 import shutil
 import socket
@@ -593,16 +594,17 @@ def _copy(value):
     return value.clone() if hasattr(value, "clone") else value
 
 
-# A GPU tensor at least this large is kept on the host while it only waits to be compared:
+# An input at least this large is kept as a keyed fingerprint of its bytes, not a copy:
 # KernelBench's level-1 inputs reach 6.4 GB, and the judge, the candidate's sandbox and the
-# comparators' share one GPU.
-HOST_KEEP_BYTES = 256 << 20
+# comparators share one GPU (a host copy, the earlier answer, took seconds each way).
+FINGERPRINT_BYTES = 256 << 20
 
 
-def _kept(value, limit: int = HOST_KEEP_BYTES):
-    """A copy of an input, to find out later whether the kernel changed it."""
-    if getattr(value, "is_cuda", False) and value.numel() * value.element_size() >= limit:
-        return value.to("cpu", copy=True)
+def _kept(torch, value, limit: int = FINGERPRINT_BYTES):
+    """What is kept of an input to find out later whether the kernel changed it
+    (correctness.identical): a copy, or the fingerprint of a large tensor, keyed afresh."""
+    if hasattr(value, "element_size") and value.numel() * value.element_size() >= limit:
+        return correctness.fingerprint(torch, value, secrets.randbits(62))
     return _copy(value)
 
 
@@ -791,7 +793,7 @@ class Judge:
     def _check_call(self, box: Sandbox, req, ref, inputs, expected, where: str, deadline: float,
                     threads0: int, errors: dict | None) -> list:
         torch = self.torch
-        originals = [_kept(t) for t in inputs]
+        originals = [_kept(torch, t) for t in inputs]
         try:
             reply = box.request("call", deadline, inputs=list(inputs), where=where, mode=_call_mode(req))
         except SandboxFailure as f:
