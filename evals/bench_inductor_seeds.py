@@ -67,7 +67,7 @@ def bench_task(task_dir: Path, seed: tuple[str | None, str], tuned_dir: Path | N
         compare["tuned"] = tuned.read_text()
     result = evaluate(task, source, device=device, timeout_s=timeout_s, compare=compare, rounds=rounds)
     row.update(_measured(result, "seed"))
-    for rewrite in applicable(source):
+    for rewrite in applicable(source, task.spec.dtype):
         rewritten = rewrite.apply(source) or ""
         result = evaluate(task, rewritten, device=device, timeout_s=timeout_s,
                           compare={**compare, "seed": source}, rounds=rounds)

@@ -19,6 +19,10 @@ buffer), for the loops Triton does not pipeline itself (no tl.dot in them).
 `grouped_heads` (grouped_heads.py): a grouped-query attention kernel with a program per query head
 made to give each program a KV head and its query heads as one tile, q·k and p·v as tl.dot.
 
+`float32_dots` (float32_dots.py): a tl.dot told to multiply float32 exactly (`allow_tf32=False`,
+`input_precision="ieee"`: the CUDA cores) made three TF32 products on the tensor cores, float32's
+accuracy within two bits; planned for float32 tasks only.
+
 `counted_loops` (counted_loops.py): a `while` loop that counts up by a fixed step made a `for` loop
 over a range, which Triton pipelines (num_stages) and the loop rewrites take.
 
@@ -50,6 +54,7 @@ from dataclasses import dataclass
 from accelopt.policies import (
     axis_tiles,
     counted_loops,
+    float32_dots,
     fused_launches,
     grouped_heads,
     one_pass_softmax,
@@ -74,6 +79,9 @@ class Rewrite:
     # leaves nothing for the other rewrites to find (a plain launch, a plain loop): planned once
     # none of them is left to try
     last: bool = False
+    # the task dtypes it can change anything for (None: all); elsewhere its candidate would run
+    # what its parent ran, an evaluation spent on nothing
+    dtypes: frozenset[str] | None = None
 
 
 CHUNK_HELPER = "_online_softmax_chunk"
@@ -219,6 +227,17 @@ GROUPED_HEADS = Rewrite(
         "made two matrix products (tl.dot, float32 accuracy), which Triton also pipelines (num_stages).",
     apply=grouped_heads.grouped_heads)
 
+FLOAT32_DOTS = Rewrite(
+    name="float32_dots",
+    title="rewrite: exact float32 tl.dot made three TF32 products on the tensor cores",
+    why="(tuner rewrite) The kernel's tl.dot multiplies float32 exactly (allow_tf32=False or "
+        "input_precision='ieee'), which runs on the CUDA cores, an order of magnitude below the tensor "
+        "cores' TF32 rate. One TF32 product keeps 11 bits of each operand, too few once values of both "
+        "signs cancel; three (each operand split into a high and a low TF32 half, the low-by-low product "
+        "dropped) keep about 22 of float32's 24 bits and still run on the tensor cores: "
+        "input_precision='tf32x3'. Nothing else changes.",
+    apply=float32_dots.float32_dots, dtypes=frozenset({"float32"}))
+
 COUNTED_LOOPS = Rewrite(
     name="counted_loops",
     title="rewrite: while loops that count up made for loops (pipelined by Triton)",
@@ -266,14 +285,16 @@ FUSED_LAUNCHES = Rewrite(
     apply=fused_launches.fused_launches, last=True)
 
 # in plan order: a rewrite that removes a pass over memory before one that hides its latency
-REWRITES: tuple[Rewrite, ...] = (CHUNKWISE_ONLINE_SOFTMAX, ONE_PASS_SOFTMAX, GROUPED_HEADS, COUNTED_LOOPS, SPLIT_ROWS,
-                                 SPLIT_KV, PREFETCH_LOADS, AXIS_TILES, ROW_GROUPS, FUSED_LAUNCHES)
+REWRITES: tuple[Rewrite, ...] = (CHUNKWISE_ONLINE_SOFTMAX, ONE_PASS_SOFTMAX, GROUPED_HEADS, FLOAT32_DOTS, COUNTED_LOOPS,
+                                 SPLIT_ROWS, SPLIT_KV, PREFETCH_LOADS, AXIS_TILES, ROW_GROUPS, FUSED_LAUNCHES)
 BY_NAME = {r.name: r for r in REWRITES}
 
 
-def applicable(source: str) -> list[Rewrite]:
-    """The rewrites whose pattern is in source."""
-    return [r for r in REWRITES if r.apply(source) is not None]
+def applicable(source: str, dtype: str | None = None) -> list[Rewrite]:
+    """The rewrites whose pattern is in source, and that can change something for a task of
+    `dtype` (None: any)."""
+    return [r for r in REWRITES if (dtype is None or r.dtypes is None or dtype in r.dtypes)
+            and r.apply(source) is not None]
 
 
 CHAIN = "+"  # a plan's `rewrite` may name several, applied in order: "one_pass_softmax+prefetch_loads"

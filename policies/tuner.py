@@ -434,7 +434,7 @@ def _rewrite_plans(request: PlanRequest) -> tuple[list[PlanDraft], list[PlanDraf
     beam would keep its parent, and the closing rewrite it may pay for would never follow it."""
     source = request.source or ""
     done = _tried_from(request)
-    todo = [r for r in rewrites.applicable(source) if _recorded(r.title) not in done]
+    todo = [r for r in rewrites.applicable(source, request.task.spec.dtype) if _recorded(r.title) not in done]
     if any(not r.last for r in todo):  # a closing rewrite waits for the others, which could not follow it
         todo = [r for r in todo if not r.last]
 
