@@ -53,6 +53,9 @@ def tune(task_dir: Path, seed: str, work: Path, iterations: int, plans: int, tim
                vs_torch_compile=standing.get("speedup"),
                interval=[standing.get("ci_low"), standing.get("ci_high")], verdict=standing.get("verdict"),
                vs_eager=standing.get("eager"), pct_of_copy=summary.get("best_pct_of_copy"))
+    best = run_dir / "candidates" / str(summary.get("best_id")) / "result.json"
+    if best.is_file():  # what the winning candidate was: its plan's title
+        row["best_plan"] = json.loads(best.read_text()).get("plan_title")
     if standing.get("speedup") is None:
         row["error"] = f"no standing against torch.compile: {standing or summary.get('note') or summary.get('failure')}"
     return row
