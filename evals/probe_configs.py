@@ -31,6 +31,11 @@ def module_from_source(source: str, name: str):
     """`source` imported as a module of its own, from a file (Triton's jit reads its kernels' source)."""
     path = Path(tempfile.mkdtemp()) / f"{name}.py"
     path.write_text(source)
+    return module_from_path(path, name)
+
+
+def module_from_path(path: Path, name: str):
+    """The module at `path`, imported where it lies (a KernelBench reference reads the files beside it)."""
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -54,7 +59,7 @@ def probe(task_dir: Path, rewrite: str | None, grid: dict[str, list[int]], devic
 
     task = load_task(task_dir)
     assert task.baseline_source is not None, "the probe starts from the task's baseline"
-    reference = module_from_source((task_dir / "reference.py").read_text(), "probe_reference")
+    reference = module_from_path(task_dir / "reference.py", "probe_reference")
     sources = {"baseline": task.baseline_source}
     if rewrite:  # one rewrite, or several in order ("one_pass_softmax,prefetch_loads")
         rewritten = task.baseline_source
