@@ -36,6 +36,8 @@ IMPLICIT_DEFAULTS = {"num_warps": 4, "num_stages": 3}
 LIMITS = {"num_warps": (1, 32), "num_stages": (1, 7)}
 _GROUP_LIMITS = (1, 64)     # GROUP_M, SPLIT_K, UNROLL, a config's PIPE_STAGES: small counts, not tile sizes
 _TILE_LIMITS = (16, 65536)  # tl.arange extents: powers of two; below 16 rarely pays
+# a matmul template's own tiles and grouping (not its TMA_SIZE, a descriptor's bytes)
+_TEMPLATE_TILE = re.compile(r"^(BLOCK|GROUP)_[A-Z]$")
 
 
 @dataclass
@@ -119,6 +121,18 @@ def _int_assignments(body: list[ast.stmt], nested: bool) -> tuple[dict[str, ast.
                 and _is_int(node.value):
             consts[name] = node.value
     return consts, set(seen)
+
+
+def _body_tiles(fn: ast.FunctionDef) -> dict[str, ast.Constant]:
+    """The tiles a tl.dot kernel sets in its own body, `BLOCK_M : tl.constexpr = 64`, each assigned
+    once: how torch.compile writes its matmul templates, the tiles its autotuner chose. Only in a
+    kernel with a tl.dot: a persistent reduction's `R0_BLOCK : tl.constexpr = 64` is its whole row."""
+    if not any(isinstance(n, ast.Call) and ast.unparse(n.func) == "tl.dot" for n in ast.walk(fn)):
+        return {}
+    once, _ = _int_assignments(fn.body, nested=True)
+    return {s.target.id: once[s.target.id] for s in fn.body
+            if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name) and s.target.id in once
+            and "constexpr" in ast.unparse(s.annotation) and _TEMPLATE_TILE.match(s.target.id)}
 
 
 def _jit_functions(tree: ast.Module) -> list[ast.FunctionDef]:
@@ -627,6 +641,11 @@ def find_knobs(source: str) -> dict[str, Knob]:
             if arg.arg not in passed and _is_int(default) and TILE_NAME.search(arg.arg) \
                     and arg.annotation is not None and "constexpr" in ast.unparse(arg.annotation):
                 knobs.setdefault(arg.arg, Knob(arg.arg, _int_of(default), [default]))
+    for fn in jitted:
+        for name, const in _body_tiles(fn).items():
+            if name not in passed and (space is None or name not in space.names):
+                knob = knobs.setdefault(name, Knob(name, _int_of(const)))
+                knob.sites.append(const)
     if launches and space is None:  # an autotuned kernel's warps and stages are its configs'
         has_loop = any(isinstance(n, (ast.For, ast.While)) for fn in jitted for n in ast.walk(fn))
         for name, implicit in IMPLICIT_DEFAULTS.items():

@@ -3,6 +3,8 @@ recipes (as data) and from what was already measured, fixing, and the lessons it
 tuner reads typed requests (policies/interface.py); no prompt text reaches it."""
 
 import ast
+import json
+import re
 
 from accelopt.memory.features import kernel_class
 from accelopt.memory.schema import Evidence, Insight, Provenance, Recipe
@@ -492,6 +494,25 @@ def run(x):
     assert "BLOCK=256, num_warps=32, num_stages=3)" in apply_config(seed, {"num_warps": 32})  # 64: past the limit
     small = seed.replace("BLOCK=256", "BLOCK=16")  # at the tile floor already: a halving leaves it there
     assert "BLOCK=16, num_warps=8" in apply_config(small, {"BLOCK": 32})
+
+
+def test_a_matmul_templates_tiles_in_its_body_are_knobs_and_a_reductions_are_not():
+    """torch.compile's matmul templates set their tiles in the kernel's body (`BLOCK_M :
+    tl.constexpr = 64`), one kernel per workload: each moves by the same step. A persistent
+    reduction's `R0_BLOCK : tl.constexpr` is its whole row, and a TMA descriptor's size is bytes:
+    neither is a knob."""
+    from accelopt.tools.inductor_seed import seed_source
+    from tests.conftest import FIXTURES
+
+    gemm = seed_source(json.loads((FIXTURES / "inductor" / "gemm_bf16.triton.json").read_text())).source
+    config = config_of(gemm)
+    assert {"BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"} <= set(config) and "TMA_SIZE" not in config
+    before = re.findall(r"BLOCK_N : tl\.constexpr = (\d+)", gemm)
+    after = re.findall(r"BLOCK_N : tl\.constexpr = (\d+)", apply_config(gemm, {"BLOCK_N": 2 * config["BLOCK_N"]}))
+    assert len(before) > 1 and after == [str(2 * int(b)) for b in before]
+    norm = seed_source(json.loads((FIXTURES / "inductor" / "rmsnorm.default.json").read_text())).source
+    assert re.search(r"R0_BLOCK: tl\.constexpr = \d+", norm)  # in the body of its persistent kernel
+    assert config_of(norm) == {"XBLOCK": 1, "R0_BLOCK": 4096, "num_warps": 16, "num_stages": 1}  # its launches'
 
 
 def test_a_step_out_of_shared_memory_shrinks_only_a_knob_of_its_own_launch():
