@@ -21,7 +21,7 @@ launch moves cannot close it. Made mechanically:
                                     ->    acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=...)
 
 and each launch's grid `(a, b)` becomes `(a, triton.cdiv(b, G))` with `_heads_total=b` and
-`HEADS_TILE` = G rounded up to a power of two, at least 16 (a tensor-core tile's rows). A kernel
+`HEADS_TILE` = G rounded up to a power of two, at least MIN_HEADS_TILE. A kernel
 on one axis of (row, head) programs (`h = pid % H` beside `b = pid // H`, as o3 and gpt-5 wrote
 theirs) gets `_kv_head = pid % (H // G)`, `b = pid // (H // G)` and the grid `(cdiv(n, G),)`.
 
@@ -64,7 +64,11 @@ from accelopt.policies.kernel_ast import (
 )
 
 TILE = "HEADS_TILE"        # the heads a program holds, padded: a constexpr the launch computes
-TENSOR_CORE_ROWS = 16      # tl.dot's smallest tile dimension on NVIDIA GPUs
+# Triton pads a dot's rows to the tensor cores' 16 itself (its min_dot_size takes fewer), so a tile
+# of 16 heads padded here only made the softmax's element-wise work around the dots wider: on the
+# H100, o3's FIB decode kernel grouped and counted ran 1.84x over itself with 4 rows, 1.71x with 16
+# (BENCHMARKS.md, thirteenth session). 4: the fewest rows measured on a GPU.
+MIN_HEADS_TILE = 4
 PRECISION = "DOT_PRECISION"  # tl.dot's input precision: a constexpr the launch chooses by its operands' memory
 _KV = "_kv_head"
 _LANE = "_head_in_group"
@@ -544,7 +548,7 @@ def _grouped(fn: ast.FunctionDef) -> tuple[ast.FunctionDef, list[str], _Shape]:
     added = ([_TOTAL] if shape.heads is None else []) + [TILE, PRECISION]
     new.args.args += [ast.arg(a, None if a == _TOTAL else _expr_of("tl.constexpr")) for a in added]
     if fn.args.defaults:  # parameters after defaulted ones need defaults
-        defaults: dict[str, int | str] = {_TOTAL: 0, TILE: TENSOR_CORE_ROWS, PRECISION: "tf32x3"}
+        defaults: dict[str, int | str] = {_TOTAL: 0, TILE: MIN_HEADS_TILE, PRECISION: "tf32x3"}
         new.args.defaults += [ast.Constant(defaults[a]) for a in added]
     return ast.fix_missing_locations(new), loaded_params(fn, grouper.dot_operands), shape
 
@@ -573,7 +577,7 @@ def _grouped_launch(call: ast.Call, owner: ast.FunctionDef | None, fn: ast.Funct
     # float32 memory among them: three TF32 products; none found: the same, to be safe
     exact = f"'tf32x3' if any(str(getattr(a, 'dtype', '')) == 'torch.float32' for a in ({tensors},)) else 'tf32'" \
         if sources else "'tf32x3'"
-    extra = [f"{TILE}=max({TENSOR_CORE_ROWS}, triton.next_power_of_2({group}))", f"{PRECISION}=({exact})"]
+    extra = [f"{TILE}=max({MIN_HEADS_TILE}, triton.next_power_of_2({group}))", f"{PRECISION}=({exact})"]
     programs = ast.unparse(grid.elts[-1])
     if shape.heads is None:
         new_grid = f"({ast.unparse(grid.elts[0])}, triton.cdiv({programs}, {group}))"

@@ -222,7 +222,7 @@ GROUPED_HEADS = Rewrite(
     why="(tuner rewrite) The kernel gives each query head of a grouped-query attention its own program: "
         "the query heads that share a KV head each load its keys and values, and q·k and p·v are "
         "element-wise products summed on the CUDA cores. Give each program one KV head and all its "
-        "query heads as the rows of a tile (padded to the 16 rows a tensor-core product needs, the "
+        "query heads as the rows of a tile (padded to a power of two, at least 4, the "
         "padding masked): the keys and values loaded once, and the two matrix-vector products per head "
         "made two matrix products (tl.dot, float32 accuracy), which Triton also pipelines (num_stages).",
     apply=grouped_heads.grouped_heads)

@@ -88,7 +88,7 @@ def test_the_bundled_kernel_is_grouped():
     assert out.count("tl.dot(") == 2 and "tl.sum(k *" not in out and "tl.sum(p[:, None] * v" not in out
     assert "kvh = _kv_head" in out and "k = tl.load(k_ptr + kv_off, mask=valid[:, None], other=0.0)" in out
     assert "decode_kernel[(batch, triton.cdiv(hq, (hq // hkv)))]" in out and "_heads_total=hq" in out
-    assert f"{TILE}=max(16, triton.next_power_of_2((hq // hkv)))" in out
+    assert f"{TILE}=max(4, triton.next_power_of_2((hq // hkv)))" in out
     assert config_of(out) == config_of((TASKS / "gqa_paged_decode" / "baseline.py").read_text())
 
 
@@ -111,7 +111,7 @@ def test_the_launch_keeps_float32_inputs_to_float32_accuracy(precision, dtype, o
 
 
 def test_grouped_kernels_compute_what_they_did(tmp_path):
-    """Groups of 2 (the tile padded to 16), 1, 3 (not a power of two) and 20 (a tile of 32); a batch
+    """Groups of 2 (the tile padded to 4), 1, 3 (not a power of two) and 20 (a tile of 32); a batch
     with an empty sequence (the early return stores every head of the group, masked)."""
     bundled = (TASKS / "gqa_paged_decode" / "baseline.py").read_text()
     pairs = {"bundled": (bundled, grouped_heads(bundled)), "gpt5": (LIKE_GPT5, grouped_heads(LIKE_GPT5)),
