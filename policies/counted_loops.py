@@ -24,18 +24,15 @@ from __future__ import annotations
 import ast
 import copy
 
-from accelopt.policies.kernel_ast import Refused, imports_triton, kernel_span, loaded, names, plain_kernels, stored
+from accelopt.policies.kernel_ast import Refused, kernel_span, loaded, names, plain_kernels, stored, triton_module
 from accelopt.tools.tunables import splice
 
 
 def counted_loops(source: str) -> str | None:
     """The module with every counting `while` loop of its kernels made a `for` loop; None where
     there is none."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return None
-    if not imports_triton(tree):
+    tree = triton_module(source)
+    if tree is None:
         return None
     edits: list[tuple[int, int, int, int, str]] = []
     for fn in plain_kernels(tree, autotuned=True):

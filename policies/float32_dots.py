@@ -21,7 +21,7 @@ from __future__ import annotations
 import ast
 import copy
 
-from accelopt.policies.kernel_ast import Refused, imports_triton, is_tl, plain_kernels
+from accelopt.policies.kernel_ast import Refused, is_tl, plain_kernels, triton_module
 from accelopt.tools.tunables import splice
 
 PRECISION = "tf32x3"
@@ -32,11 +32,8 @@ _INPUT_PRECISION, _ALLOW_TF32 = 3, 4
 def float32_dots(source: str) -> str | None:
     """The module with every exact float32 `tl.dot` of its kernels made three TF32 products; None
     where there is none."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return None
-    if not imports_triton(tree):
+    tree = triton_module(source)
+    if tree is None:
         return None
     constants = _literals(tree.body)
     edits: list[tuple[int, int, int, int, str]] = []  # each dot's own span: the rest stays as written

@@ -55,7 +55,6 @@ from accelopt.policies.kernel_ast import (
     before_definitions,
     bound_names,
     grid_bindings,
-    imports_triton,
     is_tl,
     kernel_span,
     launches_of,
@@ -64,6 +63,7 @@ from accelopt.policies.kernel_ast import (
     plain_kernels,
     references,
     stored,
+    triton_module,
 )
 from accelopt.tools.tunables import splice
 
@@ -135,11 +135,10 @@ def {PREFIX}joined(records, written):
 def fused_launches(source: str) -> str | None:
     """The module with each group of launches of one kernel made one launch; None where there is
     no such group, the module does not parse or already holds the rewrite's names."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
+    tree = triton_module(source)
+    if tree is None:
         return None
-    if not imports_triton(tree) or any(n.startswith(PREFIX) for n in bound_names(tree)):
+    if any(n.startswith(PREFIX) for n in bound_names(tree)):
         return None
     functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
     edits: list[tuple[int, int, int, int, str]] = []

@@ -37,9 +37,20 @@ def is_tl_call(expr: ast.expr, name: str) -> bool:
     return isinstance(expr, ast.Call) and is_tl(expr.func, (name,))
 
 
-def imports_triton(tree: ast.Module) -> bool:
-    return any(isinstance(n, ast.Import) and any(a.name == "triton" and a.asname is None for a in n.names)
+def imports(tree: ast.Module, module: str) -> bool:
+    """A plain `import <module>` at the module's top level."""
+    return any(isinstance(n, ast.Import) and any(a.name == module and a.asname is None for a in n.names)
                for n in tree.body)
+
+
+def triton_module(source: str) -> ast.Module | None:
+    """The source's tree where it parses and imports triton, every rewrite's first condition; None
+    otherwise."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    return tree if imports(tree, "triton") else None
 
 
 # calls that write memory, synchronise or print: a rewrite that moves or merges work must not cross them
@@ -317,11 +328,8 @@ def rewrite_launched_kernels(
     tools.tunables.splice), either refusing that kernel by raising Refused; the knob's module
     constant (name, value, note) added where there is one. None where no kernel was rewritten, the
     module does not parse or already binds one of the rewrite's own names."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return None
-    if not imports_triton(tree) or set(own_names) & bound_names(tree):
+    tree = triton_module(source)
+    if tree is None or set(own_names) & bound_names(tree):
         return None
     edits: list[tuple[int, int, int, int, str]] = []
     for fn in plain_kernels(tree):

@@ -38,13 +38,13 @@ import copy
 
 from accelopt.policies.kernel_ast import (
     has_effects,
-    imports_triton,
     is_tl_call,
     kernel_span,
     loaded,
     plain_kernels,
     reads,
     stored,
+    triton_module,
 )
 from accelopt.tools.tunables import splice
 
@@ -59,11 +59,10 @@ class _Refused(Exception):
 def one_pass_softmax(source: str) -> str | None:
     """The module with every max pass and exp-sum pass over the same columns fused into one online
     pass; None where no kernel has the pattern."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
+    tree = triton_module(source)
+    if tree is None:
         return None
-    if not imports_triton(tree) or any(isinstance(n, ast.Name) and n.id in _OWN_NAMES for n in ast.walk(tree)):
+    if any(isinstance(n, ast.Name) and n.id in _OWN_NAMES for n in ast.walk(tree)):
         return None
     edits = []
     for fn in plain_kernels(tree, autotuned=True):  # the signature stays: an autotuner's configs still apply

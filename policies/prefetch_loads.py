@@ -38,12 +38,12 @@ import copy
 from accelopt.policies.kernel_ast import (
     Refused,
     has_effects,
-    imports_triton,
     is_tl,
     kernel_span,
     names,
     plain_kernels,
     stored,
+    triton_module,
 )
 from accelopt.tools.tunables import splice
 
@@ -57,11 +57,10 @@ _LOAD_KEYWORDS = ("mask", "other", "cache_modifier", "eviction_policy")
 def prefetch_loads(source: str) -> str | None:
     """The module with every qualifying loop's loads issued one iteration ahead; None where no
     loop qualifies."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
+    tree = triton_module(source)
+    if tree is None:
         return None
-    if not imports_triton(tree) or any(isinstance(n, ast.Name) and n.id.startswith(_PREFIX) for n in ast.walk(tree)):
+    if any(isinstance(n, ast.Name) and n.id.startswith(_PREFIX) for n in ast.walk(tree)):
         return None  # already rewritten, or names of ours taken
     edits = []
     for fn in plain_kernels(tree, autotuned=True):  # the signature stays: an autotuner's configs still apply

@@ -58,7 +58,7 @@ from accelopt.policies.kernel_ast import (
     bound_names,
     docstring_and_body,
     has_effects,
-    imports_triton,
+    imports,
     is_tl,
     is_tl_call,
     launch_arguments,
@@ -68,6 +68,7 @@ from accelopt.policies.kernel_ast import (
     on_host,
     split_kernel_edits,
     stored,
+    triton_module,
     with_constant,
     written_grid,
 )
@@ -95,14 +96,12 @@ def {_HELPER}(programs, device):
 def split_kv(source: str) -> str | None:
     """The module with every online-softmax loop kernel split into parts and their combine; None
     where no kernel qualifies."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
+    tree = triton_module(source)
+    if tree is None:
         return None
     taken = bound_names(tree)
-    imports_torch = any(isinstance(n, ast.Import) and any(a.name == "torch" and a.asname is None for a in n.names)
-                        for n in tree.body)  # the launch allocates the parts' buffers with torch
-    if not imports_triton(tree) or not imports_torch or KNOB in taken or any(n.startswith(_PREFIX) for n in taken):
+    # the launch allocates the parts' buffers with torch
+    if not imports(tree, "torch") or KNOB in taken or any(n.startswith(_PREFIX) for n in taken):
         return None
     edits = split_kernel_edits(source, tree, _Split)
     if not edits:

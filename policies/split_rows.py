@@ -50,7 +50,6 @@ from accelopt.policies.kernel_ast import (
     addressed_params,
     bound_names,
     has_effects,
-    imports_triton,
     is_tl,
     is_tl_call,
     launch_arguments,
@@ -62,6 +61,7 @@ from accelopt.policies.kernel_ast import (
     program_id_axis,
     split_kernel_edits,
     stored,
+    triton_module,
     with_constant,
 )
 from accelopt.tools.tunables import splice
@@ -76,12 +76,11 @@ _NEG_INF, _POS_INF = "float('-inf')", "float('inf')"
 def split_rows(source: str) -> str | None:
     """The module with every one-row, one-reduction-loop kernel split into parts and their
     combine; None where no kernel qualifies."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
+    tree = triton_module(source)
+    if tree is None:
         return None
     taken = bound_names(tree)
-    if not imports_triton(tree) or KNOB in taken or _P2 in taken or any(n.startswith(_PREFIX) for n in taken):
+    if KNOB in taken or _P2 in taken or any(n.startswith(_PREFIX) for n in taken):
         return None
     edits = split_kernel_edits(source, tree, _Split)
     if not edits:
