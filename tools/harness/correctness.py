@@ -113,8 +113,7 @@ def fingerprint(torch, t, key: int, chunk: int = COMPARE_CHUNK) -> Fingerprint:
     times a weight drawn in [1, FINGERPRINT_WEIGHT) from `key`, computed on t's own device a chunk
     at a time. A change of one word always changes both sums (its weights are not zero); changes
     to several cancel in one sum with probability below 2^-20, in both below 2^-40. On a GPU this
-    reads the tensor about three times: a KernelBench input of 6.4 GB took seconds to copy to the
-    host and back, and tens of milliseconds to fingerprint."""
+    reads the tensor about three times and holds no copy of it (6.4 GB on an H100: 0.12 s)."""
     flat = t.detach().reshape(-1).view(torch.uint8)
     try:
         words = flat.view(torch.int16)

@@ -596,7 +596,7 @@ def _copy(value):
 
 # An input at least this large is kept as a keyed fingerprint of its bytes, not a copy:
 # KernelBench's level-1 inputs reach 6.4 GB, and the judge, the candidate's sandbox and the
-# comparators share one GPU (a host copy, the earlier answer, took seconds each way).
+# comparators share one GPU; a host copy, the earlier answer, costs host memory of that size a call.
 FINGERPRINT_BYTES = 256 << 20
 
 
