@@ -127,12 +127,18 @@ def _body_tiles(fn: ast.FunctionDef) -> dict[str, ast.Constant]:
     """The tiles a tl.dot kernel sets in its own body, `BLOCK_M : tl.constexpr = 64`, each assigned
     once: how torch.compile writes its matmul templates, the tiles its autotuner chose. Only in a
     kernel with a tl.dot: a persistent reduction's `R0_BLOCK : tl.constexpr = 64` is its whole row."""
-    if not any(isinstance(n, ast.Call) and ast.unparse(n.func) == "tl.dot" for n in ast.walk(fn)):
+    tiles = {s.target.id: s.value for s in fn.body
+             if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name) and _TEMPLATE_TILE.match(s.target.id)
+             and _is_int(s.value) and "constexpr" in ast.unparse(s.annotation)}
+    if not tiles:  # most kernels: nothing to walk for
         return {}
-    once, _ = _int_assignments(fn.body, nested=True)
-    return {s.target.id: once[s.target.id] for s in fn.body
-            if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name) and s.target.id in once
-            and "constexpr" in ast.unparse(s.annotation) and _TEMPLATE_TILE.match(s.target.id)}
+    dot, stores = False, dict.fromkeys(tiles, 0)
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and n.id in stores:
+            stores[n.id] += 1
+        elif isinstance(n, ast.Attribute) and n.attr == "dot" and isinstance(n.value, ast.Name) and n.value.id == "tl":
+            dot = True
+    return {name: const for name, const in tiles.items() if dot and stores[name] == 1}
 
 
 def _jit_functions(tree: ast.Module) -> list[ast.FunctionDef]:
