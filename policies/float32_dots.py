@@ -40,15 +40,17 @@ def float32_dots(source: str) -> str | None:
     for fn in plain_kernels(tree, autotuned=True):
         known = {**{k: v for k, v in constants.items() if k not in _bound_in(fn)},
                  **_literals(fn.body, once_in=fn)}
-        for node in ast.walk(fn):
+        changed = []  # rewritten in place in a copy (positions kept), so a dot inside a dot is in both
+        for node in ast.walk(copy.deepcopy(fn)):
             if isinstance(node, ast.Call) and is_tl(node.func, ("dot",)):
-                call = copy.deepcopy(node)
                 try:
-                    _make_tf32x3(call, known)
+                    _make_tf32x3(node, known)
+                    changed.append(node)
                 except Refused:
                     continue
-                edits.append((node.lineno, node.col_offset, node.end_lineno or node.lineno,
-                              node.end_col_offset or 0, ast.unparse(call)))
+        inner = {id(n) for outer in changed for n in ast.walk(outer) if n is not outer}
+        edits += [(n.lineno, n.col_offset, n.end_lineno or n.lineno, n.end_col_offset or 0, ast.unparse(n))
+                  for n in changed if id(n) not in inner]  # spans must not overlap: the outermost only
     return splice(source, edits) if edits else None
 
 

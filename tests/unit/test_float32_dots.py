@@ -106,6 +106,12 @@ def test_dots_that_do_not_ask_for_exact_products_are_left_alone(dot, prelude, pa
     assert float32_dots(kernel(dot, prelude, params or "a_ptr, b_ptr, c_ptr")) is None
 
 
+def test_a_dot_inside_a_dot_is_rewritten_with_it():
+    out = float32_dots(kernel("tl.dot(tl.dot(a, b, allow_tf32=False), b, allow_tf32=False)"))
+    assert out is not None
+    assert "c = tl.dot(tl.dot(a, b, input_precision='tf32x3'), b, input_precision='tf32x3')" in out
+
+
 def test_a_name_assigned_twice_in_the_kernel_is_not_read_as_a_constant():
     source = TEMPLATE.replace("    pid_m, pid_n =", "    ALLOW_TF32 = True\n    pid_m, pid_n =")
     assert float32_dots(source) is None
