@@ -21,7 +21,7 @@ from __future__ import annotations
 import ast
 import copy
 
-from accelopt.policies.kernel_ast import Refused, is_tl, plain_kernels, triton_module
+from accelopt.policies.kernel_ast import Refused, bindings, is_tl, plain_kernels, triton_module
 from accelopt.tools.tunables import splice
 
 PRECISION = "tf32x3"
@@ -35,11 +35,10 @@ def float32_dots(source: str) -> str | None:
     tree = triton_module(source)
     if tree is None:
         return None
-    constants = _literals(tree.body)
+    constants = _module_literals(tree)
     edits: list[tuple[int, int, int, int, str]] = []  # each dot's own span: the rest stays as written
     for fn in plain_kernels(tree, autotuned=True):
-        known = {**{k: v for k, v in constants.items() if k not in _bound_in(fn)},
-                 **_literals(fn.body, once_in=fn)}
+        known = _known(fn, constants)
         changed = []  # rewritten in place in a copy (positions kept), so a dot inside a dot is in both
         for node in ast.walk(copy.deepcopy(fn)):
             if isinstance(node, ast.Call) and is_tl(node.func, ("dot",)):
@@ -90,27 +89,23 @@ def _value(expr: ast.expr, known: dict[str, object]) -> object:
     return _UNKNOWN
 
 
-def _literals(body: list[ast.stmt], once_in: ast.FunctionDef | None = None) -> dict[str, object]:
-    """Names a statement list binds to a literal (`X = False`, `X: tl.constexpr = "ieee"`); inside
-    a kernel (`once_in`), only names bound nowhere else in it (not parameters, not reassigned)."""
+def _module_literals(tree: ast.Module) -> dict[str, object]:
+    """Module-level names bound to a literal (`EXACT = "ieee"`)."""
     found: dict[str, object] = {}
-    for stmt in body:
-        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
-            target, value = stmt.targets[0], stmt.value
-        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
-            target, value = stmt.target, stmt.value
-        else:
-            continue
-        if isinstance(target, ast.Name) and isinstance(value, ast.Constant):
-            found[target.id] = value.value
-    if once_in is not None:
-        params = {a.arg for a in once_in.args.args + once_in.args.kwonlyargs}
-        stores = [n.id for n in ast.walk(once_in) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
-        found = {k: v for k, v in found.items() if k not in params and stores.count(k) == 1}
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign | ast.AnnAssign) and isinstance(stmt.value, ast.Constant):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            if len(targets) == 1 and isinstance(targets[0], ast.Name):
+                found[targets[0].id] = stmt.value.value
     return found
 
 
-def _bound_in(fn: ast.FunctionDef) -> set[str]:
-    """The kernel's parameters and every name it assigns: where a module constant is not seen."""
-    return {a.arg for a in fn.args.args + fn.args.kwonlyargs} | {
-        n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+def _known(fn: ast.FunctionDef, constants: dict[str, object]) -> dict[str, object]:
+    """What the kernel's names hold where it is a literal: a name the kernel binds exactly once, to
+    one (Inductor's `ALLOW_TF32 : tl.constexpr = False`), or a module constant it does not rebind."""
+    params = {a.arg for a in fn.args.args + fn.args.kwonlyargs}
+    bound = bindings(fn)
+    known = {k: v for k, v in constants.items() if k not in params and k not in bound}
+    known.update({k: values[0].value for k, values in bound.items()
+                  if k not in params and len(values) == 1 and isinstance(values[0], ast.Constant)})
+    return known

@@ -71,7 +71,7 @@ def addressed_params(fn: ast.FunctionDef, calls: tuple[str, ...]) -> list[str]:
     any chain of assignments (loops included). Offsets (products, quotients, `tl.arange`, program
     ids) are no base; anything this does not know counts every parameter it mentions."""
     params = [p.arg for p in fn.args.args]
-    bound = _bindings(fn)
+    bound = bindings(fn)
     hit: set[str] = set()
     for call in (n for n in ast.walk(fn) if isinstance(n, ast.Call)):
         func = call.func
@@ -86,7 +86,7 @@ def addressed_params(fn: ast.FunctionDef, calls: tuple[str, ...]) -> list[str]:
     return [name for name in params if name in hit]
 
 
-def _bindings(fn: ast.FunctionDef) -> dict[str, list[ast.expr]]:
+def bindings(fn: ast.FunctionDef) -> dict[str, list[ast.expr]]:
     """Every value each name of the kernel is assigned, loops included."""
     bound: dict[str, list[ast.expr]] = {}
     for node in ast.walk(fn):
@@ -109,7 +109,7 @@ def loaded_params(fn: ast.FunctionDef, exprs: list[ast.expr]) -> list[str]:
     names the expressions read followed through every assignment, and each load's address bases
     (as addressed_params finds them)."""
     params = [p.arg for p in fn.args.args]
-    bound = _bindings(fn)
+    bound = bindings(fn)
     seen: set[str] = set()
     todo = [n.id for e in exprs for n in ast.walk(e) if isinstance(n, ast.Name)]
     values = list(exprs)
