@@ -32,6 +32,7 @@ try:  # `langgraph dev` and Studio import this file: a broken environment must s
     from accelopt.nodes.standing import standing
     from accelopt.nodes.state import CandidateOutput, CandidateState, InputState, OutputState, RunState
     from accelopt.nodes.summarizer import summarizer
+    from accelopt.tools.timeline import timed_node
     from accelopt.tools.tracing import configure_tracing
 except ImportError as exc:
     raise ImportError(f"accelopt's graph cannot be imported ({exc}). Install accelopt into the Python environment "
@@ -56,16 +57,16 @@ def build_candidate_graph() -> CompiledStateGraph[CandidateState, RunContext, Ca
 def build_graph() -> StateGraph[RunState, RunContext, InputState, OutputState]:
     # Studio's forms: the input a user provides, the output a user reads, the context (RunContext)
     builder = StateGraph(RunState, context_schema=RunContext, input_schema=InputState, output_schema=OutputState)
-    builder.add_node("setup", setup)
-    builder.add_node("recall", recall)
-    builder.add_node("planner", planner)
+    builder.add_node("setup", timed_node("setup", setup))
+    builder.add_node("recall", timed_node("recall", recall))
+    builder.add_node("planner", timed_node("planner", planner))
     # barrier: all plans are in before the samples fan out; with review_plans, an interrupt to edit them
-    builder.add_node("dispatch", review)
+    builder.add_node("dispatch", timed_node("dispatch", review))
     builder.add_node("candidate", build_candidate_graph())
-    builder.add_node("selector", selector)
-    builder.add_node("summarizer", summarizer)
-    builder.add_node("record", record)
-    builder.add_node("standing", standing)
+    builder.add_node("selector", timed_node("selector", selector))
+    builder.add_node("summarizer", timed_node("summarizer", summarizer))
+    builder.add_node("record", timed_node("record", record))
+    builder.add_node("standing", timed_node("standing", standing))
     builder.add_edge(START, "setup")
     builder.add_conditional_edges("setup", after_setup, ["recall", END])
     builder.add_conditional_edges("recall", to_planners, ["planner"])

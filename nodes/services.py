@@ -17,8 +17,8 @@ from accelopt.nodes.records import Candidate, attempt, usage_entries
 from accelopt.nodes.state import CandidateState
 from accelopt.policies.interface import Kernel, PolicyError
 from accelopt.policies.replies import plan_title
+from accelopt.tools import timeline
 from accelopt.tools.backends import RayTritonBackend, backend_for
-from accelopt.tools.harness.kernel_profile import profile_kernel
 from accelopt.tools.llm_spec import BudgetExceeded
 from accelopt.tools.pyparse import parse
 from accelopt.tools.runcache import RunCache, device_fingerprint, digest
@@ -95,7 +95,11 @@ def measure(task: Task, source: str, ctx: RunContext, *, baseline: Mapping[str, 
         write({"event": "eval_node", "eval": token, "candidate": candidate_id, "node": node})
 
     try:
-        fields = _measure(task, source, ctx, device, compare, baseline, parent, trusted, on_node)
+        with timeline.span(run_dir, "eval", candidate=candidate_id) as spent:
+            fields = _measure(task, source, ctx, device, compare, baseline, parent, trusted, on_node)
+            spent.update(status=fields["status"], device=fields["device"], phases_s=fields.pop("phases_s", {}),
+                         gpu=fields.pop("gpu", None),
+                         **({"node": fields["node"]} if fields.get("node") else {}))
         ended.update(status=fields["status"], node=fields.get("node") or ended.get("node"))
     finally:  # an evaluation that raised is no longer in flight either
         write(ended)
@@ -132,13 +136,11 @@ def _measure(task: Task, source: str, ctx: RunContext, device: str | None, compa
               "kernels_seen": result.kernels_seen, "audit": result.audit.model_dump() if result.audit else None,
               "speedup_vs_parent": None, "beats_parent": False, "loses_to_parent": False,
               "pct_peak": mean_pct(workloads, "pct_peak"), "pct_achievable": mean_pct(workloads, "pct_achievable"),
-              "pct_of_copy": mean_pct(workloads, "pct_of_copy")}
-    if result.node is not None:  # evaluated on a Ray cluster's node, which took the profile there too
+              "pct_of_copy": mean_pct(workloads, "pct_of_copy"),
+              "phases_s": result.phases_s, "gpu": result.gpu}  # for the run's timeline (measure), not the candidate
+    if result.node is not None:  # evaluated on a Ray cluster's node
         fields["node"] = result.node
-    if result.ok and result.device == "cuda" and ctx.profile and not trusted and result.node is None:
-        profile = profile_kernel(task, source)
-        fields["profile"] = profile["summary"] if profile else None
-    elif result.profile:
+    if result.profile:  # taken by the harness on the GPU that judged it (TritonBackend's `profile`)
         fields["profile"] = result.profile
     if result.ok:
         fields["versus"] = {k: v.model_dump() for k, v in result.versus.items()}

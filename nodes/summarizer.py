@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
+from langchain_core.runnables.config import ContextThreadPoolExecutor
 from langgraph.runtime import Runtime
 from pydantic import ValidationError
 
@@ -137,9 +138,10 @@ def summarizer(state: RunState, runtime: Runtime[RunContext]) -> RunState:
     task = task_of(state["task_dir"])
     plans = {p["id"]: p for p in state.get("plans", [])}
     policy = policy_for(ctx, "summarizer", state.get("run_dir"))
-    insights: list[Insight] = []
-    usage: list[Usage] = []
-    for parent, child, kind, ratio in measured_pairs(state, ctx):
+    pairs = measured_pairs(state, ctx)
+
+    def lesson(pair: tuple[Candidate, Candidate, InsightKind, float]) -> tuple[Insight, list[Usage]]:
+        parent, child, kind, ratio = pair
         # an autotuned variant carries its own move; a rewrite, the plan it implemented
         plan_text = child.get("plan_text") or plans.get(child["plan_id"] or "", Plan()).get("text", "")
         if parent["id"] != child["parent_id"]:
@@ -163,9 +165,15 @@ def summarizer(state: RunState, runtime: Runtime[RunContext]) -> RunState:
             draft = policy.summarize(request)
         except PolicyError:
             draft = LessonDraft({})
-        usage += usage_entries(draft.usage)
-        insights.append(build_insight(parent, child, kind, plan_text, draft.fields, evidence, provenance,
-                                      policy.label))
+        return (build_insight(parent, child, kind, plan_text, draft.fields, evidence, provenance, policy.label),
+                usage_entries(draft.usage))
+
+    # the pairs' lessons are asked at once (a model's replies take seconds each), in pair order;
+    # the context (the trace's parent run, the stream writer) goes with each call
+    with ContextThreadPoolExecutor(max_workers=max(1, len(pairs))) as pool:
+        answered = list(pool.map(lesson, pairs))
+    insights = [insight for insight, _ in answered]
+    usage = [entry for _, entries in answered for entry in entries]
     store = open_store(ctx)
     held = store.add(insights) if store is not None else [None] * len(insights)
     append_insights(state.get("run_dir"), insights)

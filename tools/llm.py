@@ -28,6 +28,7 @@ import openai
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 
+from accelopt.tools import timeline
 from accelopt.tools.budget import estimate_tokens, ledger
 from accelopt.tools.llm_spec import (  # noqa: F401 - re-exported: the light half of this module
     GIVEN,
@@ -251,8 +252,10 @@ def call_model(model: BaseChatModel, spec: ModelSpec, messages: list[BaseMessage
     assert reservation is not None, "admit reserves whenever it does not refuse"
     record: dict | None = None
     try:
-        text, record = _invoke(model, spec, messages, role, candidate_id, iteration, retry_wait_s,
-                               _reply_limit(spec, reservation.output_cap))
+        with timeline.span(run_dir, "llm", role=role, candidate=candidate_id, iteration=iteration) as ended:
+            text, record = _invoke(model, spec, messages, role, candidate_id, iteration, retry_wait_s,
+                                   _reply_limit(spec, reservation.output_cap))
+            ended["output_tokens"] = record.get("output_tokens")
     except FatalLLMError as exc:
         run.fail(str(exc))
         raise

@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
+from accelopt.evals.reporting.timeline import read_timeline
 from accelopt.graph.builder import build_graph
 from accelopt.nodes.context import RunContext
 from accelopt.nodes.records import Candidate
+from accelopt.tools import timeline
 from tests.conftest import ROOT
 from tests.scripted import GOOD, ScriptedChatModel, reply_for
 
@@ -93,6 +95,17 @@ def test_graph_end_to_end(tmp_path, softmax_task):
     assert out["summary"]["versus_torch_compile"] == summary["versus_torch_compile"]
     assert not (run_dir / "torch_compile.json").exists()
     assert (run_dir / "best_kernel.py").read_text() == cands[out["beam"][0]]["source"]
+
+    # where the seconds went: a span per real evaluation, per node call and per model call
+    spans = timeline.read(run_dir)
+    evaluated = sorted(cid for cid, c in cands.items() if c.get("source") and c["status"] != "duplicate")
+    assert sorted(s["candidate"] for s in spans if s["kind"] == "eval") == evaluated
+    assert {s["node"] for s in spans if s["kind"] == "node"} >= {"setup", "recall", "planner", "dispatch", "selector",
+                                                                 "summarizer", "record", "standing"}
+    assert {s["role"] for s in spans if s["kind"] == "llm"} >= {"planner", "executor"}
+    found = read_timeline(run_dir)
+    assert [p.label for p in found.iterations] == ["iteration 1"] and found.total.evaluations == len(evaluated)
+    assert found.iterations[0].model_calls == len([s for s in spans if s["kind"] == "llm" and s["iteration"] == 1])
 
     # The 16x-redundant kernel is a measured regression (every round far behind: a difference in
     # work, learned from with --learn-from-interpreter): the summarizer stores it as a lesson to avoid.

@@ -20,6 +20,9 @@ from accelopt.tools.task import Task
 class TritonBackend:
     name = "triton"
 
+    def __init__(self, profile: bool = False):
+        self.profile = profile  # a verified kernel's profile for the planner (EvalResult.profile)
+
     def availability(self) -> Availability:
         try:
             import triton
@@ -43,7 +46,8 @@ class TritonBackend:
                  compare: dict[str, str], trusted: bool) -> EvalResult:
         from accelopt.tools.harness.runner import evaluate
 
-        return evaluate(task, source, device=device, timeout_s=timeout_s, compare=compare, trusted=trusted)
+        return evaluate(task, source, device=device, timeout_s=timeout_s, compare=compare, trusted=trusted,
+                        profile=self.profile)
 
 
 class RayTritonBackend(TritonBackend):
@@ -67,12 +71,13 @@ class RayTritonBackend(TritonBackend):
                              on_node=on_node)
 
 
-def backend_for(name_or_task: str | Task, cluster: str | None = None, profile: bool = True) -> Backend:
+def backend_for(name_or_task: str | Task, cluster: str | None = None, profile: bool = False) -> Backend:
     """The task's backend; with `cluster` (a Ray address), Triton evaluations run on that Ray
-    cluster (`profile`: the planner's ncu profile is taken there too). NKI always runs here."""
+    cluster. `profile`: a verified kernel is also profiled for the planner, on the GPU that
+    judged it, while its judge is held. NKI always runs here."""
     name = name_or_task if isinstance(name_or_task, str) else name_or_task.spec.backend
     if name == "triton":
-        return RayTritonBackend(cluster, profile) if cluster else TritonBackend()
+        return RayTritonBackend(cluster, profile) if cluster else TritonBackend(profile)
     if name == "nki":
         from accelopt.tools.backends.nki import NKIBackend
 

@@ -26,7 +26,7 @@ import shutil
 
 from accelopt.tools import pyparse
 from accelopt.tools.harness.judge import foreign_work
-from accelopt.tools.harness.kernel_profile import ProfileRun, Profiling, profile_workloads
+from accelopt.tools.harness.kernel_profile import NCU_METRICS, ProfileRun, Profiling, profile_workloads
 from accelopt.tools.harness.result import Audit, EvalResult
 from accelopt.tools.harness.static_checks import triton_kernel_names
 from accelopt.tools.task import Task
@@ -39,7 +39,9 @@ REL_TOLERANCE = 0.20
 ABS_TOLERANCE_US = 4.0
 ABS_TOLERANCE_LAUNCHES = 3  # launches that each widen the absolute tolerance: hidden work stays bounded
 MAX_WORKLOADS = 3
-AUDIT_METRICS = ["gpu__time_duration.sum"]  # one pass per kernel
+# The kernel's time, and the counters of the planner's profile: a verified kernel's process
+# (started ahead, audit or not) gives both, so no second process profiles it for the planner.
+AUDIT_METRICS = list(NCU_METRICS)
 # An autotuned kernel in a fresh process may run another configuration (0.6-1.9x measured on
 # real solutions); beyond this band it is not the same work, whatever the configuration.
 AUTOTUNE_BAND = 3.0
@@ -76,14 +78,38 @@ def audit(task: Task, source: str, result: EvalResult, *, timeout_s: float = TIM
     """One fresh process under ncu runs one call on each audited workload; `timeout_s` bounds it.
     `triton_cache`: the kernels the candidate's own sandbox compiled, so they are not compiled again.
     `started`: its process, started ahead for this source (`start`), used and ended here."""
+    return judged(source, result, profiled(task, source, result, timeout_s=timeout_s, triton_cache=triton_cache,
+                                           started=started))
+
+
+def judged(source: str, result: EvalResult, run: ProfileRun | None) -> Audit:
+    """The audit's verdict on what ncu saw (`profiled`), or why there is none."""
+    if run is None:
+        return Audit(tool="none", note="no external profiler (ncu) on this machine: not audited")
+    if not run.kernels and not run.error:
+        return Audit(tool="ncu", note="nothing measured to audit")
+    if run.tool != "ncu" or run.error:
+        return Audit(tool="ncu", note=f"ncu could not profile {', '.join(list(result.workloads)[:MAX_WORKLOADS])} "
+                                      f"({run.error}): not audited")
+    return verdict(source, result, run.kernels)
+
+
+def profiled(task: Task, source: str, result: EvalResult, *, timeout_s: float = TIMEOUT_S,
+             triton_cache: str | None = None, started: Profiling | None = None) -> ProfileRun | None:
+    """One call on each audited workload under ncu (`started`, else a fresh process; a failed
+    profile once more in a fresh one); None without ncu. `started` is ended here either way."""
     workloads = list(result.workloads)[:MAX_WORKLOADS]
     if started is not None and started.workloads != workloads:  # not what was measured: start afresh
         started.cancel()
         started = None
     if shutil.which("ncu") is None:
-        return Audit(tool="none", note="no external profiler (ncu) on this machine: not audited")
+        if started is not None:
+            started.cancel()
+        return None
     if not workloads:
-        return Audit(tool="ncu", note="nothing measured to audit")
+        if started is not None:
+            started.cancel()
+        return ProfileRun("ncu")
     def fresh() -> ProfileRun:
         return profile_workloads(task, source, workloads, timeout_s=timeout_s, metrics=AUDIT_METRICS,
                                  triton_cache=triton_cache)
@@ -97,9 +123,7 @@ def audit(task: Task, source: str, result: EvalResult, *, timeout_s: float = TIM
         run = fresh()
         if run.error:
             run = dataclasses.replace(run, error=f"{first}; again in a fresh process: {run.error}")
-    if run.tool != "ncu" or run.error:
-        return Audit(tool="ncu", note=f"ncu could not profile {', '.join(workloads)} ({run.error}): not audited")
-    return verdict(source, result, run.kernels)
+    return run
 
 
 def verdict(source: str, result: EvalResult, calls: dict[str, list[dict]]) -> Audit:

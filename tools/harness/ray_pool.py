@@ -330,12 +330,7 @@ class EvaluationActor:
 
         task = self._task(task_digest, task_box)
         result = evaluate(task, source, device=device, timeout_s=timeout_s, compare=compare, trusted=trusted,
-                          pool=self.pool, audit_winners=audit_winners)
-        if profile and result.ok and device == "cuda" and not trusted:
-            from accelopt.tools.harness.kernel_profile import profile_kernel
-
-            found = profile_kernel(task, source)
-            result.profile = found["summary"] if found else None
+                          pool=self.pool, audit_winners=audit_winners, profile=profile)
         result.node = self.node
         return result.model_dump()
 

@@ -143,7 +143,8 @@ class EvalResult(BaseModel):
     max_rel_err: float | None = None
     eval_s: float | None = None
     phases_s: dict[str, float] = {}  # the judge's seconds per step (load, checks, ghost, timing, ...)
-    profile: str | None = None  # a backend's own profile summary for the planner (NKI: neuron-profile)
+    profile: str | None = None  # the planner's profile summary (ncu/torch.profiler; NKI: neuron-profile)
+    gpu: str | None = None      # which of its host's GPUs judged it (CUDA_VISIBLE_DEVICES index); None: no GPU
     node: str | None = None     # on a Ray cluster, the node that evaluated it (IP/node id); None: this host
 
     @property

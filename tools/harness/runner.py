@@ -17,7 +17,7 @@ from pathlib import Path
 
 from accelopt.tools import settings
 from accelopt.tools.harness import audit as audit_mod
-from accelopt.tools.harness.kernel_profile import Profiling
+from accelopt.tools.harness.kernel_profile import ProfileRun, Profiling, profile_workloads, summarize
 from accelopt.tools.harness.pool import get_pool
 from accelopt.tools.harness.result import EvalResult, RoundsRun, WorkloadTiming, compare_rounds
 from accelopt.tools.harness.static_checks import findings, syntax_error
@@ -62,7 +62,7 @@ def gpu_count() -> int:
 def evaluate(task: Task | str, source: str, *, device: str | None = None, timeout_s: float = 300.0,
              compare: dict[str, str] | None = None, seeds: int | None = None, rounds: int | None = None,
              rep_ms: float = 20.0, interpreter_reps: int = 3, pool=None, trusted: bool = False,
-             audit_winners: bool = True) -> EvalResult:
+             audit_winners: bool = True, profile: bool = False) -> EvalResult:
     """Check and time `source`; `compare` maps names (parent, baseline) to verified sources that
     are timed interleaved with it, so speedups against them are decided on the same machine state.
 
@@ -72,7 +72,10 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
     by default a GPU runs 3, then more until every comparison is decided (at most 15), and the
     interpreter 2 (result.rounds says how many ran and why they stopped). `trusted` skips the
     static findings, ghost replay and trace checks, and profiles none of its calls: only for the
-    task's own reference (reference_kernel.py), which is torch code by design."""
+    task's own reference (reference_kernel.py), which is torch code by design. `profile`: a verified
+    kernel's profile for the planner (result.profile), taken on the judge's GPU while the judge is
+    held, from the kernels its sandbox compiled: the audit's process when it audits, else the
+    same process started ahead, which would otherwise end unused."""
     task = load_task(task) if isinstance(task, str) else task
     device = device or detect_device()
     started = time.monotonic()
@@ -88,7 +91,10 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
     dtype = task.spec.dtype_for(device)
     pool = pool or get_pool(device, gpu_count())
     auditing = device == "cuda" and audit_winners and not trusted
+    profiling = device == "cuda" and profile and not trusted
+    waited = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="accelopt-src-") as tmp, pool.lease() as judge:
+        lease_wait = round(time.monotonic() - waited, 3)  # another evaluation held the judge (and its GPU)
         paths = {}
         for name, text in {"candidate": source, **(compare or {})}.items():
             paths[name] = str(Path(tmp) / f"{name}.py")
@@ -100,25 +106,35 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
             request["keep_cache"] = str(Path(tmp) / "triton-cache")
         # the audit's process starts now, beside the judge, on the judge's GPU; it waits, running
         # nothing of the candidate, until a winner needs it (audit.start)
-        ahead = audit_mod.start(task, source, judge.gpu) if auditing else None
+        ahead = audit_mod.start(task, source, judge.gpu) if auditing or profiling else None
         try:
             asked = time.monotonic()
             raw = judge.request(request, timeout_s)
             result = _result(task, raw, device, dtype)
             result.findings = advice
+            result.phases_s["lease_wait"] = lease_wait
+            result.gpu = judge.gpu if device == "cuda" else None
             # where the seconds went beyond the judge's own steps: waiting for the judge (its
             # start), the re-check on fresh inputs, the audit
-            result.phases_s["judge_wait"] = round(max(0.0, time.monotonic() - asked - sum(result.phases_s.values())), 3)
+            judged = sum(s for step, s in result.phases_s.items() if step != "lease_wait")
+            result.phases_s["judge_wait"] = round(max(0.0, time.monotonic() - asked - judged), 3)
             if result.ok:
                 began = time.monotonic()
                 _reverify_if_too_good(task, result, judge, request, timeout_s)
                 result.phases_s["reverify"] = round(time.monotonic() - began, 3)
+            seen: ProfileRun | None = None
             if result.ok and auditing:
                 began = time.monotonic()
-                _audit_winner(task, source, result, request.get("keep_cache"), ahead)
+                seen = _audit_winner(task, source, result, request.get("keep_cache"), ahead)
+                ahead = None if seen is not None else ahead  # the audit used it
                 result.phases_s["audit"] = round(time.monotonic() - began, 3)
             elif result.ok and result.flags:
                 result.flags.append("unaudited")  # not audited: the interpreter, or auditing turned off
+            if result.ok and profiling:
+                began = time.monotonic()
+                seen, ahead = seen or _profiled(task, source, request.get("keep_cache"), ahead, judge.gpu), None
+                result.profile = planner_profile(seen)
+                result.phases_s["profile"] = round(time.monotonic() - began, 3)
         finally:
             if ahead is not None:
                 ahead.cancel()
@@ -227,18 +243,38 @@ def _reverify_if_too_good(task: Task, result: EvalResult, judge, request: dict, 
 
 
 def _audit_winner(task: Task, source: str, result: EvalResult, triton_cache: str | None = None,
-                  started: Profiling | None = None) -> None:
+                  started: Profiling | None = None) -> ProfileRun | None:
     """A kernel that would enter the beam or lead (faster than a comparator beyond noise, or
     flagged) is re-measured under ncu in a fresh process; disagreement rejects it. A flagged
-    kernel that could not be audited keeps the flag `unaudited`, which keeps it out of the beam."""
+    kernel that could not be audited keeps the flag `unaudited`, which keeps it out of the beam.
+    Returns what ncu saw (the planner's profile reads it too), or None where no audit ran."""
     if not (result.flags or any(v.faster for v in result.versus.values())):
-        return
-    result.audit = audit_mod.audit(task, source, result, triton_cache=triton_cache, started=started)
+        return None
+    seen = audit_mod.profiled(task, source, result, triton_cache=triton_cache, started=started)
+    result.audit = audit_mod.judged(source, result, seen)
     if result.audit.agreed is False:
         result.status = "cheat_suspected"
         result.error = "the audit under an external profiler disagrees with the harness: " + result.audit.note
     elif result.audit.agreed is None and result.flags:
         result.flags.append("unaudited")
+    return seen
+
+
+def _profiled(task: Task, source: str, triton_cache: str | None, started: Profiling | None,
+              gpu: str | None) -> ProfileRun:
+    """One call of a verified kernel under the profiler: the audit's process started ahead where
+    there is one (ncu), else a fresh one (torch.profiler), from the kernels its sandbox compiled."""
+    if started is not None:
+        return started.collect(audit_mod.TIMEOUT_S, triton_cache)
+    return profile_workloads(task, source, None, timeout_s=audit_mod.TIMEOUT_S, triton_cache=triton_cache, gpu=gpu)
+
+
+def planner_profile(seen: ProfileRun | None) -> str | None:
+    """The planner's few lines: the first profiled workload's kernels, or None where the profile failed."""
+    if seen is None or not seen.kernels:
+        return None
+    workload, kernels = next(iter(seen.kernels.items()))
+    return summarize(kernels, workload)
 
 
 def _with_roofline(task: Task, timings: dict, device_name: str, device: str, dtype: str,

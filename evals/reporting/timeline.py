@@ -1,0 +1,159 @@
+"""Where a run's seconds went, read from its `timeline.jsonl` (tools/timeline.py).
+
+    python -m accelopt.evals.reporting.timeline RUN_DIR [--json]
+
+Per iteration (the span from its first node's start to its last node's end): the wall time; the
+time some model call was waiting on a server (the union of `llm` spans, and per role); the time
+a GPU was held by an evaluation (the union over `eval` spans of [start + lease_wait, end]: a
+judge checking, compiling, timing, auditing or profiling); the judge's steps summed over the
+iteration's evaluations; and the evaluations a minute. A figure is a union of intervals where it
+says "the time some ...", so overlapping calls are not counted twice; "GPU-seconds" is a sum.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from accelopt.tools import timeline
+
+# the judge's steps (judge.py) and the runner's (runner.py), grouped as a reader asks about them
+STEP_GROUPS = {
+    "load": "compile+check", "checks": "compile+check", "ghost": "compile+check", "comparators": "comparators",
+    "timing": "timing", "after_check": "timing", "reverify": "audit", "audit": "audit", "profile": "profile",
+    "judge_wait": "judge start", "lease_wait": "waiting for a judge",
+}
+
+
+class Period(BaseModel):
+    """One stretch of a run (an iteration, or the whole run) and where its seconds went."""
+
+    label: str
+    wall_s: float
+    model_wait_s: float                   # some model call in flight
+    model_wait_by_role_s: dict[str, float]
+    model_calls: int
+    gpu_held_s: float                     # some evaluation held a GPU
+    gpu_seconds: float                    # summed over evaluations (several GPUs: above the wall time)
+    evaluations: int
+    evaluations_per_min: float
+    steps_s: dict[str, float]             # judge and runner steps summed over the evaluations
+    nodes_s: dict[str, float]             # graph nodes, the time some call of each was running
+
+
+class RunTimeline(BaseModel):
+    run_dir: str
+    gpus: int                             # distinct GPUs that judged a kernel (interpreter: judges busy at once)
+    interpreter: bool = False             # judged on the CPU interpreter: a judge held a core, not a GPU
+    total: Period
+    iterations: list[Period]
+
+    def gpu_share(self, period: Period) -> float:
+        """The share of the period's GPU capacity (wall x GPUs) that evaluations held."""
+        return period.gpu_seconds / (period.wall_s * max(1, self.gpus)) if period.wall_s else 0.0
+
+
+def union_s(intervals: Iterable[tuple[float, float]]) -> float:
+    """Seconds covered by at least one interval."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
+
+
+def _held(span: dict[str, Any]) -> tuple[float, float]:
+    waited = (span.get("phases_s") or {}).get("lease_wait") or 0.0
+    return min(span["start"] + waited, span["end"]), span["end"]
+
+
+def period(label: str, spans: list[dict[str, Any]], start: float, end: float) -> Period:
+    inside = [s for s in spans if s["start"] >= start - 1e-3 and s["end"] <= end + 1e-3]
+    llm = [s for s in inside if s["kind"] == "llm"]
+    evals = [s for s in inside if s["kind"] == "eval"]
+    by_role: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for s in llm:
+        by_role[str(s.get("role"))].append((s["start"], s["end"]))
+    steps: dict[str, float] = defaultdict(float)
+    for s in evals:
+        for step, seconds in (s.get("phases_s") or {}).items():
+            steps[STEP_GROUPS.get(step, step)] += seconds
+    nodes: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for s in inside:
+        if s["kind"] == "node":
+            nodes[s["node"]].append((s["start"], s["end"]))
+    wall = max(0.0, end - start)
+    return Period(
+        label=label, wall_s=round(wall, 1), model_wait_s=round(union_s((s["start"], s["end"]) for s in llm), 1),
+        model_wait_by_role_s={r: round(union_s(v), 1) for r, v in sorted(by_role.items())}, model_calls=len(llm),
+        gpu_held_s=round(union_s(_held(s) for s in evals), 1),
+        gpu_seconds=round(sum(b - a for a, b in map(_held, evals)), 1), evaluations=len(evals),
+        evaluations_per_min=round(len(evals) / (wall / 60), 2) if wall else 0.0,
+        steps_s={k: round(v, 1) for k, v in sorted(steps.items())},
+        nodes_s={k: round(union_s(v), 1) for k, v in nodes.items()})
+
+
+def read_timeline(run_dir: str | Path) -> RunTimeline:
+    spans = [s for s in timeline.read(run_dir) if "start" in s and "end" in s]
+    if not spans:
+        raise FileNotFoundError(f"{run_dir}: no {timeline.FILE} (a run made before timelines, or one that never started)")
+    windows: dict[int, list[float]] = {}
+    for s in spans:
+        if s["kind"] == "node" and isinstance(s.get("iteration"), int) and s["node"] not in ("setup", "standing"):
+            w = windows.setdefault(s["iteration"], [s["start"], s["end"]])
+            w[0], w[1] = min(w[0], s["start"]), max(w[1], s["end"])
+    iterations = [period(f"iteration {i}", spans, a, b) for i, (a, b) in sorted(windows.items()) if i > 0]
+    total = period("run", spans, min(s["start"] for s in spans), max(s["end"] for s in spans))
+    evals = [s for s in spans if s["kind"] == "eval"]
+    gpus = {(s.get("node"), s.get("gpu")) for s in evals if s.get("gpu") is not None}
+    # on the interpreter a judge holds a core, not a GPU: as many as were ever busy at once
+    return RunTimeline(run_dir=str(run_dir), gpus=len(gpus) or max_overlap(map(_held, evals)), total=total,
+                       iterations=iterations, interpreter=not gpus)
+
+
+def max_overlap(intervals: Iterable[tuple[float, float]]) -> int:
+    """The most intervals that were open at one moment (at least 1)."""
+    events = sorted(e for a, b in intervals for e in ((a, 1), (b, -1)))  # an end sorts before a start at one moment
+    most = now = 0
+    for _, step in events:
+        now += step
+        most = max(most, now)
+    return max(1, most)
+
+
+def render(found: RunTimeline) -> str:
+    """A plain table that reads whole at 80 columns: one row per iteration, then the run."""
+    unit = "CPU judge" if found.interpreter else "GPU"
+    lines = [f"where the seconds went, on {found.gpus} {unit}{'s' if found.gpus != 1 else ''} (seconds):",
+             "model: a model call in flight; held: an evaluation held a " + unit,
+             f"%: held time over wall x {unit}s",
+             "check, time, audit: judge steps summed (compile+check, timing, audit+profile)",
+             f"{'':12}{'wall':>6}{'model':>6}{'held':>6}{'%':>5}{'evals':>6}{'/min':>6}{'check':>7}{'time':>6}"
+             f"{'audit':>6}"]
+    for p in [*found.iterations, found.total]:
+        steps = p.steps_s
+        lines.append(f"{p.label.replace('iteration ', 'iter '):12}{p.wall_s:6.0f}{p.model_wait_s:6.0f}"
+                     f"{p.gpu_held_s:6.0f}{100 * found.gpu_share(p):4.0f}%{p.evaluations:6d}"
+                     f"{p.evaluations_per_min:6.1f}{steps.get('compile+check', 0):7.0f}{steps.get('timing', 0):6.0f}"
+                     f"{steps.get('audit', 0) + steps.get('profile', 0):6.0f}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--json", action="store_true", help="the whole breakdown as JSON")
+    args = parser.parse_args(argv)
+    found = read_timeline(args.run_dir)
+    print(found.model_dump_json(indent=1) if args.json else render(found))
+
+
+if __name__ == "__main__":
+    main()

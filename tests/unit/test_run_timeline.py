@@ -1,0 +1,55 @@
+"""A run's timeline: spans written by tools/timeline.py, read per iteration by
+evals/reporting/timeline.py (unions, not sums, of overlapping waits)."""
+
+import inspect
+import json
+
+from accelopt.evals.reporting.timeline import max_overlap, read_timeline, render, union_s
+from accelopt.tools import timeline
+
+
+def test_overlapping_intervals_count_once():
+    assert union_s([(0, 10), (5, 12), (20, 21)]) == 13
+    assert union_s([(0, 10), (2, 3)]) == 10 and union_s([]) == 0
+    assert max_overlap([(0, 10), (5, 12), (11, 13), (20, 21)]) == 2 and max_overlap([]) == 1
+    assert max_overlap([(0, 5), (5, 6)]) == 1  # one ends as the next starts
+
+
+def test_an_iteration_reads_model_waits_and_gpu_time_held_apart_from_waiting_for_it(tmp_path):
+    spans = [
+        {"kind": "node", "node": "recall", "iteration": 1, "start": 100, "end": 101},
+        {"kind": "llm", "role": "planner", "iteration": 1, "start": 101, "end": 121},
+        {"kind": "llm", "role": "executor", "iteration": 1, "start": 121, "end": 141},
+        {"kind": "llm", "role": "executor", "iteration": 1, "start": 122, "end": 142},
+        # two evaluations on one GPU: the second waited 8 s for the first
+        {"kind": "eval", "candidate": "a", "gpu": "0", "start": 142, "end": 150,
+         "phases_s": {"checks": 3, "timing": 2, "lease_wait": 0}},
+        {"kind": "eval", "candidate": "b", "gpu": "0", "start": 142, "end": 158,
+         "phases_s": {"checks": 4, "timing": 3, "lease_wait": 8}},
+        {"kind": "node", "node": "record", "iteration": 1, "start": 159, "end": 160},
+        {"kind": "node", "node": "recall", "iteration": 2, "start": 160, "end": 161},
+        {"kind": "node", "node": "record", "iteration": 2, "start": 170, "end": 180},
+    ]
+    (tmp_path / timeline.FILE).write_text("".join(json.dumps(s) + "\n" for s in spans) + '{"torn')
+    found = read_timeline(tmp_path)
+    first = found.iterations[0]
+    assert [p.label for p in found.iterations] == ["iteration 1", "iteration 2"] and found.gpus == 1
+    assert first.wall_s == 60 and first.model_wait_s == 41 and first.model_wait_by_role_s == {"executor": 21,
+                                                                                               "planner": 20}
+    assert first.gpu_held_s == 16 and first.gpu_seconds == 16 and first.evaluations == 2
+    assert first.steps_s == {"compile+check": 7, "timing": 5, "waiting for a judge": 8}
+    assert abs(found.gpu_share(first) - 16 / 60) < 1e-9 and not found.interpreter
+    assert found.total.wall_s == 80 and found.iterations[1].evaluations == 0
+    assert all(len(line) <= 80 for line in render(found).splitlines())
+
+
+def test_a_timed_node_keeps_the_signature_langgraph_reads_and_records_its_iteration(tmp_path):
+    def node(state: dict, runtime: object) -> dict:
+        return {"iteration": state["iteration"] + 1}
+
+    timed = timeline.timed_node("recall", node)
+    assert list(inspect.signature(timed).parameters) == ["state", "runtime"]
+    assert timed({"run_dir": str(tmp_path), "iteration": 3}, runtime=None) == {"iteration": 4}
+    [span] = timeline.read(tmp_path)
+    assert span["kind"] == "node" and span["node"] == "recall" and span["iteration"] == 4
+    assert span["end"] >= span["start"]
