@@ -31,7 +31,10 @@ measured here, and each can be replaced (`Profile(...)`, `dataclasses.replace`):
   streams at once (a stand-in for a rate limit). Not a reasoning model: no reasoning tokens.
 
 `--time-scale` multiplies every wait the server actually sleeps: 1 answers in modelled real
-time, 0.1 ten times faster, 0 at once (tests). The modelled seconds are reported either way.
+time, 0.1 ten times faster, 0 at once (tests). The modelled seconds are reported either way, but
+only at 1 is a run's wall time a rehearsal: at 0 replies come at once, so requests that would
+have waited on earlier replies overlap on the modelled clock, and its modelled seconds and queue
+waits are upper bounds.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ among different requests. Timing and tokens: latency.py. Endpoints: POST /v1/cha
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -258,27 +259,28 @@ class ReplayServer:
     def stats(self) -> dict[str, Any]:
         """Totals so far: requests, tokens and modelled seconds per role, queue waits."""
         with self._lock:
-            by_role = {role: {"requests": t.requests, "prompt_tokens": t.prompt_tokens,
-                              "completion_tokens": t.completion_tokens, "reasoning_tokens": t.reasoning_tokens,
-                              "modelled_s": round(t.modelled_s, 3), "queue_s": round(t.queue_s, 3),
-                              "queued_requests": t.queued, "served": dict(t.served)}
-                       for role, t in sorted(self._totals.items())}
+            totals = {role: dataclasses.replace(t, served=dict(t.served)) for role, t in sorted(self._totals.items())}
             peak, max_queue = self._peak_streams, self._max_queue_s
+        every = list(totals.values())
         return {
             "note": f"{NOTE}. Seconds are modelled (latency.py), not measured; tokens are counted as 4 characters "
                     "each and reasoning tokens drawn per reply.",
             "model": MODEL_ID, "profile": self.profile.describe(), "time_scale": self.time_scale, "seed": self.seed,
             "failure_rate": self.failure_rate, "real_share": self.real_share, "material": self.material.describe(),
-            "requests": sum(r["requests"] for r in by_role.values()),
-            "prompt_tokens": sum(r["prompt_tokens"] for r in by_role.values()),
-            "completion_tokens": sum(r["completion_tokens"] for r in by_role.values()),
-            "reasoning_tokens": sum(r["reasoning_tokens"] for r in by_role.values()),
-            "modelled_s": round(sum(r["modelled_s"] for r in by_role.values()), 3),
-            "queue_s": round(sum(r["queue_s"] for r in by_role.values()), 3),
-            "queued_requests": sum(r["queued_requests"] for r in by_role.values()),
+            "requests": sum(t.requests for t in every),
+            "prompt_tokens": sum(t.prompt_tokens for t in every),
+            "completion_tokens": sum(t.completion_tokens for t in every),
+            "reasoning_tokens": sum(t.reasoning_tokens for t in every),
+            "modelled_s": round(sum(t.modelled_s for t in every), 3),
+            "queue_s": round(sum(t.queue_s for t in every), 3),
+            "queued_requests": sum(t.queued for t in every),
             "max_queue_s": round(max_queue, 3), "peak_streams": peak,
             "wall_s": round(time.monotonic() - self._started, 3),
-            "by_role": by_role,
+            "by_role": {role: {"requests": t.requests, "prompt_tokens": t.prompt_tokens,
+                               "completion_tokens": t.completion_tokens, "reasoning_tokens": t.reasoning_tokens,
+                               "modelled_s": round(t.modelled_s, 3), "queue_s": round(t.queue_s, 3),
+                               "queued_requests": t.queued, "served": t.served}
+                        for role, t in totals.items()},
         }
 
     def served(self) -> dict[str, dict]:
