@@ -29,6 +29,7 @@ CHILD_ENVIRONMENTS = {
     ("tools/harness/zygote.py", "_child"): "a forked sandbox takes the environment the judge sent",
     ("tools/backends/nki.py", "run_worker"): "the NKI worker's: this one, pinned to a NeuronCore",
     ("evals/bench_realworld.py", "run_probes"): "a probe's: this one, with its own Triton cache",
+    ("evals/bench_full_run.py", "traced_env"): "a benchmarked run's: this one, traced to a stand-in endpoint",
 }
 # ACCELOPT_ reads left in modules others are moving while this was written; route each through
 # tools/settings.py (the function named) and delete its line.

@@ -1,0 +1,228 @@
+"""GPU benchmark: one run at the size AccelOpt's published search has, through the public CLI,
+against the replay endpoint (evals/replay: a rehearsal with real LLM-written kernels and a
+modelled LLM's latency, not an LLM), and what the run leaves behind at that size.
+
+    python evals/bench_full_run.py --out full --tasks rmsnorm_h128 -T 16            # B2 N4 K2 F2
+    python evals/bench_full_run.py --out full --tasks rmsnorm_h128 -T 16 --kill-at 8  # kill -9, resume
+    python evals/bench_full_run.py --out full --tasks rmsnorm_h128 -T 2 --langsmith  # a stand-in trace sink
+
+For each task of the FlashInfer-Bench corpus (`evals/realworld/tasks/<task>`, with the corpus
+solution AccelOpt started from as its baseline.py):
+1. the replay server for the task (seeded, `--profile`'s latency model in real time);
+2. `accelopt optimize TASK -B -N -K -F -T --model vllm:replay --base-url URL --device cuda`, with an
+   insight store of its own (`--memory`), its wall time and exit code;
+3. with `--kill-at I`: the run's process group killed with SIGKILL as iteration I's record lands,
+   then `accelopt resume RUN`; what was evaluated or asked twice is counted;
+4. where the seconds went (evals/reporting/timeline.py), per iteration and for the run;
+5. `accelopt show RUN` and `accelopt report RUN`, timed; the run directory's and checkpoint
+   file's sizes; the insights stored and whether each rests on an audited kernel;
+6. the replay server's own counts (requests per role, modelled seconds, queue waits).
+
+Rows go to OUT/full_run.json as each task ends; logs beside it. Nothing here claims a speed-up:
+the kernels are the corpus's, the speedups the harness's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REALWORLD = HERE / "realworld"
+# the corpus solution each task starts from: AccelOpt's own starting points where it published a
+# best (accelopt_bests/manifest.json), else the o3 solution of the definition
+BASELINES = {
+    "rmsnorm_h128": "solutions/o3_rmsnorm_h128_35b90e.py",
+    "gemm_n28672_k4096": "solutions/o3_gemm_n28672_k4096_4c9c32.py",
+    "fused_add_rmsnorm_h7168": "solutions/gemini-2.5-pro_fused_add_rmsnorm_h7168_05pwmx.py",
+    "gqa_paged_decode_h32_kv8_d128_ps1": "solutions/o3_gqa_paged_decode_h32_kv8_d128_ps1_c3c0cc.py",
+}
+
+
+def accelopt(*args: str) -> list[str]:
+    return [sys.executable, "-m", "accelopt", *args]
+
+
+def task_folder(task: str, out: Path) -> Path:
+    """The corpus task with its baseline.py, in OUT/tasks/<task> (made afresh)."""
+    folder = out / "tasks" / task
+    if folder.exists():
+        shutil.rmtree(folder)
+    shutil.copytree(REALWORLD / "tasks" / task, folder)
+    shutil.copy(REALWORLD / BASELINES[task], folder / "baseline.py")
+    return folder
+
+
+def run_timed(cmd: list[str], log: Path, timeout_s: float, env: dict[str, str] | None = None,
+              kill_when=None) -> dict[str, Any]:
+    """The command in a session of its own, output to `log`; `kill_when()` true: SIGKILL to the
+    whole group (the run and its judges), as a crash would."""
+    start = time.monotonic()
+    killed = False
+    with log.open("a") as out:
+        out.write(f"$ {' '.join(cmd)}\n")
+        out.flush()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+        while proc.poll() is None:
+            if time.monotonic() - start > timeout_s or (kill_when is not None and kill_when()):
+                killed = time.monotonic() - start <= timeout_s
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                break
+            time.sleep(0.5)
+    return {"cmd": " ".join(cmd), "rc": proc.returncode, "wall_s": round(time.monotonic() - start, 1),
+            "killed": killed, "timed_out": not killed and proc.returncode == -signal.SIGKILL}
+
+
+def recorded(run_dir: Path, iteration: int) -> bool:
+    """The run's record node finished `iteration` (its span is written as it ends)."""
+    path = run_dir / "timeline.jsonl"
+    if not path.is_file():
+        return False
+    return any(f'"node": "record", "iteration": {iteration},' in line for line in path.read_text().splitlines())
+
+
+def leftovers(run_dir: Path) -> list[str]:
+    """Processes still running that belong to the run: its judges and sandboxes name their homes."""
+    done = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout.splitlines()
+    return [line.strip() for line in done if "accelopt-judge-" in line or str(run_dir) in line]
+
+
+def size_mb(path: Path) -> float:
+    if path.is_file():
+        return round(path.stat().st_size / 2**20, 2)
+    return round(sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 2**20, 2)
+
+
+def repeats(run_dir: Path) -> dict[str, int]:
+    """Evaluations logged twice under one key (a measured kernel measured again)."""
+    keys: dict[str, int] = {}
+    path = run_dir / "evaluations.jsonl"
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        key = json.loads(line)["key"]
+        keys[key] = keys.get(key, 0) + 1
+    return {"evaluations_logged": sum(keys.values()), "evaluated_twice": sum(1 for n in keys.values() if n > 1)}
+
+
+def stored_insights(run_dir: Path, summary: dict) -> dict[str, Any]:
+    """The lessons the run distilled, and whether each one's child was audited by ncu."""
+    path = run_dir / "insights.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+    audited = 0
+    for row in rows:
+        child = (row.get("provenance") or {}).get("child_id")
+        result = run_dir / "candidates" / str(child) / "result.json"
+        audit = json.loads(result.read_text()).get("audit") if result.is_file() else None
+        audited += bool(audit and audit.get("agreed"))
+    return {"insights": len(rows), "children_audited_by_ncu": audited}
+
+
+def traced_env(endpoint: str) -> dict[str, str]:
+    """The benchmarked run's environment: this one, tracing to a stand-in LangSmith endpoint."""
+    return {**os.environ, "LANGSMITH_TRACING": "true", "LANGSMITH_ENDPOINT": endpoint,
+            "LANGSMITH_API_KEY": "stand-in", "LANGSMITH_PROJECT": "bench-full-run"}
+
+
+def bench_task(task: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    from accelopt.evals.replay.server import MODEL_ID, ReplayServer
+    from accelopt.evals.reporting.timeline import read_timeline, render
+
+    folder = task_folder(task, out)
+    run_dir = out / "runs" / task
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    log = out / f"{task}.log"
+    log.write_text("")
+    row: dict[str, Any] = {"task": task, "baseline": BASELINES[task], "shape": {
+        "B": args.beams, "N": args.plans, "K": args.samples, "F": args.fixes, "T": args.iterations}}
+    env: dict[str, str] | None = None  # the run inherits this environment, plus LangSmith's below
+    sink = None
+    if args.langsmith:
+        sys.path.insert(0, str(HERE.parent))
+        from tests.langsmith_endpoint import LangSmithEndpoint
+
+        sink = LangSmithEndpoint().__enter__()
+        env = traced_env(sink.url)
+    with ReplayServer(folder, seed=args.seed, profile=args.profile, time_scale=args.time_scale) as server:
+        memory = ["--memory", str(out / "memory" / task), "--create-memory"] if not args.no_memory else ["--no-memory"]
+        cmd = accelopt("optimize", str(folder), "--model", f"vllm:{MODEL_ID}", "--base-url", server.url,
+                       "-B", str(args.beams), "-N", str(args.plans), "-K", str(args.samples), "-F", str(args.fixes),
+                       "-T", str(args.iterations), "--device", args.device, "--run-dir", str(run_dir), *memory,
+                       *(["--embedder", args.embedder] if args.embedder else []))
+        kill_when = (lambda: recorded(run_dir, args.kill_at)) if args.kill_at else None
+        row["optimize"] = run_timed(cmd, log, args.timeout, env, kill_when)
+        if row["optimize"]["killed"]:
+            time.sleep(2)
+            row["after_kill"] = {"left_running": leftovers(run_dir), **repeats(run_dir),
+                                 "requests_before_resume": server.stats().get("requests")}
+            row["resume"] = run_timed(accelopt("resume", str(run_dir)), log, args.timeout, env)
+        row["replay"] = server.stats()
+    row["left_running"] = leftovers(run_dir)
+    row.update(repeats(run_dir))
+    summary_path = run_dir / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+    row["summary"] = {k: summary.get(k) for k in ("best_id", "best_speedup", "stop_reason", "candidates_evaluated",
+                                                  "statuses", "usage", "versus_torch_compile", "failure")}
+    try:
+        found = read_timeline(run_dir)
+        row["timeline"] = found.model_dump()
+        with log.open("a") as f:
+            f.write(render(found) + "\n")
+    except FileNotFoundError as exc:
+        row["timeline"] = str(exc)
+    row["show"] = run_timed(accelopt("show", str(run_dir)), log, 300)
+    row["report"] = run_timed(accelopt("report", str(run_dir)), log, 300)
+    row["sizes_mb"] = {"run_dir": size_mb(run_dir), "checkpoints": size_mb(run_dir / "checkpoints.sqlite"),
+                       "candidates": len(list((run_dir / "candidates").glob("*")))
+                       if (run_dir / "candidates").is_dir() else 0}
+    row["memory"] = stored_insights(run_dir, summary)
+    if sink is not None:
+        runs = sink.runs()
+        row["langsmith"] = {"runs_delivered": len(runs), "ended": sum(1 for r in runs.values() if r.get("end_time")),
+                            "with_error": sum(1 for r in runs.values() if r.get("error"))}
+        sink.__exit__(None, None, None)
+    return row
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--tasks", default="rmsnorm_h128", help="comma-separated: " + ", ".join(BASELINES))
+    parser.add_argument("-B", "--beams", type=int, default=2)
+    parser.add_argument("-N", "--plans", type=int, default=4)
+    parser.add_argument("-K", "--samples", type=int, default=2)
+    parser.add_argument("-F", "--fixes", type=int, default=2)
+    parser.add_argument("-T", "--iterations", type=int, default=16)
+    parser.add_argument("--profile", default="gpt-oss-120b", help="the replay server's latency model")
+    parser.add_argument("--time-scale", type=float, default=1.0, help="the replay server's: 1 real time")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--kill-at", type=int, default=0, help="SIGKILL the run as iteration I is recorded, resume")
+    parser.add_argument("--langsmith", action="store_true", help="trace the run to a stand-in LangSmith endpoint")
+    parser.add_argument("--no-memory", action="store_true")
+    parser.add_argument("--embedder", help="a model folder (evals/pack_embedder.py unpack) for the memory")
+    parser.add_argument("--device", default="cuda", help="cuda; cpu only to try this script (interpreter times)")
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per optimize or resume")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for task in [t for t in args.tasks.split(",") if t]:
+        rows.append(bench_task(task, args, args.out))
+        (args.out / "full_run.json").write_text(json.dumps(rows, indent=1))
+        r = rows[-1]
+        tl = r["timeline"]["total"] if isinstance(r["timeline"], dict) else {}
+        print(f"{task}: rc {r['optimize']['rc']} wall {r['optimize']['wall_s']} s, "
+              f"{tl.get('evaluations')} evaluations ({tl.get('evaluations_per_min')}/min), "
+              f"best {r['summary'].get('best_speedup')}, show {r['show']['wall_s']} s, report {r['report']['wall_s']} s, "
+              f"run dir {r['sizes_mb']['run_dir']} MB, checkpoints {r['sizes_mb']['checkpoints']} MB", flush=True)
+
+
+if __name__ == "__main__":
+    main()
