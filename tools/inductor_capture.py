@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 from unittest.mock import patch
 
+from accelopt.tools.harness import device_lease
 from accelopt.tools.inductor_seed import graph_argument_positions
 from accelopt.tools.task import Task, Workload, load_task
 
@@ -173,7 +174,9 @@ class CaptureError(RuntimeError):
 
 
 def capture_in_subprocess(task_dir: str | Path, mode: str = "default", timeout_s: float = 900.0) -> dict[str, Any]:
-    """capture_task in a process of its own (a crash or hang in Inductor costs only the capture)."""
+    """capture_task in a process of its own (a crash or hang in Inductor costs only the capture), on
+    the first visible GPU, holding its device lease: max-autotune times kernels, and another
+    process's evaluation on that GPU would disturb its choices as it would theirs."""
     import subprocess
     import tempfile
 
@@ -185,10 +188,13 @@ def capture_in_subprocess(task_dir: str | Path, mode: str = "default", timeout_s
     with tempfile.TemporaryDirectory(prefix="accelopt-capture-") as tmp:
         out = Path(tmp) / "capture.json"
         try:
-            proc = subprocess.run([sys.executable, "-m", "accelopt.tools.inductor_capture", str(task_dir), str(out),
-                                   "--mode", mode], capture_output=True, text=True, timeout=timeout_s)
+            with device_lease.hold(device_lease.default_gpu(), f"torch.compile capture ({mode})"):
+                proc = subprocess.run([sys.executable, "-m", "accelopt.tools.inductor_capture", str(task_dir),
+                                       str(out), "--mode", mode], capture_output=True, text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired:
             raise CaptureError(f"torch.compile of the reference took over {timeout_s:.0f} s") from None
+        except device_lease.DeviceLeaseError as exc:
+            raise CaptureError(str(exc)) from None
         if proc.returncode != 0 or not out.is_file():
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
             raise CaptureError(f"the Inductor capture failed (exit {proc.returncode}): {tail[0][:300]}")

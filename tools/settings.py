@@ -21,6 +21,7 @@ which import nothing of the package, load it by path (through tools/harness/conf
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,6 +153,8 @@ STRUCTURED_OUTPUT = "ACCELOPT_STRUCTURED_OUTPUT"
 RAY_ADDRESS = "ACCELOPT_RAY_ADDRESS"
 RAY_CPU_SLOTS = "ACCELOPT_RAY_CPU_SLOTS"
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
+LOCK_DIR = "ACCELOPT_LOCK_DIR"
+LOCK_WAIT_S = "ACCELOPT_LOCK_WAIT_S"
 LANGSMITH_TRACING = "LANGSMITH_TRACING"
 LANGCHAIN_TRACING_V2 = "LANGCHAIN_TRACING_V2"
 
@@ -209,6 +212,31 @@ def cuda_visible_devices() -> str | None:
     """CUDA's own: the GPUs judges run on, one judge per entry; empty hides every GPU (the
     interpreter then)."""
     return _given(CUDA_VISIBLE_DEVICES)  # as given: empty is not unset here
+
+
+@_documented(LOCK_DIR, default="`accelopt-locks` in the system temp dir (`/tmp`)")
+def lock_dir() -> Path:
+    """Where the per-GPU lock files live (`tools/harness/device_lease.py`): every process that times on
+    a GPU (a run, `accelopt check`, a profile, a capture) holds its GPU's lock meanwhile, across
+    processes and users; processes that should not disturb each other must share this folder."""
+    value = _text(LOCK_DIR)
+    return Path(value) if value else Path(tempfile.gettempdir()) / "accelopt-locks"
+
+
+@_documented(LOCK_WAIT_S, default="`3600`")
+def lock_wait_s() -> float:
+    """How long a process waits for a GPU another accelopt process holds (seconds); past it the
+    evaluation is lost (`infra_error`) with a message naming the holder."""
+    value = _text(LOCK_WAIT_S)
+    if value is None:
+        return 3600.0
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise ConfigError(f"{LOCK_WAIT_S}={value!r}: use a number of seconds above 0, or leave it unset (3600)")
+    return seconds
 
 
 @_documented(LANGSMITH_TRACING, LANGCHAIN_TRACING_V2, default="off")

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from accelopt.tools.harness import confine
+from accelopt.tools.harness import confine, device_lease
 from accelopt.tools.harness import triton_cache as carried_cache
 from accelopt.tools.harness.pool import scrubbed_env
 from accelopt.tools.task import Task, Workload
@@ -104,11 +104,18 @@ class ProfileRun:
 
 
 def profile_kernel(task: Task, source: str, *, workload: str | None = None, timeout_s: float = 180.0,
-                   metrics: list[str] | None = None) -> dict | None:
+                   metrics: list[str] | None = None, gpu: str | None = None) -> dict | None:
     """{'tool': 'ncu'|'torch.profiler', 'kernels': [...], 'summary': text} of one call on one
-    workload (the first unless named), or None if it failed."""
+    workload (the first unless named), or None if it failed. It runs on `gpu` (a CUDA_VISIBLE_DEVICES
+    entry; the first visible unless named) holding that GPU's device lease, as an evaluation does:
+    no other process times kernels there meanwhile (None also when another held it past the wait)."""
     name = _chosen(task, [workload] if workload else [])[0].name
-    run = profile_workloads(task, source, [name], timeout_s=timeout_s, metrics=metrics)
+    gpu = gpu or device_lease.default_gpu()
+    try:
+        with device_lease.hold(gpu, "profile"):
+            run = Profiling(task, source, [name], metrics=metrics, gpu=gpu).collect(timeout_s)
+    except device_lease.DeviceBusy:
+        return None
     if run.error:
         return None
     kernels = run.kernels[name]

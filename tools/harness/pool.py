@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from accelopt.tools import settings
-from accelopt.tools.harness import confine
+from accelopt.tools.harness import confine, device_lease
 from accelopt.tools.harness.judge import RESULT_MARK
 
 JUDGE = Path(__file__).with_name("judge.py")
@@ -140,8 +140,11 @@ class WorkerPool:
     """Hands out judges; a judge serves one request at a time. On the interpreter there is one
     judge per core; on GPUs one per GPU (each judge's sandboxes see only that GPU)."""
 
-    def __init__(self, device: str, count: int, gpus: list[str] | None = None, fresh_process: bool = False):
+    def __init__(self, device: str, count: int, gpus: list[str] | None = None, fresh_process: bool = False,
+                 on_wait: device_lease.OnWait | None = None):
+        self.device = device
         self.fresh_process = fresh_process  # benchmark baseline: a new judge (no warm spares) per request
+        self.on_wait = on_wait  # where "waiting for GPU 0, held by pid N (...)" goes (None: stderr)
         slots: list[str | None] = list(gpus) if gpus else [None] * count
         self.workers = [Worker(device, i, slots[i]) for i in range(count)]
         # Last in, first out: evaluations one after another go to the judge that just served
@@ -160,14 +163,23 @@ class WorkerPool:
     @contextlib.contextmanager
     def lease(self) -> Iterator[Worker]:
         """One judge, and its GPU, for as long as the block runs: an evaluation's requests and its
-        audit, so no other evaluation times kernels on that GPU meanwhile."""
+        audit, so no other evaluation times kernels on that GPU meanwhile, of this process (one
+        judge per GPU) or of any other (the GPU's device lease; DeviceLeaseError past its wait)."""
         worker = self.free.get()
         try:
-            yield worker
+            with self.holding_gpu(worker):
+                yield worker
         finally:
             if self.fresh_process:
                 worker.kill()
             self.free.put(worker)
+
+    def holding_gpu(self, worker: Worker) -> contextlib.AbstractContextManager:
+        """The judge's GPU held across processes (device_lease.py); nothing on the interpreter, whose
+        times are not performance."""
+        if self.device != "cuda":
+            return contextlib.nullcontext()
+        return device_lease.hold(worker.gpu, "evaluation", on_wait=self.on_wait)
 
     def run(self, req: dict, timeout_s: float) -> dict:
         with self.lease() as worker:

@@ -10,6 +10,7 @@ re-checked and flagged, and a flagged kernel needs an audit (audit.py) before it
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import time
 from functools import lru_cache
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from accelopt.tools import settings
 from accelopt.tools.harness import audit as audit_mod
+from accelopt.tools.harness.device_lease import DeviceLeaseError
 from accelopt.tools.harness.kernel_profile import ProfileRun, Profiling, profile_workloads, summarize
 from accelopt.tools.harness.pool import get_pool
 from accelopt.tools.harness.result import EvalResult, RoundsRun, WorkloadTiming, compare_rounds
@@ -93,7 +95,12 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
     auditing = device == "cuda" and audit_winners and not trusted
     profiling = device == "cuda" and profile and not trusted
     waited = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="accelopt-src-") as tmp, pool.lease() as judge:
+    held = contextlib.ExitStack()
+    try:
+        judge = held.enter_context(pool.lease())
+    except DeviceLeaseError as exc:  # another process held the GPU past its wait: not the kernel's doing
+        return EvalResult(status="infra_error", error=str(exc), device=device, eval_s=time.monotonic() - started)
+    with held, tempfile.TemporaryDirectory(prefix="accelopt-src-") as tmp:
         lease_wait = round(time.monotonic() - waited, 3)  # another evaluation held the judge (and its GPU)
         paths = {}
         for name, text in {"candidate": source, **(compare or {})}.items():
