@@ -39,7 +39,7 @@ def check(task: str, timeout_s: float) -> dict[str, Any]:
     start = time.monotonic()
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     verdict = _json_of(done.stdout) or {}
-    versus = (verdict.get("versus") or {}).get("against") or next(iter((verdict.get("versus") or {}).values()), {})
+    versus: dict[str, Any] = (verdict.get("versus") or {}).get("against") or {}
     return {"task": task, "rc": done.returncode, "wall_s": round(time.monotonic() - start, 1),
             "status": verdict.get("status"), "speedup": versus.get("speedup"),
             "interval": [versus.get("ci_low"), versus.get("ci_high")], "faster": versus.get("faster"),

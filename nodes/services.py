@@ -103,7 +103,8 @@ def measure(task: Task, source: str, ctx: RunContext, *, baseline: Mapping[str, 
         ended.update(status=fields["status"], node=fields.get("node") or ended.get("node"))
     finally:  # an evaluation that raised is no longer in flight either
         write(ended)
-    cache.put("evals", key, fields)
+    if fields["status"] != "infra_error":  # a GPU held too long elsewhere, a lost node: a resume tries again
+        cache.put("evals", key, fields)
     cache.log_evaluation(key, {"status": fields["status"], "device": fields["device"],
                                **({"node": fields["node"]} if fields.get("node") else {})})
     return fields

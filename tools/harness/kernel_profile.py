@@ -123,11 +123,13 @@ def profile_kernel(task: Task, source: str, *, workload: str | None = None, time
 
 
 def profile_workloads(task: Task, source: str, workloads: list[str] | None = None, *, timeout_s: float = 180.0,
-                      metrics: list[str] | None = None, triton_cache: str | None = None) -> ProfileRun:
+                      metrics: list[str] | None = None, triton_cache: str | None = None,
+                      gpu: str | None = None) -> ProfileRun:
     """One call per workload (the first workload unless named), all in one fresh process under
     ncu (torch.profiler without it); `timeout_s` bounds the whole process. `triton_cache`: what
-    this source's own sandbox compiled (a copy is used: compiled once, not once per process)."""
-    return Profiling(task, source, workloads, metrics=metrics).collect(timeout_s, triton_cache)
+    this source's own sandbox compiled (a copy is used: compiled once, not once per process).
+    `gpu`: the one it runs on (the judge's), else the first visible."""
+    return Profiling(task, source, workloads, metrics=metrics, gpu=gpu).collect(timeout_s, triton_cache)
 
 
 class Profiling:
