@@ -135,12 +135,14 @@ def bench_task(task: str, args: argparse.Namespace, out: Path) -> dict[str, Any]
     from accelopt.evals.replay.server import MODEL_ID, ReplayServer
     from accelopt.evals.reporting.timeline import read_timeline, render
 
-    folder = task_folder(task, out)
     run_dir = out / "runs" / task
-    if run_dir.exists():
+    resuming = args.resume and (run_dir / "run.json").is_file()  # a run an earlier command left: go on
+    folder = out / "tasks" / task if resuming else task_folder(task, out)
+    if run_dir.exists() and not resuming:
         shutil.rmtree(run_dir)
     log = out / f"{task}.log"
-    log.write_text("")
+    if not resuming:
+        log.write_text("")
     row: dict[str, Any] = {"task": task, "baseline": BASELINES[task], "shape": {
         "B": args.beams, "N": args.plans, "K": args.samples, "F": args.fixes, "T": args.iterations}}
     env: dict[str, str] | None = None  # the run inherits this environment, plus LangSmith's below
@@ -151,13 +153,17 @@ def bench_task(task: str, args: argparse.Namespace, out: Path) -> dict[str, Any]
 
         sink = LangSmithEndpoint().__enter__()
         env = traced_env(sink.url)
-    with ReplayServer(folder, seed=args.seed, profile=args.profile, time_scale=args.time_scale) as server:
+    with ReplayServer(folder, seed=args.seed, profile=args.profile, time_scale=args.time_scale,
+                      port=args.port) as server:
         memory = ["--memory", str(out / "memory" / task), "--create-memory"] if not args.no_memory else ["--no-memory"]
         cmd = accelopt("optimize", str(folder), "--model", f"vllm:{MODEL_ID}", "--base-url", server.url,
                        "-B", str(args.beams), "-N", str(args.plans), "-K", str(args.samples), "-F", str(args.fixes),
                        "-T", str(args.iterations), "--device", args.device, "--run-dir", str(run_dir), *memory,
                        *(["--embedder", args.embedder] if args.embedder else []))
         kill_when = (lambda: recorded(run_dir, args.kill_at)) if args.kill_at else None
+        if resuming:  # the same server address (--port): run.json names it
+            row["resumed_after"] = {"left_running": leftovers(run_dir), **repeats(run_dir)}
+            cmd = accelopt("resume", str(run_dir))
         row["optimize"] = run_timed(cmd, log, args.timeout, env, kill_when)
         if row["optimize"]["killed"]:
             time.sleep(2)
@@ -205,6 +211,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--time-scale", type=float, default=1.0, help="the replay server's: 1 real time")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--kill-at", type=int, default=0, help="SIGKILL the run as iteration I is recorded, resume")
+    parser.add_argument("--resume", action="store_true",
+                        help="resume a run an earlier command left in OUT (killed, or cut off by --timeout) "
+                             "instead of starting afresh; with the same --port")
+    parser.add_argument("--port", type=int, default=0, help="the replay server's port (0: any free one)")
     parser.add_argument("--langsmith", action="store_true", help="trace the run to a stand-in LangSmith endpoint")
     parser.add_argument("--no-memory", action="store_true")
     parser.add_argument("--embedder", help="a model folder (evals/pack_embedder.py unpack) for the memory")

@@ -41,10 +41,24 @@ def check(task: str, timeout_s: float) -> dict[str, Any]:
     verdict = _json_of(done.stdout) or {}
     versus: dict[str, Any] = (verdict.get("versus") or {}).get("against") or {}
     return {"task": task, "rc": done.returncode, "wall_s": round(time.monotonic() - start, 1),
-            "status": verdict.get("status"), "speedup": versus.get("speedup"),
+            "status": verdict.get("status"), "speedup": versus.get("speedup"), "kernel_only": kernel_only(verdict),
             "interval": [versus.get("ci_low"), versus.get("ci_high")], "faster": versus.get("faster"),
             "flags": verdict.get("flags"), "waited": [line for line in done.stderr.splitlines() if "waiting for" in line],
             "stderr_tail": done.stderr[-600:] if done.returncode not in (0, 1) else ""}
+
+
+def kernel_only(verdict: dict) -> float | None:
+    """The geomean over workloads of the comparator's kernel-only time over the kernel's (CUPTI,
+    the same rounds): what the span's verdict would be without the host work between launches."""
+    mine, theirs = verdict.get("workloads") or {}, ((verdict.get("compare") or {}).get("against") or {})
+    ratios = [theirs[w]["kernel_us"] / t["kernel_us"] for w, t in mine.items()
+              if t.get("kernel_us") and (theirs.get(w) or {}).get("kernel_us")]
+    if not ratios:
+        return None
+    product = 1.0
+    for r in ratios:
+        product *= r
+    return round(product ** (1 / len(ratios)), 4)
 
 
 def _json_of(text: str) -> dict | None:
@@ -84,8 +98,9 @@ def main(argv: list[str] | None = None) -> None:
                                     "alone_wall_s": round(sum(a["wall_s"] for a in alone), 1)}, indent=1))
     for r in rows:
         a, t = r["alone"], r["together"]
-        print(f"{r['task']:36} alone {a['speedup']} {a['interval']} ({a['wall_s']} s) | at once {t['speedup']} "
-              f"{t['interval']} ({t['wall_s']} s, waited: {len(t['waited'])}) within: {r['within']}")
+        print(f"{r['task']:36} alone {a['speedup']} {a['interval']} kernels {a['kernel_only']} ({a['wall_s']} s) | "
+              f"at once {t['speedup']} {t['interval']} kernels {t['kernel_only']} ({t['wall_s']} s, waited: "
+              f"{len(t['waited'])}) within: {r['within']}")
     print(f"alone one after another {sum(a['wall_s'] for a in alone):.0f} s; all at once {at_once_s:.0f} s")
 
 

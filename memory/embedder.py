@@ -113,6 +113,29 @@ class Embedder:
         return [v.tolist() for v in vectors]
 
 
-@lru_cache(maxsize=4)
+_loading = threading.Lock()  # one load of a model at a time: a warm-up and a first embedding never load it twice
+
+
 def get_embedder(name: str = DEFAULT_EMBEDDER) -> Embedder:
+    with _loading:
+        return _embedder(name)
+
+
+@lru_cache(maxsize=4)
+def _embedder(name: str) -> Embedder:
     return Embedder(name)
+
+
+def warm(name: str = DEFAULT_EMBEDDER) -> threading.Thread:
+    """Load the model in a daemon thread (seconds of CPU: 7 s on 2 cores, 20 s under a busy GPU
+    host's load) while the run waits on other things; a failure is left for the first embedding
+    to report."""
+    def load() -> None:
+        try:
+            get_embedder(name)
+        except MemoryStoreError:
+            pass
+
+    thread = threading.Thread(target=load, name="accelopt-embedder-warm", daemon=True)
+    thread.start()
+    return thread

@@ -21,7 +21,7 @@ from accelopt.nodes.common import task_of
 from accelopt.nodes.context import RunContext
 from accelopt.nodes.records import baseline_candidate, with_measurement
 from accelopt.nodes.seeding import inductor_seed, nothing_to_start_from, seeds_from_inductor
-from accelopt.nodes.services import emit, measure
+from accelopt.nodes.services import emit, measure, warm_memory
 from accelopt.nodes.state import RunState
 from accelopt.tools.backends import run_refusal
 from accelopt.tools.harness.reference_kernel import reference_source
@@ -54,6 +54,8 @@ def setup(state: RunState, runtime: Runtime[RunContext]) -> RunState:
                                                   parent=None, trusted=from_scratch, run_dir=run_dir,
                                                   candidate_id=baseline["id"]))
     write_candidate(run_dir, baseline)
+    if baseline["status"] == "verified":
+        warm_memory(runtime.context, baseline.get("timer"))
     update: RunState = {"run_dir": run_dir, "iteration": 0, "started_at": time.time(), "baseline_id": "baseline",
                         "candidates": {"baseline": baseline}, "plans": [], "history": []}
     if baseline["status"] == "reference_error":  # the task is broken, not the baseline: say only that

@@ -156,7 +156,7 @@ def test_the_audit_is_one_ncu_launch_for_all_its_workloads(monkeypatch):
     assert [w["name"] for w in launch["request"]["workloads"]] == WORKLOADS
     cmd = " ".join(launch["cmd"][:-2])
     assert "--nvtx-include accelopt_profile/" in cmd and "--print-units base" in cmd
-    # the kernel's time, and the planner's counters from the same launch (no second process profiles it)
+    # the kernel's time, and the counters of the planner's profile, from the same launch
     assert "--metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed," in cmd
     marker = launch["request"]["marker"]
     assert marker.startswith("accelopt_mark_") and marker != MARKER and f"def {marker}(ptr)" in launch["script"]
@@ -264,27 +264,27 @@ def test_a_carried_triton_cache_points_into_its_new_folder(tmp_path):
     assert (running / "KEY" / "k.cubin").read_bytes() == b"mapped" and (running / "KEY" / "__grp__k.json").exists()
 
 
-def test_a_verified_kernel_is_profiled_for_the_planner_by_the_process_started_ahead(monkeypatch):
-    """The planner's profile comes from the audit's own launch for a winner, and from the same
-    process started ahead for any other verified kernel: one launch each, never a second process."""
+def test_a_winners_audit_is_its_planner_profile_and_a_kernel_that_beats_nothing_is_not_profiled(monkeypatch):
+    """One ncu launch audits a winner and reads the counters the planner's profile needs; a
+    verified kernel that beats nothing costs no profile at all (its process, started ahead, ends
+    unused)."""
     from accelopt.tools.harness import runner
     from accelopt.tools.harness.result import Comparison
 
     task = load_task(TASKS / "softmax")
     launches = _fake_ncu(monkeypatch, lambda req: _fixture().replace(MARKER, req["marker"]))
-    # not a winner: no audit; the ahead process is collected for the profile instead of ended unused
     plain = _result(NCU_US)
     ahead = audit_mod.start(task, task.baseline_source, gpu="2")
     assert runner._audit_winner(task, task.baseline_source, plain, None, ahead) is None and plain.audit is None
-    assert not launches
-    seen = runner._profiled(task, task.baseline_source, None, ahead, "2")
-    assert len(launches) == 1 and "softmax_kernel" in (runner.planner_profile(seen) or "")
-    assert runner.planner_profile(seen).startswith(f"Profile of one call on workload {WORKLOADS[0]}")
-    # a winner: audited, and its audit's launch is the profile
+    assert not runner._wins(plain) and not launches
+    ahead.cancel()
     winner = _result(NCU_US)
     winner.versus = {"baseline": Comparison(speedup=1.5, ci_low=1.4, ci_high=1.6, rounds=3, faster=True, slower=False)}
     ahead = audit_mod.start(task, task.baseline_source, gpu="2")
     seen = runner._audit_winner(task, task.baseline_source, winner, None, ahead)
-    assert winner.audit is not None and winner.audit.agreed is True, winner.audit
-    assert len(launches) == 2 and "softmax_kernel" in (runner.planner_profile(seen) or "")
+    assert runner._wins(winner) and winner.audit is not None and winner.audit.agreed is True, winner.audit
+    assert len(launches) == 1 and "softmax_kernel" in (runner.planner_profile(seen) or "")
+    assert runner.planner_profile(seen).startswith(f"Profile of one call on workload {WORKLOADS[0]}")
+    # the counters the profile's reading rests on are asked in the audit's launch
+    assert "dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput" in " ".join(launches[0]["cmd"])
     assert runner.planner_profile(None) is None

@@ -26,7 +26,7 @@ import shutil
 
 from accelopt.tools import pyparse
 from accelopt.tools.harness.judge import foreign_work
-from accelopt.tools.harness.kernel_profile import NCU_METRICS, ProfileRun, Profiling, profile_workloads
+from accelopt.tools.harness.kernel_profile import ProfileRun, Profiling, profile_workloads
 from accelopt.tools.harness.result import Audit, EvalResult
 from accelopt.tools.harness.static_checks import triton_kernel_names
 from accelopt.tools.task import Task
@@ -39,9 +39,12 @@ REL_TOLERANCE = 0.20
 ABS_TOLERANCE_US = 4.0
 ABS_TOLERANCE_LAUNCHES = 3  # launches that each widen the absolute tolerance: hidden work stays bounded
 MAX_WORKLOADS = 3
-# The kernel's time, and the counters of the planner's profile: a verified kernel's process
-# (started ahead, audit or not) gives both, so no second process profiles it for the planner.
-AUDIT_METRICS = list(NCU_METRICS)
+# The kernel's time, and the counters the planner's profile reads a kernel's bound from (its
+# reading: DRAM against SM throughput, occupancy, registers): a winner's audit is its profile, so
+# no second process profiles it. Few counters: each replay pass of every kernel holds the GPU.
+AUDIT_METRICS = ["gpu__time_duration.sum", "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+                 "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+                 "sm__warps_active.avg.pct_of_peak_sustained_active", "launch__registers_per_thread"]
 # An autotuned kernel in a fresh process may run another configuration (0.6-1.9x measured on
 # real solutions); beyond this band it is not the same work, whatever the configuration.
 AUTOTUNE_BAND = 3.0

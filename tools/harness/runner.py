@@ -74,10 +74,12 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
     by default a GPU runs 3, then more until every comparison is decided (at most 15), and the
     interpreter 2 (result.rounds says how many ran and why they stopped). `trusted` skips the
     static findings, ghost replay and trace checks, and profiles none of its calls: only for the
-    task's own reference (reference_kernel.py), which is torch code by design. `profile`: a verified
-    kernel's profile for the planner (result.profile), taken on the judge's GPU while the judge is
-    held, from the kernels its sandbox compiled: the audit's process when it audits, else the
-    same process started ahead, which would otherwise end unused."""
+    task's own reference (reference_kernel.py), which is torch code by design. `profile`: a winner's
+    profile for the planner (result.profile): the counters its audit read, taken on the judge's GPU
+    while the judge is held (without ncu, torch.profiler's kernel list). A kernel that beats
+    nothing gets none: profiling every verified kernel held the GPU 5-10 s more per evaluation
+    (H100, FlashInfer-Bench rmsnorm and GEMM), and the planner plans from beam members, which are
+    winners but for the rare member that fills the beam without beating its parent."""
     task = load_task(task) if isinstance(task, str) else task
     device = device or detect_device()
     started = time.monotonic()
@@ -113,7 +115,7 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
             request["keep_cache"] = str(Path(tmp) / "triton-cache")
         # the audit's process starts now, beside the judge, on the judge's GPU; it waits, running
         # nothing of the candidate, until a winner needs it (audit.start)
-        ahead = audit_mod.start(task, source, judge.gpu) if auditing or profiling else None
+        ahead = audit_mod.start(task, source, judge.gpu) if auditing else None
         try:
             asked = time.monotonic()
             raw = judge.request(request, timeout_s)
@@ -137,9 +139,10 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
                 result.phases_s["audit"] = round(time.monotonic() - began, 3)
             elif result.ok and result.flags:
                 result.flags.append("unaudited")  # not audited: the interpreter, or auditing turned off
-            if result.ok and profiling:
+            if result.ok and profiling and _wins(result):
                 began = time.monotonic()
-                seen, ahead = seen or _profiled(task, source, request.get("keep_cache"), ahead, judge.gpu), None
+                seen = seen or profile_workloads(task, source, None, timeout_s=audit_mod.TIMEOUT_S,
+                                                 triton_cache=request.get("keep_cache"), gpu=judge.gpu)
                 result.profile = planner_profile(seen)
                 result.phases_s["profile"] = round(time.monotonic() - began, 3)
         finally:
@@ -255,7 +258,7 @@ def _audit_winner(task: Task, source: str, result: EvalResult, triton_cache: str
     flagged) is re-measured under ncu in a fresh process; disagreement rejects it. A flagged
     kernel that could not be audited keeps the flag `unaudited`, which keeps it out of the beam.
     Returns what ncu saw (the planner's profile reads it too), or None where no audit ran."""
-    if not (result.flags or any(v.faster for v in result.versus.values())):
+    if not _wins(result):
         return None
     seen = audit_mod.profiled(task, source, result, triton_cache=triton_cache, started=started)
     result.audit = audit_mod.judged(source, result, seen)
@@ -267,13 +270,9 @@ def _audit_winner(task: Task, source: str, result: EvalResult, triton_cache: str
     return seen
 
 
-def _profiled(task: Task, source: str, triton_cache: str | None, started: Profiling | None,
-              gpu: str | None) -> ProfileRun:
-    """One call of a verified kernel under the profiler: the audit's process started ahead where
-    there is one (ncu), else a fresh one (torch.profiler), from the kernels its sandbox compiled."""
-    if started is not None:
-        return started.collect(audit_mod.TIMEOUT_S, triton_cache)
-    return profile_workloads(task, source, None, timeout_s=audit_mod.TIMEOUT_S, triton_cache=triton_cache, gpu=gpu)
+def _wins(result: EvalResult) -> bool:
+    """Would enter the beam or lead: faster than a comparator beyond noise, or flagged as too good."""
+    return bool(result.flags) or any(v.faster for v in result.versus.values())
 
 
 def planner_profile(seen: ProfileRun | None) -> str | None:
