@@ -61,11 +61,16 @@ def task_folder(task: str, out: Path) -> Path:
     return folder
 
 
+DEADLINE = [float("inf")]  # --budget: no command runs past it (monotonic seconds)
+
+
 def run_timed(cmd: list[str], log: Path, timeout_s: float, env: dict[str, str] | None = None,
               kill_when=None) -> dict[str, Any]:
     """The command in a session of its own, output to `log`; `kill_when()` true: SIGKILL to the
-    whole group (the run and its judges), as a crash would."""
+    whole group (the run and its judges), as a crash would. Past `timeout_s` or the bench's
+    deadline it is killed the same way (`timed_out`): a later `--resume` goes on from there."""
     start = time.monotonic()
+    timeout_s = max(1.0, min(timeout_s, DEADLINE[0] - start))
     killed = False
     with log.open("a") as out:
         out.write(f"$ {' '.join(cmd)}\n")
@@ -131,6 +136,26 @@ def traced_env(endpoint: str) -> dict[str, str]:
             "LANGSMITH_API_KEY": "stand-in", "LANGSMITH_PROJECT": "bench-full-run"}
 
 
+def candidate_rows(run_dir: Path, served: dict[str, dict]) -> list[dict[str, Any]]:
+    """Every candidate as judged, with what the replay server served it as (a real kernel and
+    which, a variant and its moves): why a real kernel did or did not lead is read here."""
+    from accelopt.evals.replay.server import source_digest
+
+    rows = []
+    for folder in sorted((run_dir / "candidates").glob("*")) if (run_dir / "candidates").is_dir() else []:
+        try:
+            result = json.loads((folder / "result.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        kernel = folder / "kernel.py"
+        origin = served.get(source_digest(kernel.read_text())) if kernel.is_file() else None
+        rows.append({"id": folder.name, "status": result.get("status"), "speedup": result.get("speedup"),
+                     "flags": result.get("flags"), "error": (result.get("error") or "")[:300] or None,
+                     "audit": (result.get("audit") or {}).get("note"),
+                     "served": f"{origin.get('kind')}: {origin.get('origin')}" if origin else None})
+    return rows
+
+
 def bench_task(task: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
     from accelopt.evals.replay.server import MODEL_ID, ReplayServer
     from accelopt.evals.reporting.timeline import read_timeline, render
@@ -171,6 +196,7 @@ def bench_task(task: str, args: argparse.Namespace, out: Path) -> dict[str, Any]
                                  "requests_before_resume": server.stats().get("requests")}
             row["resume"] = run_timed(accelopt("resume", str(run_dir)), log, args.timeout, env)
         row["replay"] = server.stats()
+        row["candidates"] = candidate_rows(run_dir, server.served())
     row["left_running"] = leftovers(run_dir)
     row.update(repeats(run_dir))
     summary_path = run_dir / "summary.json"
@@ -184,8 +210,9 @@ def bench_task(task: str, args: argparse.Namespace, out: Path) -> dict[str, Any]
             f.write(render(found) + "\n")
     except FileNotFoundError as exc:
         row["timeline"] = str(exc)
-    row["show"] = run_timed(accelopt("show", str(run_dir)), log, 300)
-    row["report"] = run_timed(accelopt("report", str(run_dir)), log, 300)
+    DEADLINE[0] += 60  # what is left of the budget is for reading the run
+    row["show"] = run_timed(accelopt("show", str(run_dir)), log, 60)
+    row["report"] = run_timed(accelopt("report", str(run_dir)), log, 60)
     row["sizes_mb"] = {"run_dir": size_mb(run_dir), "checkpoints": size_mb(run_dir / "checkpoints.sqlite"),
                        "candidates": len(list((run_dir / "candidates").glob("*")))
                        if (run_dir / "candidates").is_dir() else 0}
@@ -220,7 +247,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--embedder", help="a model folder (evals/pack_embedder.py unpack) for the memory")
     parser.add_argument("--device", default="cuda", help="cuda; cpu only to try this script (interpreter times)")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per optimize or resume")
+    parser.add_argument("--budget", type=float, default=0.0,
+                        help="seconds for the whole bench: a run still going then is killed (resume it with "
+                             "--resume); show, report and the rest get the last 60 s")
     args = parser.parse_args(argv)
+    if args.budget:
+        DEADLINE[0] = time.monotonic() + args.budget - 60
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
     for task in [t for t in args.tasks.split(",") if t]:
