@@ -55,13 +55,15 @@ def drive(ctx: RunContext, run_dir: Path, inputs: dict | None, console: Console,
         try:
             payload: dict | Command | None = inputs
             while True:
-                _stream_with_progress(graph, payload, config, ctx, console)
+                _stream_with_progress(graph, payload, config, ctx, console,
+                                      on_iteration=lambda: prune_checkpoints(saver, config))
                 review = pending_plan_review(graph, config)
                 if review is None:
                     break
                 payload = Command(resume=answer_plan_review(review, on_plans))
         finally:
             flush_traces()
+        prune_checkpoints(saver, config, vacuum=True)
         state = graph.get_state(config).values
         if inputs is None and state.get("stop_reason") and state.get("beam") and state.get("run_dir"):
             # A resume that found the graph already finished ran no `record`: summary.json may
@@ -185,12 +187,47 @@ def _task_metadata(meta: dict) -> dict:
             **{k: ctx.get(k) for k in ("beams", "plans", "samples", "fixes", "iterations", "model", "device")}}
 
 
-def _stream_with_progress(graph, inputs, config, ctx: RunContext, console: Console) -> None:
+def _stream_with_progress(graph, inputs, config, ctx: RunContext, console: Console,
+                          on_iteration: Callable[[], None] | None = None) -> None:
     """Run the graph until it ends or pauses, showing what it does (graph/progress.py): the node
     updates give the phase and each candidate's result, the nodes' custom events setup's steps and
-    the evaluations in flight."""
+    the evaluations in flight. `on_iteration` is called as each iteration's record lands."""
     done = None if isinstance(inputs, dict) else graph.get_state(config).values  # a resumed run counts on
     with LiveDisplay(console, ctx, done) as display:
         for namespace, mode, chunk in graph.stream(inputs, config, context=ctx, stream_mode=["updates", "custom"],
                                                    subgraphs=True):
             display.feed(namespace, mode, chunk)
+            if on_iteration is not None and not namespace and mode == "updates" and "record" in chunk:
+                on_iteration()
+
+
+KEEP_CHECKPOINTS = 4  # the run's latest checkpoints kept at each iteration's end (resume needs the last)
+
+
+def prune_checkpoints(saver: SqliteSaver, config: RunnableConfig, vacuum: bool = False) -> None:
+    """Drop what no resume reads: the run's older checkpoints (each holds the whole candidate map,
+    so a T=16 run at B=2 N=4 K=2 grew its file to 237 MB on an H100, quadratic in candidates) and
+    every checkpoint of the candidate subgraphs, which have all ended when an iteration's record
+    lands; then the writes of checkpoints that are gone. `vacuum` gives the pages back to the
+    file system (at the run's end). The latest checkpoints and their pending writes stay, so a
+    kill at any moment resumes as before."""
+    thread = config["configurable"]["thread_id"]
+    try:
+        _prune(saver, thread, vacuum)
+    except sqlite3.OperationalError:  # no checkpoint written yet (no tables), or the file is busy: next time
+        pass
+
+
+def _prune(saver: SqliteSaver, thread: str, vacuum: bool) -> None:
+    with saver.lock, saver.conn:  # one transaction, the saver's own lock
+        saver.conn.execute(
+            "DELETE FROM checkpoints WHERE thread_id = ? AND (checkpoint_ns != '' OR checkpoint_id NOT IN "
+            "(SELECT checkpoint_id FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = '' "
+            "ORDER BY checkpoint_id DESC LIMIT ?))", (thread, thread, KEEP_CHECKPOINTS))
+        saver.conn.execute(
+            "DELETE FROM writes WHERE thread_id = ? AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE "
+            "c.thread_id = writes.thread_id AND c.checkpoint_ns = writes.checkpoint_ns AND "
+            "c.checkpoint_id = writes.checkpoint_id)", (thread,))
+    if vacuum:
+        with saver.lock:
+            saver.conn.execute("VACUUM")

@@ -242,6 +242,34 @@ def write_candidate(run_dir: str | None, candidate: Mapping[str, Any]) -> None:
     atomic_write(folder / "result.json", json.dumps(record, indent=2))
 
 
+PLANS_FILE = "plans.jsonl"
+
+
+def append_plans(run_dir: str | None, plans: list) -> None:
+    """plans.jsonl: every iteration's plans as they ran (a reviewed plan's edited text), one per
+    line; a plan recorded again (a resumed iteration) is read as its last line."""
+    if not run_dir or not plans:
+        return
+    with (Path(run_dir) / PLANS_FILE).open("a") as f:
+        for plan in plans:
+            f.write(json.dumps(plan) + "\n")
+
+
+def read_plans(run_dir: str | Path) -> dict[str, dict]:
+    """plans.jsonl by plan id (the last line of an id wins); {} where the run has none (older runs:
+    their plans are in their checkpoints). A line torn by a kill is skipped."""
+    path = Path(run_dir) / PLANS_FILE
+    found: dict[str, dict] = {}
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        try:
+            plan = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(plan, dict) and isinstance(plan.get("id"), str):
+            found[plan["id"]] = plan
+    return found
+
+
 def append_insights(run_dir: str | None, insights: list) -> None:
     """insights.jsonl: every lesson this run wrote, in `accelopt memory import` format, so that a
     run made with --no-memory can still teach a memory later."""

@@ -27,7 +27,7 @@ from pydantic import BaseModel
 from accelopt.evals.reporting.report import chain, lineage_steps, load_row, versus
 from accelopt.evals.reporting.rows import OUTCOMES, TIMERS, LineageStep, Speedup, TaskRow
 from accelopt.tools.run_record import RunSummary, load_summary
-from accelopt.tools.rundir import LOCK_FILE
+from accelopt.tools.rundir import LOCK_FILE, read_plans
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
@@ -170,6 +170,7 @@ class Checkpoint:
 
         from accelopt.graph.driver import thread_id
 
+        self.run_dir = run_dir
         self.conn = sqlite3.connect(f"file:{run_dir / 'checkpoints.sqlite'}?mode=ro", uri=True,
                                     check_same_thread=False)
         self.saver = SqliteSaver(self.conn)
@@ -182,9 +183,12 @@ class Checkpoint:
         return dict(found.checkpoint["channel_values"]) if found else None
 
     def plans(self, wanted: set[str]) -> dict[str, dict]:
-        """The plans named in `wanted`, as the run last held them (a reviewed plan's edited text),
-        read newest checkpoint first until all are found."""
-        found: dict[str, dict] = {}
+        """The plans named in `wanted`, as the run last held them (a reviewed plan's edited text):
+        plans.jsonl (record writes every iteration's), then for what it lacks (a run older than it,
+        the iteration in progress) the checkpoints, newest first, until all are found."""
+        found = {k: v for k, v in read_plans(self.run_dir).items() if k in wanted}
+        if wanted <= set(found):
+            return found
         for item in self.saver.list(self.config):
             for plan in item.checkpoint["channel_values"].get("plans") or []:
                 if isinstance(plan, dict) and plan.get("id") in wanted:

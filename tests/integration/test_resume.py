@@ -75,3 +75,13 @@ def test_a_run_killed_mid_iteration_resumes_without_losing_or_repeating_an_evalu
     # No kernel went through the harness twice: one audit line per distinct evaluation.
     keys = [json.loads(line)["key"] for line in (run_dir / "evaluations.jsonl").read_text().splitlines()]
     assert len(keys) == len(set(keys)) == sum(c["status"] != "duplicate" for c in cands.values())
+    # The checkpoint keeps what a resume reads (the latest few of the run, no ended subgraph's), each
+    # iteration's plans are in plans.jsonl (which `accelopt show` reads), and they were run.
+    from accelopt.graph.driver import KEEP_CHECKPOINTS
+    from accelopt.tools.rundir import read_plans
+
+    with closing(sqlite3.connect(run_dir / "checkpoints.sqlite")) as conn:
+        spaces = dict(conn.execute("SELECT checkpoint_ns, COUNT(*) FROM checkpoints GROUP BY checkpoint_ns"))
+    assert set(spaces) == {""} and spaces[""] <= KEEP_CHECKPOINTS, spaces
+    planned = {c["plan_id"] for c in cands.values() if c.get("plan_id")}
+    assert planned and planned <= set(read_plans(run_dir)) and {p[:2] for p in planned} == {"i1", "i2"}

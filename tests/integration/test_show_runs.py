@@ -56,11 +56,15 @@ def _script(messages) -> str:
 
 def make_scripted_run(task_dir: str, run_dir: str) -> None:
     """Run in a process of its own (the driver holds the run's lock until its process exits)."""
+    from accelopt.graph import driver
     from accelopt.nodes.context import RunContext
     from tests.scripted import ScriptedChatModel
 
     ctx = RunContext(beams=1, plans=1, samples=1, fixes=0, iterations=2, device="cpu", use_memory=False,
                      model="openai:scripted", chat_models={"default": ScriptedChatModel(script=_script)})
+    # test_an_interrupted_run_and_a_running_one cuts this checkpoint back to iteration 1, as a kill
+    # there would have left it: the run keeps its whole history (the driver keeps the latest few)
+    driver.KEEP_CHECKPOINTS = 1000
     _drive_new_run(ctx, task_dir, run_dir)
 
 
