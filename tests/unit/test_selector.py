@@ -49,3 +49,24 @@ def test_on_the_interpreter_a_child_leads_only_with_a_difference_in_work():
     gpu = {"ci_low": 1.5, "ci_high": 1.6, "faster": False, "slower": False}
     assert not ahead(gpu, "cuda_event") and ahead(gpu, "interpreter_wall") and not behind(gpu, "interpreter_wall")
     assert ahead({**gpu, "faster": True}, "cuda_event") and not ahead(None, "cuda_event")
+
+
+def test_a_child_within_noise_ranks_below_its_parents_rank_not_its_median():
+    """Issue 53: on the interpreter a child 1.058x over its parent (no lead) ranked above the baseline
+    because its parent's median (1.09x, itself no lead over the baseline) capped it, not its parent's
+    rank; the run then named as best a kernel that led nobody."""
+    def interp(cid, speedup, parent, low, high):
+        vs = {"speedup": speedup, "ci_low": low, "ci_high": high, "rounds": 2, "faster": False, "slower": False}
+        return cid, {"id": cid, "speedup": speedup, "parent_id": parent, "beats_parent": False, "status": "verified",
+                     "timer": "interpreter_wall", "versus": {"baseline" if parent == "baseline" else "parent": vs}}
+
+    cands = dict([cand("baseline", 1.0), interp("a", 1.09, "baseline", 1.0, 1.18),
+                  interp("b", 1.031, "a", 1.01, 1.10),         # 1.058x over a in its own rounds: no lead
+                  interp("c", 1.28, "baseline", 1.2, 1.36)])   # 1.28x, one round below 1.25x: no lead
+    assert rank(cands, list(cands))[0] == "baseline" and rank(cands, list(cands)).index("b") == 3
+    # a child that does lead (every round 25% ahead) ranks by its own figure, above its parent's rank
+    cands.update([interp("d", 1.5, "a", 1.3, 1.45)])
+    assert rank(cands, list(cands))[0] == "d"
+    # on a GPU the same: a within-noise grandchild stays below the baseline its parent did not beat
+    gpu = dict([cand("baseline", 1.0), cand("a", 1.09, "baseline"), cand("b", 1.031, "a")])
+    assert rank(gpu, list(gpu)) == ["baseline", "a", "b"]
