@@ -407,12 +407,27 @@ def _report(state: dict, run_dir: Path, use_memory: bool = True, tuner: bool = T
 
 def _next_steps(task_dir: str, run_dir: Path, tuner: bool) -> str:
     """After an offline run: the GPU, and an LLM only if the run had none (a run that used one was
-    told its --model; the hint would tell it to start over with a placeholder)."""
+    told its --model; the hint would tell it to start over with a placeholder), then the run itself.
+    Each line works pasted into the shell the run came from: the CLI named as it was invoked when
+    that was by its path and PATH finds another or none (`make demo` runs `.venv/bin/accelopt`,
+    the venv not activated), else `accelopt`."""
+    import shlex
+    import shutil
+    import sys
+
+    invoked = sys.argv[0] if sys.argv else ""  # as typed: `.venv/bin/accelopt`, `./accelopt`, an absolute path
+    command = "accelopt"
+    if "/" in invoked and Path(invoked).name == "accelopt" and Path(invoked).is_file():
+        found = shutil.which("accelopt")
+        if not (found and Path(found).resolve() == Path(invoked).resolve()):
+            command = shlex.quote(invoked)
+    task, run = shlex.quote(str(task_dir)), shlex.quote(str(run_dir))
     if tuner:
-        return (f"on a GPU: accelopt optimize {task_dir} --device cuda\n"
-                f"with an LLM: accelopt optimize {task_dir} --model vllm:MODEL --base-url URL")
-    return (f"on a GPU: accelopt optimize {task_dir} --device cuda, with the same model settings\n"
-            f"what the model tried: accelopt show {run_dir}")
+        return (f"on a GPU: {command} optimize {task} --device cuda\n"
+                f"with an LLM: {command} optimize {task} --model vllm:MODEL --base-url URL\n"
+                f"what it tried: {command} show {run}")
+    return (f"on a GPU: {command} optimize {task} --device cuda, with the same model settings\n"
+            f"what the model tried: {command} show {run}")
 
 
 def _html_report(run_dir: Path) -> None:
