@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 from typing import Annotated as Opt  # an import alias: mypy takes `Opt = Annotated` for a variable
@@ -147,6 +148,55 @@ def report(path: Opt[Path, typer.Argument(help="A run directory or an eval direc
     console.print(f"report: {page}")
 
 
+Force = Opt[bool, typer.Option("--force", help="Replace --out if it already holds a task (never a run directory)")]
+
+
+def _fresh_out(out: Path, force: bool) -> Path:
+    """Where an import writes: --out itself when it is new or empty, else (with --force) a folder
+    beside it that replaces it once the import succeeded, so a failed import leaves the old task
+    and a re-import leaves no stale file of it (a hand-edited baseline.py). Without --force a
+    folder with files is refused, and a run directory always is."""
+    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
+        return out
+    if not out.is_dir():
+        fail(f"--out {out} is a file, not a folder")
+    if any((out / marker).exists() for marker in ("run.json", "checkpoints.sqlite", "summary.json")):
+        fail(f"--out {out} is a run directory: a task imported there would mix with the run's files; "
+             "choose a new folder")
+    if not force:
+        fail(f"--out {out} already holds files ({', '.join(sorted(p.name for p in out.iterdir())[:4])}...): "
+             "choose a new folder, or --force to replace it")
+    staging = out.with_name(f".{out.name}.importing")
+    if staging.exists():
+        shutil.rmtree(staging)
+    return staging
+
+
+def _replace_out(written: Path, out: Path) -> Path:
+    """The import written to a staging folder (_fresh_out) takes --out's place."""
+    if written == out:
+        return out
+    shutil.rmtree(out)
+    written.rename(out)
+    return out
+
+
+def _discard(staging: Path, out: Path) -> None:
+    if staging != out:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _unchanged_note(run_dir: Path) -> str | None:
+    """Said on export when the run's best kernel is the baseline it started from."""
+    from accelopt.tools.run_record import load_summary
+
+    summary = load_summary(run_dir)
+    if summary is not None and summary.best_id == "baseline" and summary.baseline_kind == "kernel":
+        return (f"{run_dir.name}: the run found no kernel faster than its baseline: the exported solution is the "
+                "task's baseline.py, unchanged")
+    return None
+
+
 def _copy_baseline(baseline: Path | None, task_dir: Path) -> None:
     if baseline is not None:
         if not baseline.is_file():
@@ -167,6 +217,7 @@ def import_flashinfer(
     baseline: Opt[Path | None, typer.Option(
         help="A Triton kernel to start from: a Python module, or a FlashInfer-Bench Solution JSON for this "
              "Definition (else: from scratch)")] = None,
+    force: Force = False,
 ) -> None:
     """A FlashInfer-Bench Definition and its Workloads as an accelopt task."""
     import json
@@ -174,12 +225,15 @@ def import_flashinfer(
     from accelopt.evals.interop.flashinfer import adapt_baseline, import_definition
     from accelopt.tools.task import TaskError
 
+    target = _fresh_out(out, force)
     try:
-        task_dir = import_definition(definition, workloads, out, dataset=dataset, atol=atol, rtol=rtol,
+        task_dir = import_definition(definition, workloads, target, dataset=dataset, atol=atol, rtol=rtol,
                                      baseline=baseline)
         shimmed = adapt_baseline(task_dir)
     except TaskError as e:
+        _discard(target, out)
         fail(str(e))
+    task_dir = _replace_out(task_dir, out)
     if shimmed:
         console.print("baseline.py returns a dict: a shim returns its outputs in the Definition's order")
     console.print(f"task written: {task_dir}")
@@ -202,10 +256,11 @@ def import_kernelbench(
         help="NAME=VALUE overriding a size for the CPU interpreter's shapes, e.g. batch_size=4 or "
              "kernel_size[1]=3 (repeatable; default: small sizes found automatically)")] = None,
     baseline: Opt[Path | None, typer.Option(help="A Triton kernel to start from (else: from scratch)")] = None,
+    force: Force = False,
 ) -> None:
     """A KernelBench problem as an accelopt task (run(*inputs, *state)), or a whole level as a suite."""
     from accelopt.evals.interop.kernelbench import import_problem
-    from accelopt.evals.interop.kernelbench_repo import import_level, problem_file, task_name
+    from accelopt.evals.interop.kernelbench_repo import import_level, level_problems, problem_file, task_name
     from accelopt.tools.task import TaskError
 
     params: dict[str, int | float] = {}
@@ -230,26 +285,47 @@ def import_kernelbench(
         if params or baseline is not None:
             fail("--interpreter-param and --baseline apply to one problem: add --problem")
         try:
-            result = import_level(repo, level, out, dtype=dtype)
+            level_problems(repo, level)  # a wrong repo or level is said before anything about --out
         except TaskError as e:
             fail(str(e))
-        for name, reason in result.failures.items():
-            console.print(f"[yellow]not imported: {name}: {reason}[/yellow]", highlight=False)
+        target = _fresh_out(out, force)
+        try:
+            result = import_level(repo, level, target, dtype=dtype)
+        except TaskError as e:
+            _discard(target, out)
+            fail(str(e))
+        if not result.imported:
+            _discard(target, out)
+        else:
+            _replace_out(target, out)
+        for failed, reason in result.failures.items():
+            console.print(f"[yellow]not imported: {failed}: {reason}[/yellow]", highlight=False)
         if not result.imported:
             fail(f"no problem of level {level} could be imported")
         console.print(f"suite written: {out} ({len(result.imported)} tasks, {len(result.failures)} not imported)")
         return
-    try:
-        if problem is None:
-            assert level is not None and repo is not None and problem_id is not None, "checked above"
+    if problem is None:  # a wrong repo, level or problem id is said before anything about --out
+        assert level is not None and repo is not None and problem_id is not None, "checked above"
+        try:
             problem = problem_file(repo, level, problem_id)
-            task_dir = import_problem(problem, out, dtype=dtype, interpreter_params=params,
-                                      name=task_name(problem, level))
+        except TaskError as e:
+            fail(str(e))
+        name = task_name(problem, level)
+    else:
+        name = None
+    target = _fresh_out(out, force)
+    try:
+        if name is not None:
+            task_dir = import_problem(problem, target, dtype=dtype, interpreter_params=params, name=name)
         else:
-            task_dir = import_problem(problem, out, dtype=dtype, interpreter_params=params)
+            task_dir = import_problem(problem, target, dtype=dtype, interpreter_params=params)
     except TaskError as e:
+        _discard(target, out)
         fail(str(e))
+    if baseline is not None and not baseline.is_file():
+        _discard(target, out)
     _copy_baseline(baseline, task_dir)
+    task_dir = _replace_out(task_dir, out)
     console.print(f"task written: {task_dir}")
 
 
@@ -270,7 +346,7 @@ def export_flashinfer(run_dir: Opt[Path, typer.Argument(help="A run directory of
     console.print(f"solution: {export.solution}", highlight=False)
     if export.traces is not None:
         console.print(f"traces: {export.traces} ({export.workloads_traced} workloads)", highlight=False)
-    for note in export.notes:
+    for note in [*export.notes, *filter(None, [_unchanged_note(run_dir)])]:
         console.print(f"[yellow]{note}[/yellow]", highlight=False)
 
 
@@ -295,5 +371,8 @@ def export_kernelbench(run_dir: Opt[Path, typer.Argument(help="A run directory o
             console.print(f"[yellow]{path.name}: {note}[/yellow]", highlight=False)
     for run, reason in export.skipped.items():
         console.print(f"[yellow]skipped {run}: {reason}[/yellow]", highlight=False)
+    runs = [run_dir] if (run_dir / "run.json").is_file() else sorted(p.parent for p in run_dir.glob("*/run.json"))
+    for note in filter(None, map(_unchanged_note, runs)):
+        console.print(f"[yellow]{note}[/yellow]", highlight=False)
     if not export.written:
         fail(f"nothing exported from {run_dir}")

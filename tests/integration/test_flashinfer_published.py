@@ -49,7 +49,7 @@ def test_a_published_definition_with_null_optional_lists_imports(tmp_path):
     nulls = {**json.loads((FIB / "rmsnorm_h128.json").read_text()), "tags": None, "constraints": None,
              "description": None}
     (tmp_path / "nulls.json").write_text(json.dumps(nulls))
-    result = _import(tmp_path, tmp_path / "nulls.json", FIB / "rmsnorm_h128.workloads.jsonl")
+    result = _import(tmp_path, tmp_path / "nulls.json", FIB / "rmsnorm_h128.workloads.jsonl", "--force")  # over the first
     assert result.exit_code == 0, result.output
 
 

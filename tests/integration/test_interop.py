@@ -155,3 +155,43 @@ def test_kernelbench_import_errors_are_one_line(tmp_path):
     result = runner.invoke(app, ["import", "kernelbench", str(tmp_path / "latin1.py"), "--out", str(tmp_path / "v")])
     assert result.exit_code == 2 and "latin1.py: not UTF-8 text (byte 0xe9 at offset 5)" in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_an_import_never_writes_into_a_run_nor_over_a_task_unasked(tmp_path):
+    """A re-import refuses an existing task unless --force, which replaces it whole (a hand-edited
+    baseline.py does not survive as if it were the import's); a run directory is always refused;
+    a failed --force import leaves the old task as it was."""
+    task_dir = _kernelbench_task(tmp_path)
+    (task_dir / "baseline.py").write_text("# edited by hand\n")
+    args = ["import", "kernelbench", str(KB / "linear_relu.py"), "--out", str(task_dir),
+            "--interpreter-param", "batch_size=4"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and "already holds files" in result.output and "--force" in result.output
+    assert (task_dir / "baseline.py").read_text() == "# edited by hand\n"
+    result = runner.invoke(app, [*args, "--interpreter-param", "nope=3", "--force"])  # fails: the old task stays
+    assert result.exit_code == 2 and (task_dir / "baseline.py").read_text() == "# edited by hand\n"
+    assert not list(tmp_path.glob(".*importing"))
+    result = runner.invoke(app, [*args, "--force"])
+    assert result.exit_code == 0, result.output
+    assert not (task_dir / "baseline.py").exists() and load_task(task_dir).baseline_source is None
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "run.json").write_text("{}")
+    for extra in ([], ["--force"]):
+        result = runner.invoke(app, ["import", "kernelbench", str(KB / "linear_relu.py"), "--out", str(run_dir), *extra])
+        assert result.exit_code == 2 and "is a run directory" in result.output
+    assert sorted(p.name for p in run_dir.iterdir()) == ["run.json"]
+
+
+def test_an_export_of_a_run_that_found_nothing_faster_says_so(tmp_path):
+    task_dir = _kernelbench_task(tmp_path)
+    run_dir = tmp_path / "run"
+    result = runner.invoke(app, ["optimize", str(task_dir), "--model", "tuner", "-B", "1", "-N", "1", "-T", "1",
+                                 "--device", "cpu", "--no-memory", "--run-dir", str(run_dir)])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((run_dir / "summary.json").read_text())
+    summary["best_id"] = "baseline"  # as a run that found nothing faster records it
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    result = runner.invoke(app, ["export", "kernelbench", str(run_dir), "--out", str(tmp_path / "solution.py")])
+    assert result.exit_code == 0, result.output
+    assert "found no kernel faster than its baseline" in " ".join(result.output.split())
