@@ -4,7 +4,9 @@ torch.compile), the suite's figures, one row per task, the overview figures, and
 task with its candidates, the best kernel's lineage, its workloads, its roofline and its diff.
 
 Every table fits a 1280 px window: few columns (a wide one is split in two), long values
-wrapped in their cells, never one long line."""
+wrapped in their cells at spaces (names and paths also after `_` and `/`), never inside a word,
+never one long line. Every figure scales down to its column (none scrolls); the lineage figure
+takes the page's whole width, so its labels keep their size (report_plots.LINEAGE_FONT)."""
 
 from __future__ import annotations
 
@@ -25,10 +27,12 @@ from accelopt.evals.reporting.rows import (
     interval_text,
 )
 
-# Tables wrap inside the page: a long value breaks within its cell rather than widening the table.
+# Tables wrap inside the page at spaces and <wbr> (after `_` and `/` in names and paths), never inside
+# a word: `overflow-wrap:anywhere` let the table layout squeeze a column below its longest word
+# (`rmsnor|m`, `iteration|s`). Figures scale to their column, border included, and never scroll.
 CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1250px;color:#222}
 table{border-collapse:collapse;font-size:13px;margin:1em 0;max-width:100%}
-td,th{border:1px solid #ccc;padding:3px 7px;text-align:right;overflow-wrap:anywhere;vertical-align:top}
+td,th{border:1px solid #ccc;padding:3px 7px;text-align:right;overflow-wrap:normal;word-break:normal;vertical-align:top}
 th{background:#f0f0f0}td:first-child,th:first-child{text-align:left}table.prov td{text-align:left}
 .warn{background:#fff3cd;padding:.6em;border:1px solid #e0c060}.bad{background:#fde2e2;padding:.6em;border:1px solid #d08080}
 .note{color:#555;font-size:13px}tr.interp td{background:#f7f7fb}.tag{font-size:11px;color:#775;white-space:nowrap}
@@ -36,8 +40,15 @@ th{background:#f0f0f0}td:first-child,th:first-child{text-align:left}table.prov t
 div.diff{font:12px/1.35 ui-monospace,monospace;white-space:pre;background:#fafafa;border:1px solid #ddd;
 padding:.5em;overflow-x:auto}div.diff div{min-height:1.35em}
 .add{background:#e6ffed;color:#0b5a1c}.del{background:#ffeef0;color:#8a1020}.hunk{color:#6060a0;background:#f0f0ff}
-.file{color:#888}img{max-width:100%;border:1px solid #eee;margin:.5em 0}figure{margin:0}
-.grid>div{overflow-x:auto}.grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(520px,1fr));gap:.5em 1.5em;align-items:start}h2{margin-top:1.6em;border-bottom:1px solid #ddd}"""
+.file{color:#888}img{display:block;max-width:100%;height:auto;box-sizing:border-box;border:1px solid #eee;margin:.5em 0}
+figure{margin:0}.grid>*{min-width:0}.grid>.wide{grid-column:1/-1}
+.grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(520px,1fr));gap:.5em 1.5em;align-items:start}h2{margin-top:1.6em;border-bottom:1px solid #ddd}"""
+
+
+def _wrappable(text: str) -> str:
+    """Text escaped for HTML, with a line-break opportunity after each `_` and `/`: a long name or
+    path wraps there when its column is too narrow, and nowhere inside a word."""
+    return html.escape(text).replace("_", "_<wbr>").replace("/", "/<wbr>")
 
 
 def _fmt(value, spec: str = ".2f", suffix: str = "") -> str:
@@ -70,9 +81,9 @@ def _provenance(rows: list[TaskRow]) -> str:
            f"<tr><td>report built</td><td>{time.strftime('%Y-%m-%d %H:%M:%S %z')}</td></tr>"]
     for field, values in fields.items():
         if len(values) == 1:
-            cell = html.escape(next(iter(values)))
+            cell = _wrappable(next(iter(values)))
         else:
-            cell = "<br>".join(f"{html.escape(v)} <span class='tag'>({html.escape(', '.join(tasks))})</span>"
+            cell = "<br>".join(f"{_wrappable(v)} <span class='tag'>({html.escape(', '.join(tasks))})</span>"
                                for v, tasks in values.items())
         out.append(f"<tr><td>{html.escape(field)}</td><td>{cell}</td></tr>")
     out.append("</table>")
@@ -166,7 +177,7 @@ def _task_table(rows: list[TaskRow]) -> str:
     outcomes, times, classes = [], [], []
     for r in rows:
         interp = INTERP_TAG if r.interpreter else ""
-        link = f"<a href='#{plot_key('task', r.task)}'>{html.escape(r.task)}</a>"
+        link = f"<a href='#{plot_key('task', r.task)}'>{_wrappable(r.task)}</a>"
         outcome = f"<span class='{_label_class(r)}'>{html.escape(r.label)}</span>"
         if r.note and not r.correct:
             outcome += f" ({html.escape(r.note)})"
@@ -255,11 +266,14 @@ def _lineage_table(r: TaskRow) -> str:
     return _table(["step", "kernel", "iteration", "plan", "vs baseline", "vs its parent"], rows)
 
 
-def _figure(plots: dict[str, Plot], kind: str, task: str, title: str, note: str = "") -> str:
+def _figure(plots: dict[str, Plot], kind: str, task: str, title: str, note: str = "", wide: bool = False) -> str:
+    """One figure of a task's grid: in a column of its own, or across the grid's whole width (wide)."""
     key = plot_key(kind, task)
     if key not in plots:
         return ""
-    return f"<div><h3>{title}</h3>" + _img(key, plots[key]) + (f"<p class='note'>{note}</p>" if note else "") + "</div>"
+    div = "<div class='wide'>" if wide else "<div>"
+    return (f"{div}<h3>{title}</h3>" + _img(key, plots[key])
+            + (f"<p class='note'>{note}</p>" if note else "") + "</div>")
 
 
 def _task_section(r: TaskRow, plots: dict[str, Plot]) -> str:
@@ -288,12 +302,12 @@ def _task_section(r: TaskRow, plots: dict[str, Plot]) -> str:
     lead = "25% in every round on the CPU interpreter" if r.interpreter else "its interval above the noise floor"
     standing = "; over torch.compile and eager PyTorch, the standing evaluation" if r.standing else ""
     out.append("<div class='grid'>"
+               + _figure(plots, "lineage", r.task, "Lineage of the best kernel", wide=True)
                + _figure(plots, "candidates", r.task, "Every candidate against the baseline",
                          "Each point is one candidate's speedup over the baseline, measured in its own evaluation "
                          "(timed interleaved with the baseline), whiskers its interval; the line is the run's best "
                          "after each iteration, ending at the headline's figure. A kernel becomes the run's best only "
                          f"with a lead over its parent beyond noise ({lead}), so a point may lie above the line.")
-               + _figure(plots, "lineage", r.task, "Lineage of the best kernel")
                + _figure(plots, "workloads", r.task, "Speedup per workload",
                          f"Each ratio is from one evaluation: over the baseline, the best kernel's own{standing}.")
                + roof + "</div>")

@@ -31,6 +31,8 @@ from accelopt.tools.roofline import DevicePeak, lookup_peak
 BLUE, ORANGE, GREY, RED, GREEN, PURPLE = "#3070c0", "#e08a20", "#999999", "#c03030", "#40a060", "#8060b0"
 NICE_SPEEDUPS = (0.05, 0.1, 0.2, 0.5, 0.67, 0.8, 0.9, 0.95, 1.05, 1.1, 1.25, 1.5, 2, 5, 10, 20)
 LABEL_WIDTH = 46  # characters of a plan title per line in the lineage figure (two lines at most)
+DPI = 110  # pixels per inch of every figure's PNG: a point of text is DPI / 72 px at the PNG's own size
+LINEAGE_FONT = 9  # pt, the lineage figure's labels: 13.75 px in its PNG, which the page shows across its width
 
 
 class Plot(NamedTuple):
@@ -59,7 +61,7 @@ def _pyplot():
 
 def _png(fig) -> bytes:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
     _pyplot().close(fig)
     return buf.getvalue()
 
@@ -355,10 +357,11 @@ def _step_label(n: int, step: LineageStep) -> str:
 def lineage_figure(row: TaskRow) -> bytes:
     """The best kernel's lineage from the baseline, one bar per step (baseline at the top): the
     step's plan title, its speedup over the baseline from its own evaluation with the interval
-    as whiskers, and its speedup over the kernel it changed."""
+    as whiskers, and its speedup over the kernel it changed. The page shows it across its whole
+    width (report_html), at most about its own size, so every label of it is LINEAGE_FONT pt."""
     plt = _pyplot()
     steps = row.lineage
-    fig, ax = plt.subplots(figsize=(8.5, 1.4 + 0.62 * len(steps)))
+    fig, ax = plt.subplots(figsize=(7.5, 1.5 + 0.7 * len(steps)))
     ys = [len(steps) - 1 - i for i in range(len(steps))]
     vals = [s.vs_baseline.speedup or 1.0 for s in steps]
     colors = [GREY if s.id == "baseline" else GREEN if s.id == row.best_id else BLUE for s in steps]
@@ -373,12 +376,15 @@ def lineage_figure(row: TaskRow) -> bytes:
         if s.id != "baseline" and s.vs_parent.speedup is not None and s.parent_id != "baseline":
             text += f"; {s.vs_parent.speedup:.3f}x its parent"
         edge = max([v] + [x for x in (s.vs_baseline.ci_high,) if x])
-        ax.annotate(text, (edge, y), fontsize=7, va="center", xytext=(4, 0), textcoords="offset points")
-    ax.set_yticks(ys, [_step_label(n, s) for n, s in enumerate(steps)], fontsize=7)
+        ax.annotate(text, (edge, y), fontsize=LINEAGE_FONT, va="center", xytext=(4, 0), textcoords="offset points")
+    ax.set_yticks(ys, [_step_label(n, s) for n, s in enumerate(steps)], fontsize=LINEAGE_FONT)
+    ax.tick_params(axis="x", which="both", labelsize=LINEAGE_FONT)
+    ax.spines[["top", "right"]].set_visible(False)  # the step's figures run past the axes: no line across them
     ax.set_ylim(-0.6, len(steps) - 0.4)
-    ax.set(xlabel="speedup over the baseline (x, log scale; each step's own evaluation, interleaved with it)",
-           title=f"{row.task}: how {row.best_id} came from the baseline{timer_tag(row.timer)}\nwhiskers: "
-                 f"{_whisker_note([s.vs_baseline for s in steps])}")
+    ax.set_xlabel("speedup over the baseline (x, log scale; each step's own evaluation, interleaved with it)",
+                  fontsize=LINEAGE_FONT + 1)
+    ax.set_title(f"{row.task}: how {row.best_id} came from the baseline{timer_tag(row.timer)}\nwhiskers: "
+                 f"{_whisker_note([s.vs_baseline for s in steps])}", fontsize=LINEAGE_FONT + 2)
     return _png(fig)
 
 
