@@ -93,6 +93,7 @@ def judge(task: Task, kernel: Path, against: Path | None, versus_torch: bool, de
     TaskError: the task cannot run here, or a source is not a kernel of this task."""
     from accelopt.tools.backends import backend_for, run_refusal
     from accelopt.tools.harness.reference_kernel import reference_source, torch_comparators
+    from accelopt.tools.harness.result import user_paths
     from accelopt.tools.harness.runner import detect_device
     from accelopt.tools.kernelbench_solution import adapt  # a KernelBench solution (ModelNew) gets its entry point
     from accelopt.tools.task import TaskError
@@ -112,6 +113,7 @@ def judge(task: Task, kernel: Path, against: Path | None, versus_torch: bool, de
         compare.update(torch_comparators(task, compile_mode) if on_gpu else {"eager": reference_source(task)})
     result = backend_for(task).evaluate(task, source, device=None if device == "auto" else device,
                                         timeout_s=timeout, compare=compare, trusted=False)
+    result.error = user_paths(result.error, str(kernel))  # the user's file, not the sandbox's copy
     if source != text:  # static advice on the entry point accelopt appended is not about the user's file
         lines = len(text.splitlines())
         result.findings = [f for f in result.findings if f.line is None or f.line <= lines]

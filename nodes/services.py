@@ -20,6 +20,7 @@ from accelopt.policies.interface import Kernel, PolicyError
 from accelopt.policies.replies import plan_title
 from accelopt.tools import timeline
 from accelopt.tools.backends import RayTritonBackend, backend_for
+from accelopt.tools.harness.result import user_paths
 from accelopt.tools.llm_spec import BudgetExceeded
 from accelopt.tools.pyparse import parse
 from accelopt.tools.runcache import RunCache, device_fingerprint, digest
@@ -131,7 +132,7 @@ def _measure(task: Task, source: str, ctx: RunContext, device: str | None, compa
         result = backend.evaluate(task, source, device=device, timeout_s=ctx.eval_timeout_s, compare=compare,
                                   trusted=trusted)
     workloads = {k: v.model_dump() for k, v in result.workloads.items()}
-    fields = {"status": result.status, "error": result.error, "device": result.device,
+    fields = {"status": result.status, "error": user_paths(result.error, "kernel.py"), "device": result.device,
               "device_name": result.device_name, "timer": result.timer, "workloads": workloads,
               "flags": result.flags, "eval_s": result.eval_s, "versus": {}, "speedup": None,
               "findings": [f.model_dump() for f in result.findings], "evidence": result.evidence,

@@ -58,3 +58,34 @@ def test_bad_input_exits_2(softmax_task, args):
     args = [str(softmax_task) if a == "TASK" else a for a in args]
     out = CliRunner().invoke(app, ["check", *args, "--device", "cpu"])
     assert out.exit_code == 2 and "error:" in out.output
+
+
+def test_a_failing_kernel_is_reported_in_the_users_file_once_per_call(softmax_task, tmp_path):
+    """The traceback names the file the user gave (not the sandbox's copy), and the call it failed
+    in once."""
+    kernel = tmp_path / "mine.py"
+    kernel.write_text(BASELINE.replace("tl.exp(", "undefined_name + tl.exp(", 1))
+    assert kernel.read_text() != BASELINE
+    out = CliRunner().invoke(app, ["check", str(softmax_task), str(kernel), "--device", "cpu", "--json"])
+    result = json.loads(out.output)
+    assert out.exit_code == 1 and result["status"] in ("runtime_error", "compile_error"), result["error"]
+    assert f'"{kernel}"' in result["error"] and "sandbox-" not in result["error"]
+    where = result["error"].split("\n", 1)[0]
+    assert where.startswith("workload ") and result["error"].count(where) == 1, result["error"][:300]
+
+
+def test_a_16_bit_task_failing_on_the_interpreter_says_what_its_inputs_are_there(tmp_path):
+    from accelopt.tools.task import load_task
+    from tests.conftest import TASKS
+
+    given = load_task(TASKS / "gemm_bf16").spec.dtype_for("cpu")
+    assert given != "bfloat16"
+
+    kernel = tmp_path / "strict.py"
+    source = (TASKS / "gemm_bf16" / "baseline.py").read_text()
+    kernel.write_text(source.replace("    x, w = x.contiguous(), w.contiguous()\n",
+                                     "    assert x.dtype == torch.bfloat16, x.dtype\n    x, w = x.contiguous(), w.contiguous()\n"))
+    out = CliRunner().invoke(app, ["check", str(TASKS / "gemm_bf16"), str(kernel), "--device", "cpu", "--json"])
+    result = json.loads(out.output)
+    assert out.exit_code == 1, result
+    assert f"this bfloat16 task's inputs are {given}" in result["error"], result["error"][-500:]

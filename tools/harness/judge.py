@@ -796,8 +796,8 @@ class Judge:
         originals = [_kept(torch, t) for t in inputs]
         try:
             reply = box.request("call", deadline, inputs=list(inputs), where=where, mode=_call_mode(req))
-        except SandboxFailure as f:
-            raise Reject(f.status, f"{where}: {f.error}") from None
+        except SandboxFailure as f:  # the sandbox's own message names the call already (sandbox._invoke)
+            raise Reject(f.status, f.error if f.error.startswith(where) else f"{where}: {f.error}") from None
         outs = _owned(torch, reply["outputs"])
         del reply["outputs"]
         self._foreign(req, reply["trace"] or [], reply["known"], where)

@@ -200,3 +200,13 @@ def short_reason(error: str | None, width: int = 110) -> str:
         raised = [line for line in lines if re.match(r"^[\w.]+(Error|Exception|Exit|Interrupt)\b", line)]
         line = (raised or lines)[-1]
     return line if len(line) <= width else line[:width - 1] + "…"
+
+
+_SANDBOX_KERNEL = re.compile(r'"[^"\n]*/sandbox-[^/"\n]+/kernel\.py"')
+
+
+def user_paths(error: str | None, label: str) -> str | None:
+    """A verdict's traceback with the sandbox's copy of the kernel named as the user knows it
+    (`label`: their file, or the run's candidates/ID/kernel.py): the sandbox's temporary folder
+    means nothing to them and is gone."""
+    return _SANDBOX_KERNEL.sub(lambda _: f'"{label}"', error) if error else error

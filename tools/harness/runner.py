@@ -148,8 +148,22 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
         finally:
             if ahead is not None:
                 ahead.cancel()
+    interpreter_dtype_note(task, result)
     result.eval_s = time.monotonic() - started
     return result
+
+
+def interpreter_dtype_note(task: Task, result: EvalResult) -> None:
+    """A 16-bit task on the interpreter runs on float32 inputs (the interpreter has no bf16
+    arithmetic): a failure there says so, since a kernel that insists on its task's dtype fails
+    here and may pass on a GPU."""
+    if result.ok or result.device != "cpu" or result.error is None:
+        return
+    given = task.spec.dtype_for("cpu")
+    if given != task.spec.dtype:
+        result.error += (f"\nnote: on the CPU interpreter this {task.spec.dtype} task's inputs are {given} (the "
+                         f"interpreter has no {task.spec.dtype} arithmetic); a kernel that requires {task.spec.dtype} "
+                         "inputs fails here and may pass on a GPU")
 
 
 def build_request(task: Task, device: str, source_path: str, compare_paths: dict[str, str], *,
