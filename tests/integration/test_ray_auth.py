@@ -211,6 +211,34 @@ def test_a_closed_port_still_cannot_be_reached(monkeypatch):
     assert "token" not in message, message
 
 
+def test_a_web_port_such_as_the_dashboard_is_refused_at_once_as_not_the_cluster():
+    """An address at Ray's dashboard (8265, HTTP) hung 207 s behind raw gRPC warnings before
+    "cannot reach": a port that answers as a web server is said to be one, in a second."""
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Quiet(BaseHTTPRequestHandler):
+        def do_HEAD(self):
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        began = time.monotonic()
+        with pytest.raises(ray_pool.ClusterError) as err:
+            ray_pool.connect(f"127.0.0.1:{server.server_port}")
+        assert time.monotonic() - began < 10
+        assert "is a web server" in str(err.value) and "6379" in str(err.value), err.value
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_the_refusal_is_read_from_every_place_ray_puts_it():
     """Each text as Ray 2.60 writes it: the GCS's status in the cause's text and on stderr, and the
     Ray Client's debug line (its ray:// refusal takes Ray's 30 s of retries: not run here)."""

@@ -260,10 +260,25 @@ def _probe(address: str, timeout_s: float = 5.0) -> None:
                                "(start one with `ray start --head`, or pass --ray-address HOST:6379)")
     host, _, port = target.removeprefix("ray://").rpartition(":")
     try:
-        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s):
-            pass
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s) as conn:
+            web = _speaks_http(conn)
     except (OSError, ValueError) as exc:
         raise ClusterError(f"cannot reach the Ray cluster at {address}: nothing answers at {target} ({exc})") from None
+    if web:  # ray.init would retry it for minutes behind raw gRPC warnings (207 s seen at :8265)
+        raise ClusterError(f"cannot join the Ray cluster at {address}: {target} is a web server (Ray's dashboard "
+                           "listens on 8265), not the cluster: use HOST:6379, the head's address `ray start --head` "
+                           "prints, or ray://HOST:10001")
+
+
+def _speaks_http(conn: socket.socket, timeout_s: float = 2.0) -> bool:
+    """Whether the port answers a plain HTTP request as a web server does. The GCS and the Ray Client
+    server speak gRPC (HTTP/2 frames, never an `HTTP/1.x` status line), or say nothing."""
+    try:
+        conn.settimeout(timeout_s)
+        conn.sendall(b"HEAD / HTTP/1.0\r\nHost: ray\r\n\r\n")
+        return conn.recv(16).startswith(b"HTTP/")
+    except OSError:
+        return False
 
 
 def _ray_temp_dir() -> Path:
