@@ -30,14 +30,34 @@ RUNS_JSON_HELP = (
     "cost_usd")
 
 
+INTERPRETER = "interpreter_wall"
+
+
 def _cell(value: object) -> Text:
     return Text("-" if value is None or value == "" else str(value))  # no markup: plans and paths hold [brackets]
 
 
 def _timer(timer: str | None, label: str | None) -> str:
-    if timer == "interpreter_wall":
+    if timer == INTERPRETER:
         return f"{label}: not GPU performance"
     return label or "-"
+
+
+def _table(*columns: str, title: str | None = None, header: bool = True) -> Table:
+    """A table that reads whole at 80 columns: every cell wraps, a word wider than its column
+    (an id, a path) folds instead of ending in an ellipsis."""
+    table = Table(title=title, show_header=header)
+    for name in columns:
+        table.add_column(name, overflow="fold")
+    return table
+
+
+def _say(console: Console, text: str, indent: int = 0, style: str = "") -> None:
+    """Plain text (no markup: plans and paths hold [brackets]) wrapped at the console's width, a
+    word wider than a line folded, each line indented as the first, no trailing blanks."""
+    for line in Text(text, style=style).wrap(console, max(console.width - indent, 20), overflow="fold"):
+        line.rstrip()
+        console.print(Text(" " * indent) + line, soft_wrap=True)
 
 
 def show(run_dir: Annotated[Path, typer.Argument(help="A run directory (runs/TASK-TIME, --run-dir, or a task's folder "
@@ -59,12 +79,17 @@ def show(run_dir: Annotated[Path, typer.Argument(help="A run directory (runs/TAS
 
 
 def _render_run(view: RunView, console: Console) -> None:
-    from rich.syntax import Syntax
-
+    """The run at a glance, whole at 80 columns: paths on lines of their own, tables whose cells
+    wrap, the diff's lines printed as they are (never wrapped into lines that are no diff). On the
+    CPU interpreter the kept kernel is the beam's head and its figure a ratio of wall times."""
     from accelopt.cli.interrupt import resume_command
 
-    head = Table(title=Text(f"accelopt run: {view.run_dir}"), show_header=False)
-    head.add_row("task", _cell(view.task + (f"  ({view.task_dir})" if view.task_dir else "")))
+    interpreter = view.timer == INTERPRETER
+    _say(console, f"accelopt run: {view.run_dir}")
+    head = _table("", "", header=False)
+    head.add_row("task", _cell(view.task))
+    if view.task_dir:
+        head.add_row("task dir", _cell(view.task_dir))
     state = view.state_text
     if view.state == "running" and view.held_by:
         state += f" ({view.held_by})"
@@ -82,36 +107,48 @@ def _render_run(view: RunView, console: Console) -> None:
     head.add_row("iterations", _cell(f"{view.iterations_done} / {view.iterations_planned or '?'}"))
     head.add_row("candidates", _cell(f"{view.candidates_evaluated} evaluated (baseline not counted)"))
     head.add_row("tokens / cost", _cell(f"{view.tokens:,} / ${view.cost_usd:.4f}"))
-    if view.best is not None:
+    if view.best is not None and interpreter:  # what was measured; the rule ranked it, not its speed
+        head.add_row("beam head", _cell(f"{view.best_id}: {view.best.text}, the baseline's interpreter wall time "
+                                        "over its own (not performance)"))
+    elif view.best is not None:
         label = f" ({view.timer_label})" if view.timer_label else ""
         head.add_row("best kernel", _cell(f"{view.best_id}: {view.best.text} vs baseline{label}"))
     for note in view.notes:
         head.add_row("note", _cell(note))
     console.print(head)
+    ratio = "baseline/kernel wall time" if interpreter else "speedup vs baseline"
     if view.beam:
-        beam = Table(title="beam (best first)")
-        for column in ("id", "iteration", "kind", "status", "speedup vs baseline [interval]"):
-            beam.add_column(column)
+        beam = _table("id", "iter", "kind", "status", f"{ratio} [interval]", title="beam (best first)"
+                      if not interpreter else "beam (as the selector ranked it)")
         for m in view.beam:
             beam.add_row(_cell(m.id), _cell(m.iteration), _cell(m.kind or "kernel"), _cell(m.status),
                          _cell(m.vs_baseline.text))
         console.print(beam)
     if len(view.lineage) > 1:
-        lineage = Table(title=f"how {view.best_id} came from the baseline")
-        for column in ("step", "id", "iteration", "plan", "vs baseline [interval]", "vs its parent [interval]"):
-            lineage.add_column(column)
-        for n, step in enumerate(view.lineage):
+        lineage = _table("id (iter)", "plan", "vs baseline", "vs its parent",
+                         title=f"how {view.best_id} came from the baseline")
+        for step in view.lineage:
             plan = step.plan or ""
             if step.fix_of:
                 plan += f"\n(repair of {step.fix_of})"
-            lineage.add_row(_cell(n), _cell(step.id), _cell(step.iteration), _cell(plan or "(start)"),
+            lineage.add_row(_cell(f"{step.id} ({step.iteration})"), _cell(plan or "(start)"),
                             _cell(step.vs_baseline.text), _cell(step.vs_parent.text if step.parent_id else None))
         console.print(lineage)
+        if interpreter:
+            from accelopt.nodes.records import INTERPRETER_LEAD
+
+            _say(console, f"Ratios of CPU interpreter wall times (not performance), [with the range over the "
+                          f"rounds]: a step ranks above its parent only where every round has it more than "
+                          f"{INTERPRETER_LEAD:g}x ahead, whatever its median.")
     if view.diff:
-        console.print(Text(f"{view.best_id} against the baseline:", style="bold"))
-        console.print(Syntax(view.diff, "diff", theme="ansi_dark", background_color="default", word_wrap=True))
+        _say(console, f"{view.best_id} against the baseline:", style="bold")
+        for line in view.diff.splitlines():  # whole lines, as a diff is read and applied
+            style = ("bold" if line.startswith(("+++", "---")) else "cyan" if line.startswith("@@")
+                     else "green" if line.startswith("+") else "red" if line.startswith("-") else "")
+            console.print(Text(line, style=style), soft_wrap=True)
     elif view.best_id == "baseline":
-        console.print("The best kernel is still the baseline: no diff.")
+        _say(console, "The beam's head is still the baseline: no diff." if interpreter else
+             "The best kernel is still the baseline: no diff.")
 
 
 def runs(directory: Annotated[Path | None, typer.Argument(
@@ -138,21 +175,30 @@ def runs(directory: Annotated[Path | None, typer.Argument(
 
 
 def _render_runs(listed: list[RunListing], root: Path, console: Console) -> None:
-    table = Table(title=Text(f"accelopt runs: {root}"))
-    for column in ("run dir", "task", "started", "iterations", "best speedup", "outcome", "model", "cost"):
-        table.add_column(column, overflow="fold")
+    """One block a run, whole at 80 columns: its directory (relative to root) on a line of its own,
+    then task, start, iterations and cost, the kept kernel's figure with what timed it, the outcome
+    and the model, each line wrapped and indented."""
+    _say(console, f"accelopt runs: {root}")
     for r in listed:
-        speedup = None
-        if r.best_speedup is not None:  # never a bare number: what timed it goes with it
-            what = "CPU interpreter" if r.timer == "interpreter_wall" else r.timer_label or "timer unknown"
-            speedup = f"{r.best_speedup:.3f}x ({what})"
-        outcome = r.outcome_text + (f": {r.note}" if r.note and r.state in ("stopped", "skipped", "failed") else "")
         path = Path(r.run_dir)
         shown = path.relative_to(root) if path != root and path.is_relative_to(root) else path
-        started = r.started.replace("T", " ")[:16] if r.started else None
-        table.add_row(_cell(shown), _cell(r.task), _cell(started), _cell(f"{r.iterations_done} / "
-                      f"{r.iterations_planned or '?'}"), _cell(speedup), _cell(outcome), _cell(r.model),
-                      _cell(f"${r.cost_usd:.4f}"))
-    console.print(table)
-    if any(r.timer == "interpreter_wall" for r in listed):
-        console.print("CPU interpreter: CPU Triton-interpreter wall times, not GPU performance.")
+        started = r.started.replace("T", " ")[:16] if r.started else "start unknown"
+        console.print()
+        _say(console, str(shown), style="bold")
+        _say(console, f"{r.task} · {started} · iterations {r.iterations_done} / {r.iterations_planned or '?'}"
+                      f" · ${r.cost_usd:.4f}", 2)
+        if r.best_speedup is not None:  # never a bare number: what timed it goes with it
+            if r.timer == INTERPRETER:
+                best = (f"beam head {r.best_id}: {r.best_speedup:.3f}x the baseline's CPU interpreter wall time "
+                        "over its own")
+            else:
+                best = f"best {r.best_id}: {r.best_speedup:.3f}x vs baseline ({r.timer_label or 'timer unknown'})"
+            _say(console, best, 2)
+        outcome = r.outcome_text + (f": {r.note}" if r.note and r.state in ("stopped", "skipped", "failed") else "")
+        _say(console, outcome, 2)
+        if r.model:
+            _say(console, f"model: {r.model}", 2)
+    if any(r.timer == INTERPRETER for r in listed):
+        console.print()
+        _say(console, "CPU interpreter: CPU Triton-interpreter wall times, not GPU performance; nothing there "
+                      "is called faster or slower.")

@@ -12,7 +12,11 @@ evaluations are in flight and, on a cluster, where.
 Counts mean what the final summary's do (`candidate_counts`): every candidate except the
 baseline (`summary.json` `candidates_evaluated`), by status. Speedups carry their timer's label:
 interpreter times are never called GPU times, and no best speedup is shown before the baseline
-is measured. `RunView` is the bookkeeping, with no terminal; `LiveDisplay` draws it with rich.
+is measured. On the CPU interpreter nothing is called faster, slower, within noise or best: the
+selector's rule there (records.leads_parent, stated once when the baseline lands: `interpreter_rule`)
+is what each line reports, a kernel ranked above or below its parent, and the beam's head is
+called that. `RunView` is the bookkeeping, with no terminal; `LiveDisplay` draws it with rich:
+each line whole (a terminal wraps it; never cut), the bar only on a terminal.
 """
 
 from __future__ import annotations
@@ -24,10 +28,11 @@ from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Column
 from rich.text import Text
 
 from accelopt.nodes.context import RunContext
-from accelopt.nodes.records import leads_parent
+from accelopt.nodes.records import INTERPRETER_LEAD, leads_parent
 from accelopt.tools.harness.result import FIXABLE, NOT_EVALUATED, TIMER_LIVE, short_reason
 from accelopt.tools.llm_spec import totals
 
@@ -36,6 +41,21 @@ log = logging.getLogger("accelopt")
 # the candidate subgraph's stages, in the order a branch meets them
 STAGES = ("writing kernels", "measuring", "fixing", "autotuning")
 _SAMPLE = re.compile(r"^(.*?\.k\d+)")  # i1.m0.p2.k0.f1.a3 -> i1.m0.p2.k0: the branch (plan x sample)
+
+
+INTERPRETER = "interpreter_wall"
+
+
+def interpreter_rule() -> str:
+    """The selector's rule on the interpreter (records.leads_parent), in words: said once per run."""
+    return (f"CPU interpreter: its times are a CPU emulation's wall clock, not performance, so nothing is "
+            f"called faster or slower. A kernel ranks above its parent only where every timing round has "
+            f"it more than {INTERPRETER_LEAD:g}x ahead (a difference in work); otherwise just below it.")
+
+
+def head_word(timer: str | None) -> str:
+    """What the beam's first kernel is called: the best on a real timer, the beam's head on the interpreter."""
+    return "beam head" if timer == INTERPRETER else "best"
 
 
 def timer_label(timer: str | None) -> str | None:
@@ -76,13 +96,13 @@ def candidate_line(cand: dict) -> Text:
         line.append(f" · {what}", style="dim")
     elif ok:
         line.append(f" {cand.get('speedup') or 1.0:.2f}x" + (f" ({label})" if label else ""))
-        if cand.get("beats_parent"):
+        if cand.get("timer") == INTERPRETER:
+            if cand.get("parent_id"):
+                line.append(_interpreter_rank(cand), style="dim")
+        elif cand.get("beats_parent"):
             line.append(" · beats its parent", style="green")
         elif cand.get("loses_to_parent"):
             line.append(" · slower than its parent", style="dim")
-        elif leads_parent(cand):  # the interpreter decides nothing; a difference in work still leads
-            line.append(f" · ahead of its parent on the interpreter ({cand['speedup_vs_parent']:.2f}x, "
-                        "not a performance verdict)", style="dim")
         elif cand.get("parent_id") and cand.get("speedup_vs_parent") is not None:
             # not beyond noise against its parent: the selector ranks it below the parent
             line.append(f" · within noise of its parent ({cand['speedup_vs_parent']:.2f}x)", style="dim")
@@ -98,8 +118,24 @@ def candidate_line(cand: dict) -> Text:
     if cand.get("node"):
         line.append(f" · on {cand['node']}", style="dim")
     if ok and cand.get("plan_title"):
-        line.append(f" · {cand['plan_title'][:60]}", style="dim")
+        title = cand["plan_title"]
+        line.append(f" · {title if len(title) <= 120 else title[:119] + '…'}", style="dim")
     return line
+
+
+def _interpreter_rank(cand: dict) -> str:
+    """Where the selector puts an interpreter candidate against its parent (records.leads_parent),
+    with the figures the rule read (the parent's time over the kernel's, per round): no speed verdict."""
+    versus = cand.get("versus") or {}
+    vs = versus.get("parent") or versus.get("baseline") or {}
+    if vs.get("ci_low") is not None and vs.get("ci_high") is not None:
+        ratio = f"parent/kernel time per round {vs['ci_low']:.2f}-{vs['ci_high']:.2f}x"
+    elif cand.get("speedup_vs_parent") is not None:
+        ratio = f"parent/kernel time {cand['speedup_vs_parent']:.2f}x"
+    else:
+        ratio = ""
+    where = "above" if leads_parent(cand) else "below"
+    return f" · ranks {where} its parent" + (f" ({ratio})" if ratio else "")
 
 
 class RunView:
@@ -176,6 +212,8 @@ class RunView:
             if cid not in self.printed and cand.get("status"):
                 self.printed.add(cid)
                 lines.append(candidate_line(cand))
+                if cid == self.baseline_id and cand.get("timer") == INTERPRETER:
+                    lines.append(Text(f"  {interpreter_rule()}", style="dim"))
         return lines
 
     def _top(self, node: str, values: dict) -> list[Text]:
@@ -305,7 +343,8 @@ class RunView:
         best = self.best()
         if best is not None:
             label = timer_label(best.get("timer"))
-            parts.append(f"best {best.get('speedup') or 1.0:.2f}x" + (f" ({label})" if label else ""))
+            parts.append(f"{head_word(best.get('timer'))} {best.get('speedup') or 1.0:.2f}x"
+                         + (f" ({label})" if label else ""))
         flight = self.in_flight_text()
         if flight:
             parts.append(flight)
@@ -320,7 +359,8 @@ class RunView:
         line = Text(f"iteration {self.iteration}/{self.ctx.iterations} done", style="bold")
         if best is not None:
             label = timer_label(best.get("timer"))
-            line.append(f": best {best['id']} {best.get('speedup') or 1.0:.2f}x" + (f" ({label})" if label else ""))
+            line.append(f": {head_word(best.get('timer'))} {best['id']} {best.get('speedup') or 1.0:.2f}x"
+                        + (f" ({label})" if label else ""))
         evaluated, statuses = candidate_counts(self.candidates, self.baseline_id)
         line.append(f" · evaluated {evaluated} · verified {statuses.get('verified', 0)} (baseline not counted)")
         return line
@@ -333,17 +373,19 @@ def _plain(value: Any) -> Any:
 
 class LiveDisplay:
     """A rich progress bar over a RunView, with each new line printed above it. Where the console
-    is no terminal (a pipe, a CI log) there is no live bar to read, so each phase is also printed
-    as a line when it is first entered in an iteration. Whatever goes wrong in the display, the
-    run goes on (one warning)."""
+    is no terminal (a pipe, a CI log) there is no live bar to read: none is drawn (its last frame
+    would be one line cut at the width), and each phase is printed as a line when it is first
+    entered in an iteration. On a terminal the bar's texts fold rather than end in an ellipsis.
+    Whatever goes wrong in the display, the run goes on (one warning)."""
 
     def __init__(self, console: Console, ctx: RunContext, state: dict | None = None):
         self.view = RunView(ctx, state)
         self.console = console
         self.log_phases = not console.is_terminal
-        self.progress = Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(bar_width=20),
-                                 TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=console,
-                                 transient=False)
+        fold = Column(overflow="fold")
+        self.progress = Progress(SpinnerColumn(), TextColumn("[bold]{task.description}", table_column=fold),
+                                 BarColumn(bar_width=20), TextColumn("{task.fields[info]}", table_column=fold.copy()),
+                                 TimeElapsedColumn(), console=console, transient=False, disable=self.log_phases)
         self.bar: TaskID | None = None
         self._broken = False
 
@@ -364,7 +406,7 @@ class LiveDisplay:
             if self.log_phases:
                 lines += [Text(p, style="bold") for p in self.view.new_phases()]
             for line in lines:
-                self.progress.console.print(line, soft_wrap=True)
+                self.progress.console.print(line, soft_wrap=True)  # whole: a terminal wraps it, a log keeps it
             if self.bar is not None:
                 self.progress.update(self.bar, completed=self.view.completed, description=self.view.description(),
                                      info=self.view.info())

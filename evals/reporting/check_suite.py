@@ -6,10 +6,14 @@ not correct).
 
 Solutions are matched to tasks by KernelBench's own file names
 (`level_<L>_problem_<P>_sample_<S>_kernel.py`, through the level and problem id a task imported
-from a KernelBench checkout records), or by the task's name (`<task>.py`)."""
+from a KernelBench checkout records), or by the task's name (`<task>.py`). Tasks come in natural
+order (1, 2, ..., 10, 11, ..., 100: KernelBench's numbered names), and what a terminal shows of
+them reads whole at 80 columns: the judged rows (`judged`), the tasks with no solution folded into
+one line (`missing_line`), never a row each."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,9 +58,14 @@ class SuiteVerdict(BaseModel):
     results: list[SolutionVerdict]
 
 
+def natural_key(name: str) -> list[int | str]:
+    """Sorts names as people count: 1_x, 2_x, ..., 10_x, 100_x (not 1, 10, 100, 11)."""
+    return [int(part) if part.isdigit() else part.lower() for part in re.split(r"(\d+)", name)]
+
+
 def pair_solutions(tasks_dir: Path, solutions_dir: Path, sample: int = 0) -> list[Pairing]:
-    """Every task folder under tasks_dir with its solution file (None where there is none)."""
-    folders = sorted(p for p in tasks_dir.iterdir() if (p / "task.json").is_file())
+    """Every task folder under tasks_dir with its solution file (None where there is none), in natural order."""
+    folders = sorted((p for p in tasks_dir.iterdir() if (p / "task.json").is_file()), key=lambda p: natural_key(p.name))
     if not folders:
         raise TaskError(f"{tasks_dir}: no task folders in it (folders holding a task.json)")
     by_problem: dict[tuple[int, int], Path] = {}
@@ -108,3 +117,29 @@ def suite_verdict(results: list[SolutionVerdict], ps: tuple[float, ...] = FAST_P
                 "is given")
     return SuiteVerdict(tasks=n, correct=sum(r.correct for r in results), timer=timer, fast_p=fast, note=note,
                         results=results)
+
+
+def judged(suite: SuiteVerdict) -> list[SolutionVerdict]:
+    """The rows a terminal shows one by one: every task a solution was found for, in natural order."""
+    return sorted((r for r in suite.results if r.status != "missing"), key=lambda r: natural_key(r.task))
+
+
+def missing_line(suite: SuiteVerdict) -> str | None:
+    """The tasks with no solution as one line, in natural order: KernelBench's numbered names
+    (`<P>_<name>`) as ranges of their numbers, other names listed; None when every task has one."""
+    names = sorted((r.task for r in suite.results if r.status == "missing"), key=natural_key)
+    if not names:
+        return None
+    numbers = [re.match(r"(\d+)_", name) for name in names]
+    if all(numbers):
+        ids = sorted({int(m.group(1)) for m in numbers if m})
+        runs: list[list[int]] = []
+        for n in ids:
+            if runs and n == runs[-1][-1] + 1:
+                runs[-1].append(n)
+            else:
+                runs.append([n])
+        listed = "problems " + ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
+    else:
+        listed = ", ".join(names)
+    return f"missing: no solution for {len(names)} of {suite.tasks} tasks ({listed})"

@@ -5,7 +5,11 @@ rows' records are `rows.py`'s. Everything is rebuilt from run directories on dis
 torch_compile.json.
 
 Interpreter timings (timer interpreter_wall) are CPU Triton-interpreter wall times: the page says
-so in its header and beside every such number, and never mixes them with GPU figures.
+so in its header and beside every such number, and never mixes them with GPU figures. They make no
+speed claim anywhere: the verdict is "interpreter" (no faster kernel, none slower), fast_p gives
+fast_0 only (rows.fast_p), and the terminal's headline names their ratio as wall time. The kernel a
+run keeps there is the one the selector's rule ranked first (nodes/records.leads_parent: a child
+ranks above its parent only where every round has it more than 1.25x ahead), not the fastest.
 
 Every figure comes from one evaluation, the candidate and its comparators timed interleaved in
 the same rounds: a kernel's times at another moment (the baseline's at setup) can differ by more
@@ -346,13 +350,14 @@ def suite_figures(rows: list[TaskRow]) -> dict:
 
 def headline(rows: list[TaskRow], figures: dict) -> tuple[list[list[str]], list[str]]:
     """The terminal's table: per task (task, outcome, speedup with its interval, vs torch.compile,
-    timer) and the suite geomean lines, one per timer."""
+    timer) and the suite geomean lines, one per timer. An interpreter figure is named as the ratio
+    of wall times it is, never as a speedup."""
     table = []
     for r in rows:
         speedup = "-"
         if r.speedup is not None and r.correct:
             interval = f" ({interval_text(r.ci_low, r.ci_high, r.interval_rounds)})" if r.ci_low is not None else ""
-            speedup = f"{r.speedup:.3f}x{interval}"
+            speedup = f"{r.speedup:.3f}x" + (" interpreter wall time" if r.interpreter else "") + interval
         versus = "-"
         if r.vs_torch_compile is not None:
             versus = f"{r.vs_torch_compile:.3f}x" + (" (slower)" if r.vs_torch_compile < 1 else "") + r.mode_note
@@ -365,6 +370,10 @@ def headline(rows: list[TaskRow], figures: dict) -> tuple[list[list[str]], list[
         if group["geomean_speedup"] is None:
             continue
         what = TIMERS.get(timer, timer)
+        if timer == INTERPRETER:
+            lines.append(f"geomean over {group['tasks']} tasks of the baseline's {what} over the kept kernel's: "
+                         f"{group['geomean_speedup']:.3f}x (not performance)")
+            continue
         line = f"geomean best speedup over {group['tasks']} tasks: {group['geomean_speedup']:.3f}x ({what})"
         if group["geomean_vs_torch_compile"]:
             g = group["geomean_vs_torch_compile"]

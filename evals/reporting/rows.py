@@ -18,10 +18,13 @@ from accelopt.tools.harness.result import TIMER_NAMES, TIMER_SHORT, interval_cov
 FAST_P = (0.0, 0.5, 0.8, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0)
 
 # A task's `outcome` says how its run ended: "optimized" (the search finished with a verified best
-# kernel), stopped, skipped, failed, running. For a finished search its `verdict` says what the
-# best kernel is worth, and only "faster" (beyond the noise of the interleaved rounds) is shown as
-# optimized: a run whose best is still its baseline found no faster kernel. A run on the CPU
-# interpreter is none of these: its times are a CPU emulation's wall clock, not performance.
+# kernel; the key `eval` and report.json have always used for a finished search), stopped, skipped,
+# failed, running. For a finished search its `verdict` says what the best kernel is worth, and only
+# "faster" (beyond the noise of the interleaved rounds) is shown as optimized: a run whose best is
+# still its baseline found no faster kernel. `shown_outcome` is the outcome as `accelopt show` and
+# `runs` report it, where "optimized" is said of "faster" only. A run on the CPU interpreter is
+# none of these: its times are a CPU emulation's wall clock, not performance, and its kernel is
+# the one the selector's rule there ranked first (nodes/records.leads_parent), not the fastest.
 VERDICTS = {
     "faster": "optimized (faster beyond noise)",
     "within noise": "faster, within noise",
@@ -149,6 +152,15 @@ class TaskRow(BaseModel):
     def interpreter(self) -> bool:
         return self.timer == INTERPRETER
 
+    @property
+    def shown_outcome(self) -> str:
+        """The outcome key as show and runs report it: "optimized" only for a best kernel faster than
+        the baseline beyond noise, "finished" for any other finished search (its best the baseline,
+        within noise, slower, or on the interpreter), else the outcome."""
+        if self.outcome == "optimized":
+            return "optimized" if self.verdict == "faster" else "finished"
+        return self.outcome
+
     @computed_field  # type: ignore[prop-decorator]
     @property
     def label(self) -> str:
@@ -197,8 +209,13 @@ def best_per_iteration(row: TaskRow) -> list[tuple[int, CandidatePoint]]:
 
 
 def fast_p(rows: list[TaskRow], ps=FAST_P) -> dict[float, float]:
-    """Share of all tasks that are correct and faster than p (KernelBench's fast_p)."""
-    return {p: sum(1 for r in rows if r.correct and r.speedup > p) / len(rows) for p in ps}
+    """Share of all tasks that are correct and faster than p (KernelBench's fast_p). Interpreter times
+    are not performance: a task timed on the CPU interpreter counts as correct (fast_0) and never as
+    faster than any p > 0, and where no task was timed on a real timer only fast_0 is given (as
+    `accelopt check` does, evals/reporting/check_suite.py)."""
+    timed = any(r.correct and not r.interpreter for r in rows)
+    return {p: sum(1 for r in rows if r.correct and (p == 0 or (not r.interpreter and (r.speedup or 0) > p)))
+            / len(rows) for p in ps if p == 0 or timed}
 
 
 def timer_groups(rows: list[TaskRow]) -> dict[str | None, list[TaskRow]]:

@@ -10,6 +10,10 @@ earlier ones are read from earlier checkpoints). Nothing here writes to the run 
 
 Whether a run that has not finished is still running is its lock's business (tools/rundir.py:
 an flock on D/.lock, held by the live process): probing it takes a shared lock for an instant.
+
+The outcome of a finished run is "optimized" only where its best kernel is faster than the baseline
+beyond noise (TaskRow.shown_outcome); any other finished search is "finished", its verdict saying
+what its best is worth. On the CPU interpreter the verdict is "interpreter": no speed claim.
 """
 
 from __future__ import annotations
@@ -79,8 +83,8 @@ class RunView(BaseModel):
     task_dir: str | None = None
     state: RunState
     state_text: str
-    outcome: str                   # the report's outcome key: optimized (search finished), stopped, skipped, ...
-    verdict: str | None = None     # the report's verdict for a finished search: faster, within noise, ...
+    outcome: str                   # optimized (faster beyond noise) | finished | stopped | skipped | failed | running
+    verdict: str | None = None     # the report's verdict for a finished search: faster, within noise, interpreter, ...
     outcome_text: str              # the outcome in words (for a finished search, the verdict's)
     stop_reason: str | None = None  # why the run ended (or the skip, stop or failure reason)
     held_by: str | None = None     # a running run: its lock's holder ("accelopt pid N (started ...)")
@@ -268,8 +272,10 @@ class _Run:
 
     @property
     def outcome(self) -> str:
-        """report's outcome key; a run stopped at setup or not finished says so whatever summary.json says."""
-        return {"stopped": "stopped", "running": "running", "interrupted": "running"}.get(self.state, self.row.outcome)
+        """report's outcome as show and runs say it (TaskRow.shown_outcome: "optimized" only for a best
+        faster beyond noise); a run stopped at setup or not finished says so whatever summary.json says."""
+        return {"stopped": "stopped", "running": "running", "interrupted": "running"}.get(self.state,
+                                                                                            self.row.shown_outcome)
 
     @property
     def iterations_seen(self) -> list[int]:

@@ -161,6 +161,10 @@ def test_show_in_the_terminal(runs):
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "CPU Triton-interpreter wall time: not GPU performance" in out and "GPU time" not in out
+    # issue 53: the interpreter's kernel is the beam's head, its figure a ratio of wall times, no speedup
+    flat = " ".join(out.replace("│", " ").split())
+    assert f"beam head {summary['best_id']}:" in flat and "speedup" not in out and "best kernel" not in flat
+    assert "interpreter wall time over its own (not performance)" in flat and "more than 1.25x ahead" in flat
     assert f"finished: {summary['stop_reason']}" in out
     assert "how " + summary["best_id"] + " came from the baseline" in out
     assert "Compute each row twice instead of 8 times (PLAN-A)." in out
@@ -191,12 +195,18 @@ def test_runs_lists_every_run_and_an_eval_directory(runs, tmp_path):
     assert (scripted["iterations_done"], scripted["iterations_planned"], scripted["state"]) == (2, 2, "finished")
     assert scripted["timer"] == "interpreter_wall" and scripted["model"] == "openai:scripted"
     assert scripted["started"] and scripted["cost_usd"] == 0.0
+    # issue 53: a finished search is "optimized" only for a best faster beyond noise: never on the interpreter
+    assert (scripted["outcome"], scripted["verdict"]) == ("finished", "interpreter")
     assert entries["stopped"]["state"] == "stopped" and "no baseline.py" in entries["stopped"]["note"]
 
     table = CliRunner().invoke(app, ["runs", str(runs)], env=WIDE)
     assert table.exit_code == 0, table.output
-    row = next(line for line in table.stdout.splitlines() if "scripted" in line)
-    assert f"{summary['best_speedup']:.3f}x (CPU interpreter)" in row and "2 / 2" in row and "softmax" in row
+    lines = table.stdout.splitlines()
+    block = lines[lines.index("scripted"):][:5]  # one block a run: its directory on a line of its own
+    assert "softmax" in block[1] and "iterations 2 / 2" in block[1] and "$0.0000" in block[1]
+    assert f"beam head {summary['best_id']}: {summary['best_speedup']:.3f}x the baseline's CPU interpreter wall " \
+           "time over its own" in block[2]
+    assert "verified on the CPU interpreter" in block[3] and "model: openai:scripted" in block[4]
     assert "not GPU performance" in table.stdout
 
     # an `accelopt eval` directory (suite.json, one run dir per task), alone and inside a runs folder
@@ -264,3 +274,15 @@ def test_an_interrupted_run_and_a_running_one(runs, tmp_path):
         holder.kill()
         holder.wait()
     assert json.loads(show(str(run), "--json").stdout)["state"] == "interrupted"
+
+
+def test_a_finished_run_is_optimized_only_when_its_best_is_faster_beyond_noise():
+    """Issue 53: `runs --json` said `optimized` for a run whose best was its baseline at 1.0x."""
+    from accelopt.evals.reporting.rows import TaskRow
+
+    def row(verdict, outcome="optimized"):
+        return TaskRow(task="t", run_dir="", outcome=outcome, verdict=verdict, speedup=1.0).shown_outcome
+
+    assert row("faster") == "optimized"
+    assert [row(v) for v in ("no faster kernel", "within noise", "slower", "interpreter")] == ["finished"] * 4
+    assert row(None, "stopped") == "stopped" and row(None, "failed") == "failed"
