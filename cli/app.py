@@ -227,8 +227,9 @@ def _check_memory(ctx: RunContext, create: bool, missing_advice: str) -> None:
 
 @app.command()
 def resume(run_dir: Opt[Path, typer.Argument(help="A run directory written by `accelopt optimize`")],
-           iterations: Opt[int | None, typer.Option("--iterations", "-T", min=1, help=(
-               "Run until iteration T: more than the run had continues a finished search from its last beam"))] = None,
+           iterations: Opt[int | None, typer.Option("--iterations", "-T", callback=o.checked, help=(
+               "Run until iteration T, 1 or more: more than the run had continues a finished search from its "
+               "last beam"))] = None,
            task: Opt[Path | None, typer.Option("--task", help="Where the run's task directory is now, if it "
                                                   "moved (it must hold the same task files)")] = None,
            create_memory: Opt[bool, typer.Option("--create-memory", help="Continue with a new, empty insight "
@@ -260,6 +261,11 @@ def resume(run_dir: Opt[Path, typer.Argument(help="A run directory written by `a
         fail(str(e))
     except (TypeError, ValueError, KeyError) as e:
         fail(f"{run_dir / 'run.json'} does not fit this version of accelopt ({str(e)[:200]}); start a new run")
+    from accelopt.nodes.context import settings_refusal
+
+    refusal = settings_refusal(ctx)  # what setup would refuse, before any work (a hand-edited run.json)
+    if refusal:
+        fail(f"cannot resume {run_dir}: {refusal}")
     refusal = o.cluster_refusal(ctx.ray_address) if ctx.ray_address else o.device_refusal(ctx.device)
     if refusal:
         fail(f"cannot resume {run_dir} here: {refusal}")
@@ -493,10 +499,36 @@ def _versus_torch_compile(cmp: TorchCompileStanding | NotMeasured | None) -> str
             f"(mode {cmp.mode}): {cmp.verdict}{eager}")
 
 
+def usage_error(error: typer.TyperException) -> str:
+    """A usage error of any command (an unknown option, a value that is not a number or not one of
+    the choices, a missing argument) as one line: click's own words, and where to read the usage."""
+    message = " ".join(error.format_message().replace("Value error, ", "").split())  # typer's pydantic prefix
+    message = message[:1].lower() + message[1:]
+    ctx = getattr(error, "ctx", None)
+    return f"{message} (see: {ctx.command_path} --help)" if ctx is not None else message
+
+
 def main() -> None:
+    """The `accelopt` command. Every usage error is one `error:` line on stderr and exit 2, as the
+    commands' own refusals are (cli/memory.fail), not click's usage box."""
+    import sys
+
     # accelopt's own log lines (retries, a placeholder key, unpriced or usage-less models) beside the progress bar
     log = logging.getLogger("accelopt")
     log.setLevel(logging.INFO)
     log.addHandler(RichHandler(console=console, show_time=False, show_path=False))
     log.propagate = False
-    app()
+    try:
+        code = app(standalone_mode=False)  # click's errors (typer's copy of click) come here, not to its box
+    except typer.TyperException as e:
+        if type(e).__name__ == "NoArgsIsHelpError":  # `accelopt` or a group alone: its help, as typer printed it
+            code = 2
+        else:
+            try:
+                fail(usage_error(e), code=e.exit_code)
+            except typer.Exit as exit_:
+                code = exit_.exit_code
+    except typer.Abort:  # Ctrl-D at a prompt
+        typer.echo("Aborted!", err=True)
+        code = 1
+    sys.exit(code if isinstance(code, int) else 0)

@@ -46,7 +46,7 @@ def check(
     sample: Opt[int, typer.Option(help="Folder of KernelBench solutions: which sample of each problem")] = 0,
     device: Opt[DeviceName, typer.Option(help="auto, cuda (refused where no GPU is visible), or cpu (Triton "
                                                "interpreter: correctness, no GPU times)")] = "auto",
-    timeout: Opt[float, typer.Option(help="Evaluation limit in seconds")] = 300.0,
+    timeout: Opt[float, typer.Option(callback=o.checked, help="Evaluation limit in seconds, more than 0")] = 300.0,
     as_json: Opt[bool, typer.Option("--json", help="Print the whole result as one JSON object")] = False,
 ) -> None:
     """Judge one kernel: verdict and reasons, static findings, per-workload times with spread,

@@ -1,4 +1,5 @@
-"""Options shared by `optimize` and `eval`, and the checks both make before any work.
+"""Options shared by `optimize` and `eval`, and the checks both make before any work (each
+the check of nodes/context.py, imported when a value is given: the graph makes the same).
 
 Light on purpose: typer and the standard library only, so that `accelopt --help` (and every
 command's help) answers without importing torch, LangGraph, LangChain or openai. The defaults
@@ -15,17 +16,37 @@ import typer
 
 DeviceName = Literal["auto", "cuda", "cpu"]
 
+# Every value a RunContext field bounds (B, N, K, F, T, budgets, the evaluation limit) is checked as
+# it is parsed, by the field's own rule (nodes/context.setting_refusal): one `error:` line, in the
+# words the graph's setup uses for the same value from Studio or graph.invoke.
+_FIELDS = {"max_cost": "max_cost_usd", "max_wall": "max_wall_s", "eval_timeout": "eval_timeout_s",
+           "timeout": "eval_timeout_s"}  # the option's name -> the field whose rule it follows
+
+
+def checked(param: typer.CallbackParam, value: float | None) -> float | None:
+    """Refuse a value below its field's minimum (or nan) in one `error:` line, exit 2."""
+    if value is not None:
+        from accelopt.cli.memory import fail
+        from accelopt.nodes.context import setting_refusal
+
+        refusal = setting_refusal(_FIELDS.get(param.name or "", param.name or ""), value, shown_as=param.opts[0])
+        if refusal:
+            fail(refusal)
+    return value
+
+
 # The search shape (B, N, K, F, T) and the launch-configuration search.
-Beams = Opt[int | None, typer.Option("--beams", "-B", min=1, show_default="2",
-                                        help="B: beam width (elitist: the best verified kernel is never dropped)")]
-Plans = Opt[int | None, typer.Option("--plans", "-N", min=1, show_default="2", help="N: plans per beam member")]
-Samples = Opt[int | None, typer.Option("--samples", "-K", min=1, show_default="2; 1 with the tuner",
-                                          help="K: kernels written per plan")]
-Fixes = Opt[int | None, typer.Option("--fixes", "-F", min=0, show_default="2",
-                                        help="F: fix attempts per failed kernel")]
-Iterations = Opt[int | None, typer.Option("--iterations", "-T", min=1, show_default="3",
-                                             help="T: iterations (a larger T than a finished run's extends it)")]
-Autotune = Opt[int | None, typer.Option(min=0, show_default="0: off",
+Beams = Opt[int | None, typer.Option("--beams", "-B", callback=checked, show_default="2", help=(
+    "B: beam width, 1 or more (elitist: the best verified kernel is never dropped)"))]
+Plans = Opt[int | None, typer.Option("--plans", "-N", callback=checked, show_default="2",
+                                        help="N: plans per beam member, 1 or more")]
+Samples = Opt[int | None, typer.Option("--samples", "-K", callback=checked, show_default="2; 1 with the tuner",
+                                          help="K: kernels written per plan, 1 or more")]
+Fixes = Opt[int | None, typer.Option("--fixes", "-F", callback=checked, show_default="2",
+                                        help="F: fix attempts per failed kernel, 0 or more")]
+Iterations = Opt[int | None, typer.Option("--iterations", "-T", callback=checked, show_default="3", help=(
+    "T: iterations, 1 or more (a larger T than a finished run's extends it)"))]
+Autotune = Opt[int | None, typer.Option(callback=checked, show_default="0: off",
                                            help="Search up to N launch configurations of each verified kernel")]
 
 # Models: one for every role, or per role; each role's endpoint.
@@ -60,21 +81,12 @@ LearnFromInterpreter = Opt[bool, typer.Option(
 CreateMemory = Opt[bool, typer.Option("--create-memory", help="Start a new insight store at --memory if there is "
                                                               "none (else a missing directory is an error: a typo)")]
 
-# Budgets: per run (under `eval`, per task).
-def _positive_budget(param: typer.CallbackParam, value: float | None) -> float | None:
-    """A budget of zero or less (or nan) would stop a run before it starts: refused in one `error:` line."""
-    if value is not None and not value > 0:
-        from accelopt.cli.memory import fail
-
-        fail(f"{param.opts[0]} {value:g}: a budget must be greater than 0 (leave the flag out for no budget)")
-    return value
-
-
-MaxTokens = Opt[int | None, typer.Option(callback=_positive_budget, help="Token budget per run (eval: per task)")]
-MaxCost = Opt[float | None, typer.Option(callback=_positive_budget, help="$ budget per run (eval: per task)")]
-MaxWall = Opt[float | None, typer.Option(callback=_positive_budget,
-                                            help="Wall-clock budget per run in seconds (eval: per task)")]
-EvalTimeout = Opt[float | None, typer.Option(show_default="300", help="Per-candidate evaluation limit in seconds")]
+# Budgets: per run (under `eval`, per task); zero or less would stop a run before it starts.
+MaxTokens = Opt[int | None, typer.Option(callback=checked, help="Token budget per run (eval: per task)")]
+MaxCost = Opt[float | None, typer.Option(callback=checked, help="$ budget per run (eval: per task)")]
+MaxWall = Opt[float | None, typer.Option(callback=checked, help="Wall-clock budget per run in seconds (eval: per task)")]
+EvalTimeout = Opt[float | None, typer.Option(callback=checked, show_default="300",
+                                                help="Per-candidate evaluation limit in seconds")]
 
 # Where evaluations run: the local pool, or a Ray cluster (pip install "accelopt[ray]").
 # Help is rich markup: a literal [word] is written \\[word], else it vanishes (tests/unit/test_cli_startup.py).
@@ -137,13 +149,10 @@ def cluster_refusal(ray_address: str | None) -> str | None:
 
 
 def device_refusal(device: str | None) -> str | None:
-    """Why --device cannot be used on this machine, or None: `cuda` where torch sees no GPU would
-    only fail later, in a worker, blaming the baseline kernel."""
+    """Why --device cannot be used on this machine, or None: nodes/context.device_refusal, the
+    check the graph's setup makes for Studio and graph.invoke too."""
     if device != "cuda":
         return None
-    from accelopt.tools.harness.runner import gpu_count
+    from accelopt.nodes.context import device_refusal as refusal
 
-    if gpu_count() > 0:
-        return None
-    return ("--device cuda: no CUDA GPU is visible here (no NVIDIA GPU in the driver's list and CUDA_VISIBLE_DEVICES, or a torch without CUDA); use --device auto or "
-            "--device cpu (Triton interpreter: correctness only, times are not GPU performance)")
+    return refusal(device)

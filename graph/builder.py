@@ -1,17 +1,30 @@
-"""Builds the optimization graph. `graph` is the bare compiled graph for `langgraph dev`,
-Studio and `graph.invoke`; the CLI compiles the same builder with a SQLite checkpointer.
+"""Builds the optimization graph. `graph` is the compiled graph for `langgraph dev`, Studio and
+`graph.invoke`; the CLI compiles the same builder with a SQLite checkpointer.
 
     setup -> recall -> planner (Send per beam member) -> dispatch (plan review, when asked)
           -> candidate (Send per plan x K: executor -> profiler <-> fixer; profiler -> autotune)
           -> selector -> summarizer -> record -> recall | standing -> END
+
+A run's settings are checked before any work wherever it starts (nodes/context.py; setup raises
+the refusal). One check cannot be made inside the graph: a context key RunContext has no field for
+(`beems`). LangGraph's server drops such keys before the graph sees the context, and graph.invoke
+fails on them with a TypeError; so `graph` (a ServedGraph) refuses them itself, in the same words,
+where the context is still whole: the server calls a callable graph as a factory with the run's
+context as given, and `stream`/`astream` see graph.invoke's.
+
+(No `from __future__ import annotations` here: the server reads ServedGraph.__call__'s parameter
+annotation, ServerRuntime, as an object to know what to pass it.)
 """
 
-from __future__ import annotations
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 try:  # `langgraph dev` and Studio import this file: a broken environment must say what to do
+    from langgraph_sdk.runtime import ServerRuntime
+
     from accelopt.graph.routing import (
         after_profiler,
         after_setup,
@@ -20,7 +33,7 @@ try:  # `langgraph dev` and Studio import this file: a broken environment must s
         to_samples,
     )
     from accelopt.nodes.autotune import autotune
-    from accelopt.nodes.context import RunContext
+    from accelopt.nodes.context import RunContext, refuse, unknown_keys_refusal
     from accelopt.nodes.executor import executor
     from accelopt.nodes.fixer import fixer
     from accelopt.nodes.planner import planner, review
@@ -38,6 +51,15 @@ except ImportError as exc:
     raise ImportError(f"accelopt's graph cannot be imported ({exc}). Install accelopt into the Python environment "
                       "that loads it: `pip install -e .` in the repository (or `make install`, then run "
                       ".venv/bin/langgraph dev)") from exc
+
+# What LangGraph's server itself may put in a run's context beside RunContext's fields (a run given
+# `config.configurable` instead of `context` has its configurable taken as the context).
+_SERVER_KEYS = {"thread_id", "checkpoint_id", "checkpoint_ns", "checkpoint_map", "run_id", "assistant_id",
+                "graph_id", "user_id", "cron_id"}
+
+
+def _own_keys(context: Mapping) -> list[str]:
+    return [k for k in context if not (k in _SERVER_KEYS or k.startswith(("__", "langgraph_", "x-")))]
 
 
 def build_candidate_graph() -> CompiledStateGraph[CandidateState, RunContext, CandidateState, CandidateOutput]:
@@ -80,5 +102,33 @@ def build_graph() -> StateGraph[RunState, RunContext, InputState, OutputState]:
     return builder
 
 
+class ServedGraph(CompiledStateGraph[RunState, RunContext, InputState, OutputState]):
+    """The compiled graph, refusing a context key RunContext has no field for in one line (a
+    ConfigError: the server's run ends as an error with it) where the context is still whole."""
+
+    def __call__(self, runtime: ServerRuntime) -> "ServedGraph":
+        """`langgraph dev` calls a callable graph as a factory for every use, a run's with its
+        context as the caller gave it (before the server filters it by the context schema)."""
+        context = getattr(runtime, "context", None)
+        if isinstance(context, Mapping):
+            refuse(unknown_keys_refusal(_own_keys(context)))
+        return self
+
+    def stream(self, *args: Any, **kwargs: Any) -> Iterator[Any]:  # invoke's too
+        if isinstance(kwargs.get("context"), Mapping):
+            refuse(unknown_keys_refusal(kwargs["context"]))
+        return super().stream(*args, **kwargs)
+
+    def astream(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:  # ainvoke's and the server's
+        if isinstance(kwargs.get("context"), Mapping):
+            refuse(unknown_keys_refusal(kwargs["context"]))
+        return super().astream(*args, **kwargs)
+
+
+def served(compiled: CompiledStateGraph[RunState, RunContext, InputState, OutputState]) -> ServedGraph:
+    """The compiled graph as a ServedGraph (its own copy, as Pregel.copy makes one)."""
+    return ServedGraph(**{k: v for k, v in vars(compiled).items() if k != "__orig_class__"})
+
+
 configure_tracing()  # before anything traces: compact payloads (no-op unless LANGSMITH_TRACING=true)
-graph = build_graph().compile(name="accelopt")
+graph = served(build_graph().compile(name="accelopt"))

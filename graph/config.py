@@ -24,7 +24,9 @@ ACCELOPT_<ROLE>_BASE_URL, ACCELOPT_CONFIG, ACCELOPT_RAY_ADDRESS ([cluster] ray_a
 ray`: evaluation on a Ray cluster, tools/harness/ray_pool.py). Flags: model, base_url, <role>_model,
 <role>_base_url and RunContext's fields.
 
-A role's settings inherit [models.default] field by field (nodes/context.inherit).
+A role's settings inherit [models.default] field by field (nodes/context.inherit). The context
+built is checked as every run's is (nodes/context.settings_refusal: types, minimums, the models'
+settings), so a bad value is a ConfigError here, in one line, before any work.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from accelopt.nodes.context import RunContext
+from accelopt.nodes.context import RunContext, refuse, settings_refusal
 from accelopt.tools import settings
 from accelopt.tools.llm_spec import (
     GIVEN,
@@ -45,7 +47,6 @@ from accelopt.tools.llm_spec import (
     client_missing,
     endpoint,
     unknown_key,
-    validate_spec,
 )
 
 _RUN_KEYS = {f.name for f in dataclasses.fields(RunContext)} - {"role_models", "chat_models", "model", "base_url",
@@ -123,13 +124,7 @@ def load_context(config_file: Path | None = None, **flags: Any) -> tuple[RunCont
                      role_models={**({"default": default} if default else {}),
                                   **{r: s for r, s in role_models.items() if r != "default"}},
                      prices=prices, **values)
-    for role in ROLES:
-        try:
-            validate_spec(ctx.model_spec(role))
-        except ConfigError as e:
-            raise ConfigError(f"{role} model: {e}") from None
-        except ValueError as e:  # pydantic: a bad field in [models.*]
-            raise ConfigError(f"{role} model settings are invalid: {e}".splitlines()[0]) from None
+    refuse(settings_refusal(ctx))  # the checks setup makes for every entry point (nodes/context.py)
     if "samples" not in values and ctx.model_spec("executor").provider == "tuner":
         # the tuner writes one kernel per plan, the same every time: a second sample is a copy
         ctx = dataclasses.replace(ctx, samples=1)

@@ -2,17 +2,30 @@
 
 Passed as LangGraph's `context` (Runtime), so Studio shows it as a form. Everything here is
 plain data; clients are built from it lazily inside nodes.
+
+The checks a run's settings get before any work, in one place for every entry point (the CLI,
+`graph.invoke`, `langgraph dev`): `context_refusal` (each field's type and minimum, every role's
+model settings, `--device cuda` where no GPU is visible), `setting_refusal` (one value, as a CLI
+option is parsed) and `unknown_keys_refusal` (a context key RunContext has no field for). Each
+answers one line or None; the refusal is raised as tools/settings.ConfigError. A field's minimum is
+its metadata's `ge`/`gt` (pydantic reads them: the JSON schema's `minimum`/`exclusiveMinimum`,
+Studio's form), its `flag` the CLI option that sets it: messages name a setting by its flag, so
+they read the same from the CLI and the server.
 """
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from functools import cache
+from typing import Any, Literal, get_type_hints
 
+from pydantic import TypeAdapter, ValidationError
 from pydantic.json_schema import SkipJsonSchema
 
 from accelopt.tools.harness.reference_kernel import CompileMode
-from accelopt.tools.llm_spec import ROLES, ModelSpec, given_spec, split_model
+from accelopt.tools.llm_spec import GIVEN, ROLES, ConfigError, ModelSpec, given_spec, split_model, validate_spec
 
 # Settings that belong to one model or one endpoint: a role that names another model does not
 # inherit the default's price, nor, with another provider, its endpoint and key.
@@ -24,13 +37,16 @@ Device = Literal["auto", "cuda", "cpu"]  # NKI runs on the NeuronCores under aut
 
 @dataclass(kw_only=True)
 class RunContext:
-    beams: int = field(default=2, metadata={"description": "B: beam width (elitist)"})
-    plans: int = field(default=2, metadata={"description": "N: plans per beam member"})
-    samples: int = field(default=2, metadata={"description": "K: kernels written per plan"})
-    fixes: int = field(default=2, metadata={"description": "F: fix attempts per failed kernel"})
-    iterations: int = field(default=3, metadata={"description": "T: iterations"})
+    beams: int = field(default=2, metadata={"description": "B: beam width (elitist)", "ge": 1, "flag": "--beams"})
+    plans: int = field(default=2, metadata={"description": "N: plans per beam member", "ge": 1, "flag": "--plans"})
+    samples: int = field(default=2, metadata={"description": "K: kernels written per plan", "ge": 1,
+                                               "flag": "--samples"})
+    fixes: int = field(default=2, metadata={"description": "F: fix attempts per failed kernel", "ge": 0,
+                                             "flag": "--fixes"})
+    iterations: int = field(default=3, metadata={"description": "T: iterations", "ge": 1, "flag": "--iterations"})
     autotune: int = field(default=0, metadata={
-        "description": "After a kernel verifies, search up to this many launch configurations of it (0: off)"})
+        "description": "After a kernel verifies, search up to this many launch configurations of it (0: off)",
+        "ge": 0, "flag": "--autotune"})
 
     model: str = field(default="tuner", metadata={
         "description": "Default model for every role, PROVIDER:NAME (openai, vllm, sglang, ollama, tuner)"})
@@ -42,18 +58,22 @@ class RunContext:
     # so left out of the JSON schema (Studio's form) and of run.json.
     chat_models: SkipJsonSchema[dict[str, Any] | None] = None
 
-    max_tokens: int | None = field(default=None, metadata={"description": "Token budget for the run"})
-    max_cost_usd: float | None = field(default=None, metadata={"description": "$ budget for the run"})
-    max_wall_s: float | None = field(default=None, metadata={"description": "Wall-clock budget (s)"})
+    max_tokens: int | None = field(default=None, metadata={"description": "Token budget for the run", "gt": 0,
+                                                            "flag": "--max-tokens"})
+    max_cost_usd: float | None = field(default=None, metadata={"description": "$ budget for the run", "gt": 0,
+                                                               "flag": "--max-cost"})
+    max_wall_s: float | None = field(default=None, metadata={"description": "Wall-clock budget (s)", "gt": 0,
+                                                             "flag": "--max-wall"})
     roofline_stop_pct: float = field(default=95.0, metadata={
-        "description": "Stop when the best kernel reaches this % of achievable peak (GPU timings only)"})
+        "description": "Stop when the best kernel reaches this % of achievable peak (GPU timings only)", "gt": 0})
 
     device: Device = field(default="auto", metadata={
         "description": "auto (a GPU if there is one, else the Triton interpreter; NKI: the NeuronCores), cuda, or cpu "
-                       "(Triton interpreter: correctness, no GPU times)"})
+                       "(Triton interpreter: correctness, no GPU times)", "flag": "--device"})
     profile: bool = field(default=True, metadata={
         "description": "Profile verified kernels on a GPU (ncu if present, else torch.profiler) for the planner"})
-    eval_timeout_s: float = field(default=300.0, metadata={"description": "Per-candidate evaluation limit (s)"})
+    eval_timeout_s: float = field(default=300.0, metadata={"description": "Per-candidate evaluation limit (s)", "gt": 0,
+                                                           "flag": "--eval-timeout"})
     versus_torch_compile: bool = field(default=True, metadata={
         "description": "At the run's end on a GPU, time the best kernel interleaved with torch.compile and eager "
                        "PyTorch of the reference (summary.json versus_torch_compile, torch_compile.json)"})
@@ -73,13 +93,14 @@ class RunContext:
     embedder: str = field(default="all-MiniLM-L6-v2", metadata={
         "description": "Sentence-transformers model for insights (offline: the bundled default, or a local dir)"})
     memory_capacity: int = field(default=2000, metadata={
-        "description": "Most insights the store keeps (the least supported are evicted first)"})
-    recall_k: int = field(default=5, metadata={"description": "Insights recalled per beam member for the planner"})
+        "description": "Most insights the store keeps (the least supported are evicted first)", "ge": 1})
+    recall_k: int = field(default=5, metadata={"description": "Insights recalled per beam member for the planner",
+                                                "ge": 0})
     learn_from_interpreter: bool = field(default=False, metadata={
         "description": "Distill insights from CPU-interpreter timings too (pipeline checks only: they are noise)"})
     llm_retry_wait_s: float = field(default=1.0, metadata={
         "description": "First wait before retrying a failed model call (s), doubling per attempt, when the server "
-                       "sends no Retry-After"})
+                       "sends no Retry-After", "ge": 0})
     preflight: bool = field(default=True, metadata={
         "description": "Before the run, check that each endpoint serves its model (GET /models, else a 1-token call)"})
     prices: dict[str, list[float]] = field(default_factory=dict, metadata={
@@ -149,3 +170,133 @@ def configured_price(prices: dict[str, list[float]], spec: ModelSpec) -> list[fl
             return prices[key]
     matches = [k for k in prices if spec.model.startswith(k)]
     return prices[max(matches, key=len)] if matches else None
+
+
+# The budgets: a run without one has none (None), so 0 is refused rather than read as "no budget".
+_BUDGETS = {"max_tokens", "max_cost_usd", "max_wall_s"}
+
+
+@cache
+def _field_types() -> dict[str, Any]:
+    return get_type_hints(RunContext)
+
+
+@cache
+def _adapter(name: str) -> TypeAdapter:
+    return TypeAdapter(_field_types()[name])
+
+
+def _field(name: str) -> Any:
+    return next(f for f in fields(RunContext) if f.name == name)
+
+
+def _shown(value: Any) -> str:
+    """A value as a command line would spell it: -5 for -5.0, 1.5, 'two' quoted."""
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def setting_refusal(name: str, value: Any, shown_as: str | None = None) -> str | None:
+    """Why one setting's value cannot run (below the field's minimum; nan is never above one), in
+    one line, or None. The setting is named `shown_as` (a CLI option's own spelling), else by the
+    field's flag, else its name."""
+    meta = _field(name).metadata
+    if value is None or isinstance(value, bool) or not isinstance(value, int | float):
+        return None  # no budget, or not a number: the type check's to refuse
+    label = f"{shown_as or meta.get('flag') or name} {_shown(value)}"
+    if meta.get("ge") is not None and not value >= meta["ge"]:
+        return f"{label}: must be at least {meta['ge']}"
+    if meta.get("gt") is not None and not value > meta["gt"]:
+        if name in _BUDGETS:
+            return f"{label}: a budget must be greater than {meta['gt']} (leave it out for no budget)"
+        return f"{label}: must be greater than {meta['gt']}"
+    return None
+
+
+def _type_refusal(name: str, value: Any) -> str | None:
+    """A value of the wrong type for its field (JSON from a form or the SDK: '2' for 2, 'tpu'), or
+    None. Strict: a string is not read as a number, a float not as an int."""
+    try:
+        _adapter(name).validate_python(value, strict=True)
+    except ValidationError as e:
+        error = e.errors()[0]
+        where = f" at {'.'.join(str(p) for p in error['loc'])}" if error["loc"] else ""
+        message = error["msg"][:1].lower() + error["msg"][1:]
+        return f"{_field(name).metadata.get('flag') or name} {_shown(value)}{where}: {message}"
+    return None
+
+
+def model_refusal(ctx: RunContext) -> str | None:
+    """Every role's model settings as a run needs them (a known provider, a model name, a key where
+    the endpoint needs one), or None; a chat model given in code is the caller's."""
+    for role in ROLES:
+        try:
+            spec = ctx.model_spec(role)
+            if spec.provider != GIVEN:
+                validate_spec(spec)
+        except ConfigError as e:
+            return f"{role} model: {e}"
+        except ValueError as e:  # pydantic: a bad field in [models.*]
+            return f"{role} model settings are invalid: {e}".splitlines()[0]
+    return None
+
+
+def settings_refusal(ctx: RunContext) -> str | None:
+    """What is wrong with the settings themselves, wherever the run starts: a field's type or
+    minimum, then the models' settings; None when they can run. Nothing here looks at the machine."""
+    for f in fields(ctx):
+        if f.name == "chat_models":  # code-only: ready chat models, whatever their class
+            continue
+        value = getattr(ctx, f.name)
+        refusal = _type_refusal(f.name, value) or setting_refusal(f.name, value)
+        if refusal:
+            return refusal
+    return model_refusal(ctx)
+
+
+def device_refusal(device: str | None) -> str | None:
+    """Why --device cannot be used on this machine, or None: `cuda` where torch sees no GPU would
+    only fail later, in a worker, blaming the baseline kernel."""
+    if device != "cuda":
+        return None
+    from accelopt.tools.harness.runner import gpu_count  # the harness: only to answer this
+
+    if gpu_count() > 0:
+        return None
+    return ("--device cuda: no CUDA GPU is visible here (no NVIDIA GPU in the driver's list and CUDA_VISIBLE_DEVICES, "
+            "or a torch without CUDA); use --device auto or --device cpu (Triton interpreter: correctness only, times "
+            "are not GPU performance)")
+
+
+def context_refusal(ctx: Any) -> str | None:
+    """Everything a run's context is checked for before any work, in one line, or None: the
+    settings, and the device on this machine (on a Ray cluster, the cluster's GPUs are the CLI's
+    to check: cli/options.cluster_refusal)."""
+    if not isinstance(ctx, RunContext):
+        return (f"the run's context is {type(ctx).__name__}, not a RunContext: pass context=RunContext(...) or a "
+                "dict of its fields")
+    return settings_refusal(ctx) or (None if ctx.ray_address else device_refusal(ctx.device))
+
+
+def unknown_keys_refusal(keys: Iterable[str]) -> str | None:
+    """A context key RunContext has no field for (`beems`) would be dropped and the run go on
+    without it: one line naming it, the closest field, and every known key; or None."""
+    known = sorted(f.name for f in fields(RunContext) if f.name != "chat_models")
+    unknown = sorted(k for k in keys if k not in known and k != "chat_models")
+    if not unknown:
+        return None
+    close = difflib.get_close_matches(unknown[0], known, n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    names = ", ".join(f"'{k}'" for k in unknown)
+    return (f"unknown run context key{'s' if len(unknown) > 1 else ''} {names}{hint}: the known keys are "
+            f"{', '.join(known)}")
+
+
+def refuse(refusal: str | None) -> None:
+    """Raise a refusal as the error every entry point reports in one line (ConfigError)."""
+    if refusal:
+        raise ConfigError(refusal)

@@ -7,7 +7,10 @@ speedups are against the reference.
 A run started without run_dir (Studio, `graph.invoke`) gets the CLI's default, runs/TASK-TIME
 (tools/rundir.default_run_dir), chosen here and kept in the state; setup writes run.json into a
 run directory that has none, so `accelopt resume DIR` can pick the run up (Studio's checkpoints
-live in the server: `--restart` replays every cached evaluation and reply)."""
+live in the server: `--restart` replays every cached evaluation and reply).
+
+Before any of it, the run's settings get the checks the CLI makes (nodes/context.context_refusal)
+and the input must name a task_dir: a refusal is raised as ConfigError, one line."""
 
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from pathlib import Path
 from langgraph.runtime import Runtime
 
 from accelopt.nodes.common import task_of
-from accelopt.nodes.context import RunContext
+from accelopt.nodes.context import RunContext, context_refusal, refuse
 from accelopt.nodes.records import baseline_candidate, with_measurement
 from accelopt.nodes.seeding import inductor_seed, nothing_to_start_from, seeds_from_inductor
 from accelopt.nodes.services import emit, measure, warm_memory
@@ -31,6 +34,12 @@ log = logging.getLogger("accelopt")
 
 
 def setup(state: RunState, runtime: Runtime[RunContext]) -> RunState:
+    # The CLI's checks, for every entry point, before any work: raised, so that a server run ends
+    # as an error with this one line, never as a finished run whose stop_reason is a traceback.
+    refuse(context_refusal(runtime.context))
+    if not state.get("task_dir"):
+        refuse('no task_dir in the run\'s input: give {"task_dir": "PATH"}, a task directory (task.json, '
+               'reference.py, baseline.py), and optionally "run_dir"')
     emit({"event": "step", "text": "loading the task"})
     task = task_of(state["task_dir"])
     if state.get("baseline_id"):  # resumed after setup already ran

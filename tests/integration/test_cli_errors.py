@@ -165,8 +165,9 @@ def test_device_cuda_without_a_gpu_is_refused_before_any_work(softmax_task, tmp_
     proc = run_cli("eval", str(softmax_task.parent), "--device", "cuda", "--out", str(out), env=NO_GPU)
     assert_clean_error(proc, "--device cuda: no CUDA GPU is visible here")
     assert not out.exists()
-    proc = run_cli("optimize", str(softmax_task), "--device", "gpu")  # not a device: typer's usage error
-    assert proc.returncode == 2 and "'gpu' is not one of 'auto'" in proc.stderr
+    proc = run_cli("optimize", str(softmax_task), "--device", "gpu")  # not a device: a usage error, one line
+    assert_clean_error(proc, "'gpu' is not one of 'auto'")
+    assert len(proc.stderr.strip().splitlines()) == 1
 
 
 def test_a_model_without_a_provider_is_refused_with_how_to_name_it(softmax_task, tmp_path):
@@ -304,3 +305,36 @@ def test_the_tuner_on_a_task_without_a_baseline_is_refused_before_any_work(softm
                    "--run-dir", str(run_dir))
     assert_clean_error(proc, "task softmax has no baseline.py", "--device cpu was given", "--seed-capture", "--model")
     assert len(proc.stderr.strip().splitlines()) == 1 and not run_dir.exists()
+
+
+HELP = "(see: python -m accelopt {} --help)"
+
+
+@pytest.mark.parametrize("args,line", [
+    # the values a RunContext field bounds: its rule, in the words the graph's setup uses (test_dev_server)
+    (("optimize", "T", "-B", "-1"), "--beams -1: must be at least 1"),
+    (("optimize", "T", "-T", "0"), "--iterations 0: must be at least 1"),
+    (("optimize", "T", "-F", "-2"), "--fixes -2: must be at least 0"),
+    (("optimize", "T", "--eval-timeout", "0"), "--eval-timeout 0: must be greater than 0"),
+    (("eval", "T", "-K", "0"), "--samples 0: must be at least 1"),
+    (("resume", "R", "-T", "0"), "--iterations 0: must be at least 1"),
+    (("check", "T", "K.py", "--timeout", "-1"), "--timeout -1: must be greater than 0"),
+    (("check", "T", "K.py", "--timeout", "0"), "--timeout 0: must be greater than 0"),
+    # click's usage errors, each command's: one line, with where the usage is
+    (("optimize", "T", "--device", "tpu"),
+     "invalid value for '--device': 'tpu' is not one of 'auto', 'cuda', 'cpu'. " + HELP.format("optimize")),
+    (("optimize", "T", "--beems", "2"),
+     "no such option: --beems (Possible options: --beams, --seed) " + HELP.format("optimize")),
+    (("optimize", "T", "-B", "two"), "invalid value for '--beams' / '-B': Input should be a valid integer, unable "
+                                     "to parse string as an integer " + HELP.format("optimize")),
+    (("optimize",), "missing argument 'task_dir'. " + HELP.format("optimize")),
+    (("check", "T", "K.py", "--timeout", "soon"), "invalid value for '--timeout': Input should be a valid number, "
+                                                  "unable to parse string as a number " + HELP.format("check")),
+    (("memory", "list", "--limit", "x"), "invalid value for '--limit': Input should be a valid integer, unable to "
+                                         "parse string as an integer " + HELP.format("memory list")),
+    (("frobnicate",), "no such command 'frobnicate'. (see: python -m accelopt --help)"),
+])
+def test_every_usage_error_is_one_error_line_and_exit_2(args, line):
+    """Not typer's 5-6 line box, nor a value taken as given (`check --timeout -1` judged a timeout)."""
+    proc = run_cli(*args)
+    assert (proc.returncode, proc.stderr, proc.stdout) == (2, f"error: {line}\n", ""), proc.stderr

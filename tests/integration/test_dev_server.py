@@ -24,11 +24,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def dev_server(tmp_path):
+@pytest.fixture(scope="module")
+def dev_server(tmp_path_factory):
+    """One server for the file's tests (it starts in seconds; each test's runs use threads of their own)."""
+    tmp_path = tmp_path_factory.mktemp("dev")
     port = free_port()
     env = {**{k: v for k, v in os.environ.items() if not k.startswith(("LANGSMITH", "LANGCHAIN"))},
            "LANGGRAPH_CLI_NO_ANALYTICS": "1",  # offline: no analytics ping
+           "CUDA_VISIBLE_DEVICES": "",  # no GPU for the server's runs, also on a machine that has one
            "ACCELOPT_RUNS_DIR": str(tmp_path / "runs")}  # where a run given no run_dir goes (default ./runs)
     log = (tmp_path / "dev.log").open("w")
     proc = subprocess.Popen([str(LANGGRAPH), "dev", "--no-browser", "--no-reload", "--host", "127.0.0.1",
@@ -129,3 +132,62 @@ def test_a_run_through_the_sdk_streams_node_updates_in_order(dev_server):
     # Compiles, model loading and the harness never tripped the dev server's blocking-call guard.
     assert "BlockingError" not in log.read_text()
     assert "Failed to get" not in log.read_text()  # every schema (input, output, state, context) was built
+
+
+NO_GPU = ("--device cuda: no CUDA GPU is visible here (no NVIDIA GPU in the driver's list and CUDA_VISIBLE_DEVICES, "
+          "or a torch without CUDA); use --device auto or --device cpu (Triton interpreter: correctness only, times "
+          "are not GPU performance)")
+UNKNOWN = "unknown run context key 'beems' (did you mean 'beams'?): the known keys are autotune, base_url, beams, "
+NO_TASK = ('no task_dir in the run\'s input: give {"task_dir": "PATH"}, a task directory (task.json, reference.py, '
+           'baseline.py), and optionally "run_dir"')
+
+
+def test_what_the_cli_refuses_the_server_refuses_before_any_work_as_an_error_in_the_clis_words(dev_server):
+    """Not a `success` whose stop_reason is a worker's traceback, nor a setting dropped or taken as
+    given: the run's status is `error` and its error is the line the CLI prints (test_cli_errors)."""
+    from langgraph_sdk import get_sync_client
+
+    url, log = dev_server
+    client = get_sync_client(url=url)
+    assistant = client.assistants.search()[0]["assistant_id"]
+    schema = client.assistants.get_schemas(assistant)["context_schema"]["properties"]
+    # Studio's form knows the minimums
+    assert (schema["beams"]["minimum"], schema["fixes"]["minimum"], schema["iterations"]["minimum"]) == (1, 0, 1)
+    assert {"exclusiveMinimum": 0, "type": "number"} in schema["max_cost_usd"]["anyOf"]
+
+    runs = log.parent / "runs"  # where a run given no run_dir writes: the file's other runs' too
+    before = sorted(runs.iterdir()) if runs.exists() else []
+    task = {"task_dir": str(TASKS / "rmsnorm")}
+    for given, expected in [(dict(context={"device": "cuda"}), NO_GPU),
+                            (dict(context={"beams": -1, "device": "cpu"}), "--beams -1: must be at least 1"),
+                            (dict(context={"max_cost_usd": -5}), "--max-cost -5: a budget must be greater than 0 "
+                                                                 "(leave it out for no budget)"),
+                            (dict(context={"beems": 2}), UNKNOWN),
+                            (dict(config={"configurable": {"beems": 2}}), UNKNOWN),  # the older way to pass it
+                            (dict(input={}, context={"device": "cpu"}), NO_TASK)]:
+        thread = client.threads.create()["thread_id"]
+        run = client.runs.create(thread, "accelopt", **{"input": task, **given})
+        answer = client.runs.join(thread, run["run_id"])
+        assert client.runs.get(thread, run["run_id"])["status"] == "error", (given, answer)
+        error = answer["__error__"]
+        assert error["error"] == "ConfigError" and error["message"].startswith(expected), (given, error)
+        assert "\n" not in error["message"] and "Traceback" not in error["message"]
+    assert (sorted(runs.iterdir()) if runs.exists() else []) == before  # no run directory: nothing was done
+
+
+def test_graph_invoke_refuses_what_the_server_refuses_in_the_same_words(tmp_path):
+    """`graph.invoke` (the graph langgraph.json serves) before any work: a ConfigError, one line."""
+    from accelopt.graph.builder import graph
+    from accelopt.tools.settings import ConfigError
+
+    task = {"task_dir": str(TASKS / "rmsnorm"), "run_dir": str(tmp_path / "run")}
+    for context, expected in [({"beems": 2}, UNKNOWN), ({"samples": 0}, "--samples 0: must be at least 1"),
+                              ({"device": "tpu"}, "--device 'tpu': input should be 'auto', 'cuda' or 'cpu'"),
+                              ({"beams": "2"}, "--beams '2': input should be a valid integer"),
+                              ({"model": "acme:big"}, "planner model: unknown model provider 'acme'")]:
+        with pytest.raises(ConfigError) as refused:
+            graph.invoke(task, context=context)
+        assert str(refused.value).startswith(expected), str(refused.value)
+    with pytest.raises(ConfigError, match="^no task_dir in the run's input"):
+        graph.invoke({}, context={"device": "cpu"})
+    assert not (tmp_path / "run").exists()
