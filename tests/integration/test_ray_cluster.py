@@ -170,3 +170,17 @@ def test_doctor_lists_the_cluster(cluster):
                           timeout=120, env={**os.environ, "ACCELOPT_RAY_ADDRESS": c.address, "COLUMNS": "400"})
     row = next((line for line in done.stdout.splitlines() if "ray cluster" in line), "")
     assert "yes" in row and "node(s)" in row and "no GPU" in row and "evaluation actors alive" in row, done.stdout
+
+
+def test_a_stray_token_against_a_cluster_without_authentication_is_named(cluster):
+    """RAY_AUTH_TOKEN left in a driver's environment, a cluster started without authentication:
+    the actors die before they run, and the error names the token rather than blaming CPUs."""
+    c, _workers = cluster
+    code = ("from accelopt.tools.harness.ray_pool import ClusterError, get_ray_pool\n"
+            f"try:\n    get_ray_pool({c.address!r}, 'cpu')\nexcept ClusterError as e:\n    print('ERR', e)\n")
+    env = {**os.environ, "RAY_AUTH_TOKEN": "0" * 32, "PYTHONPATH": str(ROOT)}
+    env.pop("RAY_AUTH_MODE", None)
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert "ERR" in done.stdout, (done.stdout[-1000:], done.stderr[-2000:])
+    message = done.stdout.split("ERR", 1)[1]
+    assert "sent the authentication token in RAY_AUTH_TOKEN" in message and "unset it" in message, message

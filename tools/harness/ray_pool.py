@@ -85,6 +85,7 @@ def connect(address: str) -> None:
     source = _token_source()
     if source and os.environ.get("RAY_AUTH_MODE") is None:
         _send_token()
+        _sent_token[0] = source
     failure: Exception | None = None
     bounded = GCS_ATTEMPTS_ENV not in os.environ
     if bounded:
@@ -108,6 +109,9 @@ def connect(address: str) -> None:
         raise ClusterError(_token_refusal(address, source)) from None
     first = (str(failure).strip().splitlines() or [type(failure).__name__])[0]
     raise ClusterError(f"cannot reach the Ray cluster at {address}: {first}") from None
+
+
+_sent_token: list[str | None] = [None]  # where the token this driver sends came from (connect), if it sends one
 
 
 def _token_source() -> str | None:
@@ -414,14 +418,19 @@ class RayPool:
         self.kind: str | None = None
         self.in_flight: dict[str, int] = {}  # node -> requests running there
         self.losses: list[str] = []
+        self.failed_starts: list[str] = []  # actors that died before they ran: node, and Ray's reason
         self._cond = threading.Condition()
         self._refresh_lock = threading.Lock()
         self._shipped: dict[str, _Shipped] = {}
         self._closed = False
         self.refresh(wait_s=start_timeout_s)
         if not self.slots:
-            raise ClusterError(f"the Ray cluster at {address} has no node that can evaluate on {device} "
-                               f"({'no GPU' if device == 'cuda' else 'no free CPU'} for an evaluation actor)")
+            why = f"{'no GPU' if device == 'cuda' else 'no free CPU'} for an evaluation actor"
+            if _sent_token[0] and self.failed_starts:  # a stray token: the actors die before they run (Ray 2.60)
+                why = (f"every evaluation actor died before it ran, and this driver sent the authentication token in "
+                       f"{_sent_token[0]}: a cluster started without authentication does not run a token-mode "
+                       f"driver's actors; unset it, or start the cluster with a token ({TOKEN_HOWTO})")
+            raise ClusterError(f"the Ray cluster at {address} has no node that can evaluate on {device} ({why})")
         self._watcher = threading.Thread(target=self._watch, daemon=True, name="accelopt-ray-refresh")
         self._watcher.start()
 
@@ -476,6 +485,7 @@ class RayPool:
                 info = ray.get(ref)
             except ray.exceptions.RayError as exc:  # it could not start: its node is going, or a bad install
                 log.warning("an evaluation actor on node %s failed to start: %s", node_id[:8], str(exc)[:300])
+                self.failed_starts.append(f"{node_id[:8]}: {str(exc)[:300]}")
                 continue
             with self._cond:
                 self.slots.append(Slot(handle, info["node"], info["node_id"], info["kind"]))
