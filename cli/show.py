@@ -18,14 +18,17 @@ if TYPE_CHECKING:
 
 SHOW_JSON_HELP = (
     "Print one JSON object and nothing else: run_dir, task, task_dir, state (finished | running | "
-    "interrupted | stopped | skipped | failed), state_text, outcome, verdict, outcome_text, stop_reason, held_by, "
+    "interrupted | stopped | skipped | failed), state_text, outcome (optimized: a best faster than the baseline "
+    "beyond noise | finished | stopped | skipped | failed | running), verdict (faster | within noise | no faster "
+    "kernel | slower | interpreter), outcome_text, stop_reason, held_by, "
     "started, model, device_name, timer (cuda_event | interpreter_wall | ...), timer_label, iterations_done, "
     "iterations_planned, candidates_evaluated, tokens, cost_usd, best_id, best {speedup, ci_low, ci_high, rounds, "
     "faster}, beam [{id, iteration, status, kind, vs_baseline}], lineage [{id, iteration, kind, parent_id, plan_id, "
     "plan_title, plan, fix_of, status, vs_baseline, vs_parent}] (baseline first, beam head last), diff (unified, "
     "baseline -> best; '' when the best is the baseline), notes")
 RUNS_JSON_HELP = (
-    "Print one JSON list and nothing else, one object per run: run_dir, task, started, state, outcome, verdict, "
+    "Print one JSON list and nothing else, one object per run: run_dir, task, started, state, outcome and verdict "
+    "(as show --json), "
     "outcome_text, note, iterations_done, iterations_planned, best_id, best_speedup, timer, timer_label, model, "
     "cost_usd")
 
