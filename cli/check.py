@@ -153,6 +153,7 @@ def check_suite(tasks_dir: Path, solutions_dir: Path, sample: int, device: str, 
 
 
 def show_suite(suite: SuiteVerdict, console: Console, compile_mode: str = "default") -> None:
+    from accelopt.evals.reporting.check_suite import judged, missing_line
     from accelopt.tools.harness.reference_kernel import mode_note
     from accelopt.tools.harness.result import TIMER_NAMES
 
@@ -160,11 +161,14 @@ def show_suite(suite: SuiteVerdict, console: Console, compile_mode: str = "defau
                   + (f" ({TIMER_NAMES.get(suite.timer, suite.timer)})" if suite.timer else ""))
     for column in ("task", "solution", "status", "vs eager", "vs torch.compile" + mode_note(compile_mode)):
         table.add_column(column, overflow="fold")
-    for r in suite.results:
+    for r in judged(suite):  # natural order (1, 2, ..., 10, ..., 100); tasks without a solution below, on one line
         speed = [f"{r.speedup[k]:.2f}x ({r.interval[k][0]:.2f}-{r.interval[k][1]:.2f})" if k in r.speedup else "-"
                  for k in ("eager", "torch_compile")]
         table.add_row(r.task, Path(r.solution).name if r.solution else "-", r.status, *speed)
     console.print(table)
+    missing = missing_line(suite)
+    if missing:
+        console.print(missing, markup=False, highlight=False)
     for name, shares in suite.fast_p.items():
         known = ", ".join(f"fast_{p.rstrip('0').rstrip('.') or '0'} {v:.0%}" for p, v in shares.items() if v is not None)
         mode = mode_note(compile_mode) if name == "torch_compile" else ""
@@ -176,7 +180,8 @@ def show_suite(suite: SuiteVerdict, console: Console, compile_mode: str = "defau
 def show(result: EvalResult, kernel: Path, compile_mode: str = "default") -> None:
     console = Console()
     style = "bold green" if result.ok else "bold red"
-    console.print(f"[{style}]{result.status}[/]  {kernel}  on {result.device_name or result.device}")
+    # one line however long: the terminal folds it, a copied path stays whole (rich would break it)
+    console.print(f"[{style}]{result.status}[/]  {kernel}  on {result.device_name or result.device}", soft_wrap=True)
     if result.error:
         console.print(result.error, markup=False, highlight=False)
     for line in result.evidence:
@@ -188,7 +193,7 @@ def show(result: EvalResult, kernel: Path, compile_mode: str = "default") -> Non
         interp = result.timer == "interpreter_wall"
         table = Table(title="times" + (" (CPU interpreter wall clock: not GPU performance)" if interp else ""))
         for column in ("workload", "median µs", "IQR µs", "metric", "kernel-only µs", "events µs", "% peak"):
-            table.add_column(column)
+            table.add_column(column, overflow="fold")  # 80 columns: a cell wraps, never cut with an ellipsis
         for name, t in result.workloads.items():
             table.add_row(name, f"{t.median_us:.1f}", f"{t.iqr_us:.1f}", t.metric,
                           f"{t.kernel_us:.1f}" if t.kernel_us is not None else "-",

@@ -112,3 +112,39 @@ def test_runs_reads_whole_at_80_columns(runs):  # noqa: F811 - the fixture
     assert f"beam head {summary['best_id']}" in block[2] and len(block) <= 7
     stopped = lines[lines.index("stopped"):]
     assert stopped[2].startswith("  stopped before the search (setup): task softmax has no baseline.py")
+
+
+# ---------------------------------------------------------------- check
+
+def test_check_of_one_kernel_reads_whole_at_80_columns(softmax_task, tmp_path):
+    from tests.scripted import BASELINE
+
+    kernel = tmp_path / "a-kernel-file-whose-name-is-long-enough-to-be-cut-in-a-narrow-table.py"
+    kernel.write_text(BASELINE)
+    done = subprocess.run([sys.executable, "-m", "accelopt", "check", str(softmax_task), str(kernel), "--device",
+                           "cpu"], cwd=ROOT, env={**os.environ, **NARROW}, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = _fits(done.stdout, whole=[line for line in done.stdout.splitlines() if str(kernel) in line])
+    assert any(str(kernel) in line for line in lines)
+
+
+def test_check_of_folders_lists_tasks_in_natural_order_and_folds_the_missing_ones(tmp_path):
+    """KernelBench level 1 printed 98 `missing` rows of 3-4 lines each, sorted 100, 10, 11."""
+    from rich.console import Console
+
+    from accelopt.cli.check import show_suite
+    from accelopt.evals.reporting.check_suite import SolutionVerdict, SuiteVerdict
+
+    results = [SolutionVerdict(task=f"{n}_Problem", solution=None, status="missing") for n in (100, 10, 11, 3, 4, 5)]
+    results += [SolutionVerdict(task=f"{n}_Problem", solution=f"level_1_problem_{n}_sample_0_kernel.py",
+                                status="verified") for n in (20, 2)]
+    suite = SuiteVerdict(results=results, tasks=len(results), correct=2, timer="interpreter_wall", fast_p={})
+    console = Console(width=80, record=True, file=open(os.devnull, "w"))
+    show_suite(suite, console)
+    text = console.export_text()
+    lines = _fits(text)
+    rows = [line for line in lines if "_Problem" in line and "verified" in line]
+    assert [r.split()[1] for r in rows] == ["2_Problem", "20_Problem"], text
+    folded = [line for line in lines if "3-5" in line]  # the missing ones: one line, numbers as ranges
+    assert len(folded) == 1 and "100" in folded[0] and "10" in folded[0], text
+    assert not any("100_Problem" in line or "missing" in line.split() for line in lines if line not in folded), text
