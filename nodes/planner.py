@@ -22,7 +22,7 @@ from accelopt.nodes.context import RunContext
 from accelopt.nodes.records import Plan, PlannerEventKind, plan_record, planner_event, usage_entries
 from accelopt.nodes.state import PlannerInput, RunState
 from accelopt.policies.choice import policy_for
-from accelopt.policies.interface import PlanDraft, PlanRequest, PolicyError
+from accelopt.policies.interface import MeasuredKernel, PlanDraft, PlanRequest, PolicyError
 from accelopt.policies.measurement_text import describe
 from accelopt.tools.llm_spec import BudgetExceeded
 
@@ -33,8 +33,8 @@ def planner(state: PlannerInput, runtime: Runtime[RunContext]) -> RunState:
     insights = [Insight.model_validate(i) for i in state["recalled"]]
     request = PlanRequest(task=task_of(state["task_dir"]), iteration=state["iteration"], member_id=member["id"],
                           source=None if member.get("kind") == "reference" else member["source"],
-                          measurements=describe(member), tried=state["tried"], lessons=insights, n=ctx.plans,
-                          row=row_length(member.get("workloads")))
+                          measurements=describe(member), tried=tried_before(state["tried"], state["iteration"]),
+                          lessons=insights, n=ctx.plans, row=row_length(member.get("workloads")))
     try:
         answer = policy_for(ctx, "planner", state.get("run_dir")).plan(request)
     except PolicyError as exc:
@@ -52,6 +52,20 @@ def planner(state: PlannerInput, runtime: Runtime[RunContext]) -> RunState:
         return {"plans": [], "usage": usage,
                 "history": [planner_event(state["iteration"], "planner_empty", member["id"], why)]}
     return {"plans": plans, "usage": usage}
+
+
+_OF_ITERATION = re.compile(r"i(\d+)\.")
+
+
+def tried_before(tried: list[MeasuredKernel], iteration: int) -> list[MeasuredKernel]:
+    """The kernels measured before this iteration. In a run they are all there are when its
+    planners ask; a resumed run that runs a failed iteration again also has that iteration's own,
+    and with them its planner would ask another question than the first time: a second real call
+    where the run cache holds the answer to the first."""
+    def of(kernel: MeasuredKernel) -> int:
+        found = _OF_ITERATION.match(kernel["id"])
+        return int(found.group(1)) if found else 0
+    return [k for k in tried if of(k) < iteration]
 
 
 log = logging.getLogger("accelopt")

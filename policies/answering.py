@@ -4,7 +4,7 @@ the call labelled so that the graph's messages stream sees it from inside the ca
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
@@ -15,13 +15,18 @@ from langchain_core.runnables import RunnableConfig
 from openai import LengthFinishReasonError
 
 from accelopt.policies.replies import encode_reply, reply_of
+from accelopt.tools.llm import read_reply
 
 
 class AnsweringModel(BaseChatModel):
     """The role's chat model, with what call_model's text would drop (finish_reason, tool calls,
     reasoning that came in a field of its own) folded into the reply's text, so that the run
     cache replays it too; and with a response schema when one is asked for. It passes the call
-    and its config straight through (no run of its own in a trace: the model's run is the one)."""
+    and its config straight through (no run of its own in a trace: the model's run is the one).
+    Under a budget, tools/llm.call_model gives it `read_up_to`: the reply is streamed and read no
+    further than the call's reservation (tools/llm.read_reply)."""
+
+    reads_replies: ClassVar[bool] = True  # call_model passes read_up_to and prompt_tokens
 
     inner: BaseChatModel
     response_format: dict[str, Any] | None = None
@@ -31,11 +36,13 @@ class AnsweringModel(BaseChatModel):
         return "accelopt-answering"
 
     def invoke(self, input: LanguageModelInput, config: RunnableConfig | None = None, *,
-               stop: list[str] | None = None, **kwargs: Any) -> AIMessage:
+               stop: list[str] | None = None, read_up_to: int | None = None, prompt_tokens: int = 0,
+               **kwargs: Any) -> AIMessage:
         if self.response_format is not None:
             kwargs["response_format"] = self.response_format
         try:
-            message = self.inner.invoke(input, streamed_to_the_graph(config), stop=stop, **kwargs)
+            message = read_reply(self.inner, input, streamed_to_the_graph(config), up_to=read_up_to,
+                                 prompt_tokens=prompt_tokens, stop=stop, **kwargs)
         except LengthFinishReasonError as exc:  # openai's parse() raises on a cut-off schema reply
             message = _cut_off_message(exc.completion)
         return AIMessage(content=encode_reply(reply_of(message)), usage_metadata=message.usage_metadata,

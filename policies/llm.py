@@ -9,8 +9,9 @@ one, in text otherwise (structured_output.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable
+from types import SimpleNamespace
+from typing import Any, TypeVar, cast
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
@@ -34,6 +35,7 @@ from accelopt.policies.prompting import (
     FROM_SCRATCH,
     LESSON_FORMAT,
     PLAN_FORMAT,
+    backend_parts,
     fix_attempt,
     lessons_text,
     render,
@@ -50,10 +52,20 @@ from accelopt.policies.replies import (
     strip_reasoning,
 )
 from accelopt.policies.structured_output import LESSON_SCHEMA, PLANS_SCHEMA, REFUSED, TEXT_ONLY, takes_schema
-from accelopt.tools.llm import LLMCallError, ModelSpec, call_model
+from accelopt.tools.budget import estimate_tokens
+from accelopt.tools.llm import ROLES, LLMCallError, ModelSpec, call_model
 from accelopt.tools.task import Task
 
 T = TypeVar("T")
+
+# A planner reply with no plan in it (cut off at its token limit, or nothing readable) is asked
+# again, up to this many requests in all: with one beam member, one bad reply was the whole
+# iteration's, and the run ended as though the endpoint were dead.
+PLAN_ATTEMPTS = 3
+AGAIN = {True: ("\n\n(Your previous reply was cut off at its token limit before a complete plan. Reason briefly "
+                "and keep each plan to a few sentences.)"),
+         False: ("\n\n(Your previous reply held no plan that could be read. Give the plans in the format asked "
+                 "for above.)")}
 
 
 class LLMPolicy:
@@ -70,26 +82,26 @@ class LLMPolicy:
         return f"{self.spec.label()}@{self.spec.base_url}"
 
     def _ask(self, prompt: str, iteration: int, candidate_id: str | None = None,
-             schema: dict[str, Any] | None = None) -> tuple[Reply, dict]:
+             schema: dict[str, Any] | None = None, attempt: int = 1) -> tuple[Reply, dict]:
         system = render("system", role=self.role)
         model = AnsweringModel(inner=self.model, response_format=schema)
         try:
             text, usage = call_model(model, self.spec, [SystemMessage(system), HumanMessage(prompt)], role=self.role,
                                      candidate_id=candidate_id, iteration=iteration,
-                                     retry_wait_s=self.retry_wait_s, run_dir=self.run_dir)
+                                     retry_wait_s=self.retry_wait_s, run_dir=self.run_dir, attempt=attempt)
         except LLMCallError as exc:
             raise PolicyError(str(exc)) from exc
         # the prompt's size, so that runs show which prompts grow
         return decode_reply(text), {**usage, "prompt_chars": len(system) + len(prompt)}
 
     def _ask_parsed(self, prompt: Callable[[bool], str], schema: dict[str, Any], parse: Callable[[Reply], T],
-                    iteration: int, candidate_id: str | None) -> tuple[T, Reply, dict]:
+                    iteration: int, candidate_id: str | None, attempt: int = 1) -> tuple[T, Reply, dict]:
         """Ask with a response schema where the endpoint takes one; in text when it refuses it or
         its answer cannot be read (the two prompts differ, so the run cache keeps both)."""
         spent: list[dict] = []
         if self.structured and self._endpoint() not in TEXT_ONLY:
             try:
-                reply, usage = self._ask(prompt(True), iteration, candidate_id, schema)
+                reply, usage = self._ask(prompt(True), iteration, candidate_id, schema, attempt)
             except PolicyError as exc:
                 # asked again in text only when the schema was refused: a call that failed for
                 # another reason already spent its retries, and a second round of them doubles the wait
@@ -101,23 +113,44 @@ class LLMPolicy:
                 if parsed or reply.truncated:  # a cut-off reply would be cut off in text too
                     return parsed, reply, usage
                 spent.append(usage)
-        reply, usage = self._ask(prompt(False), iteration, candidate_id)
+        reply, usage = self._ask(prompt(False), iteration, candidate_id, attempt=attempt)
         return parse(reply), reply, _merged([*spent, usage])
 
     def plan(self, request: PlanRequest) -> Plans:
-        def prompt(structured: bool) -> str:
-            return render("planner", **task_parts(request.task), member_id=request.member_id,
-                          source=request.source if request.source is not None else FROM_SCRATCH,
-                          measurements=request.measurements, tried=tried_text(request.tried), n=request.n,
-                          iteration=request.iteration, insights=lessons_text(request.lessons),
-                          format=PLAN_FORMAT[structured])
+        """The member's plans. A reply with none in it is asked again (PLAN_ATTEMPTS in all),
+        saying why: the one cut off at its token limit to be brief. Every request's tokens go in
+        the one usage record; a retry that fails leaves the replies so far and a note."""
+        def prompt(again: str) -> Callable[[bool], str]:
+            return lambda structured: render(
+                "planner", **task_parts(request.task), member_id=request.member_id,
+                source=request.source if request.source is not None else FROM_SCRATCH,
+                measurements=request.measurements, tried=tried_text(request.tried), n=request.n,
+                iteration=request.iteration, insights=lessons_text(request.lessons),
+                format=PLAN_FORMAT[structured]) + again
 
-        texts, reply, usage = self._ask_parsed(prompt, PLANS_SCHEMA,
-                                               lambda r: split_plans(r.text, request.n, r.truncated),
-                                               request.iteration, None)
-        note = "" if texts else (_cut_off_note(reply, self.spec, "a complete plan") if reply.truncated
-                                 else "the reply held no plan")
-        return Plans([PlanDraft(text) for text in texts], usage, note=note)
+        usages: list[dict] = []
+        texts: list[str] = []
+        note, again = "", ""
+        for attempt in range(1, PLAN_ATTEMPTS + 1):
+            try:
+                texts, reply, usage = self._ask_parsed(prompt(again), PLANS_SCHEMA,
+                                                       lambda r: split_plans(r.text, request.n, r.truncated),
+                                                       request.iteration, None, attempt)
+            except PolicyError as exc:
+                if not usages:
+                    raise
+                note += f"; asked again: {exc}"
+                break
+            usages.append(usage)
+            if texts:
+                break
+            note = (_cut_off_note(reply, self.spec, "a complete plan") if reply.truncated
+                    else "the reply held no plan")
+            if attempt > 1:
+                note = f"{note} ({attempt} replies, none with a plan)"
+            again = AGAIN[reply.truncated]
+        usage = usages[0] if len(usages) == 1 else _merged(usages)
+        return Plans([PlanDraft(text) for text in texts], usage, note="" if texts else note)
 
     def _kernel(self, reply: Reply, usage: dict, task: Task, echo: str | None) -> Kernel:
         entry = task.spec.entry_point
@@ -191,11 +224,44 @@ def _no_code_note(reply: Reply, task: Task) -> str:
 
 
 def _merged(usages: list[dict]) -> dict:
-    """One ledger record for a schema call and its text fallback: their sums, and `requests`,
-    how many requests reached the server (tools/llm_spec.totals counts calls by it)."""
+    """One ledger record for several requests (a schema call and its text fallback, a planner
+    asked again): their sums, `requests`, how many requests reached the server (tools/llm_spec.totals
+    counts calls by it), and their `call` ids joined: replayed, the same record again."""
     out = dict(usages[-1])
     for key in ("input_tokens", "output_tokens", "reasoning_tokens", "cost_usd", "prompt_chars"):
         out[key] = sum(u.get(key) or 0 for u in usages)
     out["requests"] = sum(int(u.get("requests") or 1) for u in usages)
+    out["estimated"] = any(u.get("estimated") for u in usages)
+    calls = [u.get("call") for u in usages]
+    if all(calls):
+        out["call"] = "+".join(str(c) for c in calls)
+    else:
+        out.pop("call", None)
     return out
+
+
+def least_prompt_tokens(roles: Iterable[str] = ROLES, backend: str = "triton") -> dict[str, int]:
+    """Each role's prompt before any task is in it: its templates (the system prompt, the role's,
+    the backend's rules, notes and pitfalls) with every part a request fills left empty, in
+    tokens (tools/budget.estimate_tokens). A run's prompts are longer: the preflight holds these
+    against a served context length (tools/llm.preflight's `prompt_tokens`)."""
+    stub = cast(Task, SimpleNamespace(spec=SimpleNamespace(backend=backend, entry_point="run")))
+    parts = backend_parts(stub)
+    out = {}
+    for role in roles:
+        system = render("system", role=role)
+        formats = PLAN_FORMAT if role == "planner" else LESSON_FORMAT
+        out[role] = min(estimate_tokens(system + "\n" + _with_blanks(role, {**parts, "format": f}))
+                        for f in formats.values())
+    return out
+
+
+def _with_blanks(name: str, values: dict[str, str]) -> str:
+    """The template with `values`, and every other part it asks for empty."""
+    values = dict(values)
+    while True:
+        try:
+            return render(name, **values)
+        except KeyError as exc:
+            values[str(exc.args[0])] = ""
 

@@ -308,16 +308,17 @@ _BODY_KEYS = ("text", "description", "details", "plan", "body", "content", "rati
 def split_plans(reply: str, limit: int, truncated: bool = False) -> list[str]:
     """Plans from a planner reply: JSON (a list, or {"plans": [...]}), `### Plan n` headings, or
     a numbered list; a reply with none of these is one plan. From a reply cut off at the token
-    limit the last plan is dropped: it ends mid-sentence."""
+    limit the last plan is dropped: it ends mid-sentence. So is a cut-off reply in none of these
+    shapes (half a JSON object, prose that stops): it holds no whole plan, and is asked again."""
     text = strip_reasoning(reply or "")
     if not text:
         return []
     plans = _json_plans(text)
     if not plans:
         plans = _headed_plans(text) or _numbered_plans(text)
-        if truncated and len(plans) > 1:
+        if truncated:
             plans = plans[:-1]
-        plans = [p for p in plans if len(p.splitlines()) > 1 or len(p) > 40] or [text]
+        plans = [p for p in plans if len(p.splitlines()) > 1 or len(p) > 40] or ([] if truncated else [text])
     return plans[:limit]
 
 

@@ -1,7 +1,10 @@
 """A scripted OpenAI-compatible HTTP server on 127.0.0.1 for tests: /v1/chat/completions with
-`usage` fields, /v1/models, and faults as data: each request gets the next scripted `Answer`
-(a status with an error body and headers, a raw malformed body, a reply without usage), then
-`then` for every later one. `fail_first=n` is n 429 answers (Retry-After: 0) before the rest."""
+`usage` fields, streamed as server-sent chunks when the request asks (`stream`, with a last usage
+chunk under `stream_options.include_usage`, as vLLM and OpenAI send them), /v1/models, and faults
+as data: each request gets the next scripted `Answer` (a status with an error body and headers, a
+raw malformed body, a reply without usage, a reply of its own cut off at the limit), then `then`
+for every later one. `fail_first=n` is n 429 answers (Retry-After: 0) before the rest.
+`ignore_max_tokens`: a server that sends the whole reply whatever limit the request carries."""
 
 from __future__ import annotations
 
@@ -27,6 +30,8 @@ class Answer:
     raw: bytes | None = None        # a 200 body sent as is: a malformed reply
     usage: bool = True              # a completion carries `usage`
     delay_s: float = 0.0            # seconds before answering: a slow or hung generation
+    text: str | None = None         # this reply's text, instead of the reply function's
+    finish_reason: str | None = None  # sent as is (e.g. "length": cut off at the server's limit)
 
 
 OK = Answer()
@@ -45,13 +50,17 @@ class ScriptedOpenAIServer:
     def __init__(self, reply: Callable[[list], str], fail_first: int = 0, answers: Sequence[Answer] = (),
                  then: Answer = OK, models: Sequence[str] = (), serve_models: bool = True,
                  api_key: str | None = None, count_tokens: bool = False,
-                 model_fields: dict[str, dict] | None = None):
+                 model_fields: dict[str, dict] | None = None, ignore_max_tokens: bool = False,
+                 chunk_chars: int = 64):
         self.reply = reply
         self.answers = [RATE_LIMITED] * fail_first + list(answers)
         self.then = then
         self.models, self.serve_models, self.api_key = list(models), serve_models, api_key
         self.model_fields = model_fields or {}  # extra fields of a model's /v1/models entry (vLLM's max_model_len)
         self.count_tokens = count_tokens  # usage as a server counts it (~4 characters a token), not 100 + n
+        self.ignore_max_tokens = ignore_max_tokens  # the whole reply, whatever the request's limit
+        self.chunk_chars = chunk_chars   # characters per streamed chunk
+        self.streams_left = 0            # streamed replies whose client stopped reading before the end
         self.gets_delay_s = 0.0          # seconds before answering a GET: set it to hang the model list
         self.requests: list[dict] = []   # chat completions, in order, each with its time (monotonic)
         self.gets: list[str] = []        # paths of GET requests (model lists)
@@ -98,25 +107,61 @@ class ScriptedOpenAIServer:
                     return self._send_bytes(200, answer.raw, answer.headers)
                 messages = [SystemMessage(m["content"]) if m["role"] == "system" else HumanMessage(m["content"])
                             for m in body["messages"]]
-                text, finish = server.reply(messages), "stop"
+                text = server.reply(messages) if answer.text is None else answer.text
+                finish = answer.finish_reason or "stop"
                 limit = body.get("max_completion_tokens") or body.get("max_tokens")
                 per_token = 4 if server.count_tokens else 3  # as `usage` counts them below
-                if limit is not None and len(text) > limit * per_token:  # cut off at the limit, as servers do
-                    text, finish = text[: limit * per_token], "length"
-                payload = {"id": f"chatcmpl-{n}", "object": "chat.completion", "created": int(time.time()),
-                           "model": body["model"],
-                           "choices": [{"index": 0, "finish_reason": finish,
-                                        "message": {"role": "assistant", "content": text}}]}
+                if limit is not None and len(text) > limit * per_token and not server.ignore_max_tokens:
+                    text, finish = text[: limit * per_token], "length"  # cut off at the limit, as servers do
+                usage = None
                 if answer.usage:
                     usage = ({"prompt_tokens": sum(len(m["content"]) for m in body["messages"]) // 4,
                               "completion_tokens": len(text) // 4} if server.count_tokens else
                              {"prompt_tokens": 100 + n, "completion_tokens": len(text) // 3})
                     usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+                if body.get("stream"):
+                    include = bool((body.get("stream_options") or {}).get("include_usage"))
+                    return self._stream(n, body["model"], text, finish, usage if include else None, answer.headers)
+                payload = {"id": f"chatcmpl-{n}", "object": "chat.completion", "created": int(time.time()),
+                           "model": body["model"],
+                           "choices": [{"index": 0, "finish_reason": finish,
+                                        "message": {"role": "assistant", "content": text}}]}
+                if usage is not None:
                     payload["usage"] = usage
-                    with server._lock:
-                        server.usage_sent["prompt_tokens"] += usage["prompt_tokens"]
-                        server.usage_sent["completion_tokens"] += usage["completion_tokens"]
+                    server._count(usage)
                 self._send(200, payload, answer.headers)
+
+            def _stream(self, n, model, text, finish, usage, headers):
+                """Server-sent chunks: the role, the text in pieces, the finish reason, usage when asked
+                for, [DONE]. A client that stops reading ends it (the server stops generating)."""
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+
+                def event(choices, **extra):
+                    payload = {"id": f"chatcmpl-{n}", "object": "chat.completion.chunk", "created": int(time.time()),
+                               "model": model, "choices": choices, **extra}
+                    self.wfile.write(f"data: {json.dumps(payload)}\n\n".encode())
+                    self.wfile.flush()
+
+                size = max(1, server.chunk_chars)
+                try:
+                    event([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
+                    for i in range(0, len(text), size):
+                        event([{"index": 0, "delta": {"content": text[i:i + size]}, "finish_reason": None}])
+                    event([{"index": 0, "delta": {}, "finish_reason": finish}])
+                    if usage is not None:
+                        event([], usage=usage)
+                    self.wfile.write(b"data: [DONE]\n\n")
+                    self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    with server._lock:
+                        server.streams_left += 1
+                    return
+                if usage is not None:
+                    server._count(usage)
 
             def _send(self, code, payload, headers=None):
                 self._send_bytes(code, json.dumps(payload).encode(), headers)
@@ -132,6 +177,11 @@ class ScriptedOpenAIServer:
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def _count(self, usage: dict) -> None:
+        with self._lock:
+            self.usage_sent["prompt_tokens"] += usage["prompt_tokens"]
+            self.usage_sent["completion_tokens"] += usage["completion_tokens"]
 
     def __enter__(self):
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()

@@ -5,17 +5,19 @@ cannot see each other's usage in it. So each run has a `RunLedger` in this proce
 its run directory: what was spent, what the calls in flight are expected to spend, the limits,
 and a fatal endpoint error that ends the run. `tools/llm.call_model` admits every model call
 against it (spend + reservations + this call's projection must fit the budget); the graph syncs
-it from the state at each iteration start, where no call is in flight and the state is exact.
+it from the state at each iteration start, where no call is in flight and the state is exact
+(each call once: `once_each`, for a replayed reply whose record the state holds already).
 
 Projections come from the calls so far: the mean call of the same role (`Means`)."""
 
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import tempfile
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -56,6 +58,26 @@ def estimate_tokens(text: str) -> int:
     return (len(text) + 3) // 4
 
 
+class RunningCount:
+    """estimate_tokens of a text that arrives in pieces (a streamed reply), without counting it
+    all again at each piece: characters summed, or with tiktoken each piece on its own (a token
+    split between two pieces counts in both: the count errs high, never low)."""
+
+    def __init__(self) -> None:
+        self.tokens = 0
+        self._chars = 0
+
+    def plus(self, text: str) -> int:
+        """The count once `text` is added (not added yet)."""
+        if _encoder() is not None:
+            return self.tokens + estimate_tokens(text)
+        return (self._chars + len(text) + 3) // 4
+
+    def add(self, text: str) -> None:
+        self.tokens = self.plus(text)
+        self._chars += len(text)
+
+
 # ---------------------------------------------------------------- spend
 
 @dataclass
@@ -64,6 +86,10 @@ class Spend:
     cost_usd: float = 0.0
     # a reservation's reply limit: the request must carry it (None: the model's own limit holds)
     output_cap: int | None = None
+    # under a budget, what the reservation holds for the prompt and for the reply: the reply is
+    # read up to `reply_tokens` and no further, whatever the server sends (tools/llm.read_reply)
+    input_tokens: int = 0
+    reply_tokens: int | None = None
 
     def add(self, tokens: int, cost_usd: float, sign: int = 1) -> None:
         self.tokens += sign * tokens
@@ -100,10 +126,25 @@ def call_tokens(record: Mapping[str, Any]) -> int:
     return int(record.get("input_tokens") or 0) + int(record.get("output_tokens") or 0)
 
 
+def once_each(usage: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
+    """The ledger's records, each call once. A reply replayed from the run cache carries its
+    original record, `call` id included: when the state already holds that record (a resumed run
+    that runs a failed iteration again), it is the same call, not another. Records without an id
+    (older runs) all count."""
+    seen: set[str] = set()
+    for record in usage:
+        call = record.get("call")
+        if call:
+            if call in seen:
+                continue
+            seen.add(call)
+        yield record
+
+
 @dataclass
 class Means:
     """Mean tokens per call by role (input, output, calls): the projection of a role's next call.
-    Its input is the role's mean where known (a server's count, not our estimate of it), else the
+    Its input is the larger of the role's mean (a server's count, not our estimate of it) and the
     prompt's estimate; its output the role's mean, else the mean of every call so far."""
 
     by_role: dict[str, list[int]] = field(default_factory=dict)
@@ -119,11 +160,15 @@ class Means:
         own = self.by_role.get(role)
         seen = own or self.by_role.get("*")
         output = seen[1] // seen[2] if seen else 0
-        return (own[0] // own[2] if own else prompt_estimate), output
+        # the larger of the role's mean and this prompt's estimate: prompts grow over a run
+        return max(own[0] // own[2] if own else 0, prompt_estimate), output
 
 
-def _call_spend(tokens_in: int, tokens_out: int, prices: tuple[float, float], output_cap: int | None = None) -> Spend:
-    return Spend(tokens_in + tokens_out, (tokens_in * prices[0] + tokens_out * prices[1]) / 1e6, output_cap)
+def _call_spend(tokens_in: int, tokens_out: int, prices: tuple[float, float], output_cap: int | None = None,
+                held: bool = False) -> Spend:
+    """A call's projected spend; `held`: a budget's reservation, whose reply is read no further."""
+    return Spend(tokens_in + tokens_out, (tokens_in * prices[0] + tokens_out * prices[1]) / 1e6, output_cap,
+                 tokens_in, tokens_out if held else None)
 
 
 class RunLedger:
@@ -137,6 +182,9 @@ class RunLedger:
         self.means = Means()
         self.fatal: str | None = None
         self.failing: dict[str, int] = {}  # a role's calls failed in a row (retries spent), reset by a reply
+        # per role, the most a server's prompt count exceeded our estimate by (x): later prompts are
+        # projected at it, so that a reply the server ends itself stays within its reservation
+        self.input_ratio: dict[str, float] = {}
 
     def sync(self, usage: Sequence[Mapping[str, Any]], limits: Limits, fresh: bool = False) -> None:
         """At an iteration boundary: the state's ledger is exact and nothing is in flight. A fatal
@@ -145,8 +193,8 @@ class RunLedger:
         with self._lock:
             self.limits, self.spent, self.reserved, self.means = limits, Spend(), Spend(), Means()
             if fresh:
-                self.fatal, self.failing = None, {}
-            for record in usage:
+                self.fatal, self.failing, self.input_ratio = None, {}, {}
+            for record in once_each(usage):
                 self.spent.add(call_tokens(record), float(record.get("cost_usd") or 0.0))
                 self.means.add(record)
 
@@ -158,11 +206,13 @@ class RunLedger:
         the prompt and the longest reply it may get, the model's max_tokens (`max_output`; without
         one, OUTPUT_CEILING_CALLS x the role's mean reply, at least OUTPUT_CEILING_MIN tokens),
         cut to what the budget has left after the calls in flight (then `output_cap`, which the
-        request carries). A reasoning model's long replies then cannot take a run past its budget
-        however many calls are in flight. A call left less than half its role's mean reply is not
-        sent: it would be cut off."""
+        request carries). The reply is read up to what the reservation holds for it and no further
+        (`reply_tokens`: tools/llm.read_reply stops reading there), so a server that ignores the
+        request's limit cannot take a run past its budget either, however many calls are in
+        flight. A call left less than half its role's mean reply is not sent: it would be cut off."""
         with self._lock:
-            tokens_in, tokens_out = self.means.call(role, prompt_estimate)
+            ratio = self.input_ratio.get(role, 1.0)
+            tokens_in, tokens_out = self.means.call(role, math.ceil(prompt_estimate * ratio))
             in_flight = Spend(self.spent.tokens + self.reserved.tokens, self.spent.cost_usd + self.reserved.cost_usd)
             short = False
             if self.limits.max_tokens is None and self.limits.max_cost_usd is None:
@@ -173,7 +223,7 @@ class RunLedger:
                 least = min(ceiling, max(MIN_OUTPUT, tokens_out // 2))  # shorter, the reply would be cut off
                 short = cap < least
                 more = _call_spend(tokens_in, max(cap, least), prices,
-                                   output_cap=cap if cap < ceiling or max_output is None else None)
+                                   output_cap=cap if cap < ceiling or max_output is None else None, held=True)
             refusal = self.limits.refusal(in_flight, more) or (
                 "the budget left cannot pay for a whole reply" if short else None)
             if refusal is not None:
@@ -181,11 +231,17 @@ class RunLedger:
             self.reserved.add(more.tokens, more.cost_usd)
             return more, None
 
-    def settle(self, reservation: Spend | None, record: dict | None) -> None:
-        """A call ended: its reservation goes, its real spend (if it got a reply) comes in."""
+    def settle(self, reservation: Spend | None, record: dict | None, prompt_estimate: int = 0) -> None:
+        """A call ended: its reservation goes, its real spend (if it got a reply) comes in; the
+        server's count of the prompt against our estimate of it (`prompt_estimate`) calibrates
+        the role's later projections."""
         with self._lock:
             if reservation is not None:
                 self.reserved.add(reservation.tokens, reservation.cost_usd, sign=-1)
+            if record is not None and prompt_estimate > 0 and not record.get("estimated"):
+                ratio = int(record.get("input_tokens") or 0) / prompt_estimate
+                role = record.get("role") or "?"
+                self.input_ratio[role] = max(self.input_ratio.get(role, 1.0), ratio)
             if record is not None:
                 self.spent.add(call_tokens(record), float(record.get("cost_usd") or 0.0))
                 self.means.add(record)

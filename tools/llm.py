@@ -15,21 +15,25 @@ call at once). Anything else is an `LLMCallError`: this one call failed.
 from __future__ import annotations
 
 import email.utils
+import functools
 import logging
 import random
 import re
 import threading
 import time
+import uuid
+from collections.abc import Mapping
 from http import HTTPStatus
 from typing import Any
 
 import httpx
 import openai
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, message_chunk_to_message
+from langchain_core.messages.ai import UsageMetadata
 
 from accelopt.tools import timeline
-from accelopt.tools.budget import estimate_tokens, ledger
+from accelopt.tools.budget import RunningCount, Spend, estimate_tokens, ledger
 from accelopt.tools.llm_spec import (  # noqa: F401 - re-exported: the light half of this module
     GIVEN,
     LIMIT_FIELDS,
@@ -76,8 +80,6 @@ def build_chat_model(spec: ModelSpec) -> BaseChatModel:
 def _make(spec: ModelSpec) -> BaseChatModel:
     if spec.provider == "tuner":
         raise ConfigError("the tuner is a policy, not a chat model (policies/choice.policy_for)")
-    from langchain_openai import ChatOpenAI
-
     kwargs: dict[str, Any] = {
         "model": spec.model, "api_key": _api_key(spec), "base_url": endpoint(spec),
         "use_responses_api": False, "timeout": spec.timeout_s,
@@ -93,7 +95,28 @@ def _make(spec: ModelSpec) -> BaseChatModel:
             kwargs["extra_body"] = {"max_tokens": spec.max_tokens}
     if spec.reasoning_effort:
         kwargs["reasoning_effort"] = spec.reasoning_effort
-    return ChatOpenAI(**kwargs)
+    return _chat_openai()(**kwargs)
+
+
+@functools.cache
+def _chat_openai() -> type[BaseChatModel]:
+    """ChatOpenAI, keeping what a streamed chunk's delta carries as reasoning (vLLM's and SGLang's
+    `reasoning_content`, `reasoning`), which it would drop: a reply read up to a budget's cap
+    counts its reasoning tokens too (read_reply), and the reply knows how much it reasoned."""
+    from langchain_openai import ChatOpenAI
+
+    class StreamedReasoningChatOpenAI(ChatOpenAI):
+        def _convert_chunk_to_generation_chunk(self, chunk: dict, default_chunk_class: type,
+                                               base_generation_info: dict | None) -> Any:
+            out = super()._convert_chunk_to_generation_chunk(chunk, default_chunk_class, base_generation_info)
+            choices = chunk.get("choices") or (chunk.get("chunk") or {}).get("choices") or []
+            delta = (choices[0].get("delta") or {}) if choices and isinstance(choices[0], dict) else {}
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if out is not None and isinstance(reasoning, str) and reasoning:
+                out.message.additional_kwargs["reasoning_content"] = reasoning
+            return out
+
+    return StreamedReasoningChatOpenAI
 
 
 # ---------------------------------------------------------------- faults
@@ -123,9 +146,10 @@ def _server_message(exc: Any) -> str:
 
 
 def fatal_fix(status: int, message: str, spec: ModelSpec, code: str | None = None,
-              schema: bool = False) -> str | None:
+              schema: bool = False, prompt_tokens: int | None = None, reply_limit: int | None = None) -> str | None:
     """The fix for a status no retry can change, or None when retrying (or, for a request with a
-    response schema, asking in text) may help."""
+    response schema, asking in text) may help. `prompt_tokens` (our estimate of the prompt) and
+    `reply_limit` (the reply limit the request carried) say what a context overflow was made of."""
     source = _key_source(spec)
     key = f"${source}" if source else f"${' or $'.join(_key_names(spec))} (none is set)"
     if spec.provider == GIVEN:
@@ -147,8 +171,7 @@ def fatal_fix(status: int, message: str, spec: ModelSpec, code: str | None = Non
     if status in (400, 413, 422) and (schema or _REQUEST_SPECIFIC.search(message)):
         return None
     if _CONTEXT.search(message) or status == 413:
-        return ("the prompt and max_tokens do not fit the model's context: lower max_tokens or use a "
-                "longer-context model")
+        return context_fix(message, prompt_tokens, reply_limit)
     if status in (400, 422):
         return ("the server refused the request's settings: check max_tokens, temperature and reasoning_effort "
                 "for this model")
@@ -169,6 +192,41 @@ def _unsupported_fix(message: str) -> str | None:
     return None
 
 
+# What servers say about an overflow: the context's length and the prompt's (vLLM old and new,
+# OpenAI, SGLang), e.g. "maximum context length is 2048 tokens. However, you requested 2265 tokens
+# (2217 in the messages, 48 in the completion)" or "... your request has 2217 input tokens".
+_CONTEXT_LENGTH = re.compile(r"maximum context length (?:is |of )?([\d,]+)|maximum allowed length \(([\d,]+)"
+                             r"|context (?:length|window) (?:is |of )?([\d,]+)", re.IGNORECASE)
+_PROMPT_LENGTH = re.compile(r"([\d,]+) (?:tokens )?in the messages|has ([\d,]+) input tokens"
+                            r"|messages resulted in ([\d,]+) tokens|input length \(([\d,]+) tokens"
+                            r"|([\d,]+) tokens from the input", re.IGNORECASE)
+_LONGER = "serve the model with a longer context (vLLM: --max-model-len) or use a longer-context model"
+
+
+def _number(pattern: re.Pattern, text: str) -> int | None:
+    found = pattern.search(text)
+    value = next((g for g in found.groups() if g), None) if found else None
+    return int(value.replace(",", "")) if value else None
+
+
+def context_fix(message: str, prompt_tokens: int | None = None, reply_limit: int | None = None) -> str:
+    """What a context overflow was, as far as the server's message and the request say: the
+    prompt alone past the context, or the prompt and the reply limit together."""
+    context, prompt, about = _number(_CONTEXT_LENGTH, message), _number(_PROMPT_LENGTH, message), ""
+    if prompt is None and prompt_tokens:
+        prompt, about = prompt_tokens, "about "
+    served = f"the model's context of {context:,} tokens" if context else "the model's context"
+    if prompt is None:
+        return f"the prompt and its reply do not fit {served}: {_LONGER}"
+    if context is not None and prompt >= context:
+        return f"the prompt alone is {about}{prompt:,} tokens against {served}: {_LONGER}"
+    if reply_limit:
+        lower = f"lower max_tokens to at most {context - prompt:,}" if context else "lower max_tokens"
+        return (f"the prompt ({about}{prompt:,} tokens) and a reply of up to {reply_limit:,} tokens do not fit "
+                f"{served}: {lower}, or {_LONGER}")
+    return f"the prompt ({about}{prompt:,} tokens) and its reply do not fit {served}: {_LONGER}"
+
+
 def fatal_line(spec: ModelSpec, role: str, what: str, fix: str) -> str:
     return f"{role} model {spec.label()} at {endpoint(spec)}: {what} — {fix}"
 
@@ -181,12 +239,13 @@ def _status_text(status: int, message: str) -> str:
     return f"{status} {phrase}" + (f" ({message})" if message else "")
 
 
-def _classify(exc: BaseException, spec: ModelSpec, role: str, schema: bool) -> tuple[str, str]:
+def _classify(exc: BaseException, spec: ModelSpec, role: str, schema: bool, prompt_tokens: int | None = None,
+              reply_limit: int | None = None) -> tuple[str, str]:
     """(kind, text): kind 'fatal' (text: the fatal line), 'retry', 'connect' (retry, fatal when
     the retries run out) or 'fail' (this call only); text says what happened."""
     if isinstance(exc, openai.APIStatusError):
         message = _server_message(exc)
-        fix = fatal_fix(exc.status_code, message, spec, exc.code, schema)
+        fix = fatal_fix(exc.status_code, message, spec, exc.code, schema, prompt_tokens, reply_limit)
         what = _status_text(exc.status_code, message)
         if fix is not None:
             return "fatal", fatal_line(spec, role, what, fix)
@@ -230,23 +289,28 @@ def _wait_s(exc: BaseException, attempt: int, initial_s: float, cap_s: float) ->
 
 def call_model(model: BaseChatModel, spec: ModelSpec, messages: list[BaseMessage], *, role: str,
                candidate_id: str | None = None, iteration: int | None = None,
-               retry_wait_s: float = 1.0, run_dir: str | None = None) -> tuple[str, dict]:
+               retry_wait_s: float = 1.0, run_dir: str | None = None, attempt: int = 1) -> tuple[str, dict]:
     """Invoke with retries on transient errors; return (text, usage record). With a run
     directory, a reply already received for this exact call (before a crash) is replayed with
-    its original usage record: same kernel again, tokens counted once. Before a real call, the
-    run's budget must hold its projected spend (else BudgetExceeded), and a fatal error earlier
-    in the run fails it at once."""
+    its original usage record, its `call` id included: same kernel again, tokens counted once
+    (tools/budget.once_each). `attempt` > 1: the policy asks the same again (its first reply was
+    unusable), a call of its own. Before a real call, the run's budget must hold its projected
+    spend (else BudgetExceeded), and a fatal error earlier in the run fails it at once; under a
+    budget the reply is read up to what the call reserved for it and no further (read_reply)."""
     cache = RunCache(run_dir)
-    key = digest({"model": spec.label(), "base_url": spec.base_url, "role": role, "candidate": candidate_id,
-                  "iteration": iteration, "messages": [(m.type, str(m.content)) for m in messages]})
+    asked: dict[str, Any] = {"model": spec.label(), "base_url": spec.base_url, "role": role, "candidate": candidate_id,
+                             "iteration": iteration, "messages": [(m.type, str(m.content)) for m in messages]}
+    if attempt > 1:  # the first attempt keeps the key it always had: older runs' caches replay
+        asked["attempt"] = attempt
+    key = digest(asked)
     replayed = cache.get("llm", key)
     if replayed is not None:
         return replayed["text"], replayed["usage"]
     run = ledger(run_dir)
     if run.fatal:
         raise FatalLLMError(run.fatal)
-    reservation, refusal = run.admit(role, estimate_tokens(_prompt_text(messages)), spec.prices(),
-                                     spec.max_tokens)
+    prompt = estimate_tokens(_prompt_text(messages))
+    reservation, refusal = run.admit(role, prompt, spec.prices(), spec.max_tokens)
     if refusal is not None:
         raise BudgetExceeded(f"{role} model {spec.label()} not called: {refusal}")
     assert reservation is not None, "admit reserves whenever it does not refuse"
@@ -254,7 +318,8 @@ def call_model(model: BaseChatModel, spec: ModelSpec, messages: list[BaseMessage
     try:
         with timeline.span(run_dir, "llm", role=role, candidate=candidate_id, iteration=iteration) as ended:
             text, record = _invoke(model, spec, messages, role, candidate_id, iteration, retry_wait_s,
-                                   _reply_limit(spec, reservation.output_cap))
+                                   _reply_limit(spec, reservation.output_cap), _held(spec, reservation))
+            record["call"] = uuid.uuid4().hex[:16]
             ended["output_tokens"] = record.get("output_tokens")
     except FatalLLMError as exc:
         run.fail(str(exc))
@@ -263,7 +328,7 @@ def call_model(model: BaseChatModel, spec: ModelSpec, messages: list[BaseMessage
         run.call_failed(role, f"{role} model {spec.label()} at {endpoint(spec)}", str(exc))
         raise
     finally:
-        run.settle(reservation, record)
+        run.settle(reservation, record, prompt)
     run.call_answered(role)
     cache.put("llm", key, {"text": text, "usage": record})
     return text, record
@@ -280,24 +345,42 @@ def _reply_limit(spec: ModelSpec, cap: int | None) -> dict[str, Any]:
     return {"extra_body": {"max_tokens": cap}}
 
 
+def _held(spec: ModelSpec, reservation: Spend) -> tuple[int, int] | None:
+    """(reply tokens, prompt tokens) a budget's reservation holds, where the reply is read no
+    further than that; None without a budget, and for a chat model given in code (its settings
+    and its reading are its own)."""
+    if reservation.reply_tokens is None or spec.provider == GIVEN:
+        return None
+    return reservation.reply_tokens, reservation.input_tokens
+
+
 def _prompt_text(messages: list[BaseMessage]) -> str:
     return "\n".join(str(m.content) for m in messages)
 
 
 def _invoke(model: BaseChatModel, spec: ModelSpec, messages: list[BaseMessage], role: str,
             candidate_id: str | None, iteration: int | None, retry_wait_s: float,
-            limit: dict[str, Any] | None = None) -> tuple[str, dict]:
+            limit: dict[str, Any] | None = None, held: tuple[int, int] | None = None) -> tuple[str, dict]:
     config: Any = {"run_name": f"{role}-llm",
                    "metadata": {"role": role, "candidate_id": candidate_id, "iteration": iteration}}
+    limit = limit or {}
     waited, what = 0.0, ""
     kinds: set[str] = set()
     # a 400 to a request with a response schema may be the schema's: the policy asks again in text
     schema = getattr(model, "response_format", None) is not None
+    # what a context overflow was made of, for its one line
+    prompt = estimate_tokens(_prompt_text(messages))
+    sent = limit.get("max_completion_tokens") or (limit.get("extra_body") or {}).get("max_tokens") or spec.max_tokens
     for attempt in range(1, max(1, spec.max_attempts) + 1):
         try:
-            reply = model.invoke(messages, config=config, **(limit or {}))
+            if held is None:
+                reply = model.invoke(messages, config=config, **limit)
+            elif getattr(model, "reads_replies", False):  # it reads its own model's reply through read_reply
+                reply = model.invoke(messages, config=config, read_up_to=held[0], prompt_tokens=held[1], **limit)
+            else:
+                reply = read_reply(model, messages, config, up_to=held[0], prompt_tokens=held[1], **limit)
         except Exception as exc:  # noqa: BLE001 - classified: fatal, retried, or this call's failure
-            kind, what = _classify(exc, spec, role, schema)
+            kind, what = _classify(exc, spec, role, schema, prompt, sent)
             if kind == "fatal":
                 raise FatalLLMError(what) from exc
             if kind == "fail":
@@ -320,6 +403,96 @@ def _invoke(model: BaseChatModel, spec: ModelSpec, messages: list[BaseMessage], 
         raise FatalLLMError(fatal_line(spec, role, what, _CONNECT_FIX))
     raise LLMCallError(f"{role} model {spec.label()} at {endpoint(spec)} failed after {attempt} attempts "
                        f"({waited:.0f} s of waiting): {what}"[:800])
+
+
+# a reply read up to its reservation and no further: response_metadata says so, and its usage
+# is our own count of what was read (the server's, which comes last, was never read)
+READ_UP_TO = "accelopt_read_up_to"
+
+
+def read_reply(model: BaseChatModel, messages: Any, config: Any = None, *, up_to: int | None = None,
+               prompt_tokens: int = 0, **kwargs: Any) -> AIMessage:
+    """The model's reply. With `up_to` (what a budget's reservation holds for the reply), the reply
+    is streamed and read up to that many output tokens, by our count of what arrives (the answer,
+    reasoning, tool-call arguments), and no further: a server that ignores the request's reply
+    limit is cut off there, the reply marked as cut off at its token limit (finish_reason
+    "length"). Its usage is then our count: `prompt_tokens` in (what the reservation holds for the
+    prompt), what was read out, marked estimated. A reply that ends within the cap keeps the
+    server's usage, when it sends one. Without `up_to`, a plain invoke."""
+    if up_to is None:
+        return model.invoke(messages, config=config, **kwargs)
+    count = RunningCount()
+    reasoning = RunningCount()
+    pieces: list[AIMessageChunk] = []
+    usage: UsageMetadata | None = None
+    finish: str | None = None
+    cut = False
+    stream = model.stream(messages, config=config, **kwargs)
+    try:
+        for chunk in stream:
+            usage = chunk.usage_metadata or usage  # the last: a schema stream repeats it in its final chunk
+            thought = str(chunk.additional_kwargs.get("reasoning_content") or "")
+            text = _chunk_text(chunk)
+            if count.plus(text + thought) > up_to:
+                fits = _fitting(count, text, up_to) if not thought and isinstance(chunk.content, str) else ""
+                if fits:
+                    pieces.append(AIMessageChunk(content=fits, id=chunk.id))
+                    count.add(fits)
+                cut = True
+                break
+            count.add(text + thought)
+            reasoning.add(thought)
+            pieces.append(chunk.model_copy(update={"usage_metadata": None}))
+    except openai.LengthFinishReasonError as exc:  # a schema stream's final parse: cut off by the server's limit
+        finish = "length"
+        usage = _completion_usage(exc.completion) or usage
+    finally:
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()  # stops reading: the connection is closed, and the server stops generating
+    merged = pieces[0] if len(pieces) == 1 else pieces[0] + pieces[1:] if pieces else AIMessageChunk(content="")
+    message = message_chunk_to_message(merged)
+    assert isinstance(message, AIMessage)
+    metadata = dict(message.response_metadata or {})
+    if cut or finish:
+        metadata["finish_reason"] = "length"
+    if cut or usage is None:
+        metadata[READ_UP_TO] = up_to
+        usage = UsageMetadata(input_tokens=prompt_tokens, output_tokens=count.tokens,
+                              total_tokens=prompt_tokens + count.tokens,
+                              output_token_details={"reasoning": reasoning.tokens})
+    return message.model_copy(update={"usage_metadata": usage, "response_metadata": metadata})
+
+
+def _chunk_text(chunk: AIMessageChunk) -> str:
+    """What a chunk adds to the reply besides reasoning in a field of its own: text, text blocks,
+    reasoning blocks, tool-call arguments."""
+    content = chunk.content
+    text = content if isinstance(content, str) else "".join(
+        b if isinstance(b, str) else str(b.get("text") or b.get("reasoning") or b.get("thinking") or "")
+        for b in content)
+    # a model that does not stream yields its whole message, with tool_calls rather than chunks of them
+    calls = "".join(str(c.get("args") or "") for c in
+                    getattr(chunk, "tool_call_chunks", None) or getattr(chunk, "tool_calls", None) or [])
+    return text + calls
+
+
+def _fitting(count: RunningCount, text: str, up_to: int) -> str:
+    """The longest start of `text` the count has room for (a reply that came in one piece)."""
+    fits = text[:max(0, (up_to - count.tokens) * 4)]
+    while fits and count.plus(fits) > up_to:
+        fits = fits[:len(fits) * 3 // 4]
+    return fits
+
+
+def _completion_usage(completion: Any) -> UsageMetadata | None:
+    usage = getattr(completion, "usage", None)
+    if usage is None:
+        return None
+    tokens_in, tokens_out = int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0)
+    details = getattr(usage, "completion_tokens_details", None)
+    return UsageMetadata(input_tokens=tokens_in, output_tokens=tokens_out, total_tokens=tokens_in + tokens_out,
+                         output_token_details={"reasoning": int(getattr(details, "reasoning_tokens", 0) or 0)})
 
 
 LIVENESS_TIMEOUT_S = 10.0
@@ -352,8 +525,9 @@ def usage_record(reply: AIMessage, spec: ModelSpec, role: str, candidate_id: str
     """The ledger record of one reply: the server's token counts, or an estimate (marked) when
     it sent none; cost at the spec's price (unpriced: $0, marked)."""
     usage = getattr(reply, "usage_metadata", None) or {}
-    estimated = not usage
-    if estimated:
+    # no counts from the server, or a reply read up to its reservation: our own count (read_reply)
+    estimated = not usage or READ_UP_TO in (reply.response_metadata or {})
+    if not usage:
         tokens_in, reasoning = estimate_tokens(_prompt_text(messages or [])), 0
         tokens_out = estimate_tokens(_text(reply))
         if spec.label() not in _no_usage_logged:
@@ -375,12 +549,15 @@ def usage_record(reply: AIMessage, spec: ModelSpec, role: str, candidate_id: str
 
 # ---------------------------------------------------------------- preflight
 
-def preflight(spec: ModelSpec, role: str = "model", timeout_s: float = 20.0) -> None:
+def preflight(spec: ModelSpec, role: str = "model", timeout_s: float = 20.0,
+              prompt_tokens: Mapping[str, int] | None = None) -> None:
     """Before a run: can this endpoint answer this model? GET {base}/models where served (the
-    model must be listed when the server lists models, and max_tokens must fit the context length
-    it lists, as vLLM does), else one 1-token call. Raises
-    FatalLLMError when no call could succeed; an inconclusive answer passes (the run's own
-    retries deal with a busy server)."""
+    model must be listed when the server lists models, and where it lists the context length, as
+    vLLM does, max_tokens and the roles' prompts must fit it: `prompt_tokens`, the least prompt
+    of each role this endpoint serves, from its templates, policies/llm.least_prompt_tokens),
+    else one 1-token call. Raises FatalLLMError when no call could succeed, and warns when the
+    prompts leave little room for the task's code and the reply; an inconclusive answer passes
+    (the run's own retries deal with a busy server)."""
     if spec.provider in ("tuner", GIVEN):
         return
     url = endpoint(spec)
@@ -401,7 +578,7 @@ def preflight(spec: ModelSpec, role: str = "model", timeout_s: float = 20.0) -> 
             shown = ", ".join(sorted(served)[:8]) + (", ..." if len(served) > 8 else "")
             raise FatalLLMError(fatal_line(spec, role, f"the server does not list '{spec.model}' (it serves: {shown})",
                                            "check the model name"))
-        _check_context_length(spec, role, _served_context(resp, spec.model))
+        _check_context_length(spec, role, _served_context(resp, spec.model), prompt_tokens)
         return
     if resp.status_code < 400 and isinstance(_json(resp), dict):
         return  # a model list, empty: nothing to check against, and no call is spent
@@ -455,15 +632,41 @@ def _served_context(resp: httpx.Response, model: str) -> int | None:
     return None
 
 
-def _check_context_length(spec: ModelSpec, role: str, context: int | None) -> None:
-    """max_tokens at or above the served context leaves no room for any prompt: every call would be
-    a 400, found only after the setup's work. Said before the run starts."""
-    if context is None or spec.max_tokens is None or spec.max_tokens < context:
+# What a run's prompts need beyond their templates, at the least: the task's code (its reference
+# and kernel) and a reply with a kernel in it. A served context with less room than this is warned of.
+PROMPT_ROOM = 4096
+
+
+def _check_context_length(spec: ModelSpec, role: str, context: int | None,
+                          prompt_tokens: Mapping[str, int] | None = None) -> None:
+    """max_tokens at or above the served context leaves no room for any prompt, and a prompt whose
+    templates alone (or with max_tokens) pass it cannot be sent: every call would be a 400, found
+    only after the setup's work. Said before the run starts; little room left is warned of."""
+    if context is None:
         return
-    raise FatalLLMError(fatal_line(
-        spec, role, f"max_tokens = {spec.max_tokens} leaves no room for a prompt in the served context of "
-                    f"{context} tokens (max_model_len)",
-        f"lower max_tokens well below {context}, or serve the model with a longer --max-model-len"))
+    if spec.max_tokens is not None and spec.max_tokens >= context:
+        raise FatalLLMError(fatal_line(
+            spec, role, f"max_tokens = {spec.max_tokens} leaves no room for a prompt in the served context of "
+                        f"{context} tokens (max_model_len)",
+            f"lower max_tokens well below {context}, or serve the model with a longer --max-model-len"))
+    if not prompt_tokens:
+        return
+    largest, least = max(prompt_tokens.items(), key=lambda item: item[1])
+    longer = "serve the model with a longer --max-model-len, or use a longer-context model"
+    prompt = f"the {largest} prompt is about {least:,} tokens before the task's code (its templates alone)"
+    if least >= context:
+        raise FatalLLMError(fatal_line(spec, role, f"{prompt}, against the served context of {context:,} tokens "
+                                                   "(max_model_len)", longer))
+    if spec.max_tokens is not None and least + spec.max_tokens > context:
+        raise FatalLLMError(fatal_line(spec, role, f"{prompt}; with max_tokens = {spec.max_tokens} it does not fit "
+                                                   f"the served context of {context:,} tokens (max_model_len)",
+                                       f"lower max_tokens to at most {context - least:,}, or {longer}"))
+    left = context - least - (spec.max_tokens or 0)
+    if left < PROMPT_ROOM:
+        log.warning("%s", fatal_line(spec, role, f"{prompt}, of a served context of {context:,} tokens: "
+                                                 f"{left:,} are left for the task's code"
+                                                 f"{'' if spec.max_tokens else ' and the reply'}",
+                                     f"calls may be refused or their replies cut off; {longer}"))
 
 
 def _serves(served: list[str], model: str) -> bool:

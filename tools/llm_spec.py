@@ -19,6 +19,7 @@ from urllib.parse import urlparse
 from pydantic import BaseModel
 
 from accelopt.tools import settings
+from accelopt.tools.budget import once_each
 from accelopt.tools.pricing import known_price
 from accelopt.tools.settings import ConfigError  # defined with the settings: a setting that cannot work is one
 
@@ -112,6 +113,33 @@ def check_model_settings(settings: dict, table: str) -> None:
             raise ConfigError(f"provider in {table}: name it in the model, e.g. model = \"vllm:NAME\"")
         if key not in MODEL_SETTINGS:
             raise ConfigError(unknown_key(key, MODEL_SETTINGS, table))
+    _check_values(settings, f" in {table}")
+
+
+# What a numeric model setting must be: (the test, what it says). A value outside its range was
+# sent as it was (max_tokens = -10, max_attempts = 0) or failed each call in a way that named
+# something else (timeout_s = -1 read as a malformed reply after every retry).
+_RANGES: dict[str, tuple[Any, str]] = {
+    "timeout_s": (lambda v: v > 0, "the seconds one attempt may take: above 0"),
+    "max_tokens": (lambda v: v >= 1 and float(v).is_integer(), "the longest reply in tokens: a whole number, 1 or more"),
+    "max_attempts": (lambda v: v >= 1 and float(v).is_integer(), "attempts per call, the first included: a whole "
+                                                                 "number, 1 or more"),
+    "retry_max_wait_s": (lambda v: v >= 0, "the longest wait before a retry, in seconds: 0 or more"),
+    "retry_total_wait_s": (lambda v: v >= 0, "all waits of one call, in seconds: 0 or more"),
+    "temperature": (lambda v: 0 <= v <= 2, "between 0 and 2"),
+    "input_price": (lambda v: v >= 0, "$ per 1M tokens: 0 or more"),
+    "output_price": (lambda v: v >= 0, "$ per 1M tokens: 0 or more"),
+}
+
+
+def _check_values(values: Mapping[str, Any], where: str = "") -> None:
+    """Refuse a numeric model setting outside its range, in one line, before any call."""
+    for key, (fits, what) in _RANGES.items():
+        value = values.get(key)
+        if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue  # unset; a value of the wrong type is pydantic's to refuse
+        if value != value or not fits(value):  # NaN fits nothing
+            raise ConfigError(f"{key} = {value:g}{where}: {what}")
 
 
 # Model names OpenAI's own API serves, taken as openai's without a prefix: gpt-4.1, gpt-4o-mini,
@@ -159,7 +187,8 @@ def is_local(url: str) -> bool:
 
 
 def validate_spec(spec: ModelSpec) -> None:
-    """Fail before any work starts: unknown provider, missing key, missing model name."""
+    """Fail before any work starts: unknown provider, missing key, missing model name, a numeric
+    setting out of its range (timeout_s, max_tokens, max_attempts, waits, temperature, prices)."""
     if spec.provider not in PROVIDERS:
         raise ConfigError(f"unknown model provider '{spec.provider}': use one of {', '.join(PROVIDERS)}")
     if spec.provider == "tuner":
@@ -169,6 +198,7 @@ def validate_spec(spec: ModelSpec) -> None:
     if spec.max_tokens_field not in (None, *LIMIT_FIELDS):
         raise ConfigError(f"max_tokens_field = '{spec.max_tokens_field}': use \"max_tokens\" or "
                           "\"max_completion_tokens\" (or leave it out: the field the endpoint reads)")
+    _check_values(spec.model_dump())
     _api_key(spec)
 
 
@@ -214,14 +244,14 @@ def completion_limit_field(spec: ModelSpec) -> str:
 
 
 def totals(usage: Sequence[Mapping[str, Any]]) -> dict:
-    """Sum a ledger: overall, and per role, per iteration and per candidate; overall, how many
-    calls were counted from an estimate and how many had no price."""
+    """Sum a ledger, each call once: overall, and per role, per iteration and per candidate;
+    overall, how many calls were counted from an estimate and how many had no price."""
     def bucket() -> dict:
         return {"input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0, "calls": 0}
 
     out: dict[str, Any] = {**bucket(), "estimated_calls": 0, "unpriced_calls": 0,
                            "by_role": {}, "by_iteration": {}, "by_candidate": {}}
-    for rec in usage:
+    for rec in once_each(usage):  # a replayed reply the ledger holds already is the same call
         targets = [out, out["by_role"].setdefault(rec["role"], bucket()),
                    out["by_iteration"].setdefault(str(rec.get("iteration")), bucket())]
         if rec.get("candidate_id"):

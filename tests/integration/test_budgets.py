@@ -53,6 +53,7 @@ def test_the_ledger_admits_what_fits_counting_calls_in_flight():
     # estimate) and the longest reply the budget left pays for, which the request then carries
     first, refusal = run.admit("executor", 50, (0.0, 0.0))
     assert refusal is None and (first.tokens, first.output_cap) == (1100, 800)
+    assert (first.input_tokens, first.reply_tokens) == (300, 800)  # the reply is read no further than 800
     second, refusal = run.admit("executor", 50, (0.0, 0.0))  # 400 spent + 1100 in flight: no room for a reply
     assert second is None and "token budget of 1,500 would be exceeded" in refusal
     run.settle(first, {"role": "executor", "input_tokens": 300, "output_tokens": 10, "cost_usd": 0.0})
@@ -62,7 +63,11 @@ def test_the_ledger_admits_what_fits_counting_calls_in_flight():
     # the model's own max_tokens, where it fits, is the reservation and no cap goes out
     roomy = RunLedger()
     roomy.sync([], Limits(max_tokens=100_000))
-    assert roomy.admit("executor", 50, (0.0, 0.0), max_output=2000)[0] == Spend(2050, 0.0, None)
+    assert roomy.admit("executor", 50, (0.0, 0.0), max_output=2000)[0] == Spend(2050, 0.0, None, 50, 2000)
+    # without a budget nothing is held back: the reply is read whole
+    free = RunLedger()
+    free.sync([], Limits())
+    assert free.admit("executor", 50, (0.0, 0.0), max_output=2000)[0].reply_tokens is None
     # a cost budget caps the reply by what its price leaves: $0.01 at $1/$10 per 1M tokens
     priced = RunLedger()
     priced.sync([], Limits(max_cost_usd=0.01))
@@ -139,3 +144,68 @@ def test_a_budget_holds_with_replies_longer_than_any_seen_before(tmp_path, softm
     assert spent <= 1.1 * limit, (spent, limit)
     assert any(limits), limits  # the executor's requests carried the budget's reply limit
     assert usage["calls"] == len(server.requests)  # a record per request the server saw
+
+
+def test_a_reply_is_read_no_further_than_its_reservation(tmp_path, monkeypatch):
+    """A server that ignores the request's max_tokens sends its whole reply: it is streamed and
+    read up to what the call reserved for it, then cut off there (marked, and counted as read)."""
+    from langchain_core.messages import HumanMessage, SystemMessage
+
+    from accelopt.policies.answering import AnsweringModel
+    from accelopt.policies.replies import decode_reply
+    from accelopt.tools.budget import ledger
+    from accelopt.tools.llm import ModelSpec, build_chat_model, call_model
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    messages = [SystemMessage("You are the accelopt executor."), HumanMessage("Write the kernel.")]
+    with ScriptedOpenAIServer(long_reasoner, count_tokens=True, ignore_max_tokens=True) as server:
+        spec = ModelSpec.parse("openai:gpt-test", base_url=server.url, input_price=1.0, output_price=2.0)
+        for n, model in enumerate([build_chat_model(spec), AnsweringModel(inner=build_chat_model(spec))]):
+            run_dir = str(tmp_path / f"run{n}")
+            ledger(run_dir).sync([], Limits(max_tokens=1000))
+            text, usage = call_model(model, spec, messages, role="executor", run_dir=run_dir)
+            assert usage["input_tokens"] + usage["output_tokens"] == 1000 and usage["estimated"], usage
+            body = server.requests[-1]["body"]
+            assert body["stream"] and body["max_tokens"] == 1000 - usage["input_tokens"]  # asked, then ignored
+        reply = decode_reply(text)
+        assert reply.truncated and len(reply.text) < 1000 * 4  # the policy's reply says it was cut off
+        # a cost budget: $0.002 at $1/$2 per 1M tokens in/out
+        ledger(str(tmp_path / "priced")).sync([], Limits(max_cost_usd=0.002))
+        _, usage = call_model(build_chat_model(spec), spec, messages, role="executor", run_dir=str(tmp_path / "priced"))
+        assert 0.0019 < usage["cost_usd"] <= 0.002, usage
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("budget, spent_of", [({"max_tokens": 10_000}, "tokens"), ({"max_cost_usd": 0.003}, "cost")])
+def test_a_budget_is_a_ceiling_on_a_server_that_ignores_max_tokens(tmp_path, softmax_task, monkeypatch, budget,
+                                                                    spent_of):
+    """Such a server took spend to 1.10x of --max-tokens and 1.04x of --max-cost: every reply
+    came whole, whatever limit its request carried. Replies are read no further than their
+    reservation, so the run never spends past its budget."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    with ScriptedOpenAIServer(long_reasoner, count_tokens=True, ignore_max_tokens=True) as server:
+        ctx = RunContext(beams=1, plans=2, samples=2, fixes=1, iterations=5, device="cpu", use_memory=False,
+                         model="openai:gpt-test", base_url=server.url, prices={"gpt-test": [0.1, 0.2]}, **budget)
+        out = build_graph().compile().invoke({"task_dir": str(softmax_task), "run_dir": str(tmp_path / "run")},
+                                             context=ctx)
+    usage = totals(out["usage"])
+    spent = usage["input_tokens"] + usage["output_tokens"] if spent_of == "tokens" else usage["cost_usd"]
+    limit = budget.get("max_tokens") or budget["max_cost_usd"]
+    assert spent <= limit, (spent, limit)
+    assert usage["estimated_calls"] >= 1  # replies cut off where their reservation ended
+    assert "budget" in out["stop_reason"], out["stop_reason"]
+
+
+def test_a_replayed_reply_the_ledger_holds_already_counts_once():
+    """A resumed run runs a failed iteration again: its answered calls replay from the run cache
+    with their original records, which the state holds already (7 calls counted, 6 made)."""
+    first = {"role": "planner", "input_tokens": 900, "output_tokens": 100, "cost_usd": 1.0, "iteration": 1,
+             "call": "c1"}
+    other = {**first, "role": "executor", "call": "c2"}
+    older = {**first, "call": None}  # records from before call ids: each counts
+    usage = [first, other, older, older, dict(first)]
+    spent = totals(usage)
+    assert (spent["calls"], spent["input_tokens"], spent["by_role"]["planner"]["calls"]) == (4, 3600, 3)
+    run = RunLedger()
+    run.sync(usage, Limits(max_tokens=10_000))
+    assert run.spent.tokens == 4000

@@ -14,6 +14,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from accelopt.graph.builder import build_graph
 from accelopt.nodes.context import RunContext
 from accelopt.tools.llm import (
+    ConfigError,
     FatalLLMError,
     LLMCallError,
     ModelSpec,
@@ -21,6 +22,7 @@ from accelopt.tools.llm import (
     call_model,
     preflight,
     retry_after_s,
+    totals,
 )
 from accelopt.tools.run_record import run_failure
 from tests.openai_server import OK, Answer, ScriptedOpenAIServer, dead_url
@@ -358,3 +360,137 @@ def test_the_cli_stops_before_any_work_on_an_endpoint_that_cannot_answer(case, t
     assert "model openai:gpt-test at http://127.0.0.1:" in out
     assert ("401 Unauthorized" in out) if case == "401 wrong key" else ("refused" in out.lower() or "connect" in out.lower())
     assert not (tmp_path / "run").exists()  # stopped before the run directory was claimed
+
+
+# ---------------------------------------------------------------- settings, context, planner replies
+
+@pytest.mark.parametrize("setting, value, needle", [
+    ("timeout_s", -1, "timeout_s = -1 in the model settings: the seconds one attempt may take: above 0"),
+    ("max_tokens", -10, "max_tokens = -10 in the model settings: the longest reply in tokens"),
+    ("max_attempts", 0, "max_attempts = 0 in the model settings: attempts per call"),
+])
+def test_a_model_setting_out_of_its_range_is_refused_before_any_call(setting, value, needle, tmp_path):
+    """timeout_s = -1 failed each attempt as a 'malformed reply' after 19 s of retries; max_tokens
+    = -10 and max_attempts = 0 were sent as they were."""
+    with ScriptedOpenAIServer(reply) as server:
+        with pytest.raises(ConfigError) as caught:
+            spec_for(server.url, **{setting: value})
+        assert str(caught.value).startswith(needle) and "\n" not in str(caught.value)
+        spec = ModelSpec(model="gpt-test", base_url=server.url, **{setting: value})  # made without its checks
+        with pytest.raises(ConfigError, match=rf"^{setting} = {value}: "):
+            call(spec, tmp_path)
+    assert server.requests == []
+
+
+@pytest.mark.parametrize("message, needle", [
+    ("This model's maximum context length is 2048 tokens. However, you requested 2217 tokens (2217 in the "
+     "messages, 0 in the completion). Please reduce the length of the messages or completion.",
+     "the prompt alone is 2,217 tokens against the model's context of 2,048 tokens"),
+    ("This model's maximum context length is 2048 tokens. However, your request has 2217 input tokens. Please "
+     "reduce the length of the input messages.", "the prompt alone is 2,217 tokens against the model's context"),
+])
+def test_a_prompt_longer_than_the_context_is_said_as_such(message, needle, tmp_path):
+    """It advised to 'lower max_tokens', which was not set: no max_tokens could have helped."""
+    with ScriptedOpenAIServer(reply, then=Answer(400, message)) as server:
+        with pytest.raises(FatalLLMError) as caught:
+            call(spec_for(server.url), tmp_path)
+    line = str(caught.value)
+    assert needle in line and "--max-model-len" in line and "lower max_tokens" not in line, line
+
+
+def test_a_prompt_and_its_reply_limit_past_the_context_say_how_far_to_lower_it(tmp_path):
+    answer = Answer(400, "This model's maximum context length is 2048 tokens. However, you requested 2717 tokens "
+                         "(1717 in the messages, 1000 in the completion).")
+    with ScriptedOpenAIServer(reply, then=answer) as server:
+        with pytest.raises(FatalLLMError) as caught:
+            call(spec_for(server.url, max_tokens=1000), tmp_path)
+    line = str(caught.value)
+    assert "the prompt (1,717 tokens) and a reply of up to 1,000 tokens do not fit the model's context of 2,048 " \
+           "tokens: lower max_tokens to at most 331" in line, line
+
+
+def test_preflight_holds_the_prompts_templates_against_the_served_context(caplog):
+    """vLLM lists max_model_len: a context the roles' templates alone (or with max_tokens) do not
+    fit is refused before the run, little room left is warned of; no call is spent."""
+    import logging
+
+    from accelopt.policies.llm import least_prompt_tokens
+
+    every = least_prompt_tokens()
+    assert every["executor"] > every["planner"] > every["summarizer"] > 100  # the executor's notes and pitfalls
+    prompts = {role: every[role] for role in ("planner", "executor")}  # the roles this endpoint serves
+    executor = prompts["executor"]
+
+    def served(length: int) -> ScriptedOpenAIServer:
+        return ScriptedOpenAIServer(reply, models=["gpt-test"], model_fields={"gpt-test": {"max_model_len": length}})
+
+    with served(executor - 1) as server:
+        with pytest.raises(FatalLLMError) as caught:
+            preflight(spec_for(server.url), "planner, executor", prompt_tokens=prompts)
+    line = str(caught.value)
+    assert f"the executor prompt is about {executor:,} tokens before the task's code" in line, line
+    assert f"against the served context of {executor - 1:,} tokens" in line and "--max-model-len" in line
+    with served(executor + 500) as server:
+        with pytest.raises(FatalLLMError, match=r"with max_tokens = 1000 it does not fit .* lower max_tokens to at "
+                                                r"most 500,"):
+            preflight(spec_for(server.url, max_tokens=1000), "executor", prompt_tokens=prompts)
+        with caplog.at_level(logging.WARNING, logger="accelopt"):
+            preflight(spec_for(server.url), "executor", prompt_tokens=prompts)  # fits, barely: said
+        assert "500 are left for the task's code and the reply" in caplog.text
+        assert server.requests == []
+    caplog.clear()
+    with served(32768) as server, caplog.at_level(logging.WARNING, logger="accelopt"):
+        preflight(spec_for(server.url, max_tokens=8000), "executor", prompt_tokens=prompts)
+    assert not caplog.records
+
+
+CUT_OFF_WHILE_REASONING = Answer(text="<think>The row loop reads x twice; consider fusing the max and",
+                                 finish_reason="length")
+
+
+def no_code(messages):
+    """Plans for the planner; prose and no kernel for the executor: no evaluation, a fast iteration."""
+    if "accelopt planner" in str(messages[0].content):
+        return reply_for(messages)
+    return "I would restructure the reduction and fuse the exponent."
+
+
+@pytest.mark.slow
+def test_a_planner_reply_cut_off_is_asked_again_not_the_end_of_the_run(tmp_path, softmax_task):
+    """A single truncated planner reply ended a 7-iteration run (one beam member: the iteration's
+    only planner reply had no plan, which the selector reads as a dead endpoint). It is asked
+    again, told to be brief, and the run goes on."""
+    with ScriptedOpenAIServer(no_code, answers=[CUT_OFF_WHILE_REASONING]) as server:
+        ctx = RunContext(beams=1, plans=2, samples=1, fixes=0, iterations=2, device="cpu", use_memory=False,
+                         model="openai:gpt-test", base_url=server.url, llm_retry_wait_s=0.01)
+        out = build_graph().compile().invoke({"task_dir": str(softmax_task), "run_dir": str(tmp_path / "run")},
+                                             context=ctx)
+    assert out["stop_reason"] == "reached T=2 iterations" and out["fatal"] is None, out["stop_reason"]
+    first, again = server.requests[0]["body"], server.requests[1]["body"]
+    assert "accelopt planner" in first["messages"][0]["content"] and "accelopt planner" in again["messages"][0]["content"]
+    assert "cut off at its token limit before a complete plan" in again["messages"][-1]["content"]
+    planned = {c.get("plan_id") for c in out["candidates"].values() if c.get("iteration") == 1}
+    assert planned == {"i1.m0.p0", "i1.m0.p1"}  # the second reply's plans were written
+    planner = [u for u in out["usage"] if u["role"] == "planner" and u["iteration"] == 1]
+    assert len(planner) == 1 and planner[0]["requests"] == 2  # both requests' tokens, one record
+    assert totals(out["usage"])["calls"] == len(server.requests)
+
+
+def test_a_planner_asked_again_gives_up_after_its_attempts(tmp_path):
+    """Every reply cut off: PLAN_ATTEMPTS requests, then no plan and why (the run's selector decides)."""
+    from accelopt.policies.interface import PlanRequest
+    from accelopt.policies.llm import PLAN_ATTEMPTS, LLMPolicy
+    from accelopt.tools.task import load_task
+    from tests.conftest import TASKS
+
+    with ScriptedOpenAIServer(reply, then=CUT_OFF_WHILE_REASONING) as server:
+        spec = spec_for(server.url)
+        policy = LLMPolicy(build_chat_model(spec), spec, "planner", 0.01, str(tmp_path), structured=False)
+        request = PlanRequest(task=load_task(TASKS / "softmax"), iteration=1, member_id="baseline", source=None,
+                              measurements="", tried=[], lessons=[], n=2)
+        answer = policy.plan(request)
+        assert answer.plans == [] and "while the model was still reasoning" in answer.note
+        assert f"({PLAN_ATTEMPTS} replies, none with a plan)" in answer.note
+        assert len(server.requests) == PLAN_ATTEMPTS and answer.usage["requests"] == PLAN_ATTEMPTS
+        policy.plan(request)  # the same again replays every attempt from the run cache
+    assert len(server.requests) == PLAN_ATTEMPTS

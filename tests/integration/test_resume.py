@@ -86,3 +86,38 @@ def test_a_run_killed_mid_iteration_resumes_without_losing_or_repeating_an_evalu
     assert set(spaces) == {""} and spaces[""] <= KEEP_CHECKPOINTS, spaces
     planned = {c["plan_id"] for c in cands.values() if c.get("plan_id")}
     assert planned and planned <= set(read_plans(run_dir)) and {p[:2] for p in planned} == {"i1", "i2"}
+
+
+def test_resume_runs_a_failed_iteration_again_from_its_cached_replies_counting_each_call_once(tmp_path):
+    """A fixer endpoint that fails ends iteration 1; `accelopt resume` runs it again. Its planner
+    reply replays from the run cache (the same question: not one that includes the kernels the
+    failed iteration measured), and a replayed reply whose record the state holds already is
+    not counted again: the ledger's calls are the server's answered requests."""
+    from tests.conftest import TASKS
+    from tests.openai_server import OK, Answer, ScriptedOpenAIServer
+    from tests.scripted import reply_for
+
+    def accelopt(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "accelopt", *args], cwd=ROOT, capture_output=True, text=True,
+                              timeout=300, env={**os.environ, "OPENAI_API_KEY": "sk-test"})
+
+    run_dir = tmp_path / "run"
+    with ScriptedOpenAIServer(reply_for, models=["coder"]) as main, \
+            ScriptedOpenAIServer(reply_for, then=Answer(503, "overloaded"), models=["coder"]) as fixer:
+        config = tmp_path / "accelopt.toml"
+        config.write_text(f'[run]\nllm_retry_wait_s = 0.01\n[models.default]\nmodel = "vllm:coder"\n'
+                          f'base_url = "{main.url}"\nmax_attempts = 2\n[models.fixer]\nbase_url = "{fixer.url}"\n')
+        done = accelopt("optimize", str(TASKS / "softmax"), "--device", "cpu", "--no-memory", "-T", "1", "-B", "1",
+                        "-N", "2", "-K", "1", "-F", "1", "--run-dir", str(run_dir), "--config", str(config))
+        assert done.returncode != 0 and "fixer model vllm:coder" in done.stdout + done.stderr, done.stderr[-2000:]
+        refused = len(fixer.requests)  # each a 503: no reply, no ledger record
+        fixer.then = OK
+        done = accelopt("resume", str(run_dir))
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["failure"] is None and [h["iteration"] for h in summary["iterations"]] == [1, 1]
+    planner = [r for r in main.requests if "accelopt planner" in r["body"]["messages"][0]["content"]]
+    assert len(planner) == 1  # iteration 1's planner was asked once, its reply replayed on resume
+    usage = summary["usage"]
+    assert usage["by_role"]["planner"]["calls"] == 1
+    assert usage["calls"] == len(main.requests) + len(fixer.requests) - refused  # each answered call once

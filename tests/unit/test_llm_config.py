@@ -245,3 +245,19 @@ def test_the_token_limit_field_can_be_chosen(config):
     with pytest.raises(ConfigError, match=r"^planner model: max_tokens_field = 'max_length': use \"max_tokens\" or "
                                           r"\"max_completion_tokens\""):
         load_context(config(DEFAULT + 'max_tokens_field = "max_length"\n'))
+
+
+@pytest.mark.parametrize("key, value", [("timeout_s", -1), ("max_tokens", -10), ("max_attempts", 0), ("max_tokens", 0),
+                                        ("retry_total_wait_s", -5), ("temperature", -0.5), ("output_price", -1)])
+def test_a_model_setting_out_of_its_range_is_refused_in_one_line(config, key, value):
+    """timeout_s = -1 was reported after 19 s as a malformed reply; max_tokens = -10 and
+    max_attempts = 0 were accepted and sent."""
+    from accelopt.tools.llm_spec import validate_spec
+
+    with pytest.raises(ConfigError) as caught:
+        load_context(config(DEFAULT + f"[models.executor]\n{key} = {value}\n"))
+    message = str(caught.value)
+    assert message.startswith(f"{key} = {value:g} in ") and "[models.executor]" in message, message
+    assert "\n" not in message
+    with pytest.raises(ConfigError, match=rf"^{key} = {value:g}: "):  # a spec made without the settings' check
+        validate_spec(ModelSpec(model="x", provider="vllm", **{key: value}))
