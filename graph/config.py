@@ -161,12 +161,13 @@ def preflight_context(ctx: RunContext) -> None:
     if not checks:
         return
     try:  # httpx and openai: only when there is an endpoint to check
+        from accelopt.policies.llm import least_prompt_tokens
         from accelopt.tools.llm import preflight
     except ImportError as exc:
         raise client_missing(exc) from None
 
-    for spec, roles in checks.values():
-        preflight(spec, ", ".join(roles))
+    for spec, roles in checks.values():  # the roles' least prompts held against a served context length
+        preflight(spec, ", ".join(roles), prompt_tokens=least_prompt_tokens(roles))
 
 
 def _prices(table: dict, path: Path) -> dict[str, list[float]]:

@@ -35,7 +35,11 @@ def to_planners(state: RunState, runtime: Runtime[RunContext]) -> list[Send]:
             log.warning(warning)
     ledger(state.get("run_dir")).sync(state.get("usage") or [], Limits(ctx.max_tokens, ctx.max_cost_usd),
                                       fresh=state["iteration"] == 1)
-    measured = measured_kernels(state["candidates"])
+    # the kernels of earlier iterations only: a resumed run that runs a failed iteration again asks its
+    # planners what it asked the first time (the run cache holds those answers), and the newest
+    # TRIED_LIMIT are counted after that filter, not before
+    measured = measured_kernels({cid: c for cid, c in state["candidates"].items()
+                                 if (c.get("iteration") or 0) < state["iteration"]})
     return [Send("planner", {"task_dir": state["task_dir"], "run_dir": state.get("run_dir"),
                              "iteration": state["iteration"], "member_index": i,
                              "member": compact(state["candidates"][member_id]),

@@ -233,6 +233,7 @@ class Usage(TypedDict, total=False):
     priced: bool                   # False: a model with no price, counted as $0
     prompt_chars: int              # the prompt's size (system + user)
     requests: int                  # requests that reached the server for this record (absent: 1)
+    call: str                      # the call's own id: a replayed record (a resume) is counted once
 
 
 def usage_entries(usage: Mapping[str, Any] | None) -> list[Usage]:

@@ -494,3 +494,18 @@ def test_a_planner_asked_again_gives_up_after_its_attempts(tmp_path):
         assert len(server.requests) == PLAN_ATTEMPTS and answer.usage["requests"] == PLAN_ATTEMPTS
         policy.plan(request)  # the same again replays every attempt from the run cache
     assert len(server.requests) == PLAN_ATTEMPTS
+
+
+def test_the_runs_preflight_holds_its_roles_prompts_against_the_served_context():
+    """graph/config.preflight_context (the CLI's, before any work) passes each endpoint's roles'
+    least prompts to the preflight: a context that cannot hold them is refused there."""
+    from accelopt.graph.config import preflight_context
+    from accelopt.policies.llm import least_prompt_tokens
+
+    executor = least_prompt_tokens()["executor"]
+    fields = {"gpt-test": {"max_model_len": executor - 1}}
+    with ScriptedOpenAIServer(reply, models=["gpt-test"], model_fields=fields) as server:
+        ctx = RunContext(model="openai:gpt-test", base_url=server.url)
+        with pytest.raises(FatalLLMError, match="prompt is about .* against the served context"):
+            preflight_context(ctx)
+        assert server.requests == []
