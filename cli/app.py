@@ -297,7 +297,7 @@ def doctor() -> None:
 
     table = Table(title="accelopt doctor")
     for column in ("component", "usable", "detail"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")  # a path folds at 80 columns, never cut with an ellipsis
     broken: list[str] = []
     backends = {name: backend_for(name).availability() for name in BACKENDS}
     for name, found in backends.items():

@@ -128,8 +128,8 @@ def print_headline(rows: list, title: str) -> None:
     for row in cells:
         table.add_row(*(Text(cell) for cell in row))  # plain text: "[...]" is no markup
     console.print(table, highlight=False)
-    for line in geomeans:
-        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    for line in geomeans:  # prose: wrapped at words to the terminal's width
+        console.print(line, markup=False, highlight=False)
 
 
 def report(path: Opt[Path, typer.Argument(help="A run directory or an eval directory")],

@@ -114,6 +114,16 @@ def test_runs_reads_whole_at_80_columns(runs):  # noqa: F811 - the fixture
     assert stopped[2].startswith("  stopped before the search (setup): task softmax has no baseline.py")
 
 
+def test_report_and_doctor_read_whole_at_80_columns(runs):  # noqa: F811 - the fixture
+    """The headline's geomean line wrapped at words (it was one 118-column line); doctor's paths
+    folded (the embedder's was cut with an ellipsis)."""
+    for args in (["report", str(runs / "scripted"), "--out", str(runs / "report-narrow")], ["doctor"]):
+        done = subprocess.run([sys.executable, "-m", "accelopt", *args], cwd=ROOT, env={**os.environ, **NARROW},
+                              capture_output=True, text=True, timeout=300)
+        assert done.stdout.strip(), done.stderr[-2000:]
+        _fits(done.stdout)
+
+
 # ---------------------------------------------------------------- check
 
 def test_check_of_one_kernel_reads_whole_at_80_columns(softmax_task, tmp_path):
