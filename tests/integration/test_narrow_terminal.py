@@ -122,6 +122,9 @@ def test_report_and_doctor_read_whole_at_80_columns(runs):  # noqa: F811 - the f
                               capture_output=True, text=True, timeout=300)
         assert done.stdout.strip(), done.stderr[-2000:]
         _fits(done.stdout)
+    page = (runs / "report-narrow" / "report.html").read_text()  # an interpreter run: no kernel called best
+    assert "Lineage of the kept kernel" in page and "Lineage of the best kernel" not in page
+    assert "the run's best" not in page
 
 
 # ---------------------------------------------------------------- check
