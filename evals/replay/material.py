@@ -27,6 +27,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from accelopt.policies.kernel_ast import bound_names
 from accelopt.tools import tunables
 
 HERE = Path(__file__).resolve().parent
@@ -194,19 +195,9 @@ def _jit_functions(tree: ast.Module) -> list[ast.FunctionDef]:
 
 
 def _identifiers(tree: ast.Module) -> set[str]:
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name):
-            names.add(node.id)
-        elif isinstance(node, ast.arg):
-            names.add(node.arg)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, ast.alias):
-            names.add((node.asname or node.name).split(".")[0])
-        elif isinstance(node, ast.Attribute):
-            names.add(node.attr)
-    return names
+    """Every name the module uses (kernel_ast.bound_names) and every name it imports."""
+    imported = {(n.asname or n.name).split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.alias)}
+    return bound_names(tree) | imported
 
 
 def _splice(source: str, line: int, col: int, end_col: int, text: str) -> str:
