@@ -52,12 +52,28 @@ def _table(rows) -> Table:
     return table
 
 
+WIDE = 110  # a terminal this wide shows insights as a table; a narrower one (80 columns, a pipe) as blocks
+
+
+def _print_insights(rows) -> None:
+    """A table where it fits whole; else one block per insight, its id whole on the first line
+    (`accelopt memory show ID` takes it as printed) and its title below: a seven-column table at 80
+    columns cut the ids with an ellipsis."""
+    if console.width >= WIDE:
+        console.print(_table(rows))
+        return
+    for insight, meta in rows:
+        console.print(f"{insight.id}  {insight.kind}  {insight.evidence.speedup:.2f}x  support {insight.support}  "
+                      f"recalls {meta.get('recalls', 0)}  {insight.evidence.task}", markup=False, highlight=False)
+        console.print(f"  {insight.title}", markup=False, highlight=False)
+
+
 @app.command("list")
 def list_(memory: MemoryDir = None, memory_url: MemoryUrl = None, embedder: EmbedderOpt = DEFAULT_EMBEDDER,
           limit: int = 50) -> None:
     """Insights, strongest evidence first."""
     rows = sorted(_open(memory, memory_url, embedder, embed=False).all(), key=lambda r: -r[1]["strength"])
-    console.print(_table(rows[:limit]))
+    _print_insights(rows[:limit])
 
 
 @app.command()
@@ -79,7 +95,7 @@ def search(query: str, memory: MemoryDir = None, memory_url: MemoryUrl = None,
         console.print(f"no {backend} lessons timed with {timer} match (of {store.count()} in {store.location}); "
                       f"--timer {other} searches the others")
         return
-    console.print(_table([(h, {"recalls": "-"}) for h in hits]))
+    _print_insights([(h, {"recalls": "-"}) for h in hits])
 
 
 @app.command()

@@ -127,6 +127,34 @@ def test_report_and_doctor_read_whole_at_80_columns(runs):  # noqa: F811 - the f
     assert "the run's best" not in page
 
 
+def test_memory_list_reads_whole_at_80_columns_ids_included(tmp_path):
+    """A seven-column table at 80 columns cut every id (`ins-7b048…`), which `memory show` needs whole."""
+    from accelopt.memory.schema import Evidence, Insight, Provenance
+
+    lessons = tmp_path / "lessons.jsonl"
+    lessons.write_text("".join(Insight(
+        kind="negative", title=f"A lesson whose title is long enough to need more than one narrow line {n}",
+        lesson="measured", kernel_class="row_reduction", bottleneck="memory-bound", author="test",
+        evidence=Evidence(speedup=0.5, spread=0.01, task="a_task_with_a_long_name_rmsnorm_h128", backend="triton",
+                          hardware="NVIDIA H100", timer="cuda_event"),
+        provenance=Provenance(run_id="r", parent_id="baseline", child_id=f"i1.m0.p{n}.k0", iteration=1),
+    ).model_dump_json() + "\n" for n in range(3)))
+    env = {**os.environ, **NARROW}
+    store = tmp_path / "store"
+    subprocess.run([sys.executable, "-m", "accelopt", "memory", "import", str(lessons), "--memory", str(store)],
+                   cwd=ROOT, env=env, check=True, capture_output=True, timeout=300)
+    done = subprocess.run([sys.executable, "-m", "accelopt", "memory", "list", "--memory", str(store)], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = _fits(done.stdout)
+    ids = [line.split()[0] for line in lines if line.startswith("ins-")]
+    assert ids, done.stdout  # (alike lessons merge in the store: at least one)
+    for insight_id in ids:
+        shown = subprocess.run([sys.executable, "-m", "accelopt", "memory", "show", insight_id, "--memory", str(store)],
+                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert shown.returncode == 0 and insight_id in shown.stdout, shown.stderr[-1000:]
+
+
 # ---------------------------------------------------------------- check
 
 def test_check_of_one_kernel_reads_whole_at_80_columns(softmax_task, tmp_path):
