@@ -463,7 +463,8 @@ def _html_report(run_dir: Path) -> None:
         console.print(f"report: not written ({type(exc).__name__}: {exc}); try `accelopt report {run_dir}`",
                       markup=False, highlight=False)
         return
-    console.print(f"report: {page}", markup=False, highlight=False)
+    # one line however long: a terminal folds it, a copied path stays whole (rich would break it mid-name)
+    console.print(f"report: {page}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _interval(best: dict) -> str:

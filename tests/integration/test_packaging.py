@@ -66,7 +66,10 @@ def _make_dry_run(tmp_path, target: str) -> list[str]:
     clone.mkdir(exist_ok=True)
     for name in ("Makefile", "pyproject.toml", "constraints.txt"):
         shutil.copy2(ROOT / name, clone / name)
-    out = subprocess.run(["make", "-n", target], cwd=clone, capture_output=True, text=True, timeout=60, check=True)
+    # under `make test` (CI), MAKELEVEL and MAKEFLAGS reach this make: it would say where it enters
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+    out = subprocess.run(["make", "-n", "--no-print-directory", target], cwd=clone, env=env, capture_output=True,
+                         text=True, timeout=60, check=True)
     return out.stdout.splitlines()
 
 
