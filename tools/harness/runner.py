@@ -26,6 +26,7 @@ from accelopt.tools.harness.static_checks import findings, syntax_error
 from accelopt.tools.harness.stats import NOISE_FLOOR
 from accelopt.tools.roofline import lookup_peak, percent_of_peak
 from accelopt.tools.task import Task, TaskError, load_task
+from accelopt.tools.tunables import autotune_space
 
 SUSPICIOUS_SPEEDUP = 10.0
 FRESH_SEED_OFFSET = 1000
@@ -149,8 +150,26 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
             if ahead is not None:
                 ahead.cancel()
     interpreter_dtype_note(task, result)
+    if result.ok and result.compare:  # a comparison: say where its sides are chosen at run time
+        note = run_time_choice_note({"the kernel": source, **{f"the {n}": s for n, s in (compare or {}).items()}})
+        if note:
+            result.evidence.append(note)
     result.eval_s = time.monotonic() - started
     return result
+
+
+def run_time_choice_note(sources: dict[str, str]) -> str | None:
+    """Evidence to read a verdict by, where a timed kernel (the candidate or a comparator) leaves
+    its configuration to `@triton.autotune` at run time: each process's autotuner picks its own, so
+    another evaluation may time another configuration (AccelOpt's FlashInfer-Bench rmsnorm best,
+    checked twice in a row against o3's on one H100: 1.027x and 1.354x, 317 and 172 µs)."""
+    choosing = [name for name, source in sources.items()
+                if (space := autotune_space(source)) is not None and not space.pinned]
+    if not choosing:
+        return None
+    return (f"{' and '.join(choosing)} {'chooses' if len(choosing) == 1 else 'choose'} a configuration at run time "
+            "(@triton.autotune over several): each process's autotuner picks its own, so another evaluation may time "
+            "another configuration; pin one to time it alone")
 
 
 def interpreter_dtype_note(task: Task, result: EvalResult) -> None:
