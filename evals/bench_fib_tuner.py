@@ -42,10 +42,10 @@ def _run(cmd: list[str], timeout: float, parse_json: bool = False) -> dict:
         rc = 124
         out, err = (x.decode(errors="replace") if isinstance(x, bytes) else x or "" for x in (e.stdout, e.stderr))
     return {"cmd": " ".join(cmd), "rc": rc, "wall_s": round(time.monotonic() - start, 1),
-            "stdout_tail": out[-3000:], "stderr_tail": err[-3000:], "result": _json_of(out) if parse_json else None}
+            "stdout_tail": out[-3000:], "stderr_tail": err[-3000:], "result": json_of(out) if parse_json else None}
 
 
-def _json_of(text: str) -> dict | None:
+def json_of(text: str) -> dict | None:
     """`accelopt check --json`'s one JSON document: the first line that opens a JSON object and
     decodes (a warning printed before it may hold braces of its own)."""
     decoder = json.JSONDecoder()

@@ -20,6 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from accelopt.evals.bench_fib_tuner import json_of  # `check --json`'s one JSON document
+
 HERE = Path(__file__).resolve().parent
 REALWORLD = HERE / "realworld"
 PAIRS = {  # task: (kernel, against)
@@ -38,7 +40,7 @@ def check(task: str, timeout_s: float) -> dict[str, Any]:
            "--against", str(REALWORLD / against), "--device", "cuda", "--json"]
     start = time.monotonic()
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
-    verdict = _json_of(done.stdout) or {}
+    verdict = json_of(done.stdout) or {}
     versus: dict[str, Any] = (verdict.get("versus") or {}).get("against") or {}
     return {"task": task, "rc": done.returncode, "wall_s": round(time.monotonic() - start, 1),
             "status": verdict.get("status"), "speedup": versus.get("speedup"), "kernel_only": kernel_only(verdict),
@@ -59,17 +61,6 @@ def kernel_only(verdict: dict) -> float | None:
     for r in ratios:
         product *= r
     return round(product ** (1 / len(ratios)), 4)
-
-
-def _json_of(text: str) -> dict | None:
-    decoder = json.JSONDecoder()
-    for i, ch in enumerate(text):
-        if ch == "{" and (i == 0 or text[i - 1] == "\n"):
-            try:
-                return decoder.raw_decode(text, i)[0]
-            except json.JSONDecodeError:
-                continue
-    return None
 
 
 def within(alone: dict, together: dict) -> bool | None:

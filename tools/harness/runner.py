@@ -122,12 +122,11 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
             raw = judge.request(request, timeout_s)
             result = _result(task, raw, device, dtype)
             result.findings = advice
-            result.phases_s["lease_wait"] = lease_wait
             result.gpu = judge.gpu if device == "cuda" else None
-            # where the seconds went beyond the judge's own steps: waiting for the judge (its
-            # start), the re-check on fresh inputs, the audit
-            judged = sum(s for step, s in result.phases_s.items() if step != "lease_wait")
-            result.phases_s["judge_wait"] = round(max(0.0, time.monotonic() - asked - judged), 3)
+            # where the seconds went beyond the judge's own steps: waiting for the lease (another
+            # evaluation on its GPU), for the judge (its start), the re-check on fresh inputs, the audit
+            result.phases_s["judge_wait"] = round(max(0.0, time.monotonic() - asked - sum(result.phases_s.values())), 3)
+            result.phases_s["lease_wait"] = lease_wait
             if result.ok:
                 began = time.monotonic()
                 _reverify_if_too_good(task, result, judge, request, timeout_s)
