@@ -417,10 +417,11 @@ def _report(state: dict, run_dir: Path, use_memory: bool = True, tuner: bool = T
     console.print(Text(f"accelopt run: {run_dir}"))
     console.print(table)
     console.print(Text(f"{'beam head' if interpreter else 'best kernel'}: {run_dir / 'best_kernel.py'}"))
-    if interpreter:  # an offline first run: the next step
+    if interpreter:  # an offline first run: the next step, each command one line however long (soft_wrap):
+        # a terminal folds it, and pasted it runs (rich broke a long one at a blank, into two commands)
         console.print(Text("next:\n" + "\n".join(f"  {line}" for line in
                                                  _next_steps(state.get("task_dir", "TASK_DIR"), run_dir,
-                                                             tuner).splitlines())))
+                                                             tuner).splitlines())), soft_wrap=True)
     _html_report(run_dir)
     failure = run_failure(state)  # summary.json is written: the run's record stays, the exit says it failed
     if failure:

@@ -54,7 +54,11 @@ def test_the_end_of_run_table_reads_whole_at_80_columns(timer, softmax_task, tmp
     out = CliRunner().invoke(cli_app.app, ["optimize", str(softmax_task), "--device", "cpu", "--no-memory",
                                            "--no-preflight", "--run-dir", str(run_dir)])
     assert out.exit_code == 0, out.output
-    lines = _fits(out.output)
+    commands = [line for line in out.output.splitlines() if " accelopt " in f" {line.split(': ', 1)[-1]}"
+                or "accelopt optimize" in line]  # next steps: one line each, however long (pasted, they run)
+    lines = _fits(out.output, whole=commands)
+    if timer == "interpreter_wall":  # next steps printed: the command naming the long run dir is one line
+        assert any(line.endswith(f" show {run_dir}") for line in commands), out.output
     # the paths are whole: on lines of their own, a path wider than the screen folded, never cut
     joined = "".join(lines).replace(" ", "")  # (these paths hold no blank)
     assert f"acceloptrun:{run_dir}" in joined and f"{run_dir / 'best_kernel.py'}" in joined
@@ -79,8 +83,11 @@ def test_optimize_on_the_interpreter_reads_whole_in_a_pipe_at_80_columns(tmp_pat
     assert proc.returncode == 0, proc.stdout + proc.stderr
     live, _, table = proc.stdout.partition("accelopt run:")
     assert "…" not in live and "iteration 1/1 done: beam head" in live and "done: best" not in live
-    _fits(table, whole=[line for line in table.splitlines() if line.startswith(f"report: {run_dir}")])
-    assert f"report: {run_dir / 'report.html'}" in table.splitlines()  # whole, on one line, however long
+    # the report's path and the next commands: whole, on one line, however long (pasted, they run)
+    whole = [line for line in table.splitlines() if line.startswith(f"report: {run_dir}") or "accelopt " in line]
+    _fits(table, whole=whole)
+    assert f"report: {run_dir / 'report.html'}" in table.splitlines()
+    assert any(line.startswith("  on a GPU: ") and line.endswith("--device cuda") for line in whole), table
 
 
 # ---------------------------------------------------------------- show and runs
@@ -96,7 +103,8 @@ def test_show_reads_whole_at_80_columns(runs):  # noqa: F811 - the fixture
     if diff:  # (none where the interpreter's rounds kept the baseline at the head)
         start = lines.index(diff[0])
         assert lines[start:start + len(diff)] == diff
-    assert f"accelopt run: {run}" in " ".join(lines[:2]) or str(run) in lines[1]
+    head = "".join(lines[:4]).replace(" ", "")  # the run's path, folded however long the temp dir is (no blank in it)
+    assert f"acceloptrun:{run}" in head
     for step in view["lineage"]:  # every id whole in the lineage table
         assert any(step["id"] in line for line in lines)
 
