@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from accelopt.tools.harness import judge as judge_mod
-from accelopt.tools.harness.judge import COPY, Judge, Reject, _Prepared, _ReferenceCache
+from accelopt.tools.harness.judge import Judge, Reject, _Prepared, _ReferenceCache
+from accelopt.tools.harness.timing_rounds import COPY
 
 WORKLOADS = [{"name": "w1", "params": {"n": 1}}, {"name": "w2", "params": {"n": 2}}]
 

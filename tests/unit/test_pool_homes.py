@@ -36,7 +36,7 @@ def test_a_sandbox_writes_its_caches_in_its_own_home_whatever_the_judge_had_set(
     """Inductor puts TORCHINDUCTOR_CACHE_DIR into the environment of a process that compiled: once
     the judge had, its confined torch.compile comparators could not write their cache (found on an
     H200 with KernelBench problems)."""
-    from accelopt.tools.harness.judge import sandbox_env
+    from accelopt.tools.harness.judge_sandboxes import sandbox_env
 
     judge = {"PATH": "/usr/bin", "HOME": "/j", "TMPDIR": "/j", "TRITON_CACHE_DIR": "/j/triton-cache",
              "TORCHINDUCTOR_CACHE_DIR": "/j/torchinductor_root", "CUDA_VISIBLE_DEVICES": "0"}

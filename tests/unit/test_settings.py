@@ -25,7 +25,7 @@ SETTINGS_PY = "tools/settings.py"
 # the environment of a child process (or is one, taking what it was given). Not settings.
 CHILD_ENVIRONMENTS = {
     ("tools/harness/pool.py", "scrubbed_env"): "the judge's: the few variables a kernel may see",
-    ("tools/harness/judge.py", "Sandbox.__init__"): "a sandbox's: the judge's own, with its HOME and caches",
+    ("tools/harness/judge_sandboxes.py", "Sandbox.__init__"): "a sandbox's: the judge's own, with its HOME and caches",
     ("tools/harness/zygote.py", "_child"): "a forked sandbox takes the environment the judge sent",
     ("tools/backends/nki.py", "run_worker"): "the NKI worker's: this one, pinned to a NeuronCore",
     ("evals/bench_realworld.py", "run_probes"): "a probe's: this one, with its own Triton cache",

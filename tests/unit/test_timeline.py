@@ -77,7 +77,8 @@ def test_the_audit_rejects_an_autotuned_kernel_far_off_its_measured_time(monkeyp
 
 
 def test_a_fresh_call_slow_in_most_rounds_is_a_cache_and_one_slow_round_is_noise():
-    from accelopt.tools.harness.judge import Reject, _fresh_not_slower
+    from accelopt.tools.harness.judge import Reject
+    from accelopt.tools.harness.timing_rounds import _fresh_not_slower
 
     # one host-stalled span among five rounds (measured: 879 vs 182 µs on a real paged-decode kernel)
     _fresh_not_slower([(879.0, 182.0), (185.0, 181.0), (183.0, 182.0), (190.0, 180.0), (181.0, 182.0)], "w")

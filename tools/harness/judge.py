@@ -7,6 +7,10 @@ comparison and every decision, and it never imports candidate code: each candida
 sandbox process of its own (sandbox.py) that is killed after that one candidate. Comparators
 (baseline, parent) run in sandboxes of their own, kept for the same source only.
 
+The sandboxes as the judge drives them (the template, each forked sandbox, the warm spares)
+are judge_sandboxes.py's; the comparators and the interleaved timing rounds (4 below) are
+timing_rounds.py's, a mixin of `Judge`. This file is the protocol and the checks.
+
 The evidence, in order (the first failure decides):
 1. correctness on every workload x seed, fresh inputs per call, against outputs the judge
    computed itself; shape, dtype, NaN/Inf (unwritten outputs read as poison), the task's
@@ -25,69 +29,33 @@ The evidence, in order (the first failure decides):
 from __future__ import annotations
 
 import collections
-import hashlib
 import importlib.util
-import io
 import itertools
 import json
-import math
 import os
-import pickle
 import re
 import secrets
-import select
-import shutil
-import socket
-import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
     sys.path.pop(0)
 
 RESULT_MARK = "@@ACCELOPT_RESULT@@"
-ERROR_CHARS = 1500
-SPARES = 2              # warm sandboxes waiting for the next candidate (GPU)
-# On the interpreter the spares start on the same cores that run (and time) the candidate, and
-# a judge per core already runs: one spare hides the next start, a second only competes for CPU
-# (two short runs' tests: 128 s -> 111 s wall on 2 cores).
-CPU_SPARES = 1
-COMPARATOR_CACHE = 4    # comparator sandboxes kept, keyed by source
-READY_TIMEOUT_S = 120.0
-# Calls per timed round at most: each takes 1 ms of cover plus an L2 flush whatever the kernel, and
-# the rounds (at least 3), not the calls within one, are what the interval is made of.
-MAX_REPS = 40
-TIMING_SEED = 100       # timing inputs: never among the checked seeds
 AFTER_SEED = 500        # the check after timing: inputs never seen before
 SIGNED_SEED = 700       # the widened draw (Judge.wider): the task's inputs, non-negative ones given signs
 # On the widened draw, atol may grow to this multiple of the reference's own rounding against
 # float64: another order of the same arithmetic errs by about as much as the reference's order
 # does; an answer computed otherwise (abs where the reference is ReLU) by the size of the values.
 ROUNDING_SLACK = 4.0
-# Timing rounds: at least MIN, then until every comparison is decided (stats.decided), at most MAX.
-# The interpreter runs its minimum only: its times are a CPU emulation's wall clock, and more
-# rounds of it buy nothing.
-MIN_ROUNDS = {"cuda": 3, "cpu": 2}
-MAX_ROUNDS_GPU = 15
 # Inputs and reference outputs kept between requests, bounded by bytes: a slow reference
 # (FlashInfer-Bench's attention references are Python loops taking seconds) runs once per
 # workload x seed, while KernelBench-sized inputs (GBs) are never kept.
-WARM_BYTES = 2 << 30    # a new comparator's first calls are sent with the checks up to this much input
 REFERENCE_CACHE_BYTES = {"cuda": 1 << 30, "cpu": 256 << 20}
-# The yardstick of memory-bound kernels: a device copy of a workload's bytes, timed beside them.
-COPY = "copy_yardstick"  # its timings' key: no comparator of a request is named so
-COPY_SOURCE = '''"""The judge's copy yardstick: half a workload's bytes read, half written."""
-
-
-def copy_bytes(source, destination):
-    destination.copy_(source)  # nothing handed back: a CUDA tensor received over IPC cannot be sent again
-'''
 # Host ops (interpreter) and GPU kernels that move data rather than compute.
 _DATA_OPS = {
     "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like",
@@ -132,40 +100,6 @@ def foreign_work(device: str, seen: list[str], own: list[str] | set[str]) -> lis
     return list(dict.fromkeys(foreign))
 
 
-def _tail(text: str, limit: int = ERROR_CHARS) -> str:
-    """Both ends of a long error: where it started and where it ended up."""
-    text = text.strip()
-    if len(text) <= limit:
-        return text
-    head = limit // 3
-    return text[:head] + "\n...\n" + text[-(limit - head):]
-
-
-# ---------------------------------------------------------------- what crosses the boundary
-
-class _Unpickler(pickle.Unpickler):
-    """Replies come from untrusted code: only tensors and plain data may be rebuilt."""
-
-    ALLOWED = {("torch.multiprocessing.reductions", n) for n in (
-        "rebuild_tensor", "rebuild_typed_storage", "rebuild_storage_filename", "rebuild_cuda_tensor",
-        "rebuild_storage_empty", "rebuild_typed_storage_child")} | {
-        ("torch", "Tensor"), ("torch", "Size"), ("torch", "device"), ("torch.storage", "UntypedStorage"),
-        ("torch.storage", "TypedStorage"), ("torch", "UntypedStorage"), ("builtins", "complex")}
-
-    def find_class(self, module, name):
-        import torch
-
-        if (module, name) in self.ALLOWED or (module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)):
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"{module}.{name}")
-
-
-class SandboxFailure(Exception):
-    def __init__(self, status: str, error: str, dead: bool = False):
-        super().__init__(error)
-        self.status, self.error, self.dead = status, error, dead
-
-
 def _load_sibling(name: str, filename: str):
     """A file beside this one: run as the judge (a script), loaded by path, since the judge imports
     nothing of the accelopt package; imported as part of it (the pool reads RESULT_MARK), the
@@ -185,399 +119,27 @@ def _load_sibling(name: str, filename: str):
 
 correctness = _load_sibling("accelopt_correctness", "correctness.py")  # the correctness rules (evaluators)
 confine = _load_sibling("accelopt_confine", "confine.py")
-stats = _load_sibling("accelopt_stats", "stats.py")  # the statistic the timing rounds stop on
-triton_cache = _load_sibling("accelopt_triton_cache", "triton_cache.py")
-ZYGOTE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")
+judge_sandboxes = _load_sibling("accelopt_judge_sandboxes", "judge_sandboxes.py")  # the sandboxes it drives
+timing_rounds = _load_sibling("accelopt_timing_rounds", "timing_rounds.py")  # the comparators and timing rounds
 # Every verdict the judge returns, raised by the correctness rules too: one class, correctness.py's.
-if TYPE_CHECKING:  # how mypy names it (the judge, a script, loads the file by path)
+if TYPE_CHECKING:  # how mypy names them (the judge, a script, loads the files by path)
     from accelopt.tools.harness.correctness import Reject
+    from accelopt.tools.harness.judge_sandboxes import Sandbox, Sandboxes, SandboxFailure, _call_mode, _owned, _tail
+    from accelopt.tools.harness.timing_rounds import COPY, TimingRounds, _nbytes, _same_processes
 else:
     Reject = correctness.Reject
-
-
-def _host_pid(root: int, ns_pid: int) -> int:
-    """The judge's name for a process the template (in a PID namespace of its own) calls
-    `ns_pid`: the descendant of `root` whose innermost NSpid is it."""
-    todo = [root]
-    while todo:
-        pid = todo.pop()
-        kids = _children(pid)
-        for kid in kids:
-            try:
-                with open(f"/proc/{kid}/status") as f:
-                    nspids = next(line.split()[1:] for line in f if line.startswith("NSpid:"))
-            except (OSError, StopIteration):
-                continue
-            if int(nspids[-1]) == ns_pid and len(nspids) > 1:
-                return kid
-        todo += kids
-    raise SandboxFailure("runtime_error", f"the sandbox template's child {ns_pid} is not among its processes",
-                         dead=True)
-
-
-class Template:
-    """The sandbox template (zygote.py): torch and Triton imported once, a fork per sandbox.
-    Under bubblewrap unless the user chose to run candidates unconfined."""
-
-    def __init__(self, root: str, confined: bool):
-        self.confined = confined
-        self.log_path = os.path.join(root, "template.log")
-        mine, theirs = socket.socketpair()
-        prefix = confine.bwrap_prefix(root) if confined else []
-        with open(self.log_path, "w") as log:
-            self.proc = subprocess.Popen([*prefix, sys.executable, ZYGOTE, str(theirs.fileno())],
-                                         pass_fds=[theirs.fileno()], cwd=root, stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=log, preexec_fn=confine.die_with_parent)
-        theirs.close()
-        self.control = mine
-        self.buffer = b""
-        self.ready = False
-
-    def _line(self, deadline: float) -> dict:
-        while b"\n" not in self.buffer:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self.control], [], [], left)[0]:
-                raise SandboxFailure("timeout", "the sandbox template did not answer in time", dead=True)
-            chunk = self.control.recv(65536)
-            if not chunk:
-                raise SandboxFailure("runtime_error", "the sandbox template died:\n" + self._log_tail(), dead=True)
-            self.buffer += chunk
-        line, self.buffer = self.buffer.split(b"\n", 1)
-        return json.loads(line)
-
-    def _log_tail(self) -> str:
-        try:
-            with open(self.log_path, errors="replace") as f:
-                return _tail(f.read(), 1200)
-        except OSError:
-            return ""
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def spawn(self, home: str, env: dict, readable: list[str], fds: list[int], deadline: float) -> int:
-        """Fork one sandbox; its pid as the judge sees it."""
-        if not self.ready:
-            self._line(deadline)  # {"ready": true}: torch and Triton are imported
-            self.ready = True
-        request = {"home": home, "env": env, "readable": readable, "confine": self.confined}
-        try:
-            socket.send_fds(self.control, [json.dumps(request).encode()], fds)
-        except OSError:
-            raise SandboxFailure("runtime_error", "the sandbox template died:\n" + self._log_tail(), dead=True) from None
-        reply = self._line(deadline)
-        if "pid" not in reply:
-            raise SandboxFailure("runtime_error", f"the sandbox template refused: {reply.get('error')}", dead=True)
-        return _host_pid(self.proc.pid, reply["pid"]) if self.confined else reply["pid"]
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self.control.close()
-
-
-class Forked:
-    """A forked sandbox process, as subprocess.Popen would show it: the template reaps it and
-    writes its wait status to a pipe this side reads."""
-
-    def __init__(self, pid: int, status_fd: int):
-        self.pid, self.status_fd = pid, status_fd
-        self.returncode: int | None = None
-
-    def poll(self) -> int | None:
-        if self.returncode is None and select.select([self.status_fd], [], [], 0)[0]:
-            self._read()
-        return self.returncode
-
-    def _read(self) -> None:
-        data = os.read(self.status_fd, 4)
-        os.close(self.status_fd)
-        if len(data) < 4:  # the template died before reaping it: the sandbox died with it
-            self.returncode = -9
-            return
-        status = int.from_bytes(data, sys.byteorder, signed=True)
-        self.returncode = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-
-    def wait(self, timeout: float = 10.0) -> int | None:
-        if self.returncode is None and select.select([self.status_fd], [], [], timeout)[0]:
-            self._read()
-        return self.returncode
-
-    def kill(self) -> None:
-        if self.returncode is None:
-            try:
-                os.kill(self.pid, 9)
-            except ProcessLookupError:
-                pass
-
-
-# Where the judge's environment names its own folders: a sandbox gets folders of its own instead.
-# Inductor writes TORCHINDUCTOR_CACHE_DIR into the environment of the first process that compiles
-# (its cache_dir()), so once the judge had compiled, every later torch.compile comparator inherited
-# the judge's cache, which a confined sandbox may read but not write (KernelBench's RMSNorm and
-# HuberLoss on an H200: "Permission denied: .../judge/torchinductor_root/i7").
-_OWN_FOLDERS = {"HOME": "", "TMPDIR": "", "TRITON_CACHE_DIR": "triton-cache",
-                "TORCHINDUCTOR_CACHE_DIR": "inductor-cache"}
-
-
-def sandbox_env(judge_env: dict[str, str], home: str) -> dict[str, str]:
-    """A sandbox's environment: the judge's (already scrubbed of secrets by the pool), with every
-    folder it may write inside its own home."""
-    env = {k: v for k, v in judge_env.items() if k not in _OWN_FOLDERS}
-    env.update({k: os.path.join(home, sub) if sub else home for k, sub in _OWN_FOLDERS.items()})
-    return env
-
-
-class Sandbox:
-    """A handle on one sandbox process, forked from the template."""
-
-    def __init__(self, template: Template, root: str, readable: list[str], deadline: float):
-        from multiprocessing.connection import Connection
-
-        self.home = tempfile.mkdtemp(prefix="sandbox-", dir=root)
-        self.readable = readable
-        env = sandbox_env(dict(os.environ), self.home)
-        self.stderr_path = os.path.join(self.home, "stderr.log")
-        mine, theirs = socket.socketpair()
-        status_r, status_w = os.pipe()
-        try:
-            with open(self.stderr_path, "w") as err:
-                pid = template.spawn(self.home, env, readable, [theirs.fileno(), err.fileno(), status_w], deadline)
-        except BaseException:
-            os.close(status_r)
-            mine.close()
-            raise
-        finally:
-            theirs.close()
-            os.close(status_w)
-        self.proc = Forked(pid, status_r)
-        self.conn = Connection(mine.detach())
-        self.ready = False
-        self.pending = 0  # requests sent whose answers are not read yet
-        self.started = time.monotonic()
-
-    def stderr_tail(self, limit: int = 1200) -> str:
-        try:
-            with open(self.stderr_path, errors="replace") as f:
-                return _tail(f.read(), limit)
-        except OSError:
-            return ""
-
-    def _recv(self, deadline: float):
-        while not self.conn.poll(max(0.0, min(1.0, deadline - time.monotonic()))):
-            if self.proc.poll() is not None and not self.conn.poll(0):
-                raise self._died()
-            if time.monotonic() >= deadline:
-                self.kill()
-                raise SandboxFailure("timeout", "did not finish within its time limit; its process was killed",
-                                     dead=True)
-        try:
-            data = self.conn.recv_bytes()
-        except (EOFError, OSError):
-            raise self._died() from None
-        try:
-            return _Unpickler(io.BytesIO(data)).load()
-        except Exception as exc:  # noqa: BLE001 - a reply that is not plain data is the kernel's
-            raise SandboxFailure("cheat_suspected", f"handed back something that is not a plain torch.Tensor "
-                                 f"or plain data ({type(exc).__name__}: {exc})") from None
-
-    def _died(self) -> SandboxFailure:
-        code = self.proc.wait()
-        if code is not None and code < 0:
-            import signal
-
-            return SandboxFailure("crashed", f"its process died with {signal.Signals(-code).name}:\n"
-                                  f"{self.stderr_tail()}", dead=True)
-        return SandboxFailure("runtime_error", f"its process exited with code {code}:\n{self.stderr_tail()}",
-                              dead=True)
-
-    def wait_ready(self, deadline: float) -> None:
-        if not self.ready:
-            kind, info = self._recv(deadline)
-            if kind != "ready":
-                raise SandboxFailure(info.get("status", "runtime_error"),
-                                     "the sandbox could not start:\n" + info.get("error", ""), dead=True)
-            self.ready = True
-
-    def load(self, source_path: str, entry_point: str, deadline: float) -> dict:
-        """The kernel's source, copied into the sandbox's own folder (the only one it can read
-        that is not the system's, Python's or the task's), imported there."""
-        path = os.path.join(self.home, "kernel.py")
-        shutil.copyfile(source_path, path)
-        return self.request("load", deadline, path=path, entry_point=entry_point)
-
-    def load_later(self, source_path: str, entry_point: str, deadline: float) -> None:
-        """`load`, its answer awaited later (`answer`)."""
-        path = os.path.join(self.home, "kernel.py")
-        shutil.copyfile(source_path, path)
-        self.send("load", deadline, path=path, entry_point=entry_point)
-
-    def seed_cache(self, compiled: str) -> None:
-        """Start its Triton cache from `compiled`: what the same candidate's earlier sandbox
-        compiled (its re-check on fresh inputs then compiles nothing again)."""
-        triton_cache.copy(compiled, os.path.join(self.home, "triton-cache"))
-
-    def request(self, op: str, deadline: float, **args) -> dict:
-        self.send(op, deadline, **args)
-        return self.answer(deadline)
-
-    def send(self, op: str, deadline: float, **args) -> None:
-        """A request whose answer is read later: the sandbox answers its requests in order, and
-        reads them once it is ready (a sandbox still starting CUPTI is not waited for here)."""
-        try:
-            self.conn.send((op, args))
-        except (BrokenPipeError, OSError):
-            raise self._died() from None
-        self.pending += 1
-
-    def answer(self, deadline: float) -> dict:
-        """The answer to the oldest request not yet answered."""
-        self.wait_ready(deadline)
-        kind, info = self._recv(deadline)
-        self.pending -= 1
-        if kind == "fail":
-            if info.get("cuda_fault"):
-                self.kill()
-            raise SandboxFailure(info["status"], info["error"], dead=info.get("cuda_fault", False))
-        return info
-
-    def threads(self) -> int:
-        """The OS's count of the process's threads: seen from outside, whatever the kernel patched."""
-        try:
-            with open(f"/proc/{self.proc.pid}/status") as f:
-                return next(int(line.split()[1]) for line in f if line.startswith("Threads:"))
-        except (OSError, StopIteration):
-            return -1
-
-    def others(self) -> tuple[float, int]:
-        """(CPU seconds of children the sandbox has waited for, children alive now): work done
-        in another process shows here, whatever the kernel patched inside its own."""
-        pid = self.proc.pid
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            waited = (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")  # cutime + cstime
-        except (OSError, IndexError, ValueError):
-            waited = 0.0
-        return waited, len(_children(pid))
-
-    def kill(self, keep_cache: str | None = None) -> None:
-        """End the process and remove its folder; `keep_cache`: first move its Triton cache there
-        (the kernels it compiled, for the same candidate's audit: compiled once)."""
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        try:
-            self.conn.close()
-        except OSError:
-            pass
-        cache = os.path.join(self.home, "triton-cache")
-        if keep_cache and os.path.isdir(cache) and not os.path.exists(keep_cache):
-            try:
-                shutil.move(cache, keep_cache)
-            except OSError:
-                pass
-        shutil.rmtree(self.home, ignore_errors=True)
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                out += [int(c) for c in f.read().split()]
-    except OSError:
-        pass
-    return out
-
-
-class Sandboxes:
-    """Warm spares: the next candidate's sandbox is forked from the template and warmed (a CUDA
-    context, the timing marker) while the current one is judged. Comparator sandboxes are kept
-    per source. Every sandbox may read the task's folder (the task's own reference, timed as a
-    comparator, is loaded from there); a spare forked for another task's folder is replaced."""
-
-    def __init__(self, device: str, confined: bool):
-        self.device = device
-        self.root = tempfile.mkdtemp(prefix="accelopt-judge-")
-        # The judge's own temporary files, torch's shared-memory manager socket among them, go
-        # beneath the folder the template can see: a sandbox connects to that socket to map the
-        # judge's tensors (Landlock lets it connect, not read or write there).
-        own = os.path.join(self.root, "judge")
-        os.makedirs(own)
-        os.environ["TMPDIR"] = own
-        tempfile.tempdir = None
-        self.confined = confined
-        self.template = Template(self.root, confined)
-        self.spares: collections.deque[Sandbox] = collections.deque()
-        self.comparators: collections.OrderedDict[str, Sandbox] = collections.OrderedDict()
-
-    def _new(self, readable: list[str]) -> Sandbox:
-        if not self.template.alive():  # a template that died (killed, out of memory) is started again
-            self.template.close()
-            self.template = Template(self.root, self.confined)
-        return Sandbox(self.template, self.root, readable, time.monotonic() + READY_TIMEOUT_S)
-
-    def top_up(self, readable: list[str], count: int | None = None) -> None:
-        """Spares for a task's folder, `count` of them (else SPARES on a GPU, CPU_SPARES)."""
-        for box in [b for b in self.spares if b.readable != readable]:
-            self.spares.remove(box)
-            box.kill()
-        while len(self.spares) < (count or (SPARES if self.device == "cuda" else CPU_SPARES)):
-            self.spares.append(self._new(readable))
-
-    def take(self, readable: list[str]) -> Sandbox:
-        box = next((b for b in self.spares if b.readable == readable), None)
-        if box is None:
-            box = self._new(readable)
-        else:
-            self.spares.remove(box)
-        self.top_up(readable)
-        return box
-
-    def comparator(self, source_path: str, entry_point: str, readable: list[str],
-                   deadline: float) -> tuple[Sandbox, bool]:
-        """(the comparator's sandbox, new): kept from an earlier request (answers it still owes
-        are read before it is timed), or new, its load sent and not yet answered."""
-        with open(source_path, "rb") as f:
-            key = hashlib.sha256(f.read()).hexdigest() + entry_point + repr(readable)
-        box = self.comparators.pop(key, None)
-        if box is not None and box.proc.poll() is None:
-            self.comparators[key] = box
-            return box, False
-        box = self.take(readable)
-        box.load_later(source_path, entry_point, deadline)
-        self.comparators[key] = box
-        while len(self.comparators) > COMPARATOR_CACHE:
-            self.comparators.popitem(last=False)[1].kill()
-        return box, True
-
-    def drop_comparators(self) -> None:
-        for box in self.comparators.values():
-            box.kill()
-        self.comparators.clear()
-
-    def close(self) -> None:
-        for box in list(self.spares) + list(self.comparators.values()):
-            box.kill()
-        self.template.close()
-        shutil.rmtree(self.root, ignore_errors=True)
+    Sandbox, Sandboxes, SandboxFailure = (
+        judge_sandboxes.Sandbox, judge_sandboxes.Sandboxes, judge_sandboxes.SandboxFailure)
+    _call_mode, _owned, _tail = judge_sandboxes._call_mode, judge_sandboxes._owned, judge_sandboxes._tail
+    COPY, TimingRounds = timing_rounds.COPY, timing_rounds.TimingRounds
+    _nbytes, _same_processes = timing_rounds._nbytes, timing_rounds._same_processes
 
 
 # ---------------------------------------------------------------- correctness (correctness.py)
 
-def _call_mode(req: dict) -> str:
-    """How a sandbox runs a checked or timed call: profiled, except for the task's own reference
-    (`trusted`), torch code by design, whose trace nothing checks (a profile nothing reads)."""
-    return "normal" if req.get("trusted") else "trace"
-
-
 def _judged(torch, outs, expected, req: dict, where: str) -> dict:
     """The task's correctness rule, as the request carries it (correctness.for_request)."""
     return correctness.for_request(req)(torch, outs, expected, where)
-
-
 
 
 def _reference_failed(what: str, exc: BaseException, path: str) -> Reject:
@@ -606,16 +168,6 @@ def _kept(torch, value, limit: int = FINGERPRINT_BYTES):
     if hasattr(value, "element_size") and value.numel() * value.element_size() >= limit:
         return correctness.fingerprint(torch, value, secrets.randbits(62))
     return _copy(value)
-
-
-def _owned(torch, outs: list) -> list:
-    """Copies of what the sandbox handed back, so its memory can go."""
-    return [o.clone() if isinstance(o, torch.Tensor) else o for o in outs]
-
-
-def _nbytes(values) -> int:
-    items = values if isinstance(values, (tuple, list)) else [values]
-    return sum(v.numel() * v.element_size() for v in items if hasattr(v, "element_size"))
 
 
 @dataclass
@@ -662,33 +214,10 @@ class _ReferenceCache:
         return True
 
 
-@dataclass
-class _WorkloadRounds:
-    """One workload's share of the timing rounds: who is timed on it, how many calls per round,
-    and what the rounds gathered."""
-    workload: dict
-    names: list[str]
-    reps: int
-    pooled: dict = field(default_factory=dict)     # name -> primary/kernel/event samples, metric
-    rounds: dict = field(default_factory=dict)     # name -> median of each round's primary samples
-    fresh_vs_seen: list = field(default_factory=list)
-    child_cpu_s: float = 0.0   # the candidate's children's CPU time that grew over its calls
-    children: int = 0          # its children alive after its last call
+class Judge(TimingRounds):
+    """One request at a time: the reference's inputs and outputs, the checks, the verdict; the
+    comparators and the timing rounds are its mixin's (timing_rounds.py)."""
 
-    def __post_init__(self):
-        self.pooled = {n: collections.defaultdict(list) for n in self.names}
-        self.rounds = {n: [] for n in self.names}
-
-
-def _round_limits(req: dict) -> tuple[int, int]:
-    """(minimum, cap) of the timing rounds; on the interpreter the cap is the minimum."""
-    low = max(1, int(req.get("min_rounds") or MIN_ROUNDS.get(req["device"], 2)))
-    if req["device"] != "cuda":
-        return low, low
-    return low, max(low, int(req.get("max_rounds") or MAX_ROUNDS_GPU))
-
-
-class Judge:
     def __init__(self) -> None:
         import torch
         import torch.multiprocessing as tmp
@@ -954,188 +483,6 @@ class Judge:
         raise Reject("cheat_suspected", f"outputs still correct with the Triton launches stubbed out "
                                         f"({', '.join(reply['launched'])}): the work is done outside Triton")
 
-    # -------------------------------------------------------------- timing
-
-    def _time_round(self, box, req, ref, workload, r: int, reps: int, deadline: float, check: bool,
-                    copy: bool = False) -> dict:
-        """One function's share of round r. Every timed call of the candidate gets inputs it has
-        not seen before, and its outputs are checked (`check`): on the interpreter every call's,
-        on a GPU the last call's, whose values were copied into the buffers the earlier calls used.
-        The copy yardstick (`copy`) runs on buffers of the workload's bytes, not on its inputs."""
-        torch = self.torch
-        where = f"workload {workload['name']} timed call (round {r})"
-        if req["device"] != "cuda":  # interpreter: the judge's own clock around each call
-            samples = []
-            for i in range(req["interpreter_reps"]):
-                inputs, expected = self._fresh(ref, req, workload, TIMING_SEED + r * req["interpreter_reps"] + i)
-                start = time.perf_counter()
-                # traced like the checked calls (every function alike): interpreter times are labelled
-                # wall clock anyway, and an untraced call is the one a kernel would cheat in
-                reply = box.request("call", deadline, inputs=list(inputs), where="timed call", poison=check,
-                                    mode=_call_mode(req))
-                samples.append((time.perf_counter() - start) * 1e6)
-                if check:
-                    _check_timed(torch, req, _owned(torch, reply["outputs"]), expected, where)
-                    self._foreign(req, reply["trace"] or [], reply["known"], where)
-            return {"primary": samples, "metric": "interpreter_wall"}
-        if copy:
-            (inputs, _), (fresh, expected) = self._copy_inputs(req, ref, workload), (None, None)
-        else:
-            inputs, _ = self._fresh(ref, req, workload, TIMING_SEED + 2 * r, expect=False)
-            fresh, expected = self._fresh(ref, req, workload, TIMING_SEED + 2 * r + 1, expect=check)
-        reply = box.request("time_calls", deadline, inputs=list(inputs), reps=reps,
-                            fresh=None if fresh is None else list(fresh))
-        spans = reply["span_us"]
-        primary = spans if len(spans) >= max(2, reps // 2) else reply["event_us"]
-        if check:
-            _check_timed(torch, req, _owned(torch, reply["outputs"]), expected, where)
-            self._foreign(req, reply["kernels"], reply["known"], where)
-            self.seen.update(reply["kernels"])
-        fresh_vs_seen = None
-        if check and reply.get("complete") and len(spans) >= 3:
-            fresh_vs_seen = (spans[-1], statistics.median(spans[:-1]))
-        return {"primary": primary, "kernel": reply["kernel_us"], "event": reply["event_us"],
-                "metric": "gpu_span" if primary is spans else "cuda_event", "fresh_vs_seen": fresh_vs_seen}
-
-    def _fresh(self, ref, req, workload, seed: int, expect: bool = True):
-        return self.prepare(ref, req, workload, seed, expect=expect)
-
-    def _outside(self, box, inputs, est_us: float, deadline: float) -> float:
-        n = int(min(200, max(3, 20_000 / max(est_us, 1.0))))
-        start = time.perf_counter()
-        box.request("batch", deadline, inputs=list(inputs), n=0)
-        overhead = time.perf_counter() - start
-        start = time.perf_counter()
-        box.request("batch", deadline, inputs=list(inputs), n=n)
-        return max(0.0, time.perf_counter() - start - overhead) * 1e6 / n
-
-    @staticmethod
-    def _copy_half(req, ref, workload) -> int:
-        """Bytes the copy yardstick reads, and writes: half the workload's bytes_moved each."""
-        return int(float(ref.bytes_moved(workload["params"], req["dtype"])) // 2)
-
-    def _copy_inputs(self, req, ref, workload) -> tuple[list, None]:
-        """The copy yardstick's (source, destination)."""
-        half = self._copy_half(req, ref, workload)
-        return [self.torch.empty(half, dtype=self.torch.uint8, device="cuda") for _ in range(2)], None
-
-    def timing(self, boxes: dict, req, ref, deadline: float) -> tuple[dict, dict]:
-        """Rounds are the outer loop: in round r every workload, each function in rotating order.
-        From the minimum on (_round_limits), the rounds stop once the candidate's comparison with
-        every comparator (not the copy yardstick) is decided (stats.decided, req["noise_floor"]),
-        else at the cap, or where another round would not fit in the time left. Returns the
-        timings, per function and workload, and what ran: {"ran", "stopped", ...}."""
-        low, high = _round_limits(req)
-        floor = float(req.get("noise_floor", stats.NOISE_FLOOR))
-        plans = [self._plan_rounds(boxes, req, ref, workload, deadline) for workload in req["workloads"]]
-        comparators = [n for n in boxes if n not in ("candidate", COPY)]
-        last = boxes["candidate"].others()
-        ran, stopped = 0, "cap"
-        widths: dict[int, float] = {}  # after each round: the widest interval's share of its speedup
-        for r in range(high):
-            began = time.monotonic()
-            for plan in plans:
-                last = self._one_round(boxes, req, ref, plan, r, deadline, last)
-            ran = r + 1
-            if ran < low:
-                continue
-            if req["device"] != "cuda":
-                stopped = "interpreter"
-            elif not comparators:
-                stopped = "no_comparators"
-            elif self._decided(plans, comparators, floor, widths, ran):
-                stopped = "decided"
-            elif stats.stalled(widths):
-                stopped = "stalled"
-            elif ran < high and time.monotonic() + 2 * (time.monotonic() - began) > deadline:
-                stopped = "time_limit"  # fewer rounds, rather than a verified candidate timed out
-            else:
-                continue
-            break
-        out: dict = {name: {} for name in boxes}
-        for plan in plans:
-            for name, summary in self._after_rounds(boxes, req, ref, plan, deadline).items():
-                out[name][plan.workload["name"]] = summary
-        return out, {"ran": ran, "stopped": stopped, "min_rounds": low, "max_rounds": high, "noise_floor": floor}
-
-    def _plan_rounds(self, boxes: dict, req, ref, workload, deadline: float) -> _WorkloadRounds:
-        """Who is timed on the workload, and how many calls per round: on a GPU enough for about
-        rep_ms of timed work, estimated from a few calls of the candidate."""
-        # the copy times on buffers of its own; a workload that moves no bytes has none
-        names = [n for n in boxes if n != COPY or self._copy_half(req, ref, workload) >= 1]
-        reps = 10
-        if req["device"] == "cuda":
-            est = self._time_round(boxes["candidate"], req, ref, workload, -1, 3, deadline, check=False)
-            self._give_back_gpu_memory(req)
-            reps = int(min(MAX_REPS, max(10, req["rep_ms"] * 1e3 / max(statistics.median(est["primary"]), 1.0))))
-        return _WorkloadRounds(workload=workload, names=names, reps=reps)
-
-    def _one_round(self, boxes: dict, req, ref, plan: _WorkloadRounds, r: int, deadline: float,
-                   last: tuple[float, int]) -> tuple[float, int]:
-        """Round r of one workload, every function in its turn. `last`: the candidate's children
-        as last read (Sandbox.others); what they grew by since is charged to this workload, so
-        no work in another process falls between two readings. Returns the new reading."""
-        names = plan.names
-        for name in names[r % len(names):] + names[: r % len(names)]:
-            try:
-                got = self._time_round(boxes[name], req, ref, plan.workload, r, plan.reps, deadline,
-                                       check=name == "candidate", copy=name == COPY)
-            except SandboxFailure as f:
-                whose = "" if name == "candidate" else f" (comparator {name!r}, not the kernel under test)"
-                raise Reject(f.status, f"while timing{whose}: {f.error}") from None
-            self._give_back_gpu_memory(req)  # the round's inputs and outputs
-            if name == "candidate":
-                now = boxes["candidate"].others()
-                plan.child_cpu_s += now[0] - last[0]
-                plan.children, last = now[1], now
-            for key in ("primary", "kernel", "event"):
-                plan.pooled[name][key] += got.get(key) or []
-            plan.pooled[name]["metric"] = got["metric"]
-            plan.rounds[name].append(statistics.median(got["primary"]))
-            if got.get("fresh_vs_seen"):
-                plan.fresh_vs_seen.append(got["fresh_vs_seen"])
-        return last
-
-    @staticmethod
-    def _decided(plans: list[_WorkloadRounds], comparators: list[str], floor: float,
-                 widths: dict[int, float], ran: int) -> bool:
-        """Every comparison of the candidate decided, on the rounds so far (stats.py); records
-        the widest interval's share of its speedup in `widths[ran]`."""
-        mine = {p.workload["name"]: p.rounds["candidate"] for p in plans}
-        decided, widths[ran] = True, 0.0
-        for name in comparators:
-            theirs = {p.workload["name"]: p.rounds[name] for p in plans if name in p.rounds}
-            ratios = stats.round_ratios(mine, theirs)
-            if not ratios:
-                widths[ran] = math.inf
-                return False
-            iv = stats.interval(ratios)
-            widths[ran] = max(widths[ran], stats.width(iv))
-            decided = decided and stats.decided(iv, floor)
-        return decided
-
-    def _after_rounds(self, boxes: dict, req, ref, plan: _WorkloadRounds, deadline: float) -> dict:
-        """The workload's checks over all its rounds, then each function's summary."""
-        where = f"workload {plan.workload['name']} timed calls"
-        if not req.get("trusted"):
-            _same_processes((0.0, 0), (plan.child_cpu_s, plan.children), where)
-        _fresh_not_slower(plan.fresh_vs_seen, where)
-        inputs = self._fresh(ref, req, plan.workload, TIMING_SEED, expect=False)[0]
-        shape = _largest_shape(inputs)
-        out = {}
-        for name in plan.names:
-            p = plan.pooled[name]
-            summary = _summary(p["primary"])
-            summary.update(round_medians_us=plan.rounds[name], metric=p["metric"], input_shape=shape)
-            if req["device"] == "cuda":
-                summary["kernel_us"] = statistics.median(p["kernel"]) if p["kernel"] else None
-                summary["event_us"] = statistics.median(p["event"]) if p["event"] else None
-                if name == "candidate":  # the bound on what a candidate claims; comparators are trusted
-                    summary["outside_us"] = self._outside(boxes[name], inputs, summary["median_us"], deadline)
-                summary["disagreement"] = _disagreement(summary)
-            out[name] = summary
-        return out
-
     # -------------------------------------------------------------- one request
 
     def evaluate(self, req: dict) -> dict:
@@ -1194,52 +541,6 @@ class Judge:
                             "and data movement; no work in other processes")
         return evidence, checked, errors
 
-    def _start_comparators(self, req: dict, ref, deadline: float) -> dict[str, Sandbox]:
-        """Every comparator's sandbox (and the copy yardstick's) with its load sent; a new one also
-        gets one call per workload (small enough inputs) sent, so its kernels compile now."""
-        sandboxes = self.boxes
-        assert sandboxes is not None  # evaluate starts them first
-        sources = {name: (path, req["entry_point"]) for name, path in (req.get("compare") or {}).items()}
-        if req.get("copy_yardstick") and req["device"] == "cuda":
-            path = os.path.join(sandboxes.root, "copy_yardstick.py")
-            with open(path, "w") as f:
-                f.write(COPY_SOURCE)
-            sources[COPY] = (path, "copy_bytes")
-        boxes: dict[str, Sandbox] = {}
-        self.warming: list = []
-        for name, (path, entry) in sources.items():
-            try:
-                other, new = sandboxes.comparator(path, entry, self.readable, deadline)
-                boxes[name] = other
-                if new:  # loading; its first calls follow the load
-                    for workload in req["workloads"] if req["device"] == "cuda" else []:
-                        inputs = self._warm_inputs(req, ref, workload, copy=name == COPY)
-                        if inputs is not None:  # kept until answered: the sandbox maps them
-                            self.warming.append(inputs)
-                            other.send("batch", deadline, inputs=list(inputs), n=1)
-            except SandboxFailure as f:
-                raise _comparator_failed(name, f) from None
-        return boxes
-
-    def _warm_inputs(self, req: dict, ref, workload: dict, copy: bool):
-        """A comparator's first call's inputs: the first timing round's, which the judge keeps
-        (prepare); None where they are too large to hold beside the checks."""
-        if copy:
-            half = self._copy_half(req, ref, workload)
-            return self._copy_inputs(req, ref, workload)[0] if 1 <= half <= WARM_BYTES // 2 else None
-        inputs, _ = self._fresh(ref, req, workload, TIMING_SEED, expect=False)
-        return inputs if _nbytes(inputs) <= WARM_BYTES else None
-
-    def _await_comparators(self, boxes: dict[str, Sandbox], deadline: float) -> None:
-        """Every answer the comparators owe (their loads and first calls), before any timing."""
-        for name, other in boxes.items():
-            try:
-                while name != "candidate" and other.pending:
-                    other.answer(deadline)
-            except SandboxFailure as f:
-                raise _comparator_failed(name, f) from None
-        self.warming.clear()
-
     def _evaluate(self, box: Sandbox, req: dict, ref, deadline: float) -> dict:
         try:
             box.load(req["source_path"], req["entry_point"], deadline)
@@ -1276,13 +577,6 @@ class Judge:
                 "evidence": evidence, "kernels_seen": sorted(self.seen), "phases_s": self.phases}
 
 
-def _largest_shape(inputs) -> list[int] | None:
-    """The shape of the workload's largest input tensor, from the judge's own inputs: what a
-    lesson's scale is read from (memory.features.row_length)."""
-    tensors = [t for t in inputs if hasattr(t, "numel") and hasattr(t, "shape")]
-    return list(max(tensors, key=lambda t: t.numel()).shape) if tensors else None
-
-
 def _non_negative(torch, t) -> bool:
     """A float input of the usual widths (not fp8/fp4: their comparisons and products are not
     defined everywhere) whose every value is >= 0, some > 0."""
@@ -1305,54 +599,6 @@ def _finite(torch, value) -> bool:
     values = value if isinstance(value, (tuple, list)) else [value]
     return all(not (isinstance(v, torch.Tensor) and v.is_floating_point()) or bool(torch.isfinite(v).all())
                for v in values)
-
-
-def _comparator_failed(name: str, f: SandboxFailure) -> Reject:
-    what = "the copy yardstick" if name == COPY else f"comparator {name!r}"
-    return Reject(f.status, f"{what} could not be loaded (not the kernel under test): {f.error}")
-
-
-def _check_timed(torch, req, outs, expected, where: str) -> None:
-    try:
-        _judged(torch, outs, expected, req, where)
-    except Reject as rj:
-        raise Reject("cheat_suspected", f"correct when checked, not when timed: {rj.error}") from None
-
-
-def _fresh_not_slower(rounds: list[tuple[float, float]], where: str) -> None:
-    """A kernel that keeps results between calls (keyed by pointer, id or a sample of the values)
-    is slow on every call on fresh values. Judged over the rounds, not one call: a single span
-    with a host stall in it can be several times the median (seen on a real paged-decode kernel)."""
-    slow = [(f, s) for f, s in rounds if f > 1.5 * s + 10.0]
-    if rounds and 2 * len(slow) > len(rounds):
-        figures = ", ".join(f"{f:.1f} vs {s:.1f} µs" for f, s in slow)
-        raise Reject("cheat_suspected", f"{where}: the call on fresh values was slower than the calls on values "
-                     f"seen before in {len(slow)} of {len(rounds)} rounds ({figures}): results kept between calls")
-
-
-def _same_processes(before: tuple[float, int], after: tuple[float, int], where: str) -> None:
-    """Once compiled, a call runs no other process: children's CPU time must not grow and no
-    child may be left running."""
-    if after[1] > 0 or after[0] - before[0] > 0.05:
-        raise Reject("cheat_suspected", f"{where}: the call did work in another process "
-                     f"({after[0] - before[0]:.2f} s of child CPU time, {after[1]} child process(es) left); "
-                     "work must run in the kernel's own Triton launches")
-
-
-def _summary(samples: list[float]) -> dict:
-    q = statistics.quantiles(samples, n=4) if len(samples) >= 2 else [samples[0]] * 3
-    return {"median_us": statistics.median(samples), "iqr_us": q[2] - q[0], "samples": len(samples)}
-
-
-def _disagreement(t: dict) -> str | None:
-    """Say so when the secondary figures differ from the span by more than the noise."""
-    span, noise = t["median_us"], max(0.1, t["iqr_us"] / max(t["median_us"], 1e-9))
-    notes = []
-    for key, label in (("kernel_us", "kernel-only"), ("event_us", "CUDA events"), ("outside_us", "judge's clock")):
-        other = t.get(key)
-        if other and abs(other - span) / span > noise and abs(other - span) > 2.0:
-            notes.append(f"{label} {other:.1f} µs")
-    return f"span {span:.1f} µs; " + ", ".join(notes) if notes else None
 
 
 def readable_for(req: dict) -> list[str]:

@@ -1,7 +1,7 @@
 """The sandbox template: one process with Python, torch and Triton already imported (CUDA not
 initialized) that forks a fresh sandbox per request.
 
-Started by the judge (judge.py `Template`) as `python zygote.py FD`, under bubblewrap
+Started by the judge (judge_sandboxes.py `Template`) as `python zygote.py FD`, under bubblewrap
 (confine.py) unless the user chose to run unconfined. Each request on the control socket FD is
 one JSON object with three file descriptors attached (the sandbox's end of its socket to the
 judge, its stderr log, the write end of its exit-status pipe). The template forks; the child

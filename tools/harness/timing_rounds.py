@@ -1,0 +1,413 @@
+"""The judge's timing rounds: the candidate timed interleaved with its comparators.
+
+The comparators (baseline, parent, the task's own reference) and the copy yardstick of
+memory-bound kernels start in sandboxes of their own while the candidate is checked, and make
+their first calls then, so their kernels compile before anything is timed. Rounds are the outer
+loop: in round r every workload, each function in rotating order; on a GPU the rounds go on
+until every comparison of the candidate is decided (stats.py), at most a cap. Every timed call of
+the candidate gets inputs it has not seen before and its last output of each round is checked;
+over all its rounds, its calls on fresh values must not be slower than on values seen before,
+and no work may run in other processes. What each function's rounds gathered becomes its
+summary: the median and spread of its samples, each round's median, the secondary figures.
+
+`TimingRounds` is a mixin of the judge (judge.py `Judge`), whose inputs, expected outputs and
+trace check it uses. Loaded by path beside judge.py (a script that imports nothing of the
+accelopt package), or imported as part of the package.
+"""
+
+from __future__ import annotations
+
+import collections
+import importlib.util
+import math
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+# Calls per timed round at most: each takes 1 ms of cover plus an L2 flush whatever the kernel, and
+# the rounds (at least 3), not the calls within one, are what the interval is made of.
+MAX_REPS = 40
+TIMING_SEED = 100       # timing inputs: never among the checked seeds
+# Timing rounds: at least MIN, then until every comparison is decided (stats.decided), at most MAX.
+# The interpreter runs its minimum only: its times are a CPU emulation's wall clock, and more
+# rounds of it buy nothing.
+MIN_ROUNDS = {"cuda": 3, "cpu": 2}
+MAX_ROUNDS_GPU = 15
+WARM_BYTES = 2 << 30    # a new comparator's first calls are sent with the checks up to this much input
+# The yardstick of memory-bound kernels: a device copy of a workload's bytes, timed beside them.
+COPY = "copy_yardstick"  # its timings' key: no comparator of a request is named so
+COPY_SOURCE = '''"""The judge's copy yardstick: half a workload's bytes read, half written."""
+
+
+def copy_bytes(source, destination):
+    destination.copy_(source)  # nothing handed back: a CUDA tensor received over IPC cannot be sent again
+'''
+
+
+def _load_sibling(name: str, filename: str):
+    """A file beside this one, as judge.py's `_load_sibling` loads it: by path under `name` (registered
+    in sys.modules) when the judge runs as a script, else the package's own module."""
+    if __package__:
+        return importlib.import_module(f"{__package__}.{filename.removesuffix('.py')}")
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                                     filename))
+    assert spec is not None and spec.loader is not None  # a .py path has both
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+correctness = _load_sibling("accelopt_correctness", "correctness.py")  # the correctness rules (evaluators)
+stats = _load_sibling("accelopt_stats", "stats.py")  # the statistic the timing rounds stop on
+judge_sandboxes = _load_sibling("accelopt_judge_sandboxes", "judge_sandboxes.py")  # the sandboxes timed
+if TYPE_CHECKING:  # how mypy names them (the judge, a script, loads the files by path)
+    from accelopt.tools.harness.correctness import Reject
+    from accelopt.tools.harness.judge_sandboxes import Sandbox, Sandboxes, SandboxFailure, _call_mode, _owned
+else:
+    Reject = correctness.Reject
+    Sandbox, Sandboxes, SandboxFailure = (
+        judge_sandboxes.Sandbox, judge_sandboxes.Sandboxes, judge_sandboxes.SandboxFailure)
+    _call_mode, _owned = judge_sandboxes._call_mode, judge_sandboxes._owned
+
+
+@dataclass
+class _WorkloadRounds:
+    """One workload's share of the timing rounds: who is timed on it, how many calls per round,
+    and what the rounds gathered."""
+    workload: dict
+    names: list[str]
+    reps: int
+    pooled: dict = field(default_factory=dict)     # name -> primary/kernel/event samples, metric
+    rounds: dict = field(default_factory=dict)     # name -> median of each round's primary samples
+    fresh_vs_seen: list = field(default_factory=list)
+    child_cpu_s: float = 0.0   # the candidate's children's CPU time that grew over its calls
+    children: int = 0          # its children alive after its last call
+
+    def __post_init__(self):
+        self.pooled = {n: collections.defaultdict(list) for n in self.names}
+        self.rounds = {n: [] for n in self.names}
+
+
+def _round_limits(req: dict) -> tuple[int, int]:
+    """(minimum, cap) of the timing rounds; on the interpreter the cap is the minimum."""
+    low = max(1, int(req.get("min_rounds") or MIN_ROUNDS.get(req["device"], 2)))
+    if req["device"] != "cuda":
+        return low, low
+    return low, max(low, int(req.get("max_rounds") or MAX_ROUNDS_GPU))
+
+
+class TimingRounds:
+    """The judge's comparators and timing rounds (a mixin of judge.py's `Judge`). The judge
+    provides `torch`, `boxes` (its Sandboxes), `readable` (what every sandbox may read), `seen`
+    (every kernel the traced calls ran), `prepare` (a workload x seed's inputs and the reference's
+    outputs), `_foreign` (the trace check) and `_give_back_gpu_memory`."""
+
+    if TYPE_CHECKING:
+        torch: Any
+        boxes: Sandboxes | None
+        readable: list[str]
+        seen: set[str]
+
+        def prepare(self, ref, req: dict, workload: dict, seed: int, where: str | None = None,
+                    expect: bool = True) -> Any: ...
+
+        @staticmethod
+        def _foreign(req: dict, seen: list[str], launched: list[str], where: str) -> None: ...
+
+        def _give_back_gpu_memory(self, req: dict) -> None: ...
+
+    # -------------------------------------------------------------- the comparators
+
+    def _start_comparators(self, req: dict, ref, deadline: float) -> dict[str, Sandbox]:
+        """Every comparator's sandbox (and the copy yardstick's) with its load sent; a new one also
+        gets one call per workload (small enough inputs) sent, so its kernels compile now."""
+        sandboxes = self.boxes
+        assert sandboxes is not None  # evaluate starts them first
+        sources = {name: (path, req["entry_point"]) for name, path in (req.get("compare") or {}).items()}
+        if req.get("copy_yardstick") and req["device"] == "cuda":
+            path = os.path.join(sandboxes.root, "copy_yardstick.py")
+            with open(path, "w") as f:
+                f.write(COPY_SOURCE)
+            sources[COPY] = (path, "copy_bytes")
+        boxes: dict[str, Sandbox] = {}
+        self.warming: list = []
+        for name, (path, entry) in sources.items():
+            try:
+                other, new = sandboxes.comparator(path, entry, self.readable, deadline)
+                boxes[name] = other
+                if new:  # loading; its first calls follow the load
+                    for workload in req["workloads"] if req["device"] == "cuda" else []:
+                        inputs = self._warm_inputs(req, ref, workload, copy=name == COPY)
+                        if inputs is not None:  # kept until answered: the sandbox maps them
+                            self.warming.append(inputs)
+                            other.send("batch", deadline, inputs=list(inputs), n=1)
+            except SandboxFailure as f:
+                raise _comparator_failed(name, f) from None
+        return boxes
+
+    def _warm_inputs(self, req: dict, ref, workload: dict, copy: bool):
+        """A comparator's first call's inputs: the first timing round's, which the judge keeps
+        (prepare); None where they are too large to hold beside the checks."""
+        if copy:
+            half = self._copy_half(req, ref, workload)
+            return self._copy_inputs(req, ref, workload)[0] if 1 <= half <= WARM_BYTES // 2 else None
+        inputs, _ = self._fresh(ref, req, workload, TIMING_SEED, expect=False)
+        return inputs if _nbytes(inputs) <= WARM_BYTES else None
+
+    def _await_comparators(self, boxes: dict[str, Sandbox], deadline: float) -> None:
+        """Every answer the comparators owe (their loads and first calls), before any timing."""
+        for name, other in boxes.items():
+            try:
+                while name != "candidate" and other.pending:
+                    other.answer(deadline)
+            except SandboxFailure as f:
+                raise _comparator_failed(name, f) from None
+        self.warming.clear()
+
+    # -------------------------------------------------------------- the rounds
+
+    def _time_round(self, box, req, ref, workload, r: int, reps: int, deadline: float, check: bool,
+                    copy: bool = False) -> dict:
+        """One function's share of round r. Every timed call of the candidate gets inputs it has
+        not seen before, and its outputs are checked (`check`): on the interpreter every call's,
+        on a GPU the last call's, whose values were copied into the buffers the earlier calls used.
+        The copy yardstick (`copy`) runs on buffers of the workload's bytes, not on its inputs."""
+        torch = self.torch
+        where = f"workload {workload['name']} timed call (round {r})"
+        if req["device"] != "cuda":  # interpreter: the judge's own clock around each call
+            samples = []
+            for i in range(req["interpreter_reps"]):
+                inputs, expected = self._fresh(ref, req, workload, TIMING_SEED + r * req["interpreter_reps"] + i)
+                start = time.perf_counter()
+                # traced like the checked calls (every function alike): interpreter times are labelled
+                # wall clock anyway, and an untraced call is the one a kernel would cheat in
+                reply = box.request("call", deadline, inputs=list(inputs), where="timed call", poison=check,
+                                    mode=_call_mode(req))
+                samples.append((time.perf_counter() - start) * 1e6)
+                if check:
+                    _check_timed(torch, req, _owned(torch, reply["outputs"]), expected, where)
+                    self._foreign(req, reply["trace"] or [], reply["known"], where)
+            return {"primary": samples, "metric": "interpreter_wall"}
+        if copy:
+            (inputs, _), (fresh, expected) = self._copy_inputs(req, ref, workload), (None, None)
+        else:
+            inputs, _ = self._fresh(ref, req, workload, TIMING_SEED + 2 * r, expect=False)
+            fresh, expected = self._fresh(ref, req, workload, TIMING_SEED + 2 * r + 1, expect=check)
+        reply = box.request("time_calls", deadline, inputs=list(inputs), reps=reps,
+                            fresh=None if fresh is None else list(fresh))
+        spans = reply["span_us"]
+        primary = spans if len(spans) >= max(2, reps // 2) else reply["event_us"]
+        if check:
+            _check_timed(torch, req, _owned(torch, reply["outputs"]), expected, where)
+            self._foreign(req, reply["kernels"], reply["known"], where)
+            self.seen.update(reply["kernels"])
+        fresh_vs_seen = None
+        if check and reply.get("complete") and len(spans) >= 3:
+            fresh_vs_seen = (spans[-1], statistics.median(spans[:-1]))
+        return {"primary": primary, "kernel": reply["kernel_us"], "event": reply["event_us"],
+                "metric": "gpu_span" if primary is spans else "cuda_event", "fresh_vs_seen": fresh_vs_seen}
+
+    def _fresh(self, ref, req, workload, seed: int, expect: bool = True):
+        return self.prepare(ref, req, workload, seed, expect=expect)
+
+    def _outside(self, box, inputs, est_us: float, deadline: float) -> float:
+        n = int(min(200, max(3, 20_000 / max(est_us, 1.0))))
+        start = time.perf_counter()
+        box.request("batch", deadline, inputs=list(inputs), n=0)
+        overhead = time.perf_counter() - start
+        start = time.perf_counter()
+        box.request("batch", deadline, inputs=list(inputs), n=n)
+        return max(0.0, time.perf_counter() - start - overhead) * 1e6 / n
+
+    @staticmethod
+    def _copy_half(req, ref, workload) -> int:
+        """Bytes the copy yardstick reads, and writes: half the workload's bytes_moved each."""
+        return int(float(ref.bytes_moved(workload["params"], req["dtype"])) // 2)
+
+    def _copy_inputs(self, req, ref, workload) -> tuple[list, None]:
+        """The copy yardstick's (source, destination)."""
+        half = self._copy_half(req, ref, workload)
+        return [self.torch.empty(half, dtype=self.torch.uint8, device="cuda") for _ in range(2)], None
+
+    def timing(self, boxes: dict, req, ref, deadline: float) -> tuple[dict, dict]:
+        """Rounds are the outer loop: in round r every workload, each function in rotating order.
+        From the minimum on (_round_limits), the rounds stop once the candidate's comparison with
+        every comparator (not the copy yardstick) is decided (stats.decided, req["noise_floor"]),
+        else at the cap, or where another round would not fit in the time left. Returns the
+        timings, per function and workload, and what ran: {"ran", "stopped", ...}."""
+        low, high = _round_limits(req)
+        floor = float(req.get("noise_floor", stats.NOISE_FLOOR))
+        plans = [self._plan_rounds(boxes, req, ref, workload, deadline) for workload in req["workloads"]]
+        comparators = [n for n in boxes if n not in ("candidate", COPY)]
+        last = boxes["candidate"].others()
+        ran, stopped = 0, "cap"
+        widths: dict[int, float] = {}  # after each round: the widest interval's share of its speedup
+        for r in range(high):
+            began = time.monotonic()
+            for plan in plans:
+                last = self._one_round(boxes, req, ref, plan, r, deadline, last)
+            ran = r + 1
+            if ran < low:
+                continue
+            if req["device"] != "cuda":
+                stopped = "interpreter"
+            elif not comparators:
+                stopped = "no_comparators"
+            elif self._decided(plans, comparators, floor, widths, ran):
+                stopped = "decided"
+            elif stats.stalled(widths):
+                stopped = "stalled"
+            elif ran < high and time.monotonic() + 2 * (time.monotonic() - began) > deadline:
+                stopped = "time_limit"  # fewer rounds, rather than a verified candidate timed out
+            else:
+                continue
+            break
+        out: dict = {name: {} for name in boxes}
+        for plan in plans:
+            for name, summary in self._after_rounds(boxes, req, ref, plan, deadline).items():
+                out[name][plan.workload["name"]] = summary
+        return out, {"ran": ran, "stopped": stopped, "min_rounds": low, "max_rounds": high, "noise_floor": floor}
+
+    def _plan_rounds(self, boxes: dict, req, ref, workload, deadline: float) -> _WorkloadRounds:
+        """Who is timed on the workload, and how many calls per round: on a GPU enough for about
+        rep_ms of timed work, estimated from a few calls of the candidate."""
+        # the copy times on buffers of its own; a workload that moves no bytes has none
+        names = [n for n in boxes if n != COPY or self._copy_half(req, ref, workload) >= 1]
+        reps = 10
+        if req["device"] == "cuda":
+            est = self._time_round(boxes["candidate"], req, ref, workload, -1, 3, deadline, check=False)
+            self._give_back_gpu_memory(req)
+            reps = int(min(MAX_REPS, max(10, req["rep_ms"] * 1e3 / max(statistics.median(est["primary"]), 1.0))))
+        return _WorkloadRounds(workload=workload, names=names, reps=reps)
+
+    def _one_round(self, boxes: dict, req, ref, plan: _WorkloadRounds, r: int, deadline: float,
+                   last: tuple[float, int]) -> tuple[float, int]:
+        """Round r of one workload, every function in its turn. `last`: the candidate's children
+        as last read (Sandbox.others); what they grew by since is charged to this workload, so
+        no work in another process falls between two readings. Returns the new reading."""
+        names = plan.names
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            try:
+                got = self._time_round(boxes[name], req, ref, plan.workload, r, plan.reps, deadline,
+                                       check=name == "candidate", copy=name == COPY)
+            except SandboxFailure as f:
+                whose = "" if name == "candidate" else f" (comparator {name!r}, not the kernel under test)"
+                raise Reject(f.status, f"while timing{whose}: {f.error}") from None
+            self._give_back_gpu_memory(req)  # the round's inputs and outputs
+            if name == "candidate":
+                now = boxes["candidate"].others()
+                plan.child_cpu_s += now[0] - last[0]
+                plan.children, last = now[1], now
+            for key in ("primary", "kernel", "event"):
+                plan.pooled[name][key] += got.get(key) or []
+            plan.pooled[name]["metric"] = got["metric"]
+            plan.rounds[name].append(statistics.median(got["primary"]))
+            if got.get("fresh_vs_seen"):
+                plan.fresh_vs_seen.append(got["fresh_vs_seen"])
+        return last
+
+    @staticmethod
+    def _decided(plans: list[_WorkloadRounds], comparators: list[str], floor: float,
+                 widths: dict[int, float], ran: int) -> bool:
+        """Every comparison of the candidate decided, on the rounds so far (stats.py); records
+        the widest interval's share of its speedup in `widths[ran]`."""
+        mine = {p.workload["name"]: p.rounds["candidate"] for p in plans}
+        decided, widths[ran] = True, 0.0
+        for name in comparators:
+            theirs = {p.workload["name"]: p.rounds[name] for p in plans if name in p.rounds}
+            ratios = stats.round_ratios(mine, theirs)
+            if not ratios:
+                widths[ran] = math.inf
+                return False
+            iv = stats.interval(ratios)
+            widths[ran] = max(widths[ran], stats.width(iv))
+            decided = decided and stats.decided(iv, floor)
+        return decided
+
+    def _after_rounds(self, boxes: dict, req, ref, plan: _WorkloadRounds, deadline: float) -> dict:
+        """The workload's checks over all its rounds, then each function's summary."""
+        where = f"workload {plan.workload['name']} timed calls"
+        if not req.get("trusted"):
+            _same_processes((0.0, 0), (plan.child_cpu_s, plan.children), where)
+        _fresh_not_slower(plan.fresh_vs_seen, where)
+        inputs = self._fresh(ref, req, plan.workload, TIMING_SEED, expect=False)[0]
+        shape = _largest_shape(inputs)
+        out = {}
+        for name in plan.names:
+            p = plan.pooled[name]
+            summary = _summary(p["primary"])
+            summary.update(round_medians_us=plan.rounds[name], metric=p["metric"], input_shape=shape)
+            if req["device"] == "cuda":
+                summary["kernel_us"] = statistics.median(p["kernel"]) if p["kernel"] else None
+                summary["event_us"] = statistics.median(p["event"]) if p["event"] else None
+                if name == "candidate":  # the bound on what a candidate claims; comparators are trusted
+                    summary["outside_us"] = self._outside(boxes[name], inputs, summary["median_us"], deadline)
+                summary["disagreement"] = _disagreement(summary)
+            out[name] = summary
+        return out
+
+
+def _comparator_failed(name: str, f: SandboxFailure) -> Reject:
+    what = "the copy yardstick" if name == COPY else f"comparator {name!r}"
+    return Reject(f.status, f"{what} could not be loaded (not the kernel under test): {f.error}")
+
+
+def _check_timed(torch, req, outs, expected, where: str) -> None:
+    try:
+        correctness.for_request(req)(torch, outs, expected, where)  # the task's rule, as checked
+    except Reject as rj:
+        raise Reject("cheat_suspected", f"correct when checked, not when timed: {rj.error}") from None
+
+
+def _fresh_not_slower(rounds: list[tuple[float, float]], where: str) -> None:
+    """A kernel that keeps results between calls (keyed by pointer, id or a sample of the values)
+    is slow on every call on fresh values. Judged over the rounds, not one call: a single span
+    with a host stall in it can be several times the median (seen on a real paged-decode kernel)."""
+    slow = [(f, s) for f, s in rounds if f > 1.5 * s + 10.0]
+    if rounds and 2 * len(slow) > len(rounds):
+        figures = ", ".join(f"{f:.1f} vs {s:.1f} µs" for f, s in slow)
+        raise Reject("cheat_suspected", f"{where}: the call on fresh values was slower than the calls on values "
+                     f"seen before in {len(slow)} of {len(rounds)} rounds ({figures}): results kept between calls")
+
+
+def _same_processes(before: tuple[float, int], after: tuple[float, int], where: str) -> None:
+    """Once compiled, a call runs no other process: children's CPU time must not grow and no
+    child may be left running."""
+    if after[1] > 0 or after[0] - before[0] > 0.05:
+        raise Reject("cheat_suspected", f"{where}: the call did work in another process "
+                     f"({after[0] - before[0]:.2f} s of child CPU time, {after[1]} child process(es) left); "
+                     "work must run in the kernel's own Triton launches")
+
+
+def _summary(samples: list[float]) -> dict:
+    q = statistics.quantiles(samples, n=4) if len(samples) >= 2 else [samples[0]] * 3
+    return {"median_us": statistics.median(samples), "iqr_us": q[2] - q[0], "samples": len(samples)}
+
+
+def _disagreement(t: dict) -> str | None:
+    """Say so when the secondary figures differ from the span by more than the noise."""
+    span, noise = t["median_us"], max(0.1, t["iqr_us"] / max(t["median_us"], 1e-9))
+    notes = []
+    for key, label in (("kernel_us", "kernel-only"), ("event_us", "CUDA events"), ("outside_us", "judge's clock")):
+        other = t.get(key)
+        if other and abs(other - span) / span > noise and abs(other - span) > 2.0:
+            notes.append(f"{label} {other:.1f} µs")
+    return f"span {span:.1f} µs; " + ", ".join(notes) if notes else None
+
+
+def _largest_shape(inputs) -> list[int] | None:
+    """The shape of the workload's largest input tensor, from the judge's own inputs: what a
+    lesson's scale is read from (memory.features.row_length)."""
+    tensors = [t for t in inputs if hasattr(t, "numel") and hasattr(t, "shape")]
+    return list(max(tensors, key=lambda t: t.numel()).shape) if tensors else None
+
+
+def _nbytes(values) -> int:
+    items = values if isinstance(values, (tuple, list)) else [values]
+    return sum(v.numel() * v.element_size() for v in items if hasattr(v, "element_size"))
