@@ -80,7 +80,7 @@ def test_compare_rounds_on_the_interpreter_is_never_faster_nor_slower():
 
 def test_an_undecided_result_says_whether_its_calls_are_host_bound():
     from accelopt.tools.harness.result import Comparison, EvalResult, RoundsRun, WorkloadTiming
-    from accelopt.tools.harness.runner import why_undecided
+    from accelopt.tools.harness.verdict import why_undecided
 
     def result(kernel_us: float) -> EvalResult:
         timing = WorkloadTiming(median_us=447.0, iqr_us=40.0, samples=600, kernel_us=kernel_us)

@@ -58,6 +58,7 @@ class WorkloadTiming(BaseModel):
     metric: str = "gpu_span"  # gpu_span, cuda_event (fallback without CUPTI), or interpreter_wall
     round_medians_us: list[float] = []
     kernel_us: float | None = None   # median over calls of the summed GPU activity (kernel-only)
+    round_kernel_us: list[float] = []  # per timing round, the median kernel-only time of its calls
     event_us: float | None = None    # median over calls of CUDA events around the call (same start)
     outside_us: float | None = None  # the judge's wall clock around a batch of calls, per call
     disagreement: str | None = None
@@ -109,6 +110,22 @@ class Comparison(BaseModel):
     noise_floor: float = 0.0  # the smallest difference called one (0.0 in records written before it was)
 
 
+VerdictWord = Literal["faster", "slower", "within noise", "undecided", "no verdict"]
+Basis = Literal["span", "kernel_only", "interpreter"]
+
+
+class Verdict(BaseModel):
+    """What one comparison says and on which timer: the call's span, or its kernels alone where the
+    span is host-dominated (tools/harness/verdict.py). `reason` says why, with the figures."""
+
+    word: VerdictWord
+    basis: Basis
+    speedup: float
+    ci_low: float
+    ci_high: float
+    reason: str
+
+
 StopReason = Literal["decided", "stalled", "cap", "interpreter", "no_comparators", "time_limit"]
 
 
@@ -133,6 +150,8 @@ class EvalResult(BaseModel):
     workloads: dict[str, WorkloadTiming] = {}
     compare: dict[str, dict[str, WorkloadTiming]] = {}
     versus: dict[str, Comparison] = {}
+    versus_kernel: dict[str, Comparison] = {}  # the same comparisons on kernel-only time (GPU, CUPTI)
+    verdicts: dict[str, Verdict] = {}  # per comparator: what it says, on which timer, and why (verdict.py)
     rounds: RoundsRun | None = None  # the timing rounds the judge ran and why it stopped
     flags: list[str] = []
     findings: list[Finding] = []   # static advice; travels to prompts and reports
@@ -154,15 +173,20 @@ class EvalResult(BaseModel):
 
 def compare_rounds(candidate: dict[str, WorkloadTiming], other: dict[str, WorkloadTiming],
                    resamples: int = stats.RESAMPLES, *, timer: str | None = None,
-                   noise_floor: float = stats.NOISE_FLOOR) -> Comparison:
+                   noise_floor: float = stats.NOISE_FLOOR, kernel_only: bool = False) -> Comparison:
     """Per round, the geomean over workloads of other/candidate; then the median over rounds
     and a bootstrap interval of that median (stats.py, the statistic the judge stops on).
     Faster or slower only where the interval clears the noise floor, and never on the interpreter
     (`timer` interpreter_wall, or workloads timed so): its times are the wall clock of a CPU
-    emulation, not performance."""
+    emulation, not performance. `kernel_only`: on the rounds' kernel-only medians
+    (round_kernel_us) instead of their spans; ValueError where a workload has none."""
     names = [n for n in candidate if n in other]
-    iv = stats.interval(stats.round_ratios({n: candidate[n].round_medians_us for n in names},
-                                           {n: other[n].round_medians_us for n in names}), resamples)
+
+    def rounds(t: WorkloadTiming) -> list[float]:
+        return t.round_kernel_us if kernel_only else t.round_medians_us
+
+    iv = stats.interval(stats.round_ratios({n: rounds(candidate[n]) for n in names},
+                                           {n: rounds(other[n]) for n in names}), resamples)
     interpreter = timer == INTERPRETER or any(t.metric == INTERPRETER for n in names for t in (candidate[n], other[n]))
     where = stats.side(iv, noise_floor)
     return Comparison(speedup=iv.speedup, ci_low=iv.low, ci_high=iv.high, rounds=iv.rounds,

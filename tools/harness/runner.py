@@ -18,6 +18,7 @@ from pathlib import Path
 
 from accelopt.tools import settings
 from accelopt.tools.harness import audit as audit_mod
+from accelopt.tools.harness import verdict as verdicts
 from accelopt.tools.harness.device_lease import DeviceLeaseError
 from accelopt.tools.harness.kernel_profile import ProfileRun, Profiling, profile_workloads, summarize
 from accelopt.tools.harness.pool import get_pool
@@ -223,27 +224,14 @@ def _result(task: Task, raw: dict, device: str, dtype: str) -> EvalResult:
         floor = ran["noise_floor"] if ran and ran.get("noise_floor") is not None else NOISE_FLOOR
         result.versus = {k: compare_rounds(result.workloads, v, timer=result.timer, noise_floor=floor)
                          for k, v in result.compare.items()}
-        if result.rounds is not None and result.rounds.stopped in ("cap", "stalled"):
-            result.evidence.append(why_undecided(result))
+        verdicts.with_verdicts(result)
+        for name, v in result.verdicts.items():
+            if v.basis == "kernel_only":
+                result.evidence.append(f"vs {name}: {v.word} on kernel-only time: {v.reason}")
+        undecided = any(v.word == "undecided" for v in result.verdicts.values())
+        if result.rounds is not None and result.rounds.stopped in ("cap", "stalled") and undecided:
+            result.evidence.append(verdicts.why_undecided(result))
     return result
-
-
-HOST_BOUND_SHARE = 0.6  # kernels filling less of a call's span than this: the call waits on its host
-
-
-def why_undecided(result: EvalResult) -> str:
-    """Said when the rounds stopped undecided (at their cap, or no longer narrowing): how wide the
-    intervals still are, and whether the calls are host-bound (their kernels fill little of the
-    span, so host work between launches, which varies from round to round, decides the time),
-    with the figures."""
-    wide = ", ".join(f"vs {name} {v.ci_low:.3f}-{v.ci_high:.3f} ({(v.ci_high - v.ci_low) / v.speedup:.0%} of "
-                     f"{v.speedup:.3f}x)" for name, v in result.versus.items())
-    host = [f"{name} kernels {t.kernel_us:.0f} of {t.median_us:.0f} µs" for name, t in result.workloads.items()
-            if t.kernel_us is not None and t.kernel_us < HOST_BOUND_SHARE * t.median_us]
-    cause = (f"host-bound calls ({'; '.join(host)}): host work between launches varies from round to round"
-             if host else "no workload is host-bound: the rounds themselves disagree")
-    stalled = " (the last rounds no longer narrowed it)" if result.rounds and result.rounds.stopped == "stalled" else ""
-    return f"undecided after {result.rounds.ran if result.rounds else '?'} rounds{stalled}, {wide}: {cause}"
 
 
 def _reverify_if_too_good(task: Task, result: EvalResult, judge, request: dict, timeout_s: float) -> None:

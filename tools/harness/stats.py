@@ -29,6 +29,10 @@ DECIDED_WIDTH = 0.10   # an interval wider than 10% of its speedup is not a figu
 # comparator whose rounds fall in two modes, measured on real FlashInfer-Bench solutions).
 STALL_AFTER, STALL_LOOKBACK, STALL_GAIN = 6, 3, 0.9
 _TINY_US = 1e-9        # a zero time must not stop the statistic (log of 0)
+# A call whose kernels (CUPTI's summed GPU activity) fill less of its span than this waits on its
+# host: host work between launches, which varies from round to round, decides the span; the
+# comparison is then decided on kernel-only time (FlashInfer-Bench's own evaluator times that).
+HOST_BOUND_SHARE = 0.6
 
 Side = Literal["faster", "slower", "equivalent", "unclear"]
 
@@ -81,6 +85,11 @@ def side(iv: Interval, floor: float) -> Side:
 def decided(iv: Interval, floor: float) -> bool:
     """Faster, slower or equivalent, and tight enough that the speedup is a figure."""
     return side(iv, floor) != "unclear" and iv.high - iv.low <= DECIDED_WIDTH * iv.speedup
+
+
+def host_bound(kernel_us: float | None, span_us: float) -> bool:
+    """True where a call's kernels fill less than HOST_BOUND_SHARE of its span."""
+    return kernel_us is not None and kernel_us < HOST_BOUND_SHARE * span_us
 
 
 def width(iv: Interval) -> float:

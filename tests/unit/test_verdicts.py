@@ -1,0 +1,75 @@
+"""Which timer a comparison is decided on (tools/harness/verdict.py): the span, unless the calls are
+host-dominated, then kernel-only time; every verdict names its timer and carries both figures."""
+
+import pytest
+
+from accelopt.tools.harness.result import EvalResult, WorkloadTiming, compare_rounds
+from accelopt.tools.harness.verdict import host_dominated, with_verdicts
+
+# gqa_paged_decode as measured on an H100 (issue 52): the candidate's span 442 µs around 103.5 µs of
+# kernels, the baseline's 498 µs around 326 µs; span rounds that scatter, kernel rounds that do not.
+SPAN_CANDIDATE = [442.0, 560.0, 380.0, 520.0, 300.0, 540.0, 410.0, 600.0, 430.0]
+SPAN_BASELINE = [498.0, 520.0, 470.0, 505.0, 480.0, 530.0, 490.0, 500.0, 515.0]
+KERNEL_CANDIDATE = [103.5, 103.0, 104.1, 103.2, 103.8, 103.4, 103.6, 103.3, 103.9]
+KERNEL_BASELINE = [326.0, 325.5, 326.4, 325.8, 326.9, 326.1, 325.7, 326.3, 326.0]
+
+
+def timing(spans, kernels, kernel_us=None) -> WorkloadTiming:
+    span = sorted(spans)[len(spans) // 2]
+    return WorkloadTiming(median_us=span, iqr_us=1.0, samples=len(spans) * 10, round_medians_us=spans,
+                          round_kernel_us=kernels,
+                          kernel_us=kernel_us if kernel_us is not None else (sorted(kernels)[len(kernels) // 2]
+                                                                            if kernels else None))
+
+
+def result(candidate: WorkloadTiming, baseline: WorkloadTiming, timer: str = "cuda_event") -> EvalResult:
+    r = EvalResult(status="verified", device="cuda" if timer == "cuda_event" else "cpu", timer=timer,
+                   workloads={"b1": candidate}, compare={"baseline": {"b1": baseline}})
+    r.versus = {"baseline": compare_rounds(r.workloads, r.compare["baseline"], timer=timer)}
+    return with_verdicts(r)
+
+
+def test_host_dominated_calls_are_decided_on_kernel_only_time_with_both_figures():
+    r = result(timing(SPAN_CANDIDATE, KERNEL_CANDIDATE), timing(SPAN_BASELINE, KERNEL_BASELINE))
+    span, kernel, v = r.versus["baseline"], r.versus_kernel["baseline"], r.verdicts["baseline"]
+    assert not span.faster and span.ci_low < 1.02  # the span alone cannot say
+    assert kernel.speedup == pytest.approx(326.0 / 103.5, rel=0.01) and kernel.faster
+    assert (v.word, v.basis) == ("faster", "kernel_only") and v.speedup == kernel.speedup
+    assert "host-dominated" in v.reason and "candidate kernels 103.5 of 442.0 µs" in v.reason
+    assert "span 1." in v.reason and "kernel-only 3.1" in v.reason
+
+
+def test_calls_their_kernels_fill_are_decided_on_the_span():
+    spans_c, spans_b = [100.0, 101.0, 100.5, 100.2], [150.0, 151.0, 150.4, 150.8]
+    r = result(timing(spans_c, [95.0, 95.5, 95.2, 95.1]), timing(spans_b, [140.0, 141.0, 140.2, 140.5]))
+    v = r.verdicts["baseline"]
+    assert (v.word, v.basis) == ("faster", "span") and v.speedup == pytest.approx(1.5, rel=0.01)
+    assert "decided on the span" in v.reason and "kernel-only" in v.reason
+    assert host_dominated(r, "baseline") == []
+
+
+def test_an_interval_inside_the_floor_is_within_noise_and_one_across_a_bound_is_undecided():
+    same = result(timing([100.0, 100.5, 99.8], [95.0] * 3), timing([100.2, 100.1, 99.9], [95.0] * 3))
+    assert same.verdicts["baseline"].word == "within noise"
+    straddling = result(timing([100.0, 80.0, 120.0], [90.0, 70.0, 110.0]), timing([100.0] * 3, [90.0] * 3))
+    v = straddling.verdicts["baseline"]
+    assert v.word == "undecided" and "no workload is host-dominated" in v.reason
+
+
+def test_host_dominated_calls_without_kernel_rounds_stay_undecided_and_say_why():
+    r = result(timing(SPAN_CANDIDATE, [], kernel_us=103.5), timing(SPAN_BASELINE, [], kernel_us=326.0))
+    v = r.verdicts["baseline"]
+    assert r.versus_kernel == {} and (v.word, v.basis) == ("undecided", "span")
+    assert "no kernel-only rounds" in v.reason
+
+
+def test_the_interpreter_gives_no_verdict_whatever_its_rounds_say():
+    r = result(timing([100.0, 101.0], []), timing([1000.0, 1010.0], []), timer="interpreter_wall")
+    v = r.verdicts["baseline"]
+    assert (v.word, v.basis) == ("no verdict", "interpreter") and "cannot tell" in v.reason
+
+
+def test_a_verdict_survives_the_json_round_trip():
+    r = result(timing(SPAN_CANDIDATE, KERNEL_CANDIDATE), timing(SPAN_BASELINE, KERNEL_BASELINE))
+    again = EvalResult.model_validate_json(r.model_dump_json())
+    assert again.verdicts == r.verdicts and again.versus_kernel == r.versus_kernel

@@ -1,0 +1,116 @@
+"""What a timed comparison says, and on which timer.
+
+Every GPU workload is timed two ways in the same calls (sandbox.time_calls): the call's span (from
+the moment the GPU could start it to its last activity, host gaps included) and its kernels alone
+(CUPTI's summed GPU activity). Both are compared over the same rounds. The span decides, unless
+the calls are host-dominated (kernels fill less than stats.HOST_BOUND_SHARE of a span, the
+candidate's or the comparator's): then host work between launches, which varies from round to
+round, decides the span, and the comparison is decided on kernel-only time, as FlashInfer-Bench's
+evaluator times kernels. Either way the verdict names its timer and gives both figures.
+
+A verdict is `faster` or `slower` where its interval clears the noise floor, `within noise` where
+it lies inside it, `undecided` where it straddles a bound (more rounds might tell), and `no
+verdict` on the CPU interpreter, whose times are not performance.
+"""
+
+from __future__ import annotations
+
+from accelopt.tools.harness import stats
+from accelopt.tools.harness.result import Comparison, EvalResult, Verdict, WorkloadTiming, compare_rounds
+
+_WORDS = {"faster": "faster", "slower": "slower", "equivalent": "within noise", "unclear": "undecided"}
+
+
+def host_dominated(result: EvalResult, comparator: str | None = None) -> list[str]:
+    """The workloads whose calls are host-dominated, as figures ("b1: candidate kernels 103.5 of
+    442.0 µs"): the candidate's, and the comparator's where one is named."""
+    timed = [("candidate", result.workloads)]
+    if comparator is not None:
+        timed.append((comparator, result.compare.get(comparator, {})))
+    return [f"{workload}: {who} kernels {t.kernel_us:.1f} of {t.median_us:.1f} µs"
+            for who, timings in timed for workload, t in timings.items()
+            if stats.host_bound(t.kernel_us, t.median_us) and t.kernel_us is not None]
+
+
+def kernel_comparison(result: EvalResult, comparator: str) -> Comparison | None:
+    """The comparison on kernel-only rounds; None where a workload has none (the interpreter, a
+    trace that lost calls, or a record written before kernel rounds were kept)."""
+    theirs = result.compare.get(comparator, {})
+    names = [n for n in result.workloads if n in theirs]
+    if not names or not all(result.workloads[n].round_kernel_us and theirs[n].round_kernel_us for n in names):
+        return None
+    floor = _floor(result, comparator)
+    try:
+        return compare_rounds(result.workloads, theirs, timer=result.timer, noise_floor=floor, kernel_only=True)
+    except ValueError:
+        return None
+
+
+def _floor(result: EvalResult, comparator: str) -> float:
+    vs = result.versus.get(comparator)
+    return vs.noise_floor if vs is not None and vs.noise_floor else stats.NOISE_FLOOR
+
+
+def _side(c: Comparison) -> str:
+    return stats.side(stats.Interval(c.speedup, c.ci_low, c.ci_high, c.rounds), c.noise_floor or stats.NOISE_FLOOR)
+
+
+def _figure(label: str, c: Comparison) -> str:
+    return f"{label} {c.speedup:.3f}x [{c.ci_low:.3f}, {c.ci_high:.3f}]"
+
+
+def verdict(result: EvalResult, comparator: str) -> Verdict | None:
+    """The comparator's verdict; None where the candidate was not compared with it."""
+    span = result.versus.get(comparator)
+    if span is None:
+        return None
+    if result.timer == "interpreter_wall":
+        return Verdict(word="no verdict", basis="interpreter", speedup=span.speedup, ci_low=span.ci_low,
+                       ci_high=span.ci_high, reason="the CPU interpreter's wall clock cannot tell faster from slower")
+    kernel = result.versus_kernel.get(comparator)
+    host = host_dominated(result, comparator)
+    span_side, kernel_side = _side(span), _side(kernel) if kernel is not None else "unclear"
+    both = _figure("span", span) + (f", {_figure('kernel-only', kernel)}" if kernel is not None else "")
+    if host and kernel is not None and kernel_side != "unclear":
+        return Verdict(word=_WORDS[kernel_side], basis="kernel_only", speedup=kernel.speedup, ci_low=kernel.ci_low,
+                       ci_high=kernel.ci_high,
+                       reason=f"host-dominated calls ({'; '.join(host)}): decided on kernel-only time (CUPTI); {both}")
+    if span_side != "unclear":
+        why = f"decided on the span; {both}"
+        if host:
+            why = f"host-dominated calls ({'; '.join(host)}), kernel-only time undecided: {why}"
+        return Verdict(word=_WORDS[span_side], basis="span", speedup=span.speedup, ci_low=span.ci_low,
+                       ci_high=span.ci_high, reason=why)
+    if host:
+        why = (f"host-dominated calls ({'; '.join(host)}): "
+               + ("no kernel-only rounds to decide on" if kernel is None else "kernel-only time undecided too"))
+    else:
+        why = "no workload is host-dominated: the rounds themselves disagree"
+    return Verdict(word="undecided", basis="span", speedup=span.speedup, ci_low=span.ci_low, ci_high=span.ci_high,
+                   reason=f"{why}; {both}")
+
+
+def with_verdicts(result: EvalResult) -> EvalResult:
+    """Fills `versus_kernel` and `verdicts` from the timings and `versus`; returns the result."""
+    result.versus_kernel = {name: c for name in result.versus if (c := kernel_comparison(result, name)) is not None}
+    result.verdicts = {name: v for name in result.versus if (v := verdict(result, name)) is not None}
+    return result
+
+
+def why_undecided(result: EvalResult) -> str:
+    """Said when the rounds stopped undecided (at their cap, or no longer narrowing): how wide the
+    intervals still are, and whether the calls are host-bound (their kernels fill little of the
+    span, so host work between launches, which varies from round to round, decides the time),
+    with the figures."""
+    wide = ", ".join(f"vs {name} {v.ci_low:.3f}-{v.ci_high:.3f} ({(v.ci_high - v.ci_low) / v.speedup:.0%} of "
+                     f"{v.speedup:.3f}x)" for name, v in result.versus.items())
+    host = [f"{name} kernels {t.kernel_us:.0f} of {t.median_us:.0f} µs" for name, t in result.workloads.items()
+            if _host(t)]
+    cause = (f"host-bound calls ({'; '.join(host)}): host work between launches varies from round to round"
+             if host else "no workload is host-bound: the rounds themselves disagree")
+    stalled = " (the last rounds no longer narrowed it)" if result.rounds and result.rounds.stopped == "stalled" else ""
+    return f"undecided after {result.rounds.ran if result.rounds else '?'} rounds{stalled}, {wide}: {cause}"
+
+
+def _host(t: WorkloadTiming) -> bool:
+    return stats.host_bound(t.kernel_us, t.median_us)
