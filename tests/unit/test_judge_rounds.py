@@ -195,3 +195,32 @@ def test_inputs_too_large_to_keep_are_made_every_time(counting, monkeypatch):
     judge.prepare(ref, req, WORKLOADS[0], 0)
     judge.prepare(ref, req, WORKLOADS[0], 0)
     assert len(made) == 2 and len(ran) == 2 and not judge.prepared.entries
+
+
+class HostJudge(RoundsJudge):
+    """Spans from `times`, kernel-only times from `kernels` (µs)."""
+
+    def __init__(self, times, kernels):
+        super().__init__(times)
+        self.kernels = kernels
+
+    def _time_round(self, box, req, ref, workload, r, reps, deadline, check, copy=False):
+        got = super()._time_round(box, req, ref, workload, r, reps, deadline, check, copy)
+        got["kernel"] = [self.kernels[box.name]] * 3
+        return got
+
+
+def test_host_dominated_calls_stop_once_their_kernel_only_times_decide_and_report_each_rounds_kernel_median():
+    noisy = lambda r, w: 15.0 if r % 2 else 25.0  # noqa: E731 - the spans scatter round by round
+    times = {"candidate": steady(10.0), "baseline": noisy, COPY: steady(5.0)}
+    host = HostJudge(times, {"candidate": 3.0, "baseline": 9.0, COPY: 5.0})  # kernels fill 30% of the spans
+    boxes = {n: Box(n) for n in times}
+    request = {"device": "cuda", "workloads": WORKLOADS, "rep_ms": 20.0}
+    timings, rounds = host.timing(boxes, request, None, judge_mod.time.monotonic() + 600)
+    assert (rounds["ran"], rounds["stopped"]) == (3, "decided")
+    assert timings["candidate"]["w1"]["round_kernel_us"] == [3.0, 3.0, 3.0]
+    assert timings["baseline"]["w2"]["round_kernel_us"] == [9.0, 9.0, 9.0]
+    # kernels that fill their calls: the span alone decides, and the same scatter is not decided
+    filled = HostJudge(times, {"candidate": 10.0, "baseline": 19.0, COPY: 5.0})
+    _, rounds = filled.timing({n: Box(n) for n in times}, request, None, judge_mod.time.monotonic() + 600)
+    assert rounds["stopped"] == "stalled"

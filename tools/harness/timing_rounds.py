@@ -85,6 +85,7 @@ class _WorkloadRounds:
     reps: int
     pooled: dict = field(default_factory=dict)     # name -> primary/kernel/event samples, metric
     rounds: dict = field(default_factory=dict)     # name -> median of each round's primary samples
+    kernel_rounds: dict = field(default_factory=dict)  # name -> each round's median kernel-only time, or None
     fresh_vs_seen: list = field(default_factory=list)
     child_cpu_s: float = 0.0   # the candidate's children's CPU time that grew over its calls
     children: int = 0          # its children alive after its last call
@@ -92,6 +93,19 @@ class _WorkloadRounds:
     def __post_init__(self):
         self.pooled = {n: collections.defaultdict(list) for n in self.names}
         self.rounds = {n: [] for n in self.names}
+        self.kernel_rounds = {n: [] for n in self.names}
+
+    def kernel_only(self, name: str) -> list[float]:
+        """The function's kernel-only round medians; [] unless every round has one (a round whose
+        trace lost its calls has none, and the rounds would no longer pair up)."""
+        got = self.kernel_rounds.get(name) or []
+        return [] if any(k is None for k in got) else got
+
+    def host_dominated(self, name: str) -> bool:
+        """Its calls' kernels fill less than stats.HOST_BOUND_SHARE of their span, so far."""
+        p = self.pooled.get(name) or {}
+        return bool(p.get("kernel") and p.get("primary")) and stats.host_bound(
+            statistics.median(p["kernel"]), statistics.median(p["primary"]))
 
 
 def _round_limits(req: dict) -> tuple[int, int]:
@@ -308,6 +322,7 @@ class TimingRounds:
                 plan.pooled[name][key] += got.get(key) or []
             plan.pooled[name]["metric"] = got["metric"]
             plan.rounds[name].append(statistics.median(got["primary"]))
+            plan.kernel_rounds[name].append(statistics.median(got["kernel"]) if got.get("kernel") else None)
             if got.get("fresh_vs_seen"):
                 plan.fresh_vs_seen.append(got["fresh_vs_seen"])
         return last
@@ -315,19 +330,26 @@ class TimingRounds:
     @staticmethod
     def _decided(plans: list[_WorkloadRounds], comparators: list[str], floor: float,
                  widths: dict[int, float], ran: int) -> bool:
-        """Every comparison of the candidate decided, on the rounds so far (stats.py); records
-        the widest interval's share of its speedup in `widths[ran]`."""
-        mine = {p.workload["name"]: p.rounds["candidate"] for p in plans}
+        """Every comparison of the candidate decided, on the rounds so far (stats.py): on the span,
+        or, where the calls are host-dominated (the candidate's or the comparator's on some
+        workload), on kernel-only time (tools/harness/verdict.py decides the same way). Records the
+        widest interval's share of its speedup in `widths[ran]`, each comparison's on the timer
+        that can decide it."""
         decided, widths[ran] = True, 0.0
         for name in comparators:
-            theirs = {p.workload["name"]: p.rounds[name] for p in plans if name in p.rounds}
-            ratios = stats.round_ratios(mine, theirs)
+            ratios = _ratios(plans, name, lambda p, n: p.rounds[n])
             if not ratios:
                 widths[ran] = math.inf
                 return False
             iv = stats.interval(ratios)
-            widths[ran] = max(widths[ran], stats.width(iv))
-            decided = decided and stats.decided(iv, floor)
+            width, settled = stats.width(iv), stats.decided(iv, floor)
+            if not settled and any(p.host_dominated("candidate") or p.host_dominated(name) for p in plans):
+                kernel = _ratios(plans, name, lambda p, n: p.kernel_only(n))
+                if kernel:
+                    kiv = stats.interval(kernel)
+                    width, settled = min(width, stats.width(kiv)), stats.decided(kiv, floor)
+            widths[ran] = max(widths[ran], width)
+            decided = decided and settled
         return decided
 
     def _after_rounds(self, boxes: dict, req, ref, plan: _WorkloadRounds, deadline: float) -> dict:
@@ -342,7 +364,8 @@ class TimingRounds:
         for name in plan.names:
             p = plan.pooled[name]
             summary = _summary(p["primary"])
-            summary.update(round_medians_us=plan.rounds[name], metric=p["metric"], input_shape=shape)
+            summary.update(round_medians_us=plan.rounds[name], metric=p["metric"], input_shape=shape,
+                           round_kernel_us=plan.kernel_only(name))
             if req["device"] == "cuda":
                 summary["kernel_us"] = statistics.median(p["kernel"]) if p["kernel"] else None
                 summary["event_us"] = statistics.median(p["event"]) if p["event"] else None
@@ -351,6 +374,14 @@ class TimingRounds:
                 summary["disagreement"] = _disagreement(summary)
             out[name] = summary
         return out
+
+
+def _ratios(plans: list[_WorkloadRounds], name: str, rounds) -> list[float]:
+    """Per round, the candidate's ratio to `name` over the workloads both were timed on;
+    `rounds(plan, function)` picks which round medians (span or kernel-only)."""
+    mine = {p.workload["name"]: rounds(p, "candidate") for p in plans}
+    theirs = {p.workload["name"]: rounds(p, name) for p in plans if name in p.rounds}
+    return stats.round_ratios(mine, theirs)
 
 
 def _comparator_failed(name: str, f: SandboxFailure) -> Reject:
