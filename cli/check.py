@@ -5,6 +5,7 @@ solution, and fast_p over the suite (evals/reporting/check_suite.py). Exit 0 ver
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 from typing import Annotated as Opt  # an import alias: mypy takes `Opt = Annotated` for a variable
@@ -19,6 +20,7 @@ from accelopt.cli.options import DeviceName, device_refusal
 
 if TYPE_CHECKING:
     from accelopt.evals.reporting.check_suite import SuiteVerdict
+    from accelopt.tools.harness.check_kernel import Startup
     from accelopt.tools.harness.reference_kernel import CompileMode
     from accelopt.tools.harness.result import EvalResult
     from accelopt.tools.task import Task
@@ -52,7 +54,12 @@ def check(
     """Judge one kernel: verdict and reasons, static findings, per-workload times with spread,
     speedup against the baseline (or --against, or the PyTorch reference: eager and torch.compile),
     % of peak. Given two folders, judge each task's solution and report fast_p over the suite."""
+    began = time.monotonic()
+    from accelopt.tools.harness.check_kernel import Startup, process_age_s, verdict_record
     from accelopt.tools.task import TaskError, load_task
+
+    # the seconds before the judge's first step, from this process's own start (its imports)
+    startup = Startup(process=process_age_s(), began=began)
 
     refusal = device_refusal(device)
     if refusal:
@@ -72,52 +79,24 @@ def check(
             fail(f"{path}: no such file")
     try:
         # naming torch.compile's mode asks for the comparison with it
-        result = judge(task, kernel, against, versus_torch or compile_mode is not None, device, timeout, mode)
+        result = judge(task, kernel, against, versus_torch or compile_mode is not None, device, timeout, mode,
+                       startup=startup)
     except TaskError as e:
         fail(str(e))
     if as_json:
-        record = result.model_dump(mode="json")
-        if "torch_compile" in result.versus:
-            record["torch_compile_mode"] = mode
-        typer.echo(json.dumps(record))
+        typer.echo(json.dumps(verdict_record(result, mode, startup)))
     else:
-        show(result, kernel, mode)
+        show(result, kernel, mode, startup)
     raise typer.Exit(0 if result.ok else 1)
 
 
 def judge(task: Task, kernel: Path, against: Path | None, versus_torch: bool, device: str,
-          timeout: float, compile_mode: CompileMode = "default") -> EvalResult:
-    """The kernel's evaluation, timed against --against, else the task's baseline, and against the
-    PyTorch reference where there is neither or --versus-torch asks (eager; torch.compile too on a
-    GPU: on the CPU interpreter it would time Inductor's C++ against an interpreted kernel).
-    TaskError: the task cannot run here, or a source is not a kernel of this task."""
-    from accelopt.tools.backends import backend_for, run_refusal
-    from accelopt.tools.harness.reference_kernel import reference_source, torch_comparators
-    from accelopt.tools.harness.result import user_paths
-    from accelopt.tools.harness.runner import detect_device
-    from accelopt.tools.kernelbench_solution import adapt  # a KernelBench solution (ModelNew) gets its entry point
-    from accelopt.tools.task import TaskError
+          timeout: float, compile_mode: CompileMode = "default", startup: Startup | None = None) -> EvalResult:
+    """The kernel's evaluation (tools/harness/check_kernel.judge, which the served `check` graph
+    calls too). TaskError: the task cannot run here, or a source is not a kernel of this task."""
+    from accelopt.tools.harness.check_kernel import judge as judged
 
-    refusal = run_refusal(task, device)
-    if refusal:
-        raise TaskError(refusal)
-    compare = {}
-    text = kernel.read_text()
-    source = adapt(task.root, text, task.spec.entry_point)
-    if against is not None:
-        compare["against"] = adapt(task.root, against.read_text(), task.spec.entry_point)
-    if against is None and task.baseline_source:
-        compare["baseline"] = task.baseline_source
-    if versus_torch or not compare:
-        on_gpu = device == "cuda" or (device == "auto" and detect_device() == "cuda")  # where it will run
-        compare.update(torch_comparators(task, compile_mode) if on_gpu else {"eager": reference_source(task)})
-    result = backend_for(task).evaluate(task, source, device=None if device == "auto" else device,
-                                        timeout_s=timeout, compare=compare, trusted=False)
-    result.error = user_paths(result.error, str(kernel))  # the user's file, not the sandbox's copy
-    if source != text:  # static advice on the entry point accelopt appended is not about the user's file
-        lines = len(text.splitlines())
-        result.findings = [f for f in result.findings if f.line is None or f.line <= lines]
-    return result
+    return judged(task, kernel, against, versus_torch, device, timeout, compile_mode, startup)
 
 
 def check_suite(tasks_dir: Path, solutions_dir: Path, sample: int, device: str, timeout: float,
@@ -177,7 +156,7 @@ def show_suite(suite: SuiteVerdict, console: Console, compile_mode: str = "defau
         console.print(f"  {suite.note}", markup=False, highlight=False)
 
 
-def show(result: EvalResult, kernel: Path, compile_mode: str = "default") -> None:
+def show(result: EvalResult, kernel: Path, compile_mode: str = "default", startup: Startup | None = None) -> None:
     console = Console()
     style = "bold green" if result.ok else "bold red"
     # one line however long: the terminal folds it, a copied path stays whole (rich would break it)
@@ -224,5 +203,9 @@ def show(result: EvalResult, kernel: Path, compile_mode: str = "default") -> Non
     if result.phases_s:
         steps = ", ".join(f"{name} {s:.1f}" for name, s in result.phases_s.items())
         console.print(f"  seconds: {steps} (of {result.eval_s:.1f} in all)", markup=False, highlight=False)
+    if startup is not None:
+        from accelopt.tools.harness.check_kernel import startup_line
+
+        console.print(f"  {startup_line(startup)}", markup=False, highlight=False)
     if result.flags:
         console.print(f"  flags: {', '.join(result.flags)}")

@@ -30,9 +30,9 @@ def test_naming_a_compile_mode_asks_for_the_torch_comparison(softmax_task, tmp_p
     asked = {}
     judged = check_cli.judge
 
-    def spy(task, kernel, against, versus_torch, device, timeout, compile_mode="default"):
+    def spy(task, kernel, against, versus_torch, device, timeout, compile_mode="default", **kwargs):
         asked.update(versus_torch=versus_torch, compile_mode=compile_mode)
-        return judged(task, kernel, against, versus_torch, device, timeout, compile_mode)
+        return judged(task, kernel, against, versus_torch, device, timeout, compile_mode, **kwargs)
 
     monkeypatch.setattr(check_cli, "judge", spy)
     kernel = tmp_path / "k.py"
@@ -89,3 +89,19 @@ def test_a_16_bit_task_failing_on_the_interpreter_says_what_its_inputs_are_there
     result = json.loads(out.output)
     assert out.exit_code == 1, result
     assert f"this bfloat16 task's inputs are {given}" in result["error"], result["error"][-500:]
+
+
+def test_a_check_says_where_its_seconds_went_before_the_judge(softmax_task, tmp_path):
+    """Beyond the judge's own steps: the process's start and imports, the task and kernel read,
+    the judge pool, the judge's start with its sandbox template; in --json as `before_judge_s`."""
+    kernel = tmp_path / "k.py"
+    kernel.write_text(BASELINE)
+    out = CliRunner().invoke(app, ["check", str(softmax_task), str(kernel), "--device", "cpu", "--json"])
+    before = json.loads(out.output)["before_judge_s"]
+    assert set(before) == {"process", "prepare", "judge_pool", "judge_start", "to_verdict"}
+    assert all(isinstance(v, float) and v >= 0 for v in before.values()), before
+    assert before["to_verdict"] >= before["prepare"] + before["judge_pool"] + before["judge_start"]
+    out = CliRunner().invoke(app, ["check", str(softmax_task), str(kernel), "--device", "cpu"])
+    line = next(line for line in out.output.splitlines() if "before the judge" in line)
+    assert all(words in line for words in ("process start and imports", "task and kernel", "judge pool",
+                                           "judge start and sandbox template", "to the verdict")), line
