@@ -155,6 +155,7 @@ RAY_CPU_SLOTS = "ACCELOPT_RAY_CPU_SLOTS"
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 LOCK_DIR = "ACCELOPT_LOCK_DIR"
 LOCK_WAIT_S = "ACCELOPT_LOCK_WAIT_S"
+JUDGE_IDLE_S = "ACCELOPT_JUDGE_IDLE_S"
 LANGSMITH_TRACING = "LANGSMITH_TRACING"
 LANGCHAIN_TRACING_V2 = "LANGCHAIN_TRACING_V2"
 
@@ -237,6 +238,24 @@ def lock_wait_s() -> float:
     if not seconds > 0:
         raise ConfigError(f"{LOCK_WAIT_S}={value!r}: use a number of seconds above 0, or leave it unset (3600)")
     return seconds
+
+
+@_documented(JUDGE_IDLE_S, default="`600`")
+def judge_idle_s() -> float | None:
+    """How long a process keeps its judges warm with no evaluation (seconds): past it they and their
+    sandboxes are stopped and their homes removed, and the next evaluation starts them again
+    (`langgraph dev` serving many checks and runs); `0`: kept until the process exits."""
+    value = _text(JUDGE_IDLE_S)
+    if value is None:
+        return 600.0
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0 or seconds == float("inf"):
+        raise ConfigError(f"{JUDGE_IDLE_S}={value!r}: use a number of seconds, 0 to keep the judges until the process "
+                          "exits, or leave it unset (600)")
+    return seconds or None
 
 
 @_documented(LANGSMITH_TRACING, LANGCHAIN_TRACING_V2, default="off")

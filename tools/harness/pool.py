@@ -8,6 +8,11 @@ pool kills a judge that overruns it by a margin (a judge bug) and starts a fresh
 
 Judges stay in the run's process group and watch their parent, so whatever ends the run
 (Ctrl-C, kill -9 of the group or of the parent alone) ends them and their sandboxes.
+
+The process-wide pools (`get_pool`: one per device, shared by every run and thread of a process,
+`langgraph dev`'s included) let their judges go when idle: `ACCELOPT_JUDGE_IDLE_S` (600 s) after
+the last lease ended with none taken since, the judges are killed (their sandboxes with them) and
+their homes removed; the next lease starts them again.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -75,6 +81,9 @@ class Worker:
         return scrubbed_env(self.home, self.device, self.gpu)
 
     def _start(self) -> None:
+        if not self.home.is_dir():  # released when idle (WorkerPool.release): a home of its own again
+            self.home = Path(tempfile.mkdtemp(prefix=f"{HOME_PREFIX}{self.device}{self.slot}-p{os.getpid()}-"))
+            self.stderr_path = self.home / "stderr.log"
         self.stderr = open(self.stderr_path, "w")
         self.proc = subprocess.Popen([sys.executable, str(JUDGE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.stderr, cwd=self.home, env=self._env(), text=True)
@@ -85,6 +94,14 @@ class Worker:
             self.proc.kill()  # its sandboxes die with it (PR_SET_PDEATHSIG)
             self.proc.wait()
         self.proc = None
+
+    def retire(self) -> None:
+        """The judge killed (its sandboxes with it) and its home removed; a request starts both again."""
+        self.kill()
+        stderr = getattr(self, "stderr", None)
+        if stderr is not None:
+            stderr.close()
+        shutil.rmtree(self.home, ignore_errors=True)
 
     def stderr_tail(self, limit: int = 1500) -> str:
         """What the worker wrote to stderr during the current request only."""
@@ -141,7 +158,7 @@ class WorkerPool:
     judge per core; on GPUs one per GPU (each judge's sandboxes see only that GPU)."""
 
     def __init__(self, device: str, count: int, gpus: list[str] | None = None, fresh_process: bool = False,
-                 on_wait: device_lease.OnWait | None = None):
+                 on_wait: device_lease.OnWait | None = None, idle_s: float | None = None):
         self.device = device
         self.fresh_process = fresh_process  # benchmark baseline: a new judge (no warm spares) per request
         self.on_wait = on_wait  # where "waiting for GPU 0, held by pid N (...)" goes (None: stderr)
@@ -153,26 +170,88 @@ class WorkerPool:
         self.free: queue.LifoQueue[Worker] = queue.LifoQueue()
         for w in reversed(self.workers):
             self.free.put(w)
+        # Idle release (`idle_s`: None keeps the judges until close): leases held now, since when
+        # none is, and a reaper thread, started with the first lease, that waits on the condition.
+        self.idle_s = idle_s
+        self.releases = 0  # how many times idle judges were let go
+        self._held = 0
+        self._idle_since = time.monotonic()
+        self._closed = False
+        self._changed = threading.Condition()
+        self._reaper: threading.Thread | None = None
 
     def warm(self) -> None:
         """Start every judge now (each starts its spare sandboxes), not with the first request."""
-        for w in self.workers:
-            if w.proc is None or w.proc.poll() is not None:
-                w._start()
+        with self._changed:
+            for w in self.workers:
+                if w.proc is None or w.proc.poll() is not None:
+                    w._start()
+            self._idle_since = time.monotonic()
+            self._watch_idle()
 
     @contextlib.contextmanager
     def lease(self) -> Iterator[Worker]:
         """One judge, and its GPU, for as long as the block runs: an evaluation's requests and its
         audit, so no other evaluation times kernels on that GPU meanwhile, of this process (one
         judge per GPU) or of any other (the GPU's device lease; DeviceLeaseError past its wait)."""
-        worker = self.free.get()
+        with self._changed:  # counted before it waits for a judge: no release while anyone wants one
+            self._held += 1
         try:
-            with self.holding_gpu(worker):
-                yield worker
+            worker = self.free.get()
+            try:
+                with self.holding_gpu(worker):
+                    yield worker
+            finally:
+                if self.fresh_process:
+                    worker.kill()
+                self.free.put(worker)
         finally:
-            if self.fresh_process:
-                worker.kill()
-            self.free.put(worker)
+            with self._changed:
+                self._held -= 1
+                self._idle_since = time.monotonic()
+                self._watch_idle()
+                self._changed.notify_all()
+
+    def _watch_idle(self) -> None:
+        """Start the reaper (once, and only with an idle limit); the caller holds the condition."""
+        if self.idle_s is not None and self._reaper is None and not self._closed:
+            self._reaper = threading.Thread(target=self._reap, name=f"accelopt-judges-{self.device}-idle",
+                                            daemon=True)
+            self._reaper.start()
+
+    def _reap(self) -> None:
+        """Releases the judges once no lease was held for idle_s; sleeps while there is nothing to
+        release or a lease is held, and wakes when a lease ends (or the limit changes)."""
+        with self._changed:
+            while not self._closed:
+                if self._held or self.idle_s is None or not self._running():
+                    self._changed.wait()
+                    continue
+                left = self._idle_since + self.idle_s - time.monotonic()
+                if left > 0:
+                    self._changed.wait(left)
+                    continue
+                self._release()
+
+    def _running(self) -> bool:
+        return any(w.proc is not None or w.home.is_dir() for w in self.workers)
+
+    def _release(self) -> None:
+        """Every judge killed and its home removed (the caller holds the condition, and no lease)."""
+        for w in self.workers:
+            w.retire()
+        self.releases += 1
+
+    def set_idle(self, idle_s: float | None) -> None:
+        """Change the idle limit (None: never); the reaper recomputes its deadline at once."""
+        with self._changed:
+            self.idle_s = idle_s
+            self._watch_idle()
+            self._changed.notify_all()
+
+    def judge_pids(self) -> list[int]:
+        """The pids of the judges running now (tests, and what a server shows)."""
+        return [w.proc.pid for w in self.workers if w.proc is not None and w.proc.poll() is None]
 
     def holding_gpu(self, worker: Worker) -> contextlib.AbstractContextManager:
         """The judge's GPU held across processes (device_lease.py); nothing on the interpreter, whose
@@ -186,9 +265,11 @@ class WorkerPool:
             return worker.request(req, timeout_s)
 
     def close(self) -> None:
-        for w in self.workers:
-            w.kill()
-            shutil.rmtree(w.home, ignore_errors=True)
+        with self._changed:
+            self._closed = True
+            for w in self.workers:
+                w.retire()
+            self._changed.notify_all()
 
 
 _pools: dict[str, WorkerPool] = {}
@@ -233,17 +314,32 @@ def make_pool(device: str, gpu_count: int, fresh_process: bool = False, gpus: li
 
 
 def get_pool(device: str, gpu_count: int) -> WorkerPool:
-    """The process-wide pool for a device, started on first use."""
+    """The process-wide pool for a device, made on first use and kept for every run and thread of
+    the process; its judges are let go after `ACCELOPT_JUDGE_IDLE_S` without a lease (read here, at
+    every call: a value it cannot use is a ConfigError) and started again by the next lease."""
+    idle_s = settings.judge_idle_s()
     with _pools_lock:
         if device not in _pools:
             _pools[device] = make_pool(device, gpu_count)
-        return _pools[device]
+        pool = _pools[device]
+    if pool.idle_s != idle_s:
+        pool.set_idle(idle_s)
+    return pool
 
 
-@atexit.register
-def _close_pools() -> None:
-    for pool in _pools.values():
+def close_pools() -> None:
+    """Close the process's pools (judges killed, homes removed); the next get_pool makes a new one.
+    At exit, and where a server stops: `langgraph dev` ends on SIGTERM by raising it again once
+    its app has shut down (uvicorn), so no atexit handler runs there (graph/served_app.py's
+    lifespan calls this)."""
+    with _pools_lock:
+        pools = list(_pools.values())
+        _pools.clear()
+    for pool in pools:
         pool.close()
+
+
+atexit.register(close_pools)
 
 
 def kill_judges_now() -> None:

@@ -1,0 +1,96 @@
+"""The process's judges let go when idle (tools/harness/pool.py): past the idle limit with no lease
+their processes are killed and their homes removed, never while a lease is held, from any thread;
+the next lease starts them again. Stand-in judges (a sleeping process) keep these fast; the real
+judges' release is tests/integration/test_check_graph.py's."""
+
+import threading
+import time
+
+import pytest
+
+from accelopt.tools.harness import pool as pools
+from accelopt.tools.harness.pool import WorkerPool
+from accelopt.tools.settings import ConfigError
+from tests.conftest import alive
+
+
+@pytest.fixture
+def sleeper(tmp_path, monkeypatch):
+    judge = tmp_path / "judge.py"
+    judge.write_text("import time\ntime.sleep(60)\n")
+    monkeypatch.setattr(pools, "JUDGE", judge)
+
+
+def _until(condition, within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return condition()
+
+
+def test_idle_judges_are_killed_and_their_homes_removed_and_the_next_lease_starts_them(sleeper):
+    pool = WorkerPool("cpu", 2, idle_s=0.4)
+    try:
+        pool.warm()
+        pids, homes = pool.judge_pids(), [w.home for w in pool.workers]
+        assert len(pids) == 2 and all(h.is_dir() for h in homes)
+        with pool.lease():
+            time.sleep(1.0)  # held past the limit: nothing goes
+            assert pool.judge_pids() == pids and pool.releases == 0
+        assert _until(lambda: pool.releases == 1, 5.0)
+        assert pool.judge_pids() == [] and not any(alive(p) for p in pids)
+        assert not any(h.exists() for h in homes)
+        with pool.lease() as worker:  # as Worker.request does with a judge that is gone
+            worker._start()
+            assert worker.home.is_dir() and worker.home not in homes and pool.judge_pids() not in ([], pids)
+    finally:
+        pool.close()
+    assert pool.judge_pids() == [] and not any(w.home.exists() for w in pool.workers)
+
+
+def test_no_release_under_a_lease_whatever_the_threads(sleeper):
+    """Leases from several threads, a judge started in each where there is none, the limit far
+    below the gaps between them: a leased judge is always running and its home there."""
+    pool = WorkerPool("cpu", 3, idle_s=0.01)
+    wrong: list[str] = []
+
+    def evaluations() -> None:
+        for _ in range(15):
+            with pool.lease() as worker:
+                if worker.proc is None:
+                    worker._start()
+                time.sleep(0.01)
+                if worker.proc is None or worker.proc.poll() is not None or not worker.home.is_dir():
+                    wrong.append(f"judge {worker.slot} released under its lease")
+            time.sleep(0.02)
+
+    threads = [threading.Thread(target=evaluations) for _ in range(4)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not wrong, wrong
+        assert pool.releases >= 1  # it did let go between leases
+        assert _until(lambda: pool.judge_pids() == [], 5.0)
+    finally:
+        pool.close()
+
+
+def test_the_process_pool_reads_its_idle_limit_at_every_call(monkeypatch, tmp_path):
+    monkeypatch.setattr(pools, "_pools", {})
+    monkeypatch.setattr(pools, "make_pool", lambda device, count: WorkerPool(device, 1))
+    monkeypatch.setenv("ACCELOPT_JUDGE_IDLE_S", "30")
+    pool = pools.get_pool("cpu", 0)
+    try:
+        assert pool.idle_s == 30.0
+        monkeypatch.setenv("ACCELOPT_JUDGE_IDLE_S", "0")  # kept until the process exits
+        assert pools.get_pool("cpu", 0) is pool and pool.idle_s is None
+        monkeypatch.delenv("ACCELOPT_JUDGE_IDLE_S")
+        assert pools.get_pool("cpu", 0).idle_s == 600.0
+        monkeypatch.setenv("ACCELOPT_JUDGE_IDLE_S", "soon")
+        with pytest.raises(ConfigError, match="^ACCELOPT_JUDGE_IDLE_S='soon': use a number of seconds"):
+            pools.get_pool("cpu", 0)
+    finally:
+        pools.close_pools()
+    assert pools._pools == {} and not pool.workers[0].home.exists()
