@@ -1,17 +1,23 @@
 """The real `langgraph dev` server on 127.0.0.1, offline and with no LangSmith key, running a
-short tuner optimization through langgraph_sdk, the way Studio does."""
+short tuner optimization through langgraph_sdk, the way Studio does; checks through its `check`
+graph, the second answered by the judge the first started; and both graphs as MCP tools at /mcp,
+driven by the `mcp` package's client as a coding agent would (graph/served_app.py)."""
 
+import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.conftest import ROOT, TASKS
+from tests.conftest import ROOT, TASKS, descendants
+from tests.scripted import BASELINE
 from tests.unit.test_schemas import resolved
 
 pytestmark = pytest.mark.slow
@@ -28,6 +34,8 @@ def free_port() -> int:
 def dev_server(tmp_path_factory):
     """One server for the file's tests (it starts in seconds; each test's runs use threads of their own)."""
     tmp_path = tmp_path_factory.mktemp("dev")
+    from tests.conftest import descendants, still_alive
+
     port = free_port()
     env = {**{k: v for k, v in os.environ.items() if not k.startswith(("LANGSMITH", "LANGCHAIN"))},
            "LANGGRAPH_CLI_NO_ANALYTICS": "1",  # offline: no analytics ping
@@ -49,11 +57,21 @@ def dev_server(tmp_path_factory):
             time.sleep(0.5)
         else:
             raise RuntimeError("langgraph dev did not answer /ok within 60 s")
-        yield url, tmp_path / "dev.log"
+        yield url, tmp_path / "dev.log", proc.pid
     finally:
+        left = descendants(proc.pid)  # its judges, their templates and sandboxes
         proc.terminate()
         proc.wait(timeout=30)
         log.close()
+    # stopped (SIGTERM: uvicorn raises it again once the app shut down, so no atexit runs), it
+    # leaves no process and no judge home behind (graph/served_app.py's lifespan closes the pools)
+    assert still_alive(left, 10.0) == []
+    assert not list(Path(tempfile.gettempdir()).glob(f"accelopt-judge-*-p{proc.pid}-*"))
+
+
+def optimizer(client) -> str:
+    """The optimizer's assistant (langgraph.json serves `check` beside it)."""
+    return next(a["assistant_id"] for a in client.assistants.search() if a["graph_id"] == "accelopt")
 
 
 def test_langgraph_json_validates():
@@ -64,12 +82,12 @@ def test_langgraph_json_validates():
 def test_a_run_through_the_sdk_streams_node_updates_in_order(dev_server):
     from langgraph_sdk import get_sync_client
 
-    url, log = dev_server
+    url, log, _ = dev_server
     client = get_sync_client(url=url)
     assistants = client.assistants.search()
-    assert [a["graph_id"] for a in assistants] == ["accelopt"]
+    assert sorted(a["graph_id"] for a in assistants) == ["accelopt", "check"]
     # The context schema is published, so Studio can show a form for B/N/K/F/T, models, budgets.
-    schemas = client.assistants.get_schemas(assistants[0]["assistant_id"])
+    schemas = client.assistants.get_schemas(optimizer(client))
     schema = schemas["context_schema"]
     # and the input schema, so Studio shows an input form: the task folder and the run folder only
     assert schemas["input_schema"] is not None and schemas["input_schema"]["required"] == ["task_dir"]
@@ -147,10 +165,9 @@ def test_what_the_cli_refuses_the_server_refuses_before_any_work_as_an_error_in_
     given: the run's status is `error` and its error is the line the CLI prints (test_cli_errors)."""
     from langgraph_sdk import get_sync_client
 
-    url, log = dev_server
+    url, log, _ = dev_server
     client = get_sync_client(url=url)
-    assistant = client.assistants.search()[0]["assistant_id"]
-    schema = client.assistants.get_schemas(assistant)["context_schema"]["properties"]
+    schema = client.assistants.get_schemas(optimizer(client))["context_schema"]["properties"]
     # Studio's form knows the minimums
     assert (schema["beams"]["minimum"], schema["fixes"]["minimum"], schema["iterations"]["minimum"]) == (1, 0, 1)
     assert {"exclusiveMinimum": 0, "type": "number"} in schema["max_cost_usd"]["anyOf"]
@@ -191,3 +208,108 @@ def test_graph_invoke_refuses_what_the_server_refuses_in_the_same_words(tmp_path
     with pytest.raises(ConfigError, match="^no task_dir in the run's input"):
         graph.invoke({}, context={"device": "cpu"})
     assert not (tmp_path / "run").exists()
+
+
+# ---------------------------------------------------------------- the check graph, and both graphs over MCP
+
+def judges_of(server: int) -> set[int]:
+    """The server's judge processes (`python .../judge.py`)."""
+    found = set()
+    for pid in descendants(server):
+        try:
+            command = (Path("/proc") / str(pid) / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(part.endswith(b"/judge.py") for part in command):
+            found.add(pid)
+    return found
+
+
+def test_two_checks_through_the_server_the_second_answered_by_the_judge_the_first_started(dev_server, tmp_path):
+    from langgraph_sdk import get_sync_client
+
+    url, _, server = dev_server
+    client = get_sync_client(url=url)
+    check = next(a["assistant_id"] for a in client.assistants.search() if a["graph_id"] == "check")
+    schemas = client.assistants.get_schemas(check)  # Studio's forms: the input, and the record as output
+    assert schemas["input_schema"]["required"] == ["task_dir", "kernel"]
+    assert schemas["input_schema"]["properties"]["device"]["enum"] == ["auto", "cuda", "cpu"]
+    assert {"status", "error", "versus", "verdicts", "evidence", "before_judge_s"} <= set(
+        schemas["output_schema"]["properties"])
+    task = shutil.copytree(TASKS / "softmax", tmp_path / "softmax")
+    kernel = tmp_path / "k.py"
+    kernel.write_text(BASELINE)
+    given = {"task_dir": str(task), "kernel": str(kernel), "device": "cpu"}
+    first = client.runs.wait(None, "check", input=given)
+    judges = judges_of(server)
+    began = time.monotonic()
+    second = client.runs.wait(None, "check", input=given)
+    took = time.monotonic() - began
+    assert first["status"] == second["status"] == "verified" and set(second["versus"]) == {"baseline"}
+    assert judges and judges_of(server) == judges  # no judge started or restarted for the second
+    assert second["before_judge_s"]["judge_start"] < 1.0 and second["before_judge_s"]["judge_pool"] < 0.5
+    assert took < 8.0, took  # a warm check on the interpreter (its times are not GPU performance)
+    # bad input: the run's error, in one line
+    thread = client.threads.create()["thread_id"]
+    run = client.runs.create(thread, "check", input={**given, "kernel": str(tmp_path / "none.py")})
+    answer = client.runs.join(thread, run["run_id"])
+    assert client.runs.get(thread, run["run_id"])["status"] == "error"
+    assert answer["__error__"] == {"error": "ConfigError", "message": f"{tmp_path}/none.py: no such file"}
+
+
+def test_both_graphs_are_mcp_tools_answering_json_and_the_optimizer_takes_its_settings(dev_server, tmp_path):
+    """tools/list: both tools, the optimizer's `settings` (its run context: B, N, K, T, the model);
+    tools/call: JSON an agent parses (the same object as structuredContent), short, never Python's
+    repr of the state; a run's error as JSON with its one line."""
+    import asyncio
+
+    from mcp import Client
+
+    url, _, _ = dev_server
+    task = shutil.copytree(TASKS / "softmax", tmp_path / "softmax")
+    kernel = tmp_path / "k.py"
+    kernel.write_text(BASELINE)
+    settings = {"beams": 1, "plans": 1, "samples": 1, "iterations": 1, "model": "tuner", "device": "cpu",
+                "use_memory": False}
+
+    async def agent():
+        async with Client(f"{url}/mcp", read_timeout_seconds=600) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            checked = await client.call_tool("check", {"task_dir": str(task), "kernel": str(kernel), "device": "cpu"})
+            missing = await client.call_tool("check", {"task_dir": str(task), "kernel": str(tmp_path / "none.py")})
+            optimized = await client.call_tool("accelopt", {"task_dir": str(TASKS / "rmsnorm"),
+                                                            "run_dir": str(tmp_path / "run"), "settings": settings})
+            misnamed = await client.call_tool("accelopt", {"task_dir": str(TASKS / "rmsnorm"),
+                                                           "settings": {**settings, "beems": 2}})
+            return tools, checked, missing, optimized, misnamed
+
+    tools, checked, missing, optimized, misnamed = asyncio.run(agent())
+    assert set(tools) == {"accelopt", "check"}
+    assert tools["check"].input_schema["required"] == ["task_dir", "kernel"]
+    settable = tools["accelopt"].input_schema["properties"]["settings"]
+    assert {"beams", "plans", "samples", "iterations", "model", "device"} <= set(settable["properties"])
+    assert settable["properties"]["beams"]["minimum"] == 1 and "beam width" in settable["properties"]["beams"][
+        "description"]
+    assert tools["accelopt"].input_schema["required"] == ["task_dir"]  # settings optional
+
+    def read(result) -> dict:
+        assert len(result.content) == 1 and result.content[0].type == "text"
+        parsed = json.loads(result.content[0].text)  # JSON, not a repr
+        assert parsed == result.structured_content
+        return parsed
+
+    verdict = read(checked)
+    assert not checked.is_error and verdict["status"] == "verified" and verdict["verified"]
+    assert verdict["versus"]["baseline"]["verdict"] == "no verdict"  # the interpreter decides nothing
+    assert len(verdict["versus"]["baseline"]["interval"]) == 2 and verdict["evidence"]
+    assert len(checked.content[0].text) < 3000
+    assert missing.is_error and read(missing) == {"error": "ConfigError",
+                                                  "message": f"{tmp_path}/none.py: no such file"}
+    run = read(optimized)
+    assert not optimized.is_error and run["stop_reason"] == "reached T=1 iterations", run
+    assert run["run_dir"] == str(tmp_path / "run") and run["best_kernel"] == str(tmp_path / "run" / "best_kernel.py")
+    assert Path(run["best_kernel"]).is_file() and isinstance(run["speedup_vs_baseline"], float)
+    assert run["iterations"] == 1 and run["timer"] == "interpreter_wall"
+    assert len(optimized.content[0].text) < 2000  # the whole state's repr was 43 KB
+    assert misnamed.is_error and read(misnamed)["message"].startswith(UNKNOWN)
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["context"]["beams"] == 1

@@ -1,0 +1,318 @@
+"""What MCP clients get from `langgraph dev`: langgraph.json's `http.app`, whose middleware the
+server puts in front of its own routes.
+
+langgraph-api serves every assistant as an MCP tool at `/mcp` (streamable HTTP, JSON answers).
+Its tools/list gives a graph's input schema as the tool's arguments; its tools/call runs the graph
+statelessly (`runs.wait`, the arguments as the input) and answers `repr()` of the whole output state
+(Python's repr, not JSON: 43 KB for a one-iteration optimization), or on a run's error only the
+error's class name (`ConfigError`), not its message. Neither can be fixed from the graphs: whatever
+the output state is, the client gets its repr. So for accelopt's own graphs (`DIGESTS`, by graph
+id) this middleware answers tools/call itself, through the same in-process client the built-in
+uses (langgraph_sdk's `get_client(url=None)`), with the MCP result a coding agent can parse:
+one text block of JSON, the same object as `structuredContent`:
+
+- `check`: the verdict, short (`check_digest`): status, error, per comparator the speedup, its
+  interval and the verdict's word and reason, the evidence, flags, findings, seconds.
+- `accelopt` (the optimizer): what the run ended with (`run_digest`): stop reason, the best
+  kernel's id and file (RUN_DIR/best_kernel.py), its speedup over the baseline with its interval
+  and verdict, the run directory.
+- a run that failed: `isError`, with `{"error": CLASS, "message": LINE}` (a refusal's one line).
+
+The optimizer's tool also takes `settings`, the run's context (RunContext: B, N, K, T, the model,
+the device, budgets; Studio's context form), which MCP has no other way to pass: tools/list adds
+it to the tool's arguments as the server publishes the context schema, and tools/call sends it as
+the run's context, checked where every run's context is (graph/builder.ServedGraph for unknown
+keys, setup's context_refusal for the values): a refusal is the run's error, in the CLI's words.
+
+Everything else (initialize, ping, other assistants' tools) is the built-in's. Nothing here reads
+the built-in's internals: the JSON-RPC messages of the MCP protocol and the SDK's client only.
+
+The app's lifespan closes the process's judge pools when the server stops: `langgraph dev` ends
+on SIGTERM by raising it again once its app shut down (uvicorn), so no atexit handler runs there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from accelopt.tools.harness.result import interval_label
+
+EVIDENCE_CHARS = 200  # an evidence line past this is cut (they are one sentence each)
+# Request headers not passed on to the in-process client's calls (it sets its own).
+_NOT_PASSED = {"content-length", "content-type", "transfer-encoding", "host", "accept", "accept-encoding",
+               "connection", "mcp-protocol-version", "mcp-session-id"}
+
+
+# ---------------------------------------------------------------- the digests
+
+def _word(versus: dict[str, Any], timer: str | None) -> str:
+    if timer == "interpreter_wall":
+        return "no verdict"  # the interpreter's wall clock never decides faster or slower
+    return "faster" if versus.get("faster") else "slower" if versus.get("slower") else "within noise"
+
+
+def _comparison(versus: dict[str, Any], verdict: dict[str, Any] | None, timer: str | None) -> dict[str, Any]:
+    return {"speedup": round(versus["speedup"], 4),
+            "interval": [round(versus["ci_low"], 4), round(versus["ci_high"], 4)],
+            "interval_is": interval_label(versus.get("rounds")),
+            "verdict": verdict["word"] if verdict else _word(versus, timer),
+            **({"reason": verdict["reason"]} if verdict and verdict.get("reason") else {})}
+
+
+def _short(line: str) -> str:
+    return line if len(line) <= EVIDENCE_CHARS else line[:EVIDENCE_CHARS - 1] + "…"
+
+
+def check_digest(record: dict[str, Any]) -> dict[str, Any]:
+    """A check's verdict record (graph/check_graph.CheckOutput), short: what an agent acts on."""
+    timer = record.get("timer")
+    verdicts = record.get("verdicts") or {}
+    digest: dict[str, Any] = {
+        "status": record.get("status"), "verified": record.get("status") == "verified",
+        "error": record.get("error"), "device": record.get("device"), "device_name": record.get("device_name"),
+        "timer": timer,
+        "versus": {name: _comparison(v, verdicts.get(name), timer) for name, v in (record.get("versus") or {}).items()},
+        "evidence": [_short(e) for e in record.get("evidence") or []],
+        "flags": record.get("flags") or [],
+        "findings": [f"{f.get('severity')}{' line ' + str(f['line']) if f.get('line') else ''}: {f.get('message')}"
+                     for f in record.get("findings") or []],
+        "eval_s": record.get("eval_s"), "before_judge_s": record.get("before_judge_s"),
+    }
+    if timer == "interpreter_wall":
+        digest["note"] = "CPU Triton interpreter: correctness only; its times are not GPU performance"
+    return digest
+
+
+def run_digest(state: dict[str, Any]) -> dict[str, Any]:
+    """An optimization's output state (nodes/state.OutputState), short: where it ended and with what."""
+    summary = state.get("summary") or {}
+    run_dir = state.get("run_dir")
+    best_id = state.get("best_id") or summary.get("best_id")
+    best = (state.get("candidates") or {}).get(best_id) or {}
+    timer = summary.get("timer") or best.get("timer")
+    best_file = Path(run_dir) / "best_kernel.py" if run_dir else None
+    digest: dict[str, Any] = {
+        "stop_reason": state.get("stop_reason") or summary.get("stop_reason"),
+        "run_dir": run_dir,
+        "best_id": best_id,
+        "best_kernel": str(best_file) if best_file is not None and best_file.is_file() else None,
+        "best_status": best.get("status"),
+        "speedup_vs_baseline": summary.get("best_speedup"),
+        "timer": timer,
+        "iterations": state.get("iteration"),
+        "candidates_evaluated": summary.get("candidates_evaluated"),
+        "statuses": summary.get("statuses"),
+    }
+    versus = (best.get("versus") or {}).get("baseline")
+    if versus and best_id != state.get("baseline_id", "baseline"):
+        digest["versus_baseline"] = _comparison(versus, None, timer)
+    if state.get("fatal"):
+        digest["fatal"] = state["fatal"]
+    if timer == "interpreter_wall":
+        digest["note"] = ("CPU Triton interpreter: correctness only; best_id is the beam's head, and no kernel is "
+                          "called faster (its times are not GPU performance)")
+    return digest
+
+
+DIGESTS = {"check": check_digest, "accelopt": run_digest}  # graph id -> what its tool answers
+WITH_SETTINGS = {"accelopt"}  # graphs whose tool takes `settings`, the run's context
+SETTINGS_DESCRIPTION = ("The run's settings, its context (RunContext, as Studio's context form shows it): beams (B), "
+                        "plans (N), samples (K), fixes (F), iterations (T), model ('tuner', or PROVIDER:NAME), device, "
+                        "budgets and the rest; each optional, checked as the CLI checks its flags")
+
+
+# ---------------------------------------------------------------- the middleware
+
+def tool_name(name: str) -> str:
+    """An assistant's name as an MCP tool name (`^[a-zA-Z0-9_\\-.]{1,128}$`), as the server makes it."""
+    return re.sub(r"[^a-zA-Z0-9_\-.]", "", re.sub(r"\s+", "_", name.strip()))[:128]
+
+
+def _is_mcp_post(scope: Scope) -> bool:
+    return scope["type"] == "http" and scope["method"] == "POST" and scope["path"].rstrip("/").endswith("/mcp")
+
+
+async def _body(receive: Receive) -> bytes:
+    chunks, more = [], True
+    while more:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        more = message.get("more_body", False)
+    return b"".join(chunks)
+
+
+def _replayed(body: bytes, receive: Receive) -> Receive:
+    """A receive that gives the body read already, then whatever the client sends next (a disconnect)."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+async def _send_json(send: Send, payload: dict[str, Any], status: int = 200,
+                     headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    body = json.dumps(payload).encode()
+    kept = [(k, v) for k, v in headers or [] if k.lower() not in (b"content-length", b"content-type")]
+    await send({"type": "http.response.start", "status": status,
+                "headers": [*kept, (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _text_result(payload: dict[str, Any], error: bool) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": json.dumps(payload)}], "structuredContent": payload, "isError": error}
+
+
+class ConciseTools:
+    """ASGI middleware: accelopt's graphs' MCP tools/call answered as JSON, the optimizer's
+    `settings` argument added to tools/list and sent as the run's context."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+        self._client: Any = None
+
+    def client(self) -> Any:
+        if self._client is None:  # the server's own app, in process (set up once the server has started)
+            from langgraph_sdk import get_client
+
+            self._client = get_client(url=None)
+        return self._client
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not _is_mcp_post(scope):
+            await self.app(scope, receive, send)
+            return
+        body = await _body(receive)
+        replay = _replayed(body, receive)
+        try:
+            message = json.loads(body)
+        except ValueError:
+            message = None
+        method = message.get("method") if isinstance(message, dict) and message.get("id") is not None else None
+        params = message.get("params") if isinstance(message, dict) else None
+        params = params if isinstance(params, dict) else {}
+        if method == "tools/call":
+            answer = await self._call(scope, params)
+            if answer is not None:
+                await _send_json(send, {"jsonrpc": "2.0", "id": message["id"], "result": answer})
+                return
+        elif method == "tools/list":
+            await self._list(scope, replay, send)
+            return
+        await self.app(scope, replay, send)
+
+    def _headers(self, scope: Scope) -> dict[str, str]:
+        return {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", [])
+                if k.decode("latin-1").lower() not in _NOT_PASSED}
+
+    async def _ours(self, scope: Scope, name: str) -> dict[str, Any] | None:
+        """The one assistant whose tool this is, where its graph is one of ours; else None (the
+        built-in answers: unknown tool, several of one name, another graph's)."""
+        assistants = await self.client().assistants.search(limit=1000, headers=self._headers(scope))
+        matching = [a for a in assistants if tool_name(a["name"]) == name]
+        if len(matching) != 1 or matching[0]["graph_id"] not in DIGESTS:
+            return None
+        return matching[0]
+
+    async def _call(self, scope: Scope, params: dict[str, Any]) -> dict[str, Any] | None:
+        name = params.get("name")
+        assistant = await self._ours(scope, name) if isinstance(name, str) and name else None
+        if assistant is None:
+            return None
+        arguments = dict(params.get("arguments") or {})
+        context = dict(params.get("context") or {})
+        if assistant["graph_id"] in WITH_SETTINGS and "settings" in arguments:
+            settings = arguments.pop("settings")
+            if settings is not None and not isinstance(settings, dict):
+                return _text_result({"error": "ConfigError", "message": f"settings {settings!r}: an object of the "
+                                     "run's settings, e.g. {\"beams\": 1, \"iterations\": 2, \"model\": \"tuner\"}"},
+                                    error=True)
+            context.update(settings or {})
+        try:
+            value = await self.client().runs.wait(None, assistant["assistant_id"], input=arguments,
+                                                  context=context or None, headers=self._headers(scope),
+                                                  raise_error=False)
+        except Exception as exc:  # noqa: BLE001 - the call's failure is the tool's error, said whole
+            return _text_result({"error": type(exc).__name__, "message": str(exc)}, error=True)
+        if isinstance(value, dict) and "__error__" in value:
+            error = value["__error__"] or {}
+            return _text_result({"error": error.get("error"), "message": error.get("message")}, error=True)
+        if not isinstance(value, dict):
+            return _text_result({"error": "UnexpectedOutput", "message": f"the run returned {type(value).__name__}"},
+                                error=True)
+        return _text_result(DIGESTS[assistant["graph_id"]](value), error=False)
+
+    async def _list(self, scope: Scope, replay: Receive, send: Send) -> None:
+        """The built-in's tools/list, with `settings` added to the arguments of WITH_SETTINGS's tools."""
+        started: dict[str, Any] = {}
+        chunks: list[bytes] = []
+
+        async def keep(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                started.update(message)
+            elif message["type"] == "http.response.body":
+                chunks.append(message.get("body", b""))
+
+        await self.app(scope, replay, keep)
+        body = b"".join(chunks)
+        try:
+            answer = json.loads(body)
+            tools = answer["result"]["tools"]
+            assert started.get("status") == 200 and isinstance(tools, list)
+        except (ValueError, KeyError, TypeError, AssertionError):  # an error, or not what this reads: as it was
+            await send(started or {"type": "http.response.start", "status": 500, "headers": []})
+            await send({"type": "http.response.body", "body": body})
+            return
+        await self._with_settings(scope, tools)
+        await _send_json(send, answer, started["status"], started.get("headers"))
+
+    async def _with_settings(self, scope: Scope, tools: list[dict[str, Any]]) -> None:
+        for tool in tools:
+            assistant = await self._ours(scope, tool.get("name", ""))
+            if assistant is None or assistant["graph_id"] not in WITH_SETTINGS:
+                continue
+            schemas = await self.client().assistants.get_schemas(assistant["assistant_id"],
+                                                                 headers=self._headers(scope))
+            context = dict(schemas.get("context_schema") or {})
+            if not context.get("properties"):
+                continue
+            arguments = tool.setdefault("inputSchema", {"type": "object"})
+            defs = context.pop("$defs", {})
+            clash = {k for k in defs if k in arguments.get("$defs", {}) and arguments["$defs"][k] != defs[k]}
+            if clash:  # one name, two schemas: leave the tool as the server gave it
+                continue
+            if defs:
+                arguments.setdefault("$defs", {}).update(defs)
+            context.pop("title", None)
+            arguments.setdefault("properties", {})["settings"] = {**context, "title": "Settings",
+                                                                  "description": SETTINGS_DESCRIPTION}
+
+
+@contextlib.asynccontextmanager
+async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+    """At the server's stop, its judges killed and their homes removed: `langgraph dev` ends on
+    SIGTERM by raising it again after its app shut down, so the process's atexit never runs."""
+    yield
+    from accelopt.tools.harness.pool import close_pools
+
+    await asyncio.to_thread(close_pools)  # kills and waits: off the event loop
+
+
+app = Starlette(middleware=[Middleware(ConciseTools)], lifespan=lifespan)
