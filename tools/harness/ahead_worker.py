@@ -446,19 +446,17 @@ def compile_only(triton, events: Events, threads: int) -> dict:
 
 
 def prebuild_utils(events: Events) -> None:
-    """Triton's CUDA utilities (a C module built by gcc the first time a process's driver
-    starts, kept in the Triton cache): built here, loaded nowhere, where libcuda can be found
-    (a GPU host's library, not its device); the sandbox then finds it in its cache."""
+    """Triton's CUDA utilities (a C module gcc builds the first time a process's CUDA driver
+    starts, kept in the Triton cache): built here by Triton's own constructor, as the sandbox's
+    driver will look it up, where libcuda can be found (a GPU host's library file, not its device:
+    loading it opens no device, only cuInit would). The sandbox then finds it in its cache."""
     try:
-        from triton.backends.nvidia import driver as nvidia
-        from triton.runtime.build import compile_so_from_file
+        from triton.backends.nvidia.driver import CudaUtils
 
         started = time.monotonic()
-        compile_so_from_file(os.path.join(os.path.dirname(nvidia.__file__), "driver.c"), "cuda_utils",
-                             library_dirs=nvidia.library_dirs(), include_dirs=nvidia.include_dirs,
-                             libraries=nvidia.libraries)
+        CudaUtils()
         events.say("utils", built=True, s=round(time.monotonic() - started, 3))
-    except BaseException as exc:  # noqa: BLE001 - no libcuda here, or another Triton's layout
+    except BaseException as exc:  # noqa: BLE001 - no libcuda here
         events.say("utils", built=False, error=where(exc, ""))
 
 
