@@ -236,8 +236,10 @@ class ConciseTools:
         assistant = await self._ours(scope, name) if isinstance(name, str) and name else None
         if assistant is None:
             return None
-        arguments = dict(params.get("arguments") or {})
-        context = dict(params.get("context") or {})
+        arguments, context = params.get("arguments") or {}, params.get("context") or {}
+        if not isinstance(arguments, dict) or not isinstance(context, dict):
+            return None  # not what a tool call sends: the built-in answers it
+        arguments, context = dict(arguments), dict(context)
         if assistant["graph_id"] in WITH_SETTINGS and "settings" in arguments:
             settings = arguments.pop("settings")
             if settings is not None and not isinstance(settings, dict):
