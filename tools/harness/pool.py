@@ -81,7 +81,7 @@ class Worker:
         return scrubbed_env(self.home, self.device, self.gpu)
 
     def _start(self) -> None:
-        if not self.home.is_dir():  # released when idle (WorkerPool.release): a home of its own again
+        if not self.home.is_dir():  # released when idle (WorkerPool._release): a home of its own again
             self.home = Path(tempfile.mkdtemp(prefix=f"{HOME_PREFIX}{self.device}{self.slot}-p{os.getpid()}-"))
             self.stderr_path = self.home / "stderr.log"
         self.stderr = open(self.stderr_path, "w")
