@@ -189,15 +189,22 @@ def show(result: EvalResult, kernel: Path, compile_mode: str = "default", startu
         console.print(f"  timing rounds: {result.rounds.ran} ({ROUNDS_STOPPED[result.rounds.stopped]})",
                       markup=False, highlight=False)
     for name, vs in result.versus.items():
+        v = result.verdicts.get(name)
         if result.timer == "interpreter_wall":  # compare_rounds decides nothing there
             verdict = "no verdict: the CPU interpreter cannot tell faster from slower"
+        elif v is not None:  # the span's verdict, or kernel-only time's where the calls are host-dominated
+            verdict = v.word + (" on kernel-only time" if v.basis == "kernel_only" else "")
+            verdict += f" (noise floor {vs.noise_floor:.0%})" if vs.noise_floor else ""
         else:
             verdict = "faster" if vs.faster else "slower" if vs.slower else "within noise"
             verdict += f" (noise floor {vs.noise_floor:.0%})" if vs.noise_floor else ""
-        if name == "torch_compile":
-            name += mode_note(compile_mode)
-        console.print(f"  vs {name}: {vs.speedup:.3f}x ({interval_label(vs.rounds)}: {vs.ci_low:.3f}-{vs.ci_high:.3f})"
-                      f": {verdict}", markup=False, highlight=False)
+        label = name + (mode_note(compile_mode) if name == "torch_compile" else "")
+        shown = v if v is not None and v.basis == "kernel_only" else vs
+        console.print(f"  vs {label}: {shown.speedup:.3f}x ({interval_label(vs.rounds)}: {shown.ci_low:.3f}-"
+                      f"{shown.ci_high:.3f}): {verdict}", markup=False, highlight=False)
+        if v is not None and v.basis != "interpreter" and (v.basis == "kernel_only" or v.word == "undecided"
+                                                           or name in result.versus_kernel):
+            console.print(f"    why: {v.reason}", markup=False, highlight=False)
     if result.audit is not None:
         console.print(f"  audit ({result.audit.tool}): {result.audit.note}", markup=False)
     if result.phases_s:

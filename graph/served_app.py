@@ -62,9 +62,12 @@ def _word(versus: dict[str, Any], timer: str | None) -> str:
 
 
 def _comparison(versus: dict[str, Any], verdict: dict[str, Any] | None, timer: str | None) -> dict[str, Any]:
-    return {"speedup": round(versus["speedup"], 4),
-            "interval": [round(versus["ci_low"], 4), round(versus["ci_high"], 4)],
+    """The verdict's own figure and timer (kernel-only where the calls are host-dominated), else the span's."""
+    figure = verdict if verdict else versus
+    return {"speedup": round(figure["speedup"], 4),
+            "interval": [round(figure["ci_low"], 4), round(figure["ci_high"], 4)],
             "interval_is": interval_label(versus.get("rounds")),
+            "timer": verdict["basis"] if verdict else "span",
             "verdict": verdict["word"] if verdict else _word(versus, timer),
             **({"reason": verdict["reason"]} if verdict and verdict.get("reason") else {})}
 

@@ -73,3 +73,16 @@ def test_a_verdict_survives_the_json_round_trip():
     r = result(timing(SPAN_CANDIDATE, KERNEL_CANDIDATE), timing(SPAN_BASELINE, KERNEL_BASELINE))
     again = EvalResult.model_validate_json(r.model_dump_json())
     assert again.verdicts == r.verdicts and again.versus_kernel == r.versus_kernel
+
+
+def test_check_prints_the_timer_that_decided_and_why(capsys):
+    from pathlib import Path
+
+    from accelopt.cli.check import show
+
+    r = result(timing(SPAN_CANDIDATE, KERNEL_CANDIDATE), timing(SPAN_BASELINE, KERNEL_BASELINE))
+    show(r, Path("k.py"))
+    text = " ".join(capsys.readouterr().out.split())  # rich folds long lines
+    kernel = r.versus_kernel["baseline"]
+    assert f"vs baseline: {kernel.speedup:.3f}x" in text and "faster on kernel-only time" in text
+    assert "why: host-dominated calls (b1: candidate kernels 103.5 of 442.0 µs" in text
