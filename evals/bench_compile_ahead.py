@@ -108,7 +108,7 @@ def main() -> int:
             why = "predicted" if record.predicted else f"NOT: {record.note}"
             rows.append((name, record))
             print(f"{name:68s} {record.seconds:6.1f} s  kernels {len(record.kernels)}  cubins {record.binaries:3d}  "
-                  f"configs {record.configs:3d}  workloads {record.workloads_run}/{record.workloads}  {why}", flush=True)
+                  f"configs {record.configs:3d}{f' ({record.failed_configs} failed)' if record.failed_configs else ''}  workloads {record.workloads_run}/{record.workloads}  {why}", flush=True)
             if pool is not None:
                 seeded = sandbox_check(pool, task, kernel, Path(tmp) / "cache", Path(tmp) / "kept")
                 records[name]["gpu"] = {"seeded": seeded}
@@ -119,6 +119,8 @@ def main() -> int:
                     records[name]["gpu"]["cold"] = cold
                     line += f"; cold: load+checks {cold['load_checks_s']:.1f} s, {len(cold['compiled_in_sandbox'])} cubins"
                 print(line + (f" ({seeded['error']})" if seeded["error"] else ""), flush=True)
+        if args.json:  # after each kernel: a run cut short keeps what it measured
+            Path(args.json).write_text(json.dumps(records, indent=1, default=list) + "\n")
     predicted = [n for n, r in rows if r.predicted]
     print()
     print(f"{len(predicted)} of {len(rows)} predicted (ran to the end on every GPU workload); "
@@ -144,8 +146,6 @@ def main() -> int:
     print("CUDA stand-ins the kernels' own code used (kernels using each):")
     for what, n in sorted(used.items(), key=lambda kv: (-kv[1], kv[0])):
         print(f"  {n:3d}  {what}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(records, indent=1, default=list) + "\n")
     return 0
 
 

@@ -68,6 +68,7 @@ class AheadResult:
     kernels: tuple[str, ...] = ()   # Triton kernels with a cubin in the cache, read from the cache itself
     binaries: int = 0               # cubins in the cache: kernels x specializations x configurations
     configs: int = 0                # autotuning configurations compiled (every pruned one, per tuning key)
+    failed_configs: int = 0         # of those, how many did not compile (the autotuner skips them on the GPU too)
     compiled: int = 0               # compilations the process ran (the worker's count)
     cache_hits: int = 0             # compilations it found in the cache it was seeded with (`seed_cache`)
     completed: bool = False         # the entry point ran to its end on every workload
@@ -356,6 +357,10 @@ def _repoint(group_file: Path) -> None:
         group_file.unlink(missing_ok=True)
 
 
+def _count(value) -> int:
+    return value if isinstance(value, int) and value >= 0 else 0
+
+
 def _record(cache_dir: str, seconds: float, waited: float, events: list[dict], timed_out: bool, code: int | None,
             log: str, binaries: int, kernels: tuple[str, ...], count: int, timeout_s: float) -> AheadResult:
     by: dict[str, list[dict]] = {}
@@ -384,7 +389,9 @@ def _record(cache_dir: str, seconds: float, waited: float, events: list[dict], t
         tail = " ".join(log.strip().splitlines()[-3:])[-400:] if log.strip() else "no output"
         note = f"the compile process ended (exit code {code}) before its report: {tail}"
     return AheadResult(cache_dir=cache_dir, seconds=round(seconds, 3), kernels=kernels, binaries=binaries,
-                       configs=configs, compiled=sum(1 for e in compiles if e.get("hit") is False),
-                       cache_hits=sum(1 for e in compiles if e.get("hit") is True), completed=completed, workloads_run=len(ran), workloads=count, note=note,
-                       timed_out=timed_out, waited_s=round(waited, 3),
-                       stand_ins={str(k): int(v) for k, v in stand_ins.items() if isinstance(v, int)}, utils=utils)
+                       configs=configs, failed_configs=_count(done.get("failed_configs")),
+                       compiled=sum(1 for e in compiles if e.get("hit") is False),
+                       cache_hits=sum(1 for e in compiles if e.get("hit") is True), completed=completed,
+                       workloads_run=len(ran), workloads=count, note=note, timed_out=timed_out,
+                       waited_s=round(waited, 3), utils=utils,
+                       stand_ins={str(k): int(v) for k, v in stand_ins.items() if isinstance(v, int)})
