@@ -132,7 +132,7 @@ def main() -> int:
     if pool is not None:
         checked = [n for n in records if "gpu" in records[n]]
         hit = [n for n in checked if not records[n]["gpu"]["seeded"]["compiled_in_sandbox"]]
-        print(f"GPU ({target.name}): the sandbox compiled nothing for {len(hit)} of {len(checked)} kernels")
+        print(f"GPU ({target.name if target else '?'}): the sandbox compiled nothing for {len(hit)} of {len(checked)} kernels")
         if args.gpu_cold:
             saved = [records[n]["gpu"]["cold"]["load_checks_s"] - records[n]["gpu"]["seeded"]["load_checks_s"]
                      for n in checked]

@@ -50,6 +50,7 @@ def test_the_cache_is_copied_out_as_regular_files_with_its_groups_pointing_into_
     secret.write_text("api key")
     os.symlink(secret, key / "stolen.cubin")  # a link the process planted: its target must not be copied
     (key / "stolen_dir").symlink_to(tmp_path)
+    os.link(secret, key / "hard.cubin")  # a second name of a file from outside
     cubins, kernels = ahead.harvest(tmp_path / "left", tmp_path / "out")
     out = tmp_path / "out" / key.name
     assert (cubins, kernels) == (1, ("k",))

@@ -304,8 +304,8 @@ def _events(data: bytes) -> list[dict]:
 
 
 def harvest(source: Path, destination: Path) -> tuple[int, tuple[str, ...]]:
-    """Copy the Triton cache the process left at `source` into `destination`: regular files only,
-    two levels (key/name) as Triton lays them out, bounded in size, a file already there kept
+    """Copy the Triton cache the process left at `source` into `destination`: regular files with
+    one name only (no symbolic or hard link), two levels (key/name) as Triton lays them out, bounded in size, a file already there kept
     (a process may have it mapped: triton_cache.copy); group files rewritten to name their files
     in `destination` (Triton 3.x records absolute paths). Returns (cubins, kernel names) of what
     `destination` now holds from this source."""
@@ -322,9 +322,10 @@ def harvest(source: Path, destination: Path) -> tuple[int, tuple[str, ...]]:
         for entry in sorted(os.scandir(key.path), key=lambda e: e.name):
             if not entry.is_file(follow_symlinks=False) or not _FILE.fullmatch(entry.name):
                 continue
-            size = entry.stat(follow_symlinks=False).st_size
-            if total + size > MAX_CACHE_BYTES:
-                continue
+            info = entry.stat(follow_symlinks=False)
+            if info.st_nlink != 1 or total + info.st_size > MAX_CACHE_BYTES:
+                continue  # a hard link may name a file from outside; Triton writes each file once
+            size = info.st_size
             target = into / entry.name
             if not target.exists():
                 into.mkdir(exist_ok=True)
