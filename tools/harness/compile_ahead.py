@@ -138,14 +138,16 @@ def compile_ahead(task: Task, source_path: str | Path, entry_point: str | None, 
                   capability: GpuTarget | tuple[int, int] | None, timeout_s: float = 300.0, *,
                   workloads: list[str] | None = None, seed: int = 0, threads: int = THREADS,
                   max_input_bytes: int = MAX_INPUT_BYTES, utils: bool = True,
-                  seed_cache: str | Path | None = None) -> AheadResult:
+                  seed_cache: str | Path | None = None, cancel: threading.Event | None = None) -> AheadResult:
     """Run `source_path`'s `entry_point` (default: the task's) once per GPU workload of `task`
     (those named in `workloads`, else all) in a fresh process with no GPU, every Triton launch a
     compile for `capability`, and copy the Triton cache it leaves into `cache_dir` (created, or
     added to: files already there are kept). `seed_cache`: a cache the process starts from (its
     kernels are found, not compiled). Blocks while SLOTS are all taken, then at most
     `timeout_s` for the process. Raises ConfinementError where candidates cannot be confined and
-    the user did not choose to run them unconfined; every other failure is in the record."""
+    the user did not choose to run them unconfined; every other failure is in the record.
+    `cancel` set: it stops waiting for a slot, or kills the process, and keeps what was compiled
+    (the candidate's turn on the GPU came first)."""
     reason = confine.refusal()
     if reason:
         raise confine.ConfinementError(confine.refusal_message(reason))
@@ -156,7 +158,11 @@ def compile_ahead(task: Task, source_path: str | Path, entry_point: str | None, 
     if target is None:
         return AheadResult(cache_dir, 0.0, workloads=len(chosen), note="no GPU to compile for")
     queued = time.monotonic()
-    with SLOTS:
+    while not SLOTS.acquire(timeout=0.2):
+        if cancel is not None and cancel.is_set():
+            return AheadResult(cache_dir, 0.0, workloads=len(chosen), waited_s=time.monotonic() - queued,
+                               note="cancelled before it started: the candidate's turn on the GPU came first")
+    try:
         waited = time.monotonic() - queued
         home = Path(tempfile.mkdtemp(prefix=HOME_PREFIX)).resolve()
         try:
@@ -172,11 +178,13 @@ def compile_ahead(task: Task, source_path: str | Path, entry_point: str | None, 
                        "workloads": [{"name": w.name, "params": w.params} for w in chosen]}
             (home / "request.json").write_text(json.dumps(request))
             started = time.monotonic()
-            events, timed_out, code, log = _run(home, task, timeout_s)
+            events, timed_out, code, log = _run(home, task, timeout_s, cancel)
             seconds = time.monotonic() - started
             binaries, kernels = harvest(home / CACHE, Path(cache_dir))
         finally:
             shutil.rmtree(home, ignore_errors=True)
+    finally:
+        SLOTS.release()
     return _record(cache_dir, seconds, waited, events, timed_out, code, log, binaries, kernels, len(chosen),
                    timeout_s)
 
@@ -191,7 +199,8 @@ def ahead_env(home: Path) -> dict[str, str]:
     return env
 
 
-def _run(home: Path, task: Task, timeout_s: float) -> tuple[list[dict], bool, int | None, str]:
+def _run(home: Path, task: Task, timeout_s: float,
+         cancel: threading.Event | None = None) -> tuple[list[dict], bool, int | None, str]:
     """Start the worker, read its events until it ends or the timeout; kill it and all it started."""
     prefix = confine.process_prefix(str(home), (str(Path(task.root).resolve()),), gpu=False, shm=False)
     read_fd, write_fd = os.pipe()
@@ -212,8 +221,8 @@ def _run(home: Path, task: Task, timeout_s: float) -> tuple[list[dict], bool, in
     try:
         while True:
             left = deadline - time.monotonic()
-            if left <= 0:
-                timed_out = True
+            if left <= 0 or (cancel is not None and cancel.is_set()):
+                timed_out = True  # out of time, or cancelled: killed below either way
                 break
             if not select.select([read_fd], [], [], min(left, 1.0))[0]:
                 if proc.poll() is not None:
