@@ -99,6 +99,19 @@ def test_an_autotuned_kernel_has_every_configuration_compiled(tmp_path):
     shapes = {(m["num_warps"], m["num_stages"]) for m in _metadata(tmp_path / "cache", "rmsnorm_kernel")}
     assert shapes == {(2, 3), (4, 2), (8, 3)}  # the fixture's three configurations, none left out
     assert record.binaries == 3  # hidden sizes 4096 and 8192 specialize alike (both % 16 == 0)
+    assert record.failed_configs == 0  # the second key's configurations were found compiled, not failed
+
+
+def test_a_configuration_that_does_not_compile_is_counted_and_the_rest_are_compiled(tmp_path):
+    """As on the GPU, where the autotuner times a configuration that fails to compile as infinitely slow."""
+    task = load_task(TASKS / "rmsnorm")
+    source = (FIXTURES / "autotuned" / "rmsnorm_autotuned.py").read_text().replace(
+        "    row = tl.program_id(0)\n", "    tl.static_assert(BLOCK <= 128)\n    row = tl.program_id(0)\n", 1)
+    record = compile_ahead(task, _kernel(tmp_path, source), None, tmp_path / "cache", H100, timeout_s=120)
+    keys = len({w.params["H"] for w in task.spec.workloads})
+    assert record.predicted and record.configs == 3 * keys, record
+    assert record.failed_configs == keys  # BLOCK 256, once per tuning key
+    assert record.binaries == 2
 
 
 def test_a_call_that_fails_keeps_what_it_compiled_and_says_where(tmp_path):

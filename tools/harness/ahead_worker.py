@@ -387,9 +387,26 @@ def compile_only(triton, events: Events, threads: int) -> dict:
         from triton.runtime._async_compile import AsyncCompileMode
     except ImportError:  # an older Triton: the configurations compile one after another
         AsyncCompileMode = None
-    state = {"launched": {}, "compiled": [], "configs": 0, "failed_configs": 0}
+    import triton.compiler as compiler
+
+    state = {"launched": {}, "configs": 0, "failed_configs": 0, "failures": 0}
     lock = threading.Lock()
     original_run = JITFunction.run
+    original_compile = compiler.compile
+
+    def compile_counted(src, *args, **kwargs):
+        """Triton's compile (JITFunction's binder takes it from triton.compiler), its failures
+        counted: an autotuner's configuration that does not compile is out, on the GPU too."""
+        try:
+            return original_compile(src, *args, **kwargs)
+        except Exception as exc:
+            with lock:
+                state["failures"] += 1
+            events.say("compile_failed", kernel=getattr(src, "name", "?"), error=where(exc, ""))
+            raise
+
+    compiler.compile = compile_counted
+    triton.compile = compile_counted
 
     def run(self, *args, grid=None, warmup=False, **kwargs):
         name = getattr(self, "__name__", "?")
@@ -408,7 +425,7 @@ def compile_only(triton, events: Events, threads: int) -> dict:
         self.nargs = dict(zip(self.arg_names, args))
         configs = self.prune_configs(plain)
         with lock:
-            before = len(state["compiled"])
+            before = state["failures"]
         name = getattr(getattr(self, "base_fn", None), "__name__", "?")
         try:
             if AsyncCompileMode is not None and len(configs) > 1:
@@ -418,15 +435,15 @@ def compile_only(triton, events: Events, threads: int) -> dict:
                 for config in configs:
                     try:
                         self.fn.run(*args, **plain, **config.all_kwargs(), warmup=True)
-                    except Exception as exc:  # noqa: BLE001 - as the autotuner would: that config is out
-                        events.say("config_failed", kernel=name, error=where(exc, ""))
+                    except Exception:  # noqa: BLE001 - as the autotuner would: that config is out (counted)
+                        pass
         finally:
             self.nargs = None
         with lock:
-            done = len(state["compiled"]) - before
+            failed = state["failures"] - before
         state["configs"] += len(configs)
-        state["failed_configs"] += max(0, len(configs) - done)
-        events.say("autotuned", kernel=name, configs=len(configs), compiled=done, key=str(key)[:200])
+        state["failed_configs"] += failed
+        events.say("autotuned", kernel=name, configs=len(configs), failed=failed, key=str(key)[:200])
         chosen = configs[0]  # which one the GPU picks is its timing's business: each is compiled
         self.cache[key] = chosen
         self.best_config = chosen
@@ -437,8 +454,6 @@ def compile_only(triton, events: Events, threads: int) -> dict:
     def listener(*, src, metadata, metadata_group, times, cache_hit, **_):
         name = getattr(src, "name", "?")
         total = getattr(times, "total", 0) or 0
-        with lock:
-            state["compiled"].append(name)
         events.say("compiled", kernel=name, hit=bool(cache_hit), us=int(total))
 
     triton.knobs.compilation.listener = listener
