@@ -156,6 +156,7 @@ CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 LOCK_DIR = "ACCELOPT_LOCK_DIR"
 LOCK_WAIT_S = "ACCELOPT_LOCK_WAIT_S"
 JUDGE_IDLE_S = "ACCELOPT_JUDGE_IDLE_S"
+COMPILE_AHEAD = "ACCELOPT_COMPILE_AHEAD"
 LANGSMITH_TRACING = "LANGSMITH_TRACING"
 LANGCHAIN_TRACING_V2 = "LANGCHAIN_TRACING_V2"
 
@@ -256,6 +257,13 @@ def judge_idle_s() -> float | None:
         raise ConfigError(f"{JUDGE_IDLE_S}={value!r}: use a number of seconds, 0 to keep the judges until the process "
                           "exits, or leave it unset (600)")
     return seconds or None
+
+
+@_documented(COMPILE_AHEAD, default="`1`")
+def compile_ahead() -> bool:
+    """`0`: a candidate's Triton kernels compile in its sandbox while it holds the GPU, as before,
+    instead of ahead of its turn in a process with no GPU (`tools/harness/compile_ahead.py`)."""
+    return _flag(COMPILE_AHEAD, True)
 
 
 @_documented(LANGSMITH_TRACING, LANGCHAIN_TRACING_V2, default="off")

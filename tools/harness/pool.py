@@ -249,6 +249,11 @@ class WorkerPool:
             self._watch_idle()
             self._changed.notify_all()
 
+    def has_free_judge(self) -> bool:
+        """A judge no lease holds now: the next lease takes it without waiting on this pool
+        (another process may still hold its GPU)."""
+        return not self.free.empty()
+
     def judge_pids(self) -> list[int]:
         """The pids of the judges running now (tests, and what a server shows)."""
         return [w.proc.pid for w in self.workers if w.proc is not None and w.proc.poll() is None]

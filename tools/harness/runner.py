@@ -63,6 +63,9 @@ def gpu_count() -> int:
     return gpus if any(torch_lib.glob("libtorch_cuda*.so")) else 0
 
 
+AHEAD_TIMEOUT_S = 120.0  # a compile-ahead pass at most: past it the sandbox compiles what is left
+
+
 def evaluate(task: Task | str, source: str, *, device: str | None = None, timeout_s: float = 300.0,
              compare: dict[str, str] | None = None, seeds: int | None = None, rounds: int | None = None,
              rep_ms: float = 20.0, interpreter_reps: int = 3, pool=None, trusted: bool = False,
@@ -100,9 +103,11 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
     profiling = device == "cuda" and profile and not trusted
     waited = time.monotonic()
     held = contextlib.ExitStack()
+    compiling = held.enter_context(_compiling_ahead(task, source, device, trusted, pool, timeout_s))
     try:
         judge = held.enter_context(pool.lease())
     except DeviceLeaseError as exc:  # another process held the GPU past its wait: not the kernel's doing
+        held.close()
         return EvalResult(status="infra_error", error=str(exc), device=device, eval_s=time.monotonic() - started)
     with held, tempfile.TemporaryDirectory(prefix="accelopt-src-") as tmp:
         lease_wait = round(time.monotonic() - waited, 3)  # another evaluation held the judge (and its GPU)
@@ -115,6 +120,9 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
                                 trusted=trusted)
         if device == "cuda":  # what its sandbox compiles, for its own re-check and audit: compiled once
             request["keep_cache"] = str(Path(tmp) / "triton-cache")
+        compiled = compiling.take() if compiling is not None else None
+        if compiled is not None:  # its kernels compiled while it waited: its sandbox starts from them
+            request["triton_cache"] = compiled.cache_dir
         # the audit's process starts now, beside the judge, on the judge's GPU; it waits, running
         # nothing of the candidate, until a winner needs it (audit.start)
         ahead = audit_mod.start(task, source, judge.gpu) if auditing else None
@@ -128,6 +136,8 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
             # evaluation on its GPU), for the judge (its start), the re-check on fresh inputs, the audit
             result.phases_s["judge_wait"] = round(max(0.0, time.monotonic() - asked - sum(result.phases_s.values())), 3)
             result.phases_s["lease_wait"] = lease_wait
+            if compiled is not None:  # off the GPU, inside lease_wait
+                result.phases_s["compile_ahead"] = compiled.seconds
             if result.ok:
                 began = time.monotonic()
                 _reverify_if_too_good(task, result, judge, request, timeout_s)
@@ -156,6 +166,27 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
             result.evidence.append(note)
     result.eval_s = time.monotonic() - started
     return result
+
+
+@contextlib.contextmanager
+def _compiling_ahead(task: Task, source: str, device: str, trusted: bool, pool, timeout_s: float):
+    """A compile-ahead of the candidate's kernels (compile_ahead.AheadPass) while it waits for its
+    judge: on a GPU, where every judge of the pool is busy (a free one would take it at once, and
+    the pass would only cost CPU), unless turned off (ACCELOPT_COMPILE_AHEAD=0). Yields the pass
+    or None; its folder is removed on exit."""
+    from accelopt.tools.harness import compile_ahead
+
+    target = None
+    if device == "cuda" and not trusted and settings.compile_ahead() and not pool.has_free_judge():
+        target = compile_ahead.gpu_target()
+    if target is None:
+        yield None
+        return
+    ahead = compile_ahead.AheadPass(task, source, target, min(timeout_s, AHEAD_TIMEOUT_S))
+    try:
+        yield ahead
+    finally:
+        ahead.close()
 
 
 def run_time_choice_note(sources: dict[str, str]) -> str | None:
