@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from accelopt.tools.harness import confine
+from accelopt.tools.harness import confine, triton_cache
 from accelopt.tools.harness.pool import scrubbed_env
 from accelopt.tools.task import Task
 
@@ -51,8 +51,6 @@ MAX_INPUT_BYTES = 2 << 30  # a workload whose inputs are larger runs on the meta
 MAX_CACHE_BYTES = 512 << 20  # copied out of the process's folder at most
 MAX_REPORT_BYTES = 1 << 20
 START_GRACE_S = 15.0  # a cancelled process is killed once it reports its start, or after this
-_KEY_DIR = re.compile(r"[A-Za-z0-9_-]{1,128}")
-_FILE = re.compile(r"[A-Za-z0-9_.+-]{1,200}")
 
 
 class GpuTarget(NamedTuple):
@@ -319,43 +317,17 @@ def _events(data: bytes) -> list[dict]:
 
 
 def harvest(source: Path, destination: Path) -> tuple[int, tuple[str, ...]]:
-    """Copy the Triton cache the process left at `source` into `destination`: regular files with
-    one name only (no symbolic or hard link), two levels (key/name) as Triton lays them out, bounded in size, a file already there kept
-    (a process may have it mapped: triton_cache.copy); group files rewritten to name their files
-    in `destination` (Triton 3.x records absolute paths). Returns (cubins, kernel names) of what
-    `destination` now holds from this source."""
+    """Copy the Triton cache the process left at `source` into `destination` (triton_cache.copy_files:
+    regular files with one name only, bounded in size, a file already there kept), each group file
+    naming a file that is not there removed. Returns (cubins, kernel names) of what `destination`
+    now holds from this source."""
     destination.mkdir(parents=True, exist_ok=True)
-    total, groups, cubins, names = 0, [], 0, set()
-    try:
-        keys = sorted(os.scandir(source), key=lambda e: e.name)
-    except OSError:
-        return 0, ()
-    for key in keys:
-        if not key.is_dir(follow_symlinks=False) or not _KEY_DIR.fullmatch(key.name):
-            continue  # tmp.pid_* of a write the kill cut short, links, anything odd
-        into = destination / key.name
-        for entry in sorted(os.scandir(key.path), key=lambda e: e.name):
-            if not entry.is_file(follow_symlinks=False) or not _FILE.fullmatch(entry.name):
-                continue
-            info = entry.stat(follow_symlinks=False)
-            if info.st_nlink != 1 or total + info.st_size > MAX_CACHE_BYTES:
-                continue  # a hard link may name a file from outside; Triton writes each file once
-            size = info.st_size
-            target = into / entry.name
-            if not target.exists():
-                into.mkdir(exist_ok=True)
-                fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW)
-                with os.fdopen(fd, "rb") as src, open(target, "wb") as dst:
-                    shutil.copyfileobj(src, dst)
-                total += size
-                if entry.name.startswith("__grp__"):
-                    groups.append(target)
-            if entry.name.endswith(".cubin"):
-                cubins += 1
-                names.add(entry.name[:-len(".cubin")])
-    for group in groups:
-        _repoint(group)
-    return cubins, tuple(sorted(names))
+    held = triton_cache.copy_files(str(source), str(destination), MAX_CACHE_BYTES) or []
+    for name in held:
+        if os.path.basename(name).startswith("__grp__"):
+            _repoint(destination / name)
+    cubins = [name for name in held if name.endswith(".cubin")]
+    return len(cubins), tuple(sorted({os.path.basename(name)[:-len(".cubin")] for name in cubins}))
 
 
 def _repoint(group_file: Path) -> None:
@@ -363,6 +335,8 @@ def _repoint(group_file: Path) -> None:
     naming a file that is not there is removed (Triton would read it as a miss anyway)."""
     try:
         paths = json.loads(group_file.read_text()).get("child_paths")
+        if isinstance(paths, list):
+            return  # names only (Triton 3.7+ may write them so): nothing to point
         if not isinstance(paths, dict):
             raise ValueError("no child_paths")
         fixed = {str(name): str(group_file.parent / os.path.basename(str(path))) for name, path in paths.items()}
