@@ -37,7 +37,7 @@ def test_a_candidate_waiting_for_a_busy_judge_has_its_kernels_compiled_meanwhile
     task = load_task(TASKS / "rmsnorm")
     with runner._compiling_ahead(task, task.baseline_source, "cuda", False, Pool(free=False), 120.0) as ahead:
         assert ahead is not None
-        ahead.thread.join(timeout=120)  # the other candidate's turn on the GPU, long enough
+        assert ahead.wait(until=lambda: False)  # no judge came free: it waited for the pass to end
         done = ahead.take()
         assert done is not None and done.binaries >= 1 and done.predicted, done
         assert list((ahead.home / compile_ahead.CACHE).glob("*/*.cubin"))
@@ -68,6 +68,8 @@ def test_a_pass_still_running_when_the_judge_comes_is_cancelled_and_leaves_nothi
         while not (workers := _workers(set(tmp.glob(compile_ahead.HOME_PREFIX + "*")) - before - {ahead.home})):
             assert time.monotonic() < deadline, "the pass's worker never started"
             time.sleep(0.05)
+        began_waiting = time.monotonic()
+        assert not ahead.wait(until=lambda: True) and time.monotonic() - began_waiting < 1  # a judge is free
         assert ahead.take() is None and ahead.cancel.is_set()  # its process is starting: far from done
     assert ahead.result is not None and "cancelled" in (ahead.result.note or "") and not ahead.result.predicted
     assert time.monotonic() - began < 20 and not ahead.thread.is_alive()

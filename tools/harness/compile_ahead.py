@@ -35,7 +35,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from accelopt.tools.harness import confine, triton_cache
 from accelopt.tools.harness.pool import scrubbed_env
@@ -413,6 +413,16 @@ class AheadPass:
                                         cancel=self.cancel)
         except Exception as exc:  # noqa: BLE001 - the sandbox compiles as before; say why in the record
             self.result = AheadResult(str(self.home / CACHE), 0.0, note=f"compile-ahead failed: {exc}"[:300])
+
+    def wait(self, until: Callable[[], bool], poll_s: float = 0.1) -> bool:
+        """Block until the pass ends or `until()` holds (a judge came free: the GPU must not wait on
+        a pass); True where the pass ended. A candidate that queues for its judge only after its
+        pass lets those whose kernels are compiled go first."""
+        while self.thread.is_alive():
+            if until():
+                return False
+            self.thread.join(poll_s)
+        return True
 
     def take(self) -> AheadResult | None:
         """The finished pass's record where its cache holds kernels, else None; a pass still running

@@ -104,6 +104,8 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
     waited = time.monotonic()
     held = contextlib.ExitStack()
     compiling = held.enter_context(_compiling_ahead(task, source, device, trusted, pool, timeout_s))
+    if compiling is not None:  # queue for the judge once compiled, or at once when a judge is free
+        compiling.wait(until=pool.has_free_judge)
     try:
         judge = held.enter_context(pool.lease())
     except DeviceLeaseError as exc:  # another process held the GPU past its wait: not the kernel's doing
