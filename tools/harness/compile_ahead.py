@@ -33,9 +33,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 from accelopt.tools.harness import confine, triton_cache
 from accelopt.tools.harness.pool import scrubbed_env

@@ -119,6 +119,9 @@ def _load_sibling(name: str, filename: str):
 
 correctness = _load_sibling("accelopt_correctness", "correctness.py")  # the correctness rules (evaluators)
 confine = _load_sibling("accelopt_confine", "confine.py")
+# what the next two load from the judge's sys.modules (they load nothing by path themselves)
+_load_sibling("accelopt_stats", "stats.py")
+_load_sibling("accelopt_triton_cache", "triton_cache.py")
 judge_sandboxes = _load_sibling("accelopt_judge_sandboxes", "judge_sandboxes.py")  # the sandboxes it drives
 timing_rounds = _load_sibling("accelopt_timing_rounds", "timing_rounds.py")  # the comparators and timing rounds
 # Every verdict the judge returns, raised by the correctness rules too: one class, correctness.py's.

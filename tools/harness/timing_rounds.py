@@ -48,19 +48,12 @@ def copy_bytes(source, destination):
 
 
 def _load_sibling(name: str, filename: str):
-    """A file beside this one, as judge.py's `_load_sibling` loads it: by path under `name` (registered
-    in sys.modules) when the judge runs as a script, else the package's own module."""
+    """A file beside this one: imported as part of the package, the package's own module; in the
+    judge (a script that imports nothing of the package), the one judge.py's `_load_sibling`
+    loaded by path under `name` before this file."""
     if __package__:
         return importlib.import_module(f"{__package__}.{filename.removesuffix('.py')}")
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                                                     filename))
-    assert spec is not None and spec.loader is not None  # a .py path has both
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return sys.modules[name]
 
 
 correctness = _load_sibling("accelopt_correctness", "correctness.py")  # the correctness rules (evaluators)

@@ -16,9 +16,9 @@ verdict` on the CPU interpreter, whose times are not performance.
 from __future__ import annotations
 
 from accelopt.tools.harness import stats
-from accelopt.tools.harness.result import Comparison, EvalResult, Verdict, WorkloadTiming, compare_rounds
+from accelopt.tools.harness.result import Comparison, EvalResult, Verdict, VerdictWord, WorkloadTiming, compare_rounds
 
-_WORDS = {"faster": "faster", "slower": "slower", "equivalent": "within noise", "unclear": "undecided"}
+_WORDS: dict[str, VerdictWord] = {"faster": "faster", "slower": "slower", "equivalent": "within noise", "unclear": "undecided"}
 
 
 def host_dominated(result: EvalResult, comparator: str | None = None) -> list[str]:
