@@ -199,6 +199,11 @@ def bwrap_prefix(writable_root: str, readable: tuple[str, ...] = (), private_tmp
         cmd += ["--tmpfs", "/tmp"]
         for path in readable:
             cmd += ["--ro-bind", path, path]
+        # Python, its packages and this folder (scripts run by path) where they live under /tmp (a
+        # checkout cloned there): hidden by the private /tmp, the process would find no interpreter
+        for path in [*python_folders(), os.path.dirname(os.path.abspath(__file__))]:
+            if path.startswith("/tmp/") and path not in readable and os.path.isdir(path):
+                cmd += ["--ro-bind", path, path]
     cmd += ["--bind", writable_root, writable_root,
             "--unshare-user", "--uid", str(os.getuid()), "--gid", str(os.getgid()),
             "--unshare-pid", "--unshare-net", "--unshare-uts", "--cap-drop", "ALL",
