@@ -57,8 +57,10 @@ def test_no_pass_where_a_judge_is_free_or_it_is_turned_off_or_on_the_interpreter
         assert ahead is None
 
 
-def test_a_pass_still_running_when_the_judge_comes_is_cancelled_and_leaves_nothing(on_an_h100):
+def test_a_pass_still_running_when_the_judge_comes_is_cancelled_and_leaves_nothing(on_an_h100, tmp_path,
+                                                                                   monkeypatch):
     task = load_task(TASKS / "rmsnorm")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # its folders apart from other tests' passes
     tmp = Path(tempfile.gettempdir())
     before = set(tmp.glob(compile_ahead.HOME_PREFIX + "*"))
     began = time.monotonic()

@@ -1,5 +1,5 @@
 """A one-off confined process (the audit, the compile-ahead pass) gets a private /tmp; Python, its
-packages and the harness's own folder, where a checkout cloned under /tmp put them, are bound back
+packages and tools/ (the harness's scripts and the settings they load), where a checkout cloned under /tmp put them, are bound back
 in, or the process finds no interpreter ("bwrap: execvp .../.venv/bin/python: No such file")."""
 
 import os
@@ -20,5 +20,5 @@ def test_python_under_tmp_is_bound_back_into_a_private_tmp(monkeypatch):
         binds = [after[i + 1] for i, arg in enumerate(after) if arg == "--ro-bind"]
         assert os.path.realpath(venv) in binds and "/tmp/task" in binds
         assert "/usr/lib/python3" not in binds  # not hidden: / is bound read-only already
-        harness = os.path.dirname(os.path.abspath(confine.__file__))
-        assert (harness in binds) == harness.startswith("/tmp/")
+        tools = os.path.dirname(os.path.dirname(os.path.abspath(confine.__file__)))
+        assert (tools in binds) == tools.startswith("/tmp/")

@@ -199,9 +199,10 @@ def bwrap_prefix(writable_root: str, readable: tuple[str, ...] = (), private_tmp
         cmd += ["--tmpfs", "/tmp"]
         for path in readable:
             cmd += ["--ro-bind", path, path]
-        # Python, its packages and this folder (scripts run by path) where they live under /tmp (a
-        # checkout cloned there): hidden by the private /tmp, the process would find no interpreter
-        for path in [*python_folders(), os.path.dirname(os.path.abspath(__file__))]:
+        # Python, its packages and tools/ (the harness's scripts run by path, and settings.py they
+        # load) where they live under /tmp (a checkout cloned there): hidden by the private /tmp,
+        # the process would find no interpreter
+        for path in [*python_folders(), os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]:
             if path.startswith("/tmp/") and path not in readable and os.path.isdir(path):
                 cmd += ["--ro-bind", path, path]
     cmd += ["--bind", writable_root, writable_root,
