@@ -13,7 +13,7 @@ import pytest
 
 from accelopt.tools.harness import compile_ahead, confine, runner
 from accelopt.tools.task import load_task
-from tests.conftest import TASKS
+from tests.conftest import TASKS, still_alive
 
 pytest.importorskip("triton.backends.nvidia")
 pytestmark = pytest.mark.skipif(confine.refusal() is not None, reason=f"no confinement here: {confine.refusal()}")
@@ -76,18 +76,7 @@ def test_a_pass_still_running_when_the_judge_comes_is_cancelled_and_leaves_nothi
     assert ahead.result is not None and "cancelled" in (ahead.result.note or "") and not ahead.result.predicted
     assert time.monotonic() - began < 20 and not ahead.thread.is_alive()
     assert not (set(tmp.glob(compile_ahead.HOME_PREFIX + "*")) - before)
-    deadline = time.monotonic() + 10  # SIGKILLed, they may take a moment to tear down
-    while [pid for pid in workers if _alive(pid)] and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not [pid for pid in workers if _alive(pid)]  # a zombie waits for init only: nothing runs
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
+    assert not still_alive(set(workers), within_s=10)  # SIGKILLed, they may take a moment to tear down
 
 
 def _workers(homes: set[Path]) -> list[int]:

@@ -16,7 +16,7 @@ verdict` on the CPU interpreter, whose times are not performance.
 from __future__ import annotations
 
 from accelopt.tools.harness import stats
-from accelopt.tools.harness.result import Comparison, EvalResult, Verdict, VerdictWord, WorkloadTiming, compare_rounds
+from accelopt.tools.harness.result import Comparison, EvalResult, Verdict, VerdictWord, compare_rounds
 
 _WORDS: dict[str, VerdictWord] = {"faster": "faster", "slower": "slower", "equivalent": "within noise", "unclear": "undecided"}
 
@@ -29,7 +29,7 @@ def host_dominated(result: EvalResult, comparator: str | None = None) -> list[st
         timed.append((comparator, result.compare.get(comparator, {})))
     return [f"{workload}: {who} kernels {t.kernel_us:.1f} of {t.median_us:.1f} µs"
             for who, timings in timed for workload, t in timings.items()
-            if stats.host_bound(t.kernel_us, t.median_us) and t.kernel_us is not None]
+            if stats.host_bound(t.kernel_us, t.median_us)]
 
 
 def kernel_comparison(result: EvalResult, comparator: str) -> Comparison | None:
@@ -105,12 +105,9 @@ def why_undecided(result: EvalResult) -> str:
     wide = ", ".join(f"vs {name} {v.ci_low:.3f}-{v.ci_high:.3f} ({(v.ci_high - v.ci_low) / v.speedup:.0%} of "
                      f"{v.speedup:.3f}x)" for name, v in result.versus.items())
     host = [f"{name} kernels {t.kernel_us:.0f} of {t.median_us:.0f} µs" for name, t in result.workloads.items()
-            if _host(t)]
+            if stats.host_bound(t.kernel_us, t.median_us)]
     cause = (f"host-bound calls ({'; '.join(host)}): host work between launches varies from round to round"
              if host else "no workload is host-bound: the rounds themselves disagree")
     stalled = " (the last rounds no longer narrowed it)" if result.rounds and result.rounds.stopped == "stalled" else ""
     return f"undecided after {result.rounds.ran if result.rounds else '?'} rounds{stalled}, {wide}: {cause}"
 
-
-def _host(t: WorkloadTiming) -> bool:
-    return stats.host_bound(t.kernel_us, t.median_us)
