@@ -75,6 +75,7 @@ def test_the_judge_stays_warm_across_checks_and_goes_when_idle(softmax_task, tmp
     nothing to start). Idle past ACCELOPT_JUDGE_IDLE_S, the judge, its template and sandboxes are
     killed and its home removed; a third check starts a new judge."""
     monkeypatch.setenv("ACCELOPT_JUDGE_IDLE_S", "4")
+    pools.close_pools()  # no judge an earlier test of this worker started (the interpreter has one per core)
     kernel = tmp_path / "k.py"
     kernel.write_text(BASELINE)
     given = {"task_dir": str(softmax_task), "kernel": str(kernel), "device": "cpu"}
