@@ -91,6 +91,11 @@ def check_digest(record: dict[str, Any]) -> dict[str, Any]:
                      for f in record.get("findings") or []],
         "eval_s": record.get("eval_s"), "before_judge_s": record.get("before_judge_s"),
     }
+    if record.get("autotune"):  # per function, kernel and workload: the configuration it ran
+        digest["autotune"] = {name: {"how": r.get("how"), "ran": {
+            k["kernel"]: {w: k["configs"][i] for w, i in (k.get("ran") or {}).items() if i < len(k["configs"])}
+            for k in r.get("kernels") or []}, "notes": [_short(n) for n in r.get("notes") or []]}
+            for name, r in record["autotune"].items()}
     if timer == "interpreter_wall":
         digest["note"] = "CPU Triton interpreter: correctness only; its times are not GPU performance"
     return digest

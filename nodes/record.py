@@ -6,14 +6,24 @@ lessons."""
 
 from __future__ import annotations
 
-from accelopt.nodes.records import summary_record
+from accelopt.nodes.records import Candidate, summary_record
 from accelopt.nodes.state import RunState
+from accelopt.tools.harness.autotune_choices import pinned_source
+from accelopt.tools.harness.result import AutotuneRecord
 from accelopt.tools.run_record import run_summary, write_summary
 from accelopt.tools.rundir import append_plans
 
 
 def record(state: RunState) -> RunState:
     summary = run_summary(state)
-    write_summary(state.get("run_dir"), summary, state["candidates"][state["beam"][0]].get("source"))
+    write_summary(state.get("run_dir"), summary, best_kernel_source(state["candidates"][state["beam"][0]]))
     append_plans(state.get("run_dir"), state.get("plans") or [])
     return {"best_id": state["beam"][0], "summary": summary_record(summary)}  # the output schema's (Studio's view)
+
+
+def best_kernel_source(candidate: Candidate) -> str | None:
+    """The best kernel as best_kernel.py holds it: with the configuration the judge chose for its
+    autotuned kernel written in (a user's process would otherwise tune anew, and may pick another)."""
+    source = candidate.get("source")
+    chosen = (candidate.get("autotune_choice") or {}).get("candidate")
+    return pinned_source(source, AutotuneRecord(**chosen)) if source and chosen else source

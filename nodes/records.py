@@ -100,6 +100,9 @@ class Candidate(TypedDict, total=False):
     max_rel_err: float | None
     profile: str | None     # ncu / torch.profiler / neuron-profile summary for the planner
     node: str               # on a Ray cluster: the node that evaluated it (IP/node id)
+    # per timed function (candidate, comparators): the configuration each @triton.autotune kernel ran
+    # and who chose it (harness AutotuneRecord); best_kernel.py is written with the candidate's
+    autotune_choice: dict[str, dict[str, Any]]
     # --- after autotuning (the rewrite only)
     autotune: AutotuneSummary
 

@@ -150,6 +150,8 @@ def _measure(task: Task, source: str, ctx: RunContext, device: str | None, compa
         # comparators' medians from the same interleaved rounds (exports report them as reference latency)
         fields["compared_us"] = {k: {w: t.median_us for w, t in v.items()} for k, v in result.compare.items()}
         fields["max_abs_err"], fields["max_rel_err"] = result.max_abs_err, result.max_rel_err
+        # which configuration each autotuned kernel ran (the judge's choice): best_kernel.py is written with it
+        fields["autotune_choice"] = {k: v.model_dump() for k, v in result.autotune.items()}
         fields["speedup"] = result.versus["baseline"].speedup if baseline is not None else 1.0
         if parent is not None:
             vs_parent = result.versus.get("parent") or result.versus["baseline"]

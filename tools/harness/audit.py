@@ -20,16 +20,15 @@ The note still gives both figures.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import shutil
 
-from accelopt.tools import pyparse
 from accelopt.tools.harness.judge import foreign_work
 from accelopt.tools.harness.kernel_profile import ProfileRun, Profiling, profile_workloads
 from accelopt.tools.harness.result import Audit, EvalResult
 from accelopt.tools.harness.static_checks import triton_kernel_names
 from accelopt.tools.task import Task
+from accelopt.tools.tunables import autotune_space
 
 # ncu serializes kernels and flushes caches between them: a little slower than the harness's
 # cold-L2 kernel time for short kernels; beyond this it is not the same work. The absolute part is
@@ -54,14 +53,13 @@ TIMEOUT_S = 300.0
 
 
 def autotuned(source: str) -> bool:
-    """An autotuner in a fresh process may pick another configuration than the harness's
-    process did, so its time is not the same kernel's time."""
-    try:
-        tree = pyparse.parse(source)
-    except SyntaxError:
-        return False
-    return any("autotune" in ast.unparse(deco) for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)
-               for deco in node.decorator_list) or "triton.autotune(" in source
+    """An autotuner of several configurations in a fresh process may pick another configuration
+    than the harness's process did, so its time is not the same kernel's time. A source the
+    judge's choice was written into (runner.pinned_source) lists one: the same kernel."""
+    space = autotune_space(source)
+    if space is None:
+        return "triton.autotune(" in source
+    return not space.pinned
 
 
 def start(task: Task, source: str, gpu: str | None = None) -> Profiling | None:

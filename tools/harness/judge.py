@@ -124,12 +124,15 @@ _load_sibling("accelopt_stats", "stats.py")
 _load_sibling("accelopt_triton_cache", "triton_cache.py")
 judge_sandboxes = _load_sibling("accelopt_judge_sandboxes", "judge_sandboxes.py")  # the sandboxes it drives
 timing_rounds = _load_sibling("accelopt_timing_rounds", "timing_rounds.py")  # the comparators and timing rounds
+autotune_rounds = _load_sibling("accelopt_autotune_rounds", "autotune_rounds.py")  # who chooses a configuration
 # Every verdict the judge returns, raised by the correctness rules too: one class, correctness.py's.
 if TYPE_CHECKING:  # how mypy names them (the judge, a script, loads the files by path)
+    from accelopt.tools.harness.autotune_rounds import AutotuneRounds
     from accelopt.tools.harness.correctness import Reject
     from accelopt.tools.harness.judge_sandboxes import Sandbox, Sandboxes, SandboxFailure, _call_mode, _owned, _tail
     from accelopt.tools.harness.timing_rounds import COPY, TimingRounds, _nbytes, _same_processes
 else:
+    AutotuneRounds = autotune_rounds.AutotuneRounds
     Reject = correctness.Reject
     Sandbox, Sandboxes, SandboxFailure = (
         judge_sandboxes.Sandbox, judge_sandboxes.Sandboxes, judge_sandboxes.SandboxFailure)
@@ -217,9 +220,10 @@ class _ReferenceCache:
         return True
 
 
-class Judge(TimingRounds):
+class Judge(TimingRounds, AutotuneRounds):
     """One request at a time: the reference's inputs and outputs, the checks, the verdict; the
-    comparators and the timing rounds are its mixin's (timing_rounds.py)."""
+    comparators and the timing rounds are a mixin's (timing_rounds.py), and so is the choice of
+    each autotuned kernel's configuration (autotune_rounds.py)."""
 
     def __init__(self) -> None:
         import torch
@@ -549,6 +553,9 @@ class Judge(TimingRounds):
             box.load(req["source_path"], req["entry_point"], deadline)
         except SandboxFailure as f:
             raise Reject(f.status, f.error) from None
+        self._next_step("autotune")
+        given = req.get("autotune_pins") or {}
+        tuned = {"candidate": self.autotune(box, req, ref, deadline, pins=given.get("candidate"))}
         self._next_step("checks")
         # The comparators load and make their first calls (compiling their kernels) while the
         # candidate is checked: nothing is timed until every one of them has answered.
@@ -558,9 +565,10 @@ class Judge(TimingRounds):
         if req.get("check_only"):
             self._next_step("done")
             return {"status": "verified", "error": None, "checks": checked, "evidence": evidence,
-                    "phases_s": self.phases}
+                    "phases_s": self.phases, "autotune": _recorded(tuned)}
         self._next_step("comparators")
         self._await_comparators(boxes, deadline)
+        tuned.update(self._autotune_comparators(boxes, req, ref, deadline, given))
         self._next_step("timing")
         timings, rounds = self.timing(boxes, req, ref, deadline)
         self._next_step("after_check")
@@ -577,7 +585,30 @@ class Judge(TimingRounds):
         return {"status": "verified", "error": None, "checks": checked, "timings": timings["candidate"], **errors,
                 "compare": {k: v for k, v in timings.items() if k not in ("candidate", COPY)},
                 "copy": timings.get(COPY, {}), "device_name": device_name, "rounds": rounds,
-                "evidence": evidence, "kernels_seen": sorted(self.seen), "phases_s": self.phases}
+                "evidence": evidence, "kernels_seen": sorted(self.seen), "phases_s": self.phases,
+                "autotune": _recorded(tuned)}
+
+    def _autotune_comparators(self, boxes: dict, req: dict, ref, deadline: float, given: dict) -> dict:
+        """Each comparator's autotuned configurations, chosen as the candidate's are (their outputs
+        trusted, not checked); a comparator's sandbox kept from an earlier request keeps its choice."""
+        out = {}
+        for name, other in boxes.items():
+            if name in ("candidate", COPY):
+                continue
+            record = getattr(other, "autotune_record", None) if given.get(name) is None else None
+            if record is None:
+                try:
+                    record = self.autotune(other, req, ref, deadline, pins=given.get(name), check=False)
+                except SandboxFailure as f:
+                    raise Reject(f.status, f"comparator {name!r} (not the kernel under test): {f.error}") from None
+                other.autotune_record = record
+            out[name] = record
+        return out
+
+
+def _recorded(tuned: dict) -> dict:
+    """The autotune records of the functions that have autotuned kernels."""
+    return {name: record for name, record in tuned.items() if record}
 
 
 def _non_negative(torch, t) -> bool:

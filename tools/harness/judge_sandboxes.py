@@ -259,6 +259,7 @@ class Sandbox:
         self.conn = Connection(mine.detach())
         self.ready = False
         self.pending = 0  # requests sent whose answers are not read yet
+        self.autotune_record: dict | None = None  # the configurations the judge pinned in it (a comparator's, kept)
         self.started = time.monotonic()
 
     def stderr_tail(self, limit: int = 1200) -> str:

@@ -141,6 +141,64 @@ class RoundsRun(BaseModel):
     noise_floor: float | None = None
 
 
+class TunedKernel(BaseModel):
+    """One `@triton.autotune` kernel as the judge ran it (autotune_rounds.py): its configurations,
+    which one each tuning key and each workload ran, and how that was decided."""
+
+    kernel: str
+    key: list[str] = []
+    configs: list[str] = []        # each configuration as Triton prints it, in list order
+    controlled: bool = True        # False: its own autotuner chose (`why`)
+    why: str | None = None
+    choices: dict[str, int] = {}   # tuning key (as the judge names it) -> configuration index
+    default: int = 0               # for a key no workload showed
+    ran: dict[str, int] = {}       # workload -> configuration index it ran
+    keys: dict[str, str] = {}      # workload -> its tuning key
+    timed: bool = False            # chosen on the GPU from the judge's rounds
+    checked: int = 0               # configurations checked for correctness (the interpreter: all)
+    times_us: dict[str, list[float | None]] = {}  # workload -> per configuration (None: cannot run)
+    timer: dict[str, str] = {}     # workload -> "span" or "kernel_only" (host-dominated calls)
+    failed: dict[str, str] = {}    # configuration index -> why it cannot run on this GPU (left out)
+
+    def ran_text(self, workload: str) -> str | None:
+        index = self.ran.get(workload)
+        return None if index is None or index >= len(self.configs) else f"{index}: {self.configs[index]}"
+
+
+AutotuneHow = Literal["timed", "checked", "given", "first"]
+
+
+class AutotuneRecord(BaseModel):
+    """Who chose each autotuned configuration of one timed function (the candidate or a
+    comparator): `timed` by the judge on the GPU, `checked` (every configuration's correctness, no
+    GPU: the first runs), `given` (pinned from an earlier evaluation of the same source), `first`
+    (a comparator on the interpreter). `notes`: what the choice costs, said with figures."""
+
+    kernels: list[TunedKernel] = []
+    notes: list[str] = []
+    how: AutotuneHow | None = None
+
+    def pins(self) -> dict[str, dict[str, int]]:
+        """What the sandbox pins (sandbox.AutotuneControl.pins): the same choice, in another process."""
+        return {k.kernel: {**k.choices, "*": k.default} for k in self.kernels if k.controlled}
+
+    def summary(self) -> list[str]:
+        """A line per kernel: what ran on each workload and how it was chosen."""
+        lines = []
+        for k in self.kernels:
+            if not k.controlled:
+                lines.append(f"{k.kernel}: its own autotuner chose ({k.why})")
+            elif self.how == "checked":
+                lines.append(f"{k.kernel}: all {k.checked} configurations checked correct on every workload, none "
+                             f"timed (no GPU); configuration 0 ran: {k.configs[0] if k.configs else '?'}")
+            else:
+                ran = "; ".join(f"{w}: {k.ran_text(w)}" for w in k.ran)
+                how = {"timed": f"the judge timed {len(k.configs)} configurations", "given": "pinned as chosen before",
+                       "first": "the first configuration"}.get(self.how or "", "")
+                lines.append(f"{k.kernel} ({how}): {ran}" if ran else f"{k.kernel} ({how})")
+        return lines
+
+
 class EvalResult(BaseModel):
     status: Status
     error: str | None = None
@@ -165,6 +223,8 @@ class EvalResult(BaseModel):
     profile: str | None = None  # the planner's profile summary (ncu/torch.profiler; NKI: neuron-profile)
     gpu: str | None = None      # which of its host's GPUs judged it (CUDA_VISIBLE_DEVICES index); None: no GPU
     node: str | None = None     # on a Ray cluster, the node that evaluated it (IP/node id); None: this host
+    # per timed function ("candidate", each comparator): the configurations its autotuned kernels ran
+    autotune: dict[str, AutotuneRecord] = {}
 
     @property
     def ok(self) -> bool:

@@ -19,15 +19,15 @@ from pathlib import Path
 from accelopt.tools import settings
 from accelopt.tools.harness import audit as audit_mod
 from accelopt.tools.harness import verdict as verdicts
+from accelopt.tools.harness.autotune_choices import autotune_evidence, chosen_before, pinned_source, remember_choices
 from accelopt.tools.harness.device_lease import DeviceLeaseError
 from accelopt.tools.harness.kernel_profile import ProfileRun, Profiling, profile_workloads, summarize
 from accelopt.tools.harness.pool import get_pool
-from accelopt.tools.harness.result import EvalResult, RoundsRun, WorkloadTiming, compare_rounds
+from accelopt.tools.harness.result import AutotuneRecord, EvalResult, RoundsRun, WorkloadTiming, compare_rounds
 from accelopt.tools.harness.static_checks import findings, syntax_error
 from accelopt.tools.harness.stats import NOISE_FLOOR
 from accelopt.tools.roofline import lookup_peak, percent_of_peak
 from accelopt.tools.task import Task, TaskError, load_task
-from accelopt.tools.tunables import autotune_space
 
 SUSPICIOUS_SPEEDUP = 10.0
 FRESH_SEED_OFFSET = 1000
@@ -120,6 +120,7 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
         request = build_request(task, device, paths.pop("candidate"), paths, seeds=seeds, rounds=rounds,
                                 rep_ms=rep_ms, interpreter_reps=interpreter_reps,
                                 trusted=trusted)
+        request["autotune_pins"] = chosen_before(task, device, {"candidate": source, **(compare or {})})
         if device == "cuda":  # what its sandbox compiles, for its own re-check and audit: compiled once
             request["keep_cache"] = str(Path(tmp) / "triton-cache")
         compiled = compiling.take() if compiling is not None else None
@@ -141,13 +142,15 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
             if compiled is not None:  # off the GPU, inside lease_wait
                 result.phases_s["compile_ahead"] = compiled.seconds
             if result.ok:
+                remember_choices(task, device, {"candidate": source, **(compare or {})}, result)
                 began = time.monotonic()
                 _reverify_if_too_good(task, result, judge, request, timeout_s)
                 result.phases_s["reverify"] = round(time.monotonic() - began, 3)
             seen: ProfileRun | None = None
             if result.ok and auditing:
                 began = time.monotonic()
-                seen = _audit_winner(task, source, result, request.get("keep_cache"), ahead)
+                seen = _audit_winner(task, pinned_source(source, result.autotune.get("candidate")), result,
+                                     request.get("keep_cache"), ahead)
                 ahead = None if seen is not None else ahead  # the audit used it
                 result.phases_s["audit"] = round(time.monotonic() - began, 3)
             elif result.ok and result.flags:
@@ -162,10 +165,8 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
             if ahead is not None:
                 ahead.cancel()
     interpreter_dtype_note(task, result)
-    if result.ok and result.compare:  # a comparison: say where its sides are chosen at run time
-        note = run_time_choice_note({"the kernel": source, **{f"the {n}": s for n, s in (compare or {}).items()}})
-        if note:
-            result.evidence.append(note)
+    if result.ok:  # which configuration each autotuned kernel ran, and what a shared tuning key costs
+        result.evidence += autotune_evidence(result)
     result.eval_s = time.monotonic() - started
     return result
 
@@ -190,20 +191,6 @@ def _compiling_ahead(task: Task, source: str, device: str, trusted: bool, pool, 
         yield ahead
     finally:
         ahead.close()
-
-
-def run_time_choice_note(sources: dict[str, str]) -> str | None:
-    """Evidence to read a verdict by, where a timed kernel (the candidate or a comparator) leaves
-    its configuration to `@triton.autotune` at run time: each process's autotuner picks its own, so
-    another evaluation may time another configuration (AccelOpt's FlashInfer-Bench rmsnorm best,
-    checked twice in a row against o3's on one H100: 1.027x and 1.354x, 317 and 172 µs)."""
-    choosing = [name for name, source in sources.items()
-                if (space := autotune_space(source)) is not None and not space.pinned]
-    if not choosing:
-        return None
-    return (f"{' and '.join(choosing)} {'chooses' if len(choosing) == 1 else 'choose'} a configuration at run time "
-            "(@triton.autotune over several): each process's autotuner picks its own, so another evaluation may time "
-            "another configuration; pin one to time it alone")
 
 
 def interpreter_dtype_note(task: Task, result: EvalResult) -> None:
@@ -245,7 +232,8 @@ def _result(task: Task, raw: dict, device: str, dtype: str) -> EvalResult:
     result = EvalResult(status=raw["status"], error=raw.get("error"), device=device,
                         device_name=raw.get("device_name"), max_abs_err=raw.get("max_abs_err"),
                         max_rel_err=raw.get("max_rel_err"), evidence=raw.get("evidence", []),
-                        kernels_seen=raw.get("kernels_seen", []), phases_s=raw.get("phases_s", {}))
+                        kernels_seen=raw.get("kernels_seen", []), phases_s=raw.get("phases_s", {}),
+                        autotune={k: AutotuneRecord(**v) for k, v in (raw.get("autotune") or {}).items()})
     if result.ok:
         result.timer = "cuda_event" if device == "cuda" else "interpreter_wall"
         name = raw.get("device_name") or ""
@@ -280,7 +268,9 @@ def _reverify_if_too_good(task: Task, result: EvalResult, judge, request: dict, 
         return
     # a fresh sandbox on fresh inputs, starting from the kernels the first one compiled (its own)
     recheck = judge.request({**request, "check_only": True, "seed_offset": FRESH_SEED_OFFSET, "compare": {},
-                             "keep_cache": None, "triton_cache": request.get("keep_cache")}, timeout_s)
+                             "keep_cache": None, "triton_cache": request.get("keep_cache"),
+                             "autotune_pins": {"candidate": t.pins()} if (t := result.autotune.get("candidate")) else {}},
+                            timeout_s)
     if recheck["status"] == "reference_error":  # the reference broke on the fresh inputs: not the kernel's doing
         result.status, result.error = "reference_error", recheck.get("error")
         return

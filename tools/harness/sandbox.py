@@ -120,6 +120,7 @@ class Launches:
 def watched(torch) -> dict:
     """Objects a cheating kernel would patch to fool timing or checking in this process."""
     import triton.testing
+    from triton.runtime.autotuner import Autotuner
 
     out = {"time.perf_counter": time.perf_counter, "time.time": time.time, "time.monotonic": time.monotonic,
            "torch.empty": torch.empty, "torch.empty_like": torch.empty_like, "torch.allclose": torch.allclose,
@@ -127,6 +128,7 @@ def watched(torch) -> dict:
            "torch.Tensor.double": torch.Tensor.double, "torch.Tensor.clone": torch.Tensor.clone,
            "torch.profiler.profile": torch.profiler.profile, "triton.testing.do_bench": triton.testing.do_bench,
            "threading.active_count": threading.active_count,
+           "triton's Autotuner.run": Autotuner.run,  # the judge's choice of configuration (AutotuneControl)
            # present on CPU builds too: patching them shows intent even where they time nothing
            "torch.cuda.Event": torch.cuda.Event, "torch.cuda.synchronize": torch.cuda.synchronize,
            "torch.cuda.Event.record": getattr(torch.cuda.Event, "record", None),
@@ -237,38 +239,128 @@ def calls_between_marks(gpu: list[tuple[float, float, str]], marker: str | None,
     return calls, sorted(names)
 
 
-COMPILE_THREADS = 8  # an autotuned kernel's configurations compiled at once (ptxas runs for seconds each)
+# An autotuned kernel's configurations compiled at once (ptxas runs for seconds each, one core
+# each): AccelOpt's gqa_ragged_prefill best has 12; with 8 at a time its cold check spent 98 s in
+# two waves of ptxas on a 16-core H100 host. Every core, at most one thread a configuration.
+COMPILE_THREADS = os.cpu_count() or 8
+# A tuning key the judge can name across processes: values of these types only (repr is stable).
+KEY_TYPES = (int, float, bool, str, type(None))
 
 
-def compile_configs_together(threads: int = COMPILE_THREADS) -> None:
-    """Triton's autotuner compiles each configuration as it benchmarks it, one after another: an
-    attention kernel's six configurations took 37 s of ptxas on one core (H100). Before the first
-    benchmark of a tuning key, every configuration is compiled at once in a pool of threads
+def tuning_key(tuner, args, kwargs) -> tuple:
+    """The key Triton's Autotuner.run files a tuning under: the `key` arguments' values, then
+    every tensor argument's dtype (triton/runtime/autotuner.py, Autotuner.run)."""
+    named = {k: v for k, v in {**dict(zip(tuner.arg_names, args)), **kwargs}.items() if k in tuner.arg_names}
+    key = [named[k] for k in tuner.keys if k in named]
+    key += [str(v.dtype) for v in named.values() if hasattr(v, "dtype")]
+    return tuple(key)
+
+
+def _config_text(config) -> str:
+    """A configuration as Triton prints it, without the fields it leaves unset."""
+    return ", ".join(p for p in str(config).split(", ") if not p.endswith(": None"))
+
+
+def why_not_controlled(tuner) -> str | None:
+    """Why the judge leaves this autotuner to choose for itself (None: the judge chooses): what
+    runs in its choice is the kernel's own code, which the judge cannot replay config by config."""
+    if getattr(tuner, "early_config_prune", None) or getattr(tuner, "perf_model", None):
+        return "prune_configs_by (its own code narrows the configurations per call)"
+    if getattr(tuner, "user_defined_pre_hook", False) or getattr(tuner, "user_defined_post_hook", False):
+        return "a pre_hook or post_hook of the autotuner"
+    if any(getattr(c, "pre_hook", None) for c in tuner.configs):
+        return "a configuration with a pre_hook"
+    return None
+
+
+class AutotuneControl:
+    """The judge's hand on the candidate's @triton.autotune kernels: Triton's autotuner never
+    times configurations here (each process's pick was a coin flip between processes); the judge
+    does, from its own rounds, and pins what it chose (`pins`: kernel -> tuning key -> index into
+    the autotuner's configurations, "*" for a key not named). An autotuner the judge cannot
+    replay (prune_configs_by, hooks, a key it cannot name) keeps Triton's own choice.
+
+    On a GPU every configuration of a key is compiled at once before the first call of that key
     (Triton's AsyncCompileMode; compilation and ptxas release the GIL), joined before the call
-    goes on so that no thread outlives it. A Triton without it compiles as before."""
-    try:
-        from concurrent.futures import ThreadPoolExecutor
+    goes on so that no thread outlives it. `seen` records, per request, which configuration each
+    (kernel, key) ran: evidence for the judge, which decides nothing on it alone."""
 
-        from triton.runtime._async_compile import AsyncCompileMode
+    def __init__(self, gpu: bool, threads: int = COMPILE_THREADS):
         from triton.runtime.autotuner import Autotuner
-    except ImportError:
-        return
-    original = Autotuner.run
 
-    def run(self, *args, **kwargs):
-        if len(self.configs) > 1:
-            try:  # the autotuner's own tuning key (Autotuner.run)
-                named = {k: v for k, v in {**dict(zip(self.arg_names, args)), **kwargs}.items() if k in self.arg_names}
-                key = [named[k] for k in self.keys if k in named]
-                key += [str(v.dtype) for v in named.values() if hasattr(v, "dtype")]
-                if tuple(key) not in self.cache:
-                    with ThreadPoolExecutor(threads) as pool, AsyncCompileMode(pool, ignore_errors=True):
-                        self.warmup(*args, **{k: v for k, v in kwargs.items() if k != "warmup"})
-            except Exception:  # noqa: BLE001 - compiled one by one below, as without this
-                pass
-        return original(self, *args, **kwargs)
+        self.gpu, self.threads = gpu, threads
+        self.pins: dict[str, dict[str, int]] = {}
+        self.seen: dict[tuple[str, str], int | None] = {}
+        self.met: dict[str, object] = {}       # autotuners by kernel name, as first called
+        self.compiled: set[tuple[int, tuple]] = set()
+        self.original = Autotuner.run
+        control = self
 
-    Autotuner.run = run
+        def run(tuner, *args, **kwargs):
+            return control._run(tuner, args, kwargs)
+
+        Autotuner.run = run
+        self.hook = run
+
+    @staticmethod
+    def kernel_name(tuner) -> str:
+        return getattr(getattr(tuner, "base_fn", None), "__name__", None) or "?"
+
+    def _run(self, tuner, args, kwargs):
+        name = self.kernel_name(tuner)
+        self.met.setdefault(name, tuner)
+        if len(tuner.configs) <= 1:
+            return self.original(tuner, *args, **kwargs)
+        key = tuning_key(tuner, args, kwargs)
+        self._compile_together(tuner, key, args, kwargs)
+        text = repr(key) if all(type(v) in KEY_TYPES for v in key) else None
+        if text is None or why_not_controlled(tuner):
+            self.seen[(name, text or "?")] = None  # Triton's own autotuner chooses
+            return self.original(tuner, *args, **kwargs)
+        chosen = self.pins.get(name, {})
+        index = chosen.get(text, chosen.get("*", 0))
+        index = index if isinstance(index, int) and 0 <= index < len(tuner.configs) else 0
+        tuner.cache[key] = tuner.configs[index]  # Autotuner.run then runs it, timing nothing
+        self.seen[(name, text)] = index
+        return self.original(tuner, *args, **kwargs)
+
+    def _compile_together(self, tuner, key: tuple, args, kwargs) -> None:
+        if not self.gpu or (id(tuner), key) in self.compiled:
+            return
+        self.compiled.add((id(tuner), key))
+        try:
+            from concurrent.futures import ThreadPoolExecutor
+
+            from triton.runtime._async_compile import AsyncCompileMode
+
+            with ThreadPoolExecutor(min(self.threads, len(tuner.configs))) as pool, \
+                    AsyncCompileMode(pool, ignore_errors=True):
+                tuner.warmup(*args, **{k: v for k, v in kwargs.items() if k != "warmup"})
+        except Exception:  # noqa: BLE001 - compiled one by one at their first call, as without this
+            pass
+
+    def autotuners(self, module) -> list[dict]:
+        """Every autotuner of several configurations the module defines (at its top level, or
+        behind triton.heuristics) or has called: its kernel, key, configurations, and why the
+        judge leaves it alone, if it does."""
+        from triton.runtime.autotuner import Autotuner
+
+        found = dict(self.met)
+        for value in list(vars(module).values()):
+            inner, depth = value, 0
+            while inner is not None and depth < 4 and not isinstance(inner, Autotuner):
+                inner, depth = getattr(inner, "fn", None), depth + 1
+            if isinstance(inner, Autotuner):
+                found.setdefault(self.kernel_name(inner), inner)
+        return [{"kernel": name, "key": [str(k) for k in tuner.keys], "configs": [_config_text(c) for c in tuner.configs],
+                 "why": why_not_controlled(tuner)}
+                for name, tuner in found.items() if len(tuner.configs) > 1]
+
+    def ran(self) -> list[list]:
+        """[kernel, key, configuration index or None (Triton's own choice)] since the last request."""
+        out = [[name, key, index] for (name, key), index in self.seen.items()]
+        self.seen = {}
+        return out
 
 
 class Sandbox:
@@ -281,9 +373,10 @@ class Sandbox:
         self.conn, self.torch = conn, torch
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         self.run = None
+        self.module = None
         self.flush = None
+        self.autotune = AutotuneControl(gpu=self.device == "cuda")
         if self.device == "cuda":
-            compile_configs_together()
             torch.cuda.init()
             # read before any candidate exists (which also starts CUPTI while this process is a spare)
             self.mark = getattr(torch._C, "_cuda_sleep", None)  # a builtin: a kernel cannot rewrite its code
@@ -306,9 +399,20 @@ class Sandbox:
         try:
             spec.loader.exec_module(module)
             self.run = getattr(module, entry_point)
+            self.module = module
         except BaseException as exc:  # noqa: BLE001 - any failure is the candidate's
             raise Failure(classify(exc), "importing the kernel failed:\n" + traceback.format_exc()) from None
         self.integrity("import")
+        return {}
+
+    def autotuners(self) -> dict:
+        """The module's autotuners of several configurations (AutotuneControl.autotuners)."""
+        return {"tuners": self.autotune.autotuners(self.module) if self.module is not None else []}
+
+    def pin(self, choices: dict) -> dict:
+        """The configurations later calls run: kernel -> tuning key -> index ("*": any other key)."""
+        self.autotune.pins = {str(k): {str(key): int(i) for key, i in v.items()} for k, v in choices.items()}
+        self.autotune.seen = {}
         return {}
 
     def integrity(self, where: str) -> list[str]:
@@ -345,6 +449,7 @@ class Sandbox:
         behave only when watched), plain (`normal`), or with every Triton launch stubbed
         (`ghost`); under poisoned allocations unless its outputs go unchecked (`poison`)."""
         self.launches.names = []
+        self.autotune.seen = {}
         self.launches.stub = mode == "ghost"
         trace = None
         try:
@@ -357,7 +462,7 @@ class Sandbox:
             self.launches.stub = False
         self.integrity(where)
         return {"outputs": self._outputs(out), "launched": sorted(set(self.launches.names)),
-                "known": sorted(self.launches.ever),
+                "known": sorted(self.launches.ever), "tuned": self.autotune.ran(),
                 "threads": threading.active_count() - self.threads, "trace": trace}
 
     def _traced(self, inputs, where: str, poison: bool = True) -> list[str]:
@@ -401,6 +506,7 @@ class Sandbox:
         begin = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         end = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         self.launches.names = []
+        self.autotune.seen = {}
         out = self._invoke(inputs, "warm-up before timing", poison=False)  # its outputs are not checked
         try:
             # GPU activity only (a CPU-side trace would cost three times as much). Each call is
@@ -431,7 +537,7 @@ class Sandbox:
         busy = [c.busy() for c in calls if c.inside]
         self.integrity("timing")
         return {"span_us": span, "kernel_us": busy, "kernels": names, "launched": sorted(set(self.launches.names)),
-                "known": sorted(self.launches.ever), "event_us": events,
+                "known": sorted(self.launches.ever), "event_us": events, "tuned": self.autotune.ran(),
                 "complete": len(span) == reps,  # every call seen, the last one on the fresh values
                 "outputs": self._outputs(out)}
 

@@ -1,0 +1,82 @@
+"""The run's side of the judge's autotuning (autotune_rounds.py chooses, in the judge): the choice
+carried to everything that runs the same source again, so that one source has one configuration.
+
+- `chosen_before` / `remember_choices`: the pins the judge chose for a source, kept by this
+  process and handed back for its re-check and every later evaluation (a parent timed as a
+  comparator), rather than chosen anew;
+- `pinned_source`: the source with its configuration list narrowed to the choice, for a fresh
+  process that is not a sandbox (the audit under ncu, best_kernel.py);
+- `autotune_evidence`: the choice in words, for the verdict's evidence (the fixer and planner read it).
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+
+from accelopt.tools.harness.result import AutotuneRecord, EvalResult
+from accelopt.tools.task import Task
+from accelopt.tools.tunables import autotune_space, write_configs
+
+# The configurations the judge chose for sources this process evaluated, so that their re-check,
+# audit and every later evaluation (a parent timed as a comparator) run the same ones: keyed by
+# task folder, device and the source's digest; the oldest forgotten first.
+_CHOSEN: collections.OrderedDict[tuple[str, str, str], dict[str, dict[str, int]]] = collections.OrderedDict()
+CHOSEN_KEPT = 256
+
+
+def _chosen_key(task: Task, device: str, source: str) -> tuple[str, str, str]:
+    return str(task.root), device, hashlib.sha256(source.encode()).hexdigest()
+
+
+def chosen_before(task: Task, device: str, sources: dict[str, str]) -> dict[str, dict[str, dict[str, int]]]:
+    """Per timed function, the pins the judge chose when this process last evaluated its source."""
+    out = {}
+    for name, source in sources.items():
+        pins = _CHOSEN.get(_chosen_key(task, device, source))
+        if pins:
+            out[name] = pins
+    return out
+
+
+def remember_choices(task: Task, device: str, sources: dict[str, str], result: EvalResult) -> None:
+    for name, record in result.autotune.items():
+        if name in sources and record.how != "first" and record.pins():
+            key = _chosen_key(task, device, sources[name])
+            _CHOSEN[key] = record.pins()
+            _CHOSEN.move_to_end(key)
+    while len(_CHOSEN) > CHOSEN_KEPT:
+        _CHOSEN.popitem(last=False)
+
+
+def autotune_evidence(result: EvalResult) -> list[str]:
+    """Which configuration each autotuned kernel ran and who chose it, the candidate's and each
+    comparator's, and what a tuning key shared by workloads costs (with its figures)."""
+    lines = []
+    for name, record in result.autotune.items():
+        who = "the kernel" if name == "candidate" else f"the {name}"
+        lines += [f"autotune, {who}: {line}" for line in record.summary()]
+        lines += [f"autotune, {who}: {note}" for note in record.notes]
+    return lines
+
+
+def pinned_source(source: str, record: AutotuneRecord | None) -> str:
+    """The source with its autotuned kernel's configuration list narrowed to what the judge chose
+    (tunables.write_configs), so that a fresh process (the audit, a user running best_kernel.py)
+    runs that configuration rather than tuning anew; unchanged where nothing was chosen by timing,
+    more than one kernel or configuration was chosen, or the list is not one the source writes
+    literally."""
+    if record is None or record.how not in ("timed", "given"):
+        return source
+    controlled = [k for k in record.kernels if k.controlled]
+    space = autotune_space(source)
+    if len(controlled) != 1 or space is None or not space.entries or space.kernel != controlled[0].kernel:
+        return source
+    k = controlled[0]
+    indices = set(k.choices.values()) | {k.default}
+    if len(indices) != 1 or len(space.entries) != len(k.configs):
+        return source
+    try:
+        return write_configs(source, [space.configs[indices.pop()]])
+    except ValueError:
+        return source

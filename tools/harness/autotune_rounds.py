@@ -1,0 +1,270 @@
+"""The judge owns autotuning: which configuration of each `@triton.autotune` kernel is timed.
+
+Triton's autotuner times its configurations at the first call of each tuning key, in each process,
+so the configuration a kernel ran was that process's moment: AccelOpt's rmsnorm_h128 best came out
+1.35x in 4 of 9 `check` processes and 1.0x in 5 (H100), because its two workloads share one key
+and the small one, where every configuration takes about 2 µs, was tuned first.
+
+Here the sandbox's autotuners time nothing (sandbox.AutotuneControl); the judge does:
+- on a GPU, each configuration on each workload in rounds of their own (every configuration of a
+  round before the next round; its last timed output checked), one autotuned kernel after another,
+  the others held at their current choice;
+- per tuning key, the configuration with the least time over the workloads that share the key
+  (their geometric mean, what the task's speedup is), a tie within the noise floor going to the
+  earlier configuration; on workloads whose calls are host-dominated, on kernel-only time;
+- on the interpreter (no GPU to time on), every configuration's correctness on every workload,
+  since a GPU's autotuner may pick any of them; the first configuration is then the one checked.
+
+What it chose is pinned for the rest of the evaluation, returned in the result, and handed back
+by the runner for the re-check, the audit, later evaluations and best_kernel.py. A kernel whose
+configuration is wrong is rejected, naming the configuration. An autotuner the judge cannot
+replay (prune_configs_by, hooks, a key of other values) keeps its own choice, and the record
+says why.
+
+A mixin of the judge (judge.py `Judge`), loaded by path beside it, or imported as part of the package.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import statistics
+import sys
+from typing import TYPE_CHECKING, Any
+
+
+def _load_sibling(name: str, filename: str):
+    if __package__:
+        return importlib.import_module(f"{__package__}.{filename.removesuffix('.py')}")
+    return sys.modules[name]
+
+
+correctness = _load_sibling("accelopt_correctness", "correctness.py")
+stats = _load_sibling("accelopt_stats", "stats.py")
+judge_sandboxes = _load_sibling("accelopt_judge_sandboxes", "judge_sandboxes.py")
+if TYPE_CHECKING:
+    from accelopt.tools.harness.correctness import Reject
+    from accelopt.tools.harness.judge_sandboxes import Sandbox, SandboxFailure, _call_mode, _owned
+else:
+    Reject = correctness.Reject
+    Sandbox, SandboxFailure = judge_sandboxes.Sandbox, judge_sandboxes.SandboxFailure
+    _call_mode, _owned = judge_sandboxes._call_mode, judge_sandboxes._owned
+
+TUNE_SEED = 300          # the configurations' timed inputs: never among the checked or timing seeds
+TUNE_ROUNDS = 3          # rounds per autotuned kernel; each round times every configuration once per workload
+TUNE_REPS = 5            # timed calls per configuration, workload and round
+# A configuration costs a workload "a real cost" beyond this share: the shared-key advice is given.
+SHARED_KEY_COST = 0.05
+# What Triton's autotuner reports for a configuration that cannot run on this GPU; the judge leaves
+# such a configuration out, as the autotuner does, and fails the kernel on any other error.
+NOT_RUNNABLE = ("OutOfResources", "PTXASError", "CompileTimeAssertionFailure", "out of resource")
+
+
+# ---------------------------------------------------------------- the choice (pure)
+
+def first_within(scores: list[float], floor: float) -> int:
+    """The earliest index whose score (a log time) is within the noise floor of the least."""
+    best = min(scores)
+    return next(i for i, s in enumerate(scores) if s <= best + math.log1p(floor))
+
+
+def choose(times: dict[str, list[float]], keys: dict[str, str], floor: float) -> dict[str, int]:
+    """Per tuning key, the configuration index that minimizes the geometric mean of the times of
+    the workloads sharing the key (`times`: workload -> a time per configuration, inf where it
+    cannot run; `keys`: workload -> its key). Ties within `floor` go to the earlier index."""
+    chosen: dict[str, int] = {}
+    for key in dict.fromkeys(keys.values()):
+        group = [w for w, k in keys.items() if k == key and w in times]
+        n = len(times[group[0]])
+        scores = [sum(math.log(times[w][i]) if times[w][i] < math.inf else math.inf for w in group) / len(group)
+                  for i in range(n)]
+        chosen[key] = first_within(scores, floor) if min(scores) < math.inf else 0
+    return chosen
+
+
+def shared_key_notes(kernel: str, key_names: list[str], times: dict[str, list[float]], keys: dict[str, str],
+                     chosen: dict[str, int], floor: float, unit: dict[str, str]) -> list[str]:
+    """Where workloads share a tuning key and one of them pays for it, said with its figures: what
+    Triton's own autotuner would run on it in a process where another shape of the key comes
+    first (that shape's configurations within noise: any of them may win), and what the judge's
+    choice costs it against its own best. Advice for the kernel's author: tell the shapes apart in
+    `key`."""
+    notes = []
+    for key, index in chosen.items():
+        group = [w for w, k in keys.items() if k == key and w in times]
+        if len(group) < 2:
+            continue
+        first = group[0]
+        tied = [i for i, t in enumerate(times[first]) if t <= min(times[first]) * (1 + floor)]
+        for w in group[1:]:
+            best = min(times[w])
+            worst = max(times[w][i] for i in tied)
+            if worst > best * (1 + SHARED_KEY_COST) and worst < math.inf:
+                notes.append(
+                    f"{kernel}: {w} runs the configuration chosen on {first} when that shape comes first "
+                    f"(one tuning key, key={key_names}; {len(tied)} of {len(times[first])} configurations are within "
+                    f"noise on {first}): up to {worst:.1f} µs against {best:.1f} µs ({unit[w]}); add the dimension "
+                    f"that tells {first} and {w} apart to `key`")
+        for w in group:
+            best = min(times[w])
+            if times[w][index] > best * (1 + SHARED_KEY_COST):
+                notes.append(f"{kernel}: {w} runs configuration {index}, the best over the workloads sharing its key, "
+                             f"at {times[w][index]:.1f} µs against {best:.1f} µs with its own best ({unit[w]})")
+    return notes
+
+
+def pins_of(record: dict) -> dict[str, dict[str, int]]:
+    """The sandbox's pins (sandbox.AutotuneControl.pins) from an autotune record."""
+    return {k["kernel"]: {**k["choices"], "*": k["default"]} for k in record.get("kernels", []) if k.get("controlled")}
+
+
+def _default(chosen: dict[str, int], keys: dict[str, str]) -> int:
+    """The configuration for a key no workload showed (a seed that changes a key's value): the one
+    most workloads run, the earlier of equals."""
+    runs = [chosen[k] for k in keys.values() if k in chosen]
+    return min(set(runs), key=lambda i: (-runs.count(i), i)) if runs else 0
+
+
+# ---------------------------------------------------------------- the judge's side
+
+class AutotuneRounds:
+    """The judge's autotuning (a mixin of judge.py's `Judge`, which provides `torch`, `prepare`
+    and `_give_back_gpu_memory`)."""
+
+    if TYPE_CHECKING:
+        torch: Any
+
+        def prepare(self, ref, req: dict, workload: dict, seed: int, where: str | None = None,
+                    expect: bool = True) -> Any: ...
+
+        def _give_back_gpu_memory(self, req: dict) -> None: ...
+
+    def autotune(self, box: Sandbox, req: dict, ref, deadline: float, pins: dict | None = None,
+                 check: bool = True) -> dict | None:
+        """Choose and pin the configuration of every autotuner of the sandbox's module. `pins`
+        (from an earlier evaluation of the same source) are pinned as given; else, on a GPU and
+        with timing ahead, the configurations are timed, and otherwise (the interpreter, a check
+        only) each is checked for correctness and the first pinned. `check`: the configurations'
+        outputs are checked (the candidate's; a comparator's are trusted). Returns the record,
+        or None where the module has no autotuner of several configurations."""
+        tuners = box.request("autotuners", deadline)["tuners"]
+        if not tuners:
+            return None
+        kernels = [{**t, "controlled": t["why"] is None, "choices": {}, "default": 0, "ran": {}} for t in tuners]
+        record: dict = {"kernels": kernels, "notes": [], "how": "given" if pins else None}
+        controlled = [k for k in kernels if k["controlled"]]
+        for k in kernels:
+            if not k["controlled"]:
+                record["notes"].append(f"{k['kernel']}: its own autotuner chooses ({k['why']}); another process may "
+                                       "time another configuration")
+        if pins:
+            for k in controlled:
+                given = pins.get(k["kernel"], {})
+                k["choices"] = {key: i for key, i in given.items() if key != "*"}
+                k["default"] = given.get("*", 0)
+        elif req["device"] == "cuda" and not req.get("check_only"):
+            record["how"] = "timed"
+            for k in controlled:
+                self._time_configs(box, req, ref, deadline, k, pins_of(record), check)
+            record["notes"] += [n for k in controlled for n in k.pop("advice", [])]
+        elif check:
+            record["how"] = "checked"
+            for k in controlled:
+                self._check_configs(box, req, ref, deadline, k, pins_of(record))
+        else:  # a comparator with nothing timed (the interpreter): verified already, its first configuration
+            record["how"] = "first"
+        box.request("pin", deadline, choices=pins_of(record))
+        return record
+
+    def _configuration(self, k: dict, i: int) -> str:
+        return f"configuration {i} of {k['kernel']} ({k['configs'][i]})"
+
+    def _check_configs(self, box: Sandbox, req: dict, ref, deadline: float, k: dict, held: dict) -> None:
+        """Every configuration's outputs on every workload, one input set each: on the interpreter
+        nothing is timed, and a GPU's autotuner may pick any of them. The first is pinned."""
+        seed, keys = req["seed_offset"], {}
+        for i in range(len(k["configs"])):
+            box.request("pin", deadline, choices={**held, k["kernel"]: {"*": i}})
+            for workload in req["workloads"]:
+                inputs, expected = self.prepare(ref, req, workload, seed, f"{self._configuration(k, i)}, workload "
+                                                                          f"{workload['name']}")
+                where = f"workload {workload['name']}, {self._configuration(k, i)}"
+                try:
+                    reply = box.request("call", deadline, inputs=list(inputs), where=where, mode=_call_mode(req))
+                except SandboxFailure as f:
+                    raise Reject(f.status, f"{where}: {f.error}") from None
+                correctness.for_request(req)(self.torch, _owned(self.torch, reply["outputs"]), expected, where)
+                keys.setdefault(workload["name"], next(
+                    (key for name, key, _ in reply.get("tuned") or [] if name == k["kernel"]), "?"))
+                del inputs, expected, reply
+                self._give_back_gpu_memory(req)
+        k.update(checked=len(k["configs"]), choices={}, default=0, keys=keys, ran={w: 0 for w in keys})
+
+    def _time_configs(self, box: Sandbox, req: dict, ref, deadline: float, k: dict, held: dict,
+                      check: bool) -> None:
+        """Each configuration on each workload in TUNE_ROUNDS rounds (a round: every configuration,
+        every workload); the candidate's last timed output of each is checked. Chooses per key."""
+        n, names = len(k["configs"]), [w["name"] for w in req["workloads"]]
+        spans: dict[str, list[list[float]]] = {w: [[] for _ in range(n)] for w in names}
+        kernel: dict[str, list[list[float]]] = {w: [[] for _ in range(n)] for w in names}
+        keys: dict[str, str] = {}
+        out: set[int] = set()
+        failures: dict[int, str] = {}
+        for r in range(TUNE_ROUNDS):
+            for i in range(n):
+                if i in out:
+                    continue
+                box.request("pin", deadline, choices={**held, k["kernel"]: {"*": i}})
+                for workload in req["workloads"]:
+                    got = self._time_one(box, req, ref, deadline, k, i, workload, r, check)
+                    if isinstance(got, str):
+                        out.add(i)
+                        failures[i] = got
+                        break
+                    span, busy, key = got
+                    spans[workload["name"]][i].append(span)
+                    kernel[workload["name"]][i].append(busy)
+                    if key is not None:
+                        keys.setdefault(workload["name"], key)
+        if len(out) == n:
+            raise Reject("runtime_error", f"no configuration of {k['kernel']} runs on this GPU: "
+                         + "; ".join(f"{i}: {e}" for i, e in failures.items()))
+        times, unit = {}, {}
+        for w in names:
+            med = [statistics.median(s) if s and i not in out else math.inf for i, s in enumerate(spans[w])]
+            kmed = [statistics.median(s) if s and i not in out else math.inf for i, s in enumerate(kernel[w])]
+            runnable = [i for i in range(n) if i not in out]
+            host = stats.host_bound(statistics.median(kmed[i] for i in runnable),
+                                    statistics.median(med[i] for i in runnable))
+            times[w], unit[w] = (kmed, "kernel-only: host-dominated calls") if host else (med, "span")
+        keys = {w: keys.get(w, "?") for w in names}
+        floor = float(req.get("noise_floor", stats.NOISE_FLOOR))
+        chosen = choose(times, keys, floor)
+        k.update(choices=chosen, default=_default(chosen, keys), timed=True,
+                 ran={w: chosen[keys[w]] for w in names}, keys=keys,
+                 times_us={w: [round(t, 3) if t < math.inf else None for t in times[w]] for w in names},
+                 timer={w: "kernel_only" if unit[w].startswith("kernel") else "span" for w in names},
+                 failed={str(i): e[:300] for i, e in failures.items()},
+                 advice=shared_key_notes(k["kernel"], k["key"], times, keys, chosen, floor, unit))
+
+    def _time_one(self, box: Sandbox, req: dict, ref, deadline: float, k: dict, i: int, workload: dict, r: int,
+                  check: bool) -> tuple[float, float, str | None] | str:
+        """(median span, median kernel-only time, the key the kernel ran under) of one configuration
+        on one workload in round r; a string: why it cannot run on this GPU (left out)."""
+        inputs, _ = self.prepare(ref, req, workload, TUNE_SEED + 2 * r, expect=False)
+        fresh, expected = self.prepare(ref, req, workload, TUNE_SEED + 2 * r + 1, expect=check)
+        where = f"workload {workload['name']}, {self._configuration(k, i)}"
+        try:
+            reply = box.request("time_calls", deadline, inputs=list(inputs), reps=TUNE_REPS, fresh=list(fresh))
+        except SandboxFailure as f:
+            if not f.dead and any(s in f.error for s in NOT_RUNNABLE):
+                return f.error.strip().splitlines()[-1][:300]
+            raise Reject(f.status, f"{where}: {f.error}") from None
+        if check:
+            correctness.for_request(req)(self.torch, _owned(self.torch, reply["outputs"]), expected, where)
+        spans = reply["span_us"] or reply["event_us"]
+        busy = reply["kernel_us"] or spans
+        key = next((key for name, key, _ in reply.get("tuned") or [] if name == k["kernel"]), None)
+        del inputs, fresh, expected, reply
+        self._give_back_gpu_memory(req)
+        return statistics.median(spans), statistics.median(busy), key
