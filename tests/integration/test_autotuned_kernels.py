@@ -2,10 +2,9 @@
 tests/fixtures/autotuned/) through the tuner and the --autotune node, each variant verified by the
 real harness on the CPU interpreter: every candidate is one pinned configuration of its own.
 
-On the interpreter an autotune list of several configurations cannot run at all (the autotuner
-benchmarks through a GPU driver), so the variants are verified alone, without the interleaved
-comparators (the autotuned parent would fail them), and their speedups are set by the test:
-the search's order is under test here, not interpreter timings."""
+The variants are verified alone, without the interleaved comparators, and their speedups are
+set by the test: the search's order is under test here, not interpreter timings (the judge's own
+choice among an autotuner's configurations is tests/integration/test_judge_autotune.py's)."""
 
 from types import SimpleNamespace
 

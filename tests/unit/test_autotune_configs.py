@@ -365,20 +365,3 @@ def test_per_workload_winners_come_from_pins_the_tuner_wrote_whose_launch_passes
     moved = measured("i4.m0.p0.k0", {**tried[4]["config"], "BLOCK_SIZE_N": 64}, 2.0)
     moved["workload_speedups"] = {"M2": 2.0, "M12853": 2.0}
     assert TUNER.plan(request(source, 3, [*tried, moved])).plans[0].configs == (listed[0], listed[3])
-
-
-def test_a_comparison_with_a_run_time_choice_says_so():
-    """A kernel that leaves its configuration to @triton.autotune (several configs) is not one
-    program across processes: AccelOpt's rmsnorm best, checked twice against o3's on one H100,
-    came out 1.027x and 1.354x. A verdict that times one says so; a pinned list chooses nothing."""
-    from accelopt.tools.harness.runner import run_time_choice_note
-    from accelopt.tools.tunables import apply_config, pins
-
-    chooser = (FIXTURES / "autotuned" / "rmsnorm_autotuned.py").read_text()
-    pinned = apply_config(chooser, pins(chooser)[0])
-    plain = (TASKS / "rmsnorm" / "baseline.py").read_text()
-    note = run_time_choice_note({"the kernel": chooser, "the baseline": plain})
-    assert note is not None and note.startswith("the kernel chooses a configuration at run time")
-    assert run_time_choice_note({"the kernel": pinned, "the baseline": plain}) is None
-    both = run_time_choice_note({"the kernel": chooser, "the parent": chooser})
-    assert both is not None and both.startswith("the kernel and the parent choose")
