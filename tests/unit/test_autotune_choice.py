@@ -75,3 +75,105 @@ def test_the_evidence_says_which_configuration_ran_and_who_chose_it():
     assert lines[0] == ("autotune, the kernel: rmsnorm_kernel (the judge timed 3 configurations): "
                         "batch_size1088: 1: c; batch_size520128: 1: c")
     assert lines[1].startswith("autotune, the kernel: rmsnorm_kernel: batch_size520128 runs")
+
+
+class _Box:
+    """A sandbox as the judge's autotuning drives it: one autotuned kernel of four configurations
+    over two workloads sharing a key, with times per (configuration, workload) like rmsnorm_h128's."""
+
+    def __init__(self, spans: dict[str, list[float]], broken: int | None = None):
+        self.spans, self.broken, self.pinned, self.requests = spans, broken, {}, []
+
+    def request(self, op, deadline, **args):
+
+        self.requests.append(op)
+        if op == "autotuners":
+            return {"tuners": [{"kernel": "k", "key": ["hidden"], "configs": [f"c{i}" for i in range(4)], "why": None}]}
+        if op == "pin":
+            self.pinned = args["choices"]
+            return {}
+        assert op == "time_calls"
+        workload = "small" if args["inputs"][0].numel() == 1 else "large"
+        index = self.pinned["k"]["*"]
+        if index == self.broken:
+            from accelopt.tools.harness.judge_sandboxes import SandboxFailure
+
+            raise SandboxFailure("compile_error", "triton.runtime.errors.OutOfResources: out of resource: shared memory")
+        t = self.spans[workload][index]
+        return {"span_us": [t] * 5, "event_us": [t] * 5, "kernel_us": [t * 0.9] * 5, "outputs": [args["fresh"][0]],
+                "tuned": [["k", KEY, index]]}
+
+
+def _judge():
+    import torch
+
+    from accelopt.tools.harness.autotune_rounds import AutotuneRounds
+
+    class Judge(AutotuneRounds):
+        def prepare(self, ref, req, workload, seed, where=None, expect=True):
+            x = torch.ones(1 if workload["name"] == "small" else 2)
+            return (x,), (x.clone() if expect else None)
+
+        def _give_back_gpu_memory(self, req):
+            pass
+
+    judge = Judge()
+    judge.torch = torch
+    return judge
+
+
+REQ = {"device": "cuda", "workloads": [{"name": "small"}, {"name": "large"}], "noise_floor": 0.02,
+       "correctness": "allclose", "atol": 1e-3, "rtol": 1e-3, "seed_offset": 0}
+
+
+def test_the_judge_times_every_configuration_chooses_per_key_and_pins_it():
+    box = _Box({"small": SMALL, "large": LARGE})
+    record = _judge().autotune(box, REQ, None, float("inf"))
+    (kernel,) = record["kernels"]
+    assert record["how"] == "timed" and kernel["choices"] == {KEY: 1} and kernel["ran"] == {"small": 1, "large": 1}
+    assert box.pinned == {"k": {KEY: 1, "*": 1}}  # what the rest of the evaluation runs
+    assert box.requests.count("time_calls") == 3 * 4 * 2  # rounds x configurations x workloads
+    assert kernel["times_us"]["large"][0] == 317.0 and kernel["timer"] == {"small": "span", "large": "span"}
+    assert any("large runs the configuration chosen on small" in n for n in record["notes"])
+    assert AutotuneRecord(**record).pins() == {"k": {KEY: 1, "*": 1}}
+
+
+def test_a_configuration_that_cannot_run_on_the_gpu_is_left_out_and_said():
+    box = _Box({"small": SMALL, "large": LARGE}, broken=1)
+    record = _judge().autotune(box, REQ, None, float("inf"))
+    (kernel,) = record["kernels"]
+    assert kernel["choices"] == {KEY: 3} and "OutOfResources" in kernel["failed"]["1"]
+    assert kernel["times_us"]["large"][1] is None
+
+
+def test_pins_from_an_earlier_evaluation_are_pinned_as_given():
+    box = _Box({"small": SMALL, "large": LARGE})
+    record = _judge().autotune(box, REQ, None, float("inf"), pins={"k": {KEY: 3, "*": 3}})
+    assert record["how"] == "given" and box.pinned == {"k": {KEY: 3, "*": 3}} and "time_calls" not in box.requests
+
+
+def _timing(median: float, outside: float | None) -> dict:
+    return {"median_us": median, "iqr_us": 0.1, "samples": 10, "outside_us": outside}
+
+
+def test_host_time_a_comparator_pays_too_is_no_contradiction():
+    """A 2 µs kernel launched through an autotuner: the judge's back-to-back clock sees the launch
+    (60 µs a call). The comparator's honest calls pay 30 µs beyond their span: not a contradiction.
+    200 µs a call beyond a 2 µs span, where the comparator pays 30, still is."""
+    from accelopt.tools.harness.result import WorkloadTiming
+    from accelopt.tools.harness.runner import contradicted_workloads
+
+    def result(outside: float) -> EvalResult:
+        return EvalResult(status="verified", device="cuda",
+                          workloads={"small": WorkloadTiming(**_timing(2.0, outside)),
+                                     "large": WorkloadTiming(**_timing(172.0, 180.0))},
+                          compare={"baseline": {"small": WorkloadTiming(**_timing(2.1, 32.0)),
+                                                "large": WorkloadTiming(**_timing(317.0, 320.0))}})
+
+    explained = result(60.0)
+    assert contradicted_workloads(explained) == []
+    assert "host time a call, as the comparators' calls pay" in explained.evidence[0]
+    assert contradicted_workloads(result(200.0)) == ["small"]
+    alone = result(60.0)
+    alone.compare = {}
+    assert contradicted_workloads(alone) == ["small"]  # nothing honest to compare the host time with

@@ -1,0 +1,108 @@
+"""GPU benchmark: the search finds the winners it is handed.
+
+    python evals/bench_served_winners.py --out served --tasks rmsnorm_h128 -T 2 --runs 3   # on a GPU host
+
+For each corpus task whose AccelOpt best is @triton.autotune'd (evals/realworld/accelopt_bests),
+the replay endpoint (evals/replay: real LLM-written kernels, AccelOpt's best among them, and
+variants, at a modelled LLM's latency; a rehearsal, not an LLM) serves a run that starts from the
+corpus solution AccelOpt started from (evals/bench_full_run.py, B2 N2 K2 F1 by default). Then:
+1. the best served kernel's standalone verdict: `accelopt check TASK BEST --against BASELINE --json`;
+2. per run, its best's speedup over the baseline with its interval, and whether the served best
+   was evaluated in it and with which verdict (the candidate whose source is the served best's);
+3. pass: the run's best is at least the standalone verdict within noise (its interval reaches the
+   standalone speedup's interval).
+Rows go to OUT/served_winners.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REALWORLD = HERE / "realworld"
+
+
+def standalone(task: str, best: Path, baseline: Path, timeout_s: float) -> dict:
+    cmd = [sys.executable, "-m", "accelopt", "check", str(REALWORLD / "tasks" / task), str(best), "--against",
+           str(baseline), "--json", "--timeout", str(timeout_s)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s * 3 + 120)
+    try:
+        record = json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"status": "no_record", "error": done.stderr[-1500:]}
+    vs = (record.get("versus") or {}).get("baseline") or next(iter((record.get("versus") or {}).values()), {})
+    verdict = (record.get("verdicts") or {}).get("baseline") or {}
+    return {"status": record["status"], "speedup": vs.get("speedup"), "interval": [vs.get("ci_low"), vs.get("ci_high")],
+            "word": verdict.get("word"), "flags": record.get("flags")}
+
+
+def run_row(task: str, out: Path, args: argparse.Namespace, best_text: str) -> dict:
+    cmd = [sys.executable, str(HERE / "bench_full_run.py"), "--out", str(out), "--tasks", task,
+           "-B", str(args.beams), "-N", str(args.plans), "-K", str(args.samples), "-F", str(args.fixes),
+           "-T", str(args.iterations), "--time-scale", str(args.time_scale), "--seed", str(args.seed),
+           "--no-memory", "--timeout", str(args.timeout)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    run_dir = out / "runs" / task
+    row: dict = {"cmd": " ".join(cmd), "rc": done.returncode, "seed": args.seed}
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return {**row, "error": done.stderr[-1500:] or done.stdout[-1500:]}
+    row.update(best_id=summary.get("best_id"), best_speedup=summary.get("best_speedup"),
+               stop_reason=summary.get("stop_reason"))
+    best = run_dir / "candidates" / str(summary.get("best_id")) / "result.json"
+    if best.is_file():
+        vs = (json.loads(best.read_text()).get("versus") or {}).get("baseline") or {}
+        row["best_interval"] = [vs.get("ci_low"), vs.get("ci_high")]
+    served = []
+    for folder in sorted((run_dir / "candidates").glob("*")):
+        kernel, result = folder / "kernel.py", folder / "result.json"
+        if kernel.is_file() and kernel.read_text().strip() == best_text.strip() and result.is_file():
+            got = json.loads(result.read_text())
+            served.append({"id": folder.name, "status": got.get("status"), "speedup": got.get("speedup"),
+                           "flags": got.get("flags")})
+    row["served_best_evaluations"] = served
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--tasks", default="rmsnorm_h128")
+    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("-B", "--beams", type=int, default=2)
+    parser.add_argument("-N", "--plans", type=int, default=2)
+    parser.add_argument("-K", "--samples", type=int, default=2)
+    parser.add_argument("-F", "--fixes", type=int, default=1)
+    parser.add_argument("-T", "--iterations", type=int, default=2)
+    parser.add_argument("--time-scale", type=float, default=0.1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=900.0)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    bests = json.loads((REALWORLD / "accelopt_bests" / "manifest.json").read_text())["bests"]
+    rows = []
+    for task in args.tasks.split(","):
+        entry = bests[task]
+        best = REALWORLD / "accelopt_bests" / entry["file"]
+        row: dict = {"task": task, "baseline": entry["baseline"],
+                     "standalone": standalone(task, best, REALWORLD / entry["baseline"], args.timeout), "runs": []}
+        low = (row["standalone"].get("interval") or [None])[0]
+        for r in range(args.runs):
+            run = run_row(task, args.out / f"{task}_run{r}", argparse.Namespace(**{**vars(args), "seed": args.seed + r}),
+                          best.read_text())
+            top = (run.get("best_interval") or [None, None])[1]
+            run["passes"] = bool(low is not None and top is not None and top >= low)
+            row["runs"].append(run)
+            rows.append(row) if r == 0 else None
+            (args.out / "served_winners.json").write_text(json.dumps(rows, indent=1))
+            print(task, r, run.get("best_speedup"), run.get("best_interval"), "standalone", row["standalone"],
+                  "passes" if run["passes"] else "FAILS", flush=True)
+
+
+if __name__ == "__main__":
+    main()
