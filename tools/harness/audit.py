@@ -115,7 +115,7 @@ def profiled(task: Task, source: str, result: EvalResult, *, timeout_s: float = 
         return profile_workloads(task, source, workloads, timeout_s=timeout_s, metrics=AUDIT_METRICS,
                                  triton_cache=triton_cache)
 
-    run = started.collect(timeout_s, triton_cache) if started is not None else fresh()
+    run = started.collect(timeout_s, triton_cache, source) if started is not None else fresh()
     if run.error and not run.timed_out:
         # Once more in a fresh process: a profile can fail for a moment that is not the kernel's
         # (on an H100, one of two winners of one iteration came back unaudited, the same source

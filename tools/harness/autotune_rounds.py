@@ -55,6 +55,7 @@ TUNE_ROUNDS = 3          # rounds per autotuned kernel; each round times every c
 TUNE_REPS = 5            # timed calls per configuration, workload and round
 # A configuration costs a workload "a real cost" beyond this share: the shared-key advice is given.
 SHARED_KEY_COST = 0.05
+TIE_US = 0.5             # times this close are one time, whatever the floor says (a timer's step)
 # What Triton's autotuner reports for a configuration that cannot run on this GPU; the judge leaves
 # such a configuration out, as the autotuner does, and fails the kernel on any other error.
 NOT_RUNNABLE = ("OutOfResources", "PTXASError", "CompileTimeAssertionFailure", "out of resource")
@@ -68,15 +69,23 @@ def first_within(scores: list[float], floor: float) -> int:
     return next(i for i, s in enumerate(scores) if s <= best + math.log1p(floor))
 
 
+def evened(times: list[float], floor: float) -> list[float]:
+    """One workload's times with those within noise of its best (the floor, or TIE_US: CUPTI's
+    kernel times of a 2 µs kernel come in steps of 0.25 µs) counted as the best."""
+    best = min(times)
+    return [best if t <= best * (1 + floor) + TIE_US else t for t in times]
+
+
 def choose(times: dict[str, list[float]], keys: dict[str, str], floor: float) -> dict[str, int]:
     """Per tuning key, the configuration index that minimizes the geometric mean of the times of
     the workloads sharing the key (`times`: workload -> a time per configuration, inf where it
-    cannot run; `keys`: workload -> its key). Ties within `floor` go to the earlier index."""
+    cannot run; `keys`: workload -> its key). Ties within noise go to the earlier index."""
     chosen: dict[str, int] = {}
     for key in dict.fromkeys(keys.values()):
         group = [w for w, k in keys.items() if k == key and w in times]
         n = len(times[group[0]])
-        scores = [sum(math.log(times[w][i]) if times[w][i] < math.inf else math.inf for w in group) / len(group)
+        even = {w: evened(times[w], floor) for w in group}
+        scores = [sum(math.log(even[w][i]) if even[w][i] < math.inf else math.inf for w in group) / len(group)
                   for i in range(n)]
         chosen[key] = first_within(scores, floor) if min(scores) < math.inf else 0
     return chosen
@@ -95,7 +104,7 @@ def shared_key_notes(kernel: str, key_names: list[str], times: dict[str, list[fl
         if len(group) < 2:
             continue
         first = group[0]
-        tied = [i for i, t in enumerate(times[first]) if t <= min(times[first]) * (1 + floor)]
+        tied = [i for i, t in enumerate(evened(times[first], floor)) if t == min(times[first])]
         for w in group[1:]:
             best = min(times[w])
             worst = max(times[w][i] for i in tied)

@@ -162,9 +162,13 @@ class Profiling:
         self.proc = _launch([*confine.process_prefix(str(home), (str(task.root),)), *cmd], cwd=str(home),
                             env=scrubbed_env(home, "cuda", gpu))
 
-    def collect(self, timeout_s: float, triton_cache: str | None = None) -> ProfileRun:
-        """Let the process run the candidate; its kernels, or why not. `timeout_s` bounds this part."""
+    def collect(self, timeout_s: float, triton_cache: str | None = None, source: str | None = None) -> ProfileRun:
+        """Let the process run the candidate; its kernels, or why not. `timeout_s` bounds this part.
+        `source`: the kernel it runs, if not the one it was started with (the judge's autotune choice
+        written in: runner.pinned_source, known only once the verdict is); read after the go."""
         try:
+            if source is not None:
+                (self.home / "candidate.py").write_text(source)
             if triton_cache and Path(triton_cache).is_dir():  # scrubbed_env's TRITON_CACHE_DIR
                 carried_cache.copy(triton_cache, str(self.home / "triton-cache"))
             (self.home / "go.part").write_text("go")
