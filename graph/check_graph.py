@@ -86,6 +86,8 @@ class CheckOutput(TypedDict, total=False):
     profile: str | None
     gpu: str | None
     node: str | None
+    # per timed function: the configuration each @triton.autotune kernel ran per workload, who chose it, notes
+    autotune: dict[str, dict[str, Any]]
     torch_compile_mode: str                # where torch.compile was timed: its mode
     before_judge_s: dict[str, float | None]  # process, prepare, judge_pool, judge_start, to_verdict
 
@@ -122,6 +124,7 @@ class CheckState(TypedDict, total=False):
     profile: str | None
     gpu: str | None
     node: str | None
+    autotune: dict[str, dict[str, Any]]
     torch_compile_mode: str
     before_judge_s: dict[str, float | None]
 

@@ -26,4 +26,4 @@ def best_kernel_source(candidate: Candidate) -> str | None:
     autotuned kernel written in (a user's process would otherwise tune anew, and may pick another)."""
     source = candidate.get("source")
     chosen = (candidate.get("autotune_choice") or {}).get("candidate")
-    return pinned_source(source, AutotuneRecord(**chosen)) if source and chosen else source
+    return pinned_source(source, AutotuneRecord(**chosen)).text if source and chosen else source

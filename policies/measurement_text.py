@@ -33,6 +33,7 @@ def describe(candidate: Mapping[str, Any]) -> str:
         lines.append(line)
     if candidate.get("profile"):
         lines.append(candidate["profile"])
+    lines += describe_autotune(candidate)
     advice = describe_findings(candidate.get("findings") or [], at_least="warning")
     if advice:
         lines.append(advice)
@@ -41,6 +42,23 @@ def describe(candidate: Mapping[str, Any]) -> str:
         lines.append(f"Speedup over the original baseline: {vs['speedup']:.2f}x "
                      f"({interval_label(vs['rounds'])}: {vs['ci_low']:.2f}-{vs['ci_high']:.2f}, interleaved)")
     return "\n".join(lines)
+
+
+def describe_autotune(candidate: Mapping[str, Any]) -> list[str]:
+    """Which configuration of its @triton.autotune list each workload ran (the harness's choice: it
+    times them itself) and what a tuning key that several workloads share costs: advice on `key`."""
+    chosen = (candidate.get("autotune_choice") or {}).get("candidate") or {}
+    lines = []
+    for k in chosen.get("kernels") or []:
+        configs, ran = k.get("configs") or [], k.get("ran") or {}
+        if not k.get("controlled", True):
+            lines.append(f"Autotuning: {k['kernel']} chose for itself ({k.get('why')}); the harness could not pin it")
+        elif ran:
+            runs = "; ".join(f"{w}: {configs[i] if i < len(configs) else i}" for w, i in ran.items())
+            lines.append(f"Autotuning: the harness timed {k['kernel']}'s {len(configs)} configurations and ran, per "
+                         f"workload, {runs}")
+    lines += [f"Autotuning advice: {note}" for note in chosen.get("notes") or []]
+    return lines
 
 
 def describe_findings(findings: list[dict], at_least: str = "info") -> str:

@@ -56,14 +56,14 @@ def _record(how: str, choices: dict, default: int, configs: int = 3) -> Autotune
 
 
 def test_the_chosen_configuration_is_written_into_the_source_for_a_fresh_process():
-    pinned = pinned_source(AUTOTUNED, _record("timed", {"(64,)": 1, "(200,)": 1}, 1))
+    pinned = pinned_source(AUTOTUNED, _record("timed", {"(64,)": 1, "(200,)": 1}, 1)).text
     space = autotune_space(pinned)
     assert space is not None and space.pinned and space.configs == [{"BLOCK": 128, "num_warps": 4, "num_stages": 2}]
     assert pinned.replace(" ", "").count("key=['hidden']") == 1  # the rest of the decorator kept
     # nothing chosen by timing, two configurations chosen, or a list that does not match: unchanged
-    assert pinned_source(AUTOTUNED, _record("checked", {}, 0)) == AUTOTUNED
-    assert pinned_source(AUTOTUNED, _record("timed", {"(64,)": 0, "(200,)": 2}, 0)) == AUTOTUNED
-    assert pinned_source(AUTOTUNED, _record("timed", {}, 0, configs=4)) == AUTOTUNED
+    assert pinned_source(AUTOTUNED, _record("checked", {}, 0)).text == AUTOTUNED
+    assert pinned_source(AUTOTUNED, _record("timed", {"(64,)": 0, "(200,)": 2}, 0)).text == AUTOTUNED
+    assert pinned_source(AUTOTUNED, _record("timed", {}, 0, configs=4)).text == AUTOTUNED
     assert pins_of(_record("timed", {"(64,)": 2}, 2).model_dump()) == {"rmsnorm_kernel": {"(64,)": 2, "*": 2}}
 
 
@@ -177,3 +177,25 @@ def test_host_time_a_comparator_pays_too_is_no_contradiction():
     alone = result(60.0)
     alone.compare = {}
     assert contradicted_workloads(alone) == ["small"]  # nothing honest to compare the host time with
+
+
+def test_best_kernel_py_holds_the_configuration_the_judge_chose():
+    from accelopt.nodes.record import best_kernel_source
+
+    chosen = _record("timed", {"(64,)": 2, "(200,)": 2}, 2).model_dump()
+    written = best_kernel_source({"id": "i1", "source": AUTOTUNED, "autotune_choice": {"candidate": chosen}})
+    assert autotune_space(written).configs == [{"BLOCK": 256, "num_warps": 8, "num_stages": 3}]
+    assert best_kernel_source({"id": "baseline", "source": AUTOTUNED}) == AUTOTUNED  # nothing chosen: as written
+
+
+def test_the_planner_reads_the_choice_and_the_advice_on_key():
+    from accelopt.policies.measurement_text import describe
+
+    record = _record("timed", {KEY: 1}, 1)
+    record.kernels[0].ran = {"batch_size520128": 1}
+    record.notes = ["rmsnorm_kernel: batch_size520128 runs the configuration chosen on batch_size1088 when that "
+                    "shape comes first ...; add the dimension that tells them apart to `key`"]
+    text = describe({"workloads": {"batch_size520128": _timing(169.0, None)},
+                     "autotune_choice": {"candidate": record.model_dump()}})
+    assert "the harness timed rmsnorm_kernel's 3 configurations and ran, per workload, batch_size520128: c" in text
+    assert "Autotuning advice: rmsnorm_kernel: batch_size520128 runs the configuration chosen on" in text

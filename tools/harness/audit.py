@@ -25,10 +25,9 @@ import shutil
 
 from accelopt.tools.harness.judge import foreign_work
 from accelopt.tools.harness.kernel_profile import ProfileRun, Profiling, profile_workloads
+from accelopt.tools.harness.kernel_source import KernelSource
 from accelopt.tools.harness.result import Audit, EvalResult
-from accelopt.tools.harness.static_checks import triton_kernel_names
 from accelopt.tools.task import Task
-from accelopt.tools.tunables import autotune_space
 
 # ncu serializes kernels and flushes caches between them: a little slower than the harness's
 # cold-L2 kernel time for short kernels; beyond this it is not the same work. The absolute part is
@@ -52,14 +51,11 @@ AUTOTUNE_BAND = 3.0
 TIMEOUT_S = 300.0
 
 
-def autotuned(source: str) -> bool:
+def autotuned(source: str | KernelSource) -> bool:
     """An autotuner of several configurations in a fresh process may pick another configuration
     than the harness's process did, so its time is not the same kernel's time. A source the
-    judge's choice was written into (runner.pinned_source) lists one: the same kernel."""
-    space = autotune_space(source)
-    if space is None:
-        return "triton.autotune(" in source
-    return not space.pinned
+    judge's choice was written into (autotune_choices.pinned_source) lists one: the same kernel."""
+    return KernelSource.of(source).tunes_at_run_time
 
 
 def start(task: Task, source: str, gpu: str | None = None) -> Profiling | None:
@@ -74,7 +70,7 @@ def start(task: Task, source: str, gpu: str | None = None) -> Profiling | None:
         return None
 
 
-def audit(task: Task, source: str, result: EvalResult, *, timeout_s: float = TIMEOUT_S,
+def audit(task: Task, source: str | KernelSource, result: EvalResult, *, timeout_s: float = TIMEOUT_S,
           triton_cache: str | None = None, started: Profiling | None = None) -> Audit:
     """One fresh process under ncu runs one call on each audited workload; `timeout_s` bounds it.
     `triton_cache`: the kernels the candidate's own sandbox compiled, so they are not compiled again.
@@ -83,7 +79,7 @@ def audit(task: Task, source: str, result: EvalResult, *, timeout_s: float = TIM
                                            started=started))
 
 
-def judged(source: str, result: EvalResult, run: ProfileRun | None) -> Audit:
+def judged(source: str | KernelSource, result: EvalResult, run: ProfileRun | None) -> Audit:
     """The audit's verdict on what ncu saw (`profiled`), or why there is none."""
     if run is None:
         return Audit(tool="none", note="no external profiler (ncu) on this machine: not audited")
@@ -95,11 +91,12 @@ def judged(source: str, result: EvalResult, run: ProfileRun | None) -> Audit:
     return verdict(source, result, run.kernels)
 
 
-def profiled(task: Task, source: str, result: EvalResult, *, timeout_s: float = TIMEOUT_S,
+def profiled(task: Task, source: str | KernelSource, result: EvalResult, *, timeout_s: float = TIMEOUT_S,
              triton_cache: str | None = None, started: Profiling | None = None) -> ProfileRun | None:
     """One call on each audited workload under ncu (`started`, else a fresh process; a failed
     profile once more in a fresh one); None without ncu. `started` is ended here either way."""
     workloads = list(result.workloads)[:MAX_WORKLOADS]
+    text = source.text if isinstance(source, KernelSource) else source
     if started is not None and started.workloads != workloads:  # not what was measured: start afresh
         started.cancel()
         started = None
@@ -111,11 +108,12 @@ def profiled(task: Task, source: str, result: EvalResult, *, timeout_s: float = 
         if started is not None:
             started.cancel()
         return ProfileRun("ncu")
+
     def fresh() -> ProfileRun:
-        return profile_workloads(task, source, workloads, timeout_s=timeout_s, metrics=AUDIT_METRICS,
+        return profile_workloads(task, text, workloads, timeout_s=timeout_s, metrics=AUDIT_METRICS,
                                  triton_cache=triton_cache)
 
-    run = started.collect(timeout_s, triton_cache, source) if started is not None else fresh()
+    run = started.collect(timeout_s, triton_cache, text) if started is not None else fresh()
     if run.error and not run.timed_out:
         # Once more in a fresh process: a profile can fail for a moment that is not the kernel's
         # (on an H100, one of two winners of one iteration came back unaudited, the same source
@@ -127,11 +125,11 @@ def profiled(task: Task, source: str, result: EvalResult, *, timeout_s: float = 
     return run
 
 
-def verdict(source: str, result: EvalResult, calls: dict[str, list[dict]]) -> Audit:
+def verdict(source: str | KernelSource, result: EvalResult, calls: dict[str, list[dict]]) -> Audit:
     """What ncu saw in one call per workload (`calls`: workload -> kernels) against the harness:
     foreign kernels, or more kernel time than the harness reported beyond the tolerance, disagree."""
-    own = triton_kernel_names(source)
-    tuned = autotuned(source)
+    kernel = KernelSource.of(source)
+    own, tuned = kernel.triton_kernels, kernel.tunes_at_run_time
     kernels: list[str] = []
     measured: dict[str, float] = {}
     problems: list[str] = []

@@ -19,12 +19,20 @@ from pathlib import Path
 from accelopt.tools import settings
 from accelopt.tools.harness import audit as audit_mod
 from accelopt.tools.harness import verdict as verdicts
-from accelopt.tools.harness.autotune_choices import autotune_evidence, chosen_before, pinned_source, remember_choices
+from accelopt.tools.harness.autotune_choices import (
+    autotune_evidence,
+    chosen_before,
+    compiled_before,
+    keep_compiled,
+    pinned_source,
+    remember_choices,
+)
 from accelopt.tools.harness.device_lease import DeviceLeaseError
 from accelopt.tools.harness.kernel_profile import ProfileRun, Profiling, profile_workloads, summarize
+from accelopt.tools.harness.kernel_source import KernelSource
 from accelopt.tools.harness.pool import get_pool
 from accelopt.tools.harness.result import AutotuneRecord, EvalResult, RoundsRun, WorkloadTiming, compare_rounds
-from accelopt.tools.harness.static_checks import findings, syntax_error
+from accelopt.tools.harness.static_checks import findings
 from accelopt.tools.harness.stats import NOISE_FLOOR
 from accelopt.tools.roofline import lookup_peak, percent_of_peak
 from accelopt.tools.task import Task, TaskError, load_task
@@ -93,10 +101,10 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
         task.spec.workloads_for(device)
     except TaskError as e:  # a GPU-only task on the interpreter: nothing a kernel could change
         return EvalResult(status="reference_error", error=str(e), device=device)
-    broken = syntax_error(source)
-    if broken:
-        return EvalResult(status="compile_error", error=broken, device=device)
-    advice = [] if trusted else findings(source, task.spec.entry_point)
+    kernel = KernelSource.parse(source)  # parsed once: the static checks, the audit and the autotune choice read it
+    if kernel.syntax_error:
+        return EvalResult(status="compile_error", error=kernel.syntax_error, device=device)
+    advice = [] if trusted else findings(kernel, task.spec.entry_point)
 
     dtype = task.spec.dtype_for(device)
     pool = pool or get_pool(device, gpu_count())
@@ -127,6 +135,8 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
         compiled = compiling.take() if compiling is not None else None
         if compiled is not None:  # its kernels compiled while it waited: its sandbox starts from them
             request["triton_cache"] = compiled.cache_dir
+        elif device == "cuda" and (kept := compiled_before(task, kernel.text)) is not None:
+            request["triton_cache"] = kept  # this process judged the same source before (a served check again)
         # the audit's process starts now, beside the judge, on the judge's GPU; it waits, running
         # nothing of the candidate, until a winner needs it (audit.start)
         ahead = audit_mod.start(task, source, judge.gpu) if auditing else None
@@ -150,7 +160,7 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
             seen: ProfileRun | None = None
             if result.ok and auditing:
                 began = time.monotonic()
-                seen = _audit_winner(task, pinned_source(source, result.autotune.get("candidate")), result,
+                seen = _audit_winner(task, pinned_source(kernel, result.autotune.get("candidate")), result,
                                      request.get("keep_cache"), ahead)
                 ahead = None if seen is not None else ahead  # the audit used it
                 result.phases_s["audit"] = round(time.monotonic() - began, 3)
@@ -158,13 +168,16 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
                 result.flags.append("unaudited")  # not audited: the interpreter, or auditing turned off
             if result.ok and profiling and _wins(result):
                 began = time.monotonic()
-                seen = seen or profile_workloads(task, source, None, timeout_s=audit_mod.TIMEOUT_S,
+                seen = seen or profile_workloads(task, pinned_source(kernel, result.autotune.get("candidate")).text,
+                                                 None, timeout_s=audit_mod.TIMEOUT_S,
                                                  triton_cache=request.get("keep_cache"), gpu=judge.gpu)
                 result.profile = planner_profile(seen)
                 result.phases_s["profile"] = round(time.monotonic() - began, 3)
         finally:
             if ahead is not None:
                 ahead.cancel()
+        if device == "cuda" and result.status not in ("infra_error", "timeout"):
+            keep_compiled(task, kernel.text, request.get("keep_cache"))
     interpreter_dtype_note(task, result)
     if result.ok:  # which configuration each autotuned kernel ran, and what a shared tuning key costs
         result.evidence += autotune_evidence(result)
@@ -318,7 +331,7 @@ def contradicted_workloads(result: EvalResult) -> list[str]:
     return out
 
 
-def _audit_winner(task: Task, source: str, result: EvalResult, triton_cache: str | None = None,
+def _audit_winner(task: Task, source: KernelSource, result: EvalResult, triton_cache: str | None = None,
                   started: Profiling | None = None) -> ProfileRun | None:
     """A kernel that would enter the beam or lead (faster than a comparator beyond noise, or
     flagged) is re-measured under ncu in a fresh process; disagreement rejects it. A flagged

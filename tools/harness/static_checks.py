@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ast
 
-from accelopt.tools import pyparse
+from accelopt.tools.harness.kernel_source import KernelSource
 from accelopt.tools.harness.result import Finding, Severity
 
 # Host code may allocate, inspect and reshape tensors, never compute with torch.
@@ -53,25 +53,19 @@ _CAST_METHODS = {"to", "float", "half", "bfloat16", "double", "type", "type_as",
 _TAMPER_TARGETS = ("torch.cuda", "time", "triton.testing", "torch.Tensor", "torch", "triton", "sys", "os")
 
 
-def syntax_error(source: str) -> str | None:
+def syntax_error(source: str | KernelSource) -> str | None:
     """The one static verdict: a source Python cannot parse."""
-    try:
-        pyparse.parse(source)
-    except SyntaxError as e:
-        line = (e.text or "").strip()
-        return f"SyntaxError: {e.msg} (line {e.lineno}: {line})"
-    return None
+    return KernelSource.of(source).syntax_error
 
 
-def findings(source: str, entry_point: str) -> list[Finding]:
+def findings(source: str | KernelSource, entry_point: str) -> list[Finding]:
     """Static advice on a source, worst first; empty when it does not parse (see syntax_error)."""
-    try:
-        tree = pyparse.parse(source)
-    except SyntaxError:
+    kernel = KernelSource.of(source)
+    tree = kernel.tree
+    if tree is None:
         return []
     out: list[Finding] = []
-    functions = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
-    jitted = {name for name, fn in functions.items() if any(_is_triton_jit(d) for d in fn.decorator_list)}
+    functions, jitted = kernel.functions, kernel.triton_kernels
     entry = functions.get(entry_point)
     if not jitted:
         out.append(Finding(rule="no_triton_kernel", severity="serious",
@@ -88,21 +82,10 @@ def findings(source: str, entry_point: str) -> list[Finding]:
     return sorted(out, key=lambda f: (order[f.severity], f.line or 0))
 
 
-def triton_kernel_names(source: str) -> set[str]:
+def triton_kernel_names(source: str | KernelSource) -> set[str]:
     """Names of the @triton.jit (autotune, heuristics) functions a source defines: what its GPU
     kernels are called."""
-    try:
-        tree = pyparse.parse(source)
-    except SyntaxError:
-        return set()
-    return {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)
-            and any(_is_triton_jit(d) for d in n.decorator_list)}
-
-
-def _is_triton_jit(decorator: ast.expr) -> bool:
-    target = decorator.func if isinstance(decorator, ast.Call) else decorator
-    return ast.unparse(target) in {"triton.jit", "jit", "triton.autotune", "autotune", "triton.heuristics",
-                                   "heuristics"}
+    return KernelSource.of(source).triton_kernels
 
 
 def _launches(entry: ast.FunctionDef, functions: dict[str, ast.FunctionDef], jitted: set[str]) -> bool:
