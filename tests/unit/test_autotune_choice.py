@@ -199,3 +199,15 @@ def test_the_planner_reads_the_choice_and_the_advice_on_key():
                      "autotune_choice": {"candidate": record.model_dump()}})
     assert "the harness timed rmsnorm_kernel's 3 configurations and ran, per workload, batch_size520128: c" in text
     assert "Autotuning advice: rmsnorm_kernel: batch_size520128 runs the configuration chosen on" in text
+
+
+def test_a_timer_step_ties_but_a_real_difference_on_a_small_workload_counts():
+    """AccelOpt's rmsnorm_h128 best as the judge timed it on an H200 (kernel-only on batch 1088, whose
+    calls are host-dominated; span on batch 520128): 2.0 and 1.75 µs are one CUPTI step apart (a
+    tie), 2.5 µs is not. The geomean over both workloads takes configuration 4 (2.0 and 169.8 µs)
+    over 8 (2.5 and 158.5) and 16 (4.25 and 153.5)."""
+    small = [2.0] * 7 + [1.75] + [2.5] * 4 + [3.5] * 4 + [4.25, 5.5, 7.5, 9.25, 38.75]
+    large = [317.25, 317.5, 317.5, 317.5, 169.75, 169.75, 168.75, 168.75, 158.5, 158.75, 158.25, 158.25,
+             155.0, 155.75, 155.75, 154.25, 153.5, 154.0, 154.0, 155.25, 213.5]
+    keys = {"batch_size1088": KEY, "batch_size520128": KEY}
+    assert choose({"batch_size1088": small, "batch_size520128": large}, keys, 0.02) == {KEY: 4}
