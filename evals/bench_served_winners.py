@@ -34,10 +34,11 @@ def standalone(task: str, best: Path, baseline: Path, timeout_s: float) -> dict:
         record = json.loads(done.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         return {"status": "no_record", "error": done.stderr[-1500:]}
-    vs = (record.get("versus") or {}).get("baseline") or next(iter((record.get("versus") or {}).values()), {})
-    verdict = (record.get("verdicts") or {}).get("baseline") or {}
-    return {"status": record["status"], "speedup": vs.get("speedup"), "interval": [vs.get("ci_low"), vs.get("ci_high")],
-            "word": verdict.get("word"), "flags": record.get("flags")}
+    # --against names its comparator "against": the verdict, on the timer it rests on (as a run ranks)
+    verdict = next(iter((record.get("verdicts") or {}).values()), {})
+    return {"status": record["status"], "speedup": verdict.get("speedup"),
+            "interval": [verdict.get("ci_low"), verdict.get("ci_high")], "word": verdict.get("word"),
+            "basis": verdict.get("basis"), "flags": record.get("flags")}
 
 
 def run_row(task: str, out: Path, args: argparse.Namespace, best_text: str) -> dict:

@@ -21,6 +21,7 @@ from accelopt.policies.replies import plan_title
 from accelopt.tools import timeline
 from accelopt.tools.backends import RayTritonBackend, backend_for
 from accelopt.tools.harness.result import user_paths
+from accelopt.tools.harness.verdict import ranked
 from accelopt.tools.llm_spec import BudgetExceeded
 from accelopt.tools.pyparse import parse
 from accelopt.tools.runcache import RunCache, device_fingerprint, digest
@@ -146,15 +147,17 @@ def _measure(task: Task, source: str, ctx: RunContext, device: str | None, compa
     if result.profile:  # taken by the harness on the GPU that judged it (TritonBackend's `profile`)
         fields["profile"] = result.profile
     if result.ok:
-        fields["versus"] = {k: v.model_dump() for k, v in result.versus.items()}
+        # ranked as `check` judges it: on the timer each verdict rests on (tools/harness/verdict.ranked)
+        decided = ranked(result)
+        fields["versus"] = {k: {**c.model_dump(), "basis": basis} for k, (c, basis) in decided.items()}
         # comparators' medians from the same interleaved rounds (exports report them as reference latency)
         fields["compared_us"] = {k: {w: t.median_us for w, t in v.items()} for k, v in result.compare.items()}
         fields["max_abs_err"], fields["max_rel_err"] = result.max_abs_err, result.max_rel_err
         # which configuration each autotuned kernel ran (the judge's choice): best_kernel.py is written with it
         fields["autotune_choice"] = {k: v.model_dump() for k, v in result.autotune.items()}
-        fields["speedup"] = result.versus["baseline"].speedup if baseline is not None else 1.0
+        fields["speedup"] = decided["baseline"][0].speedup if baseline is not None else 1.0
         if parent is not None:
-            vs_parent = result.versus.get("parent") or result.versus["baseline"]
+            vs_parent = (decided.get("parent") or decided["baseline"])[0]
             fields.update(speedup_vs_parent=vs_parent.speedup, beats_parent=vs_parent.faster,
                           loses_to_parent=vs_parent.slower)
     return fields
@@ -183,7 +186,7 @@ def measure_against_torch(task: Task, source: str, ctx: RunContext, run_dir: str
     record: dict = {"status": result.status, "error": result.error, "device_name": result.device_name,
                     "torch_compile_mode": ctx.torch_compile_mode}
     if result.ok:
-        record["versus"] = {k: v.model_dump() for k, v in result.versus.items()}
+        record["versus"] = {k: {**c.model_dump(), "basis": basis} for k, (c, basis) in ranked(result).items()}
         record["median_us"] = {"best": {w: t.median_us for w, t in result.workloads.items()},
                                **{k: {w: t.median_us for w, t in v.items()} for k, v in result.compare.items()}}
         fields = {"median_us", "iqr_us", "round_medians_us"}

@@ -211,3 +211,20 @@ def test_a_timer_step_ties_but_a_real_difference_on_a_small_workload_counts():
              155.0, 155.75, 155.75, 154.25, 153.5, 154.0, 154.0, 155.25, 213.5]
     keys = {"batch_size1088": KEY, "batch_size520128": KEY}
     assert choose({"batch_size1088": small, "batch_size520128": large}, keys, 0.02) == {KEY: 4}
+
+
+def test_the_search_ranks_on_the_timer_the_verdict_rests_on():
+    """One rule for `check` and the search: where the calls are host-dominated and kernel-only time
+    decides, the candidate's speedup and whether it beats its parent are kernel-only's."""
+    from accelopt.tools.harness.result import Comparison, Verdict
+    from accelopt.tools.harness.verdict import ranked
+
+    span = Comparison(speedup=1.01, ci_low=0.95, ci_high=1.08, rounds=5, faster=False, slower=False, noise_floor=0.02)
+    kernel = Comparison(speedup=1.37, ci_low=1.36, ci_high=1.38, rounds=5, faster=True, slower=False, noise_floor=0.02)
+    result = EvalResult(status="verified", device="cuda", timer="cuda_event", versus={"baseline": span},
+                        versus_kernel={"baseline": kernel},
+                        verdicts={"baseline": Verdict(word="faster", basis="kernel_only", speedup=1.37, ci_low=1.36,
+                                                      ci_high=1.38, reason="host-dominated calls")})
+    assert ranked(result) == {"baseline": (kernel, "kernel_only")}
+    result.verdicts["baseline"] = result.verdicts["baseline"].model_copy(update={"basis": "span", "word": "undecided"})
+    assert ranked(result) == {"baseline": (span, "span")}

@@ -16,7 +16,7 @@ verdict` on the CPU interpreter, whose times are not performance.
 from __future__ import annotations
 
 from accelopt.tools.harness import stats
-from accelopt.tools.harness.result import Comparison, EvalResult, Verdict, VerdictWord, compare_rounds
+from accelopt.tools.harness.result import Basis, Comparison, EvalResult, Verdict, VerdictWord, compare_rounds
 
 _WORDS: dict[str, VerdictWord] = {"faster": "faster", "slower": "slower", "equivalent": "within noise", "unclear": "undecided"}
 
@@ -88,6 +88,20 @@ def verdict(result: EvalResult, comparator: str) -> Verdict | None:
         why = "no workload is host-dominated: the rounds themselves disagree"
     return Verdict(word="undecided", basis="span", speedup=span.speedup, ci_low=span.ci_low, ci_high=span.ci_high,
                    reason=f"{why}; {both}")
+
+
+def ranked(result: EvalResult) -> dict[str, tuple[Comparison, Basis]]:
+    """Per comparator, the comparison on the timer its verdict rests on, and that timer: what the
+    search ranks a candidate by is what `check` says of it (kernel-only where the calls are
+    host-dominated and that decides, else the span)."""
+    out: dict[str, tuple[Comparison, Basis]] = {}
+    for name, span in result.versus.items():
+        v = result.verdicts.get(name)
+        if v is not None and v.basis == "kernel_only" and name in result.versus_kernel:
+            out[name] = (result.versus_kernel[name], "kernel_only")
+        else:
+            out[name] = (span, "interpreter" if result.timer == "interpreter_wall" else "span")
+    return out
 
 
 def with_verdicts(result: EvalResult) -> EvalResult:
