@@ -35,7 +35,7 @@ def standalone(task: str, best: Path, baseline: Path, timeout_s: float) -> dict:
     except (ValueError, IndexError):
         return {"status": "no_record", "error": done.stderr[-1500:]}
     # --against names its comparator "against": the verdict, on the timer it rests on (as a run ranks)
-    verdict = next(iter((record.get("verdicts") or {}).values()), {})
+    verdict: dict = next(iter((record.get("verdicts") or {}).values()), {})
     return {"status": record["status"], "speedup": verdict.get("speedup"),
             "interval": [verdict.get("ci_low"), verdict.get("ci_high")], "word": verdict.get("word"),
             "basis": verdict.get("basis"), "flags": record.get("flags")}

@@ -48,6 +48,7 @@ from accelopt.evals.reporting.rows import (
     timer_groups,
 )
 from accelopt.tools.harness import stats
+from accelopt.tools.harness.result import AutotuneRecord
 from accelopt.tools.run_record import IterationEvent, IterationRecord, load_summary
 
 
@@ -145,6 +146,15 @@ def _timings(workloads: dict | None) -> dict[str, Timing]:
     return {name: Timing(median_us=t["median_us"], iqr_us=t.get("iqr_us"), round_medians_us=t.get("round_medians_us")
                          or [], flops=t.get("flops"), bytes=t.get("bytes"))
             for name, t in (workloads or {}).items() if t.get("median_us")}
+
+
+def autotune_lines(result: dict) -> list[str]:
+    """The best's autotuned kernels as its evaluation ran them (the candidate's, then the notes)."""
+    chosen = (result.get("autotune_choice") or {}).get("candidate")
+    if not chosen:
+        return []
+    record = AutotuneRecord(**chosen)
+    return record.summary() + record.notes
 
 
 def _same_rounds(best: dict, baseline: dict) -> dict[str, dict[str, Timing]]:
@@ -265,7 +275,7 @@ def load_row(run_dir: Path) -> TaskRow:
         flops_kind=_flops_kind(summary.task_dir or run.get("task_dir")),
         provenance=provenance(run, run_dir, summary.device_name, timer),
         baseline_source=_text(run_dir / "candidates" / "baseline" / "kernel.py"),
-        best_source=_text(run_dir / "best_kernel.py"))
+        best_source=_text(run_dir / "best_kernel.py"), autotune=autotune_lines(best))
     _with_torch_compile(row, _read(run_dir / "torch_compile.json"))
     if summary.best_id != "baseline" and {"best", "baseline"} <= set(row.workloads):
         row.by_workload["baseline"] = per_workload(row.workloads["best"], row.workloads["baseline"])

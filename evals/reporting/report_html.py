@@ -317,6 +317,9 @@ def _task_section(r: TaskRow, plots: dict[str, Plot]) -> str:
     if len(r.lineage) > 1:
         out.append(f"<h3>How {html.escape(r.best_id or '')} came from the baseline</h3>" + _lineage_table(r))
     out.append("<h3>Per workload</h3>" + _workload_tables(r))
+    if r.autotune:  # the judge's choice among the best's @triton.autotune configurations
+        out.append("<h3>Autotuned configurations (chosen by the judge)</h3><ul>"
+                   + "".join(f"<li>{html.escape(line)}</li>" for line in r.autotune) + "</ul>")
     if r.best_id == "baseline":
         out.append("<h3>Best kernel against the baseline</h3><p class='note'>The best kernel is the baseline itself: "
                    "no candidate beat it.</p>")

@@ -143,6 +143,9 @@ class TaskRow(BaseModel):
     provenance: dict[str, str | None] = {}
     baseline_source: str | None = None
     best_source: str | None = None
+    # which configuration each @triton.autotune kernel of the best ran per workload, who chose it, and
+    # what a shared tuning key costs (the best's evaluation: AutotuneRecord.summary and notes)
+    autotune: list[str] = []
 
     @property
     def correct(self) -> bool:

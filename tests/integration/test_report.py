@@ -729,3 +729,20 @@ def test_the_report_names_the_torch_compile_mode_where_it_is_not_the_default(tmp
     assert "0.900x (slower)" in result.output and "0.900x (slower) (mode" not in result.output
     page = _page_text(build_report(tmp_path / "e"))
     assert "faster than torch.compile (mode max-autotune-no-cudagraphs): 1.030x" in page
+
+
+def test_the_best_kernels_autotuned_configurations_are_on_the_page(tmp_path):
+    """Which configuration the best's @triton.autotune kernel ran on each workload (the judge's
+    choice) and the advice on a shared key are in the report, as in `check --json` and over MCP."""
+    run = write_run(tmp_path / "rmsnorm", speedup=1.37, interval=(1.36, 1.38))
+    best = json.loads((run / "summary.json").read_text())["best_id"]
+    path = run / "candidates" / best / "result.json"
+    result = json.loads(path.read_text())
+    result["autotune_choice"] = {"candidate": {
+        "how": "timed", "notes": ["k: T2048_H8192 runs configuration 1, the best over the workloads sharing its key"],
+        "kernels": [{"kernel": "k", "key": ["hidden"], "configs": ["BLOCK: 64", "BLOCK: 128"], "choices": {"(4096,)": 1},
+                     "default": 1, "ran": {"T4096_H4096": 1, "T2048_H8192": 1}}]}}
+    path.write_text(json.dumps(result))
+    section = _page_text(build_report(run)).split("Autotuned configurations (chosen by the judge)")[1].split("<h3>")[0]
+    assert "k (the judge timed 2 configurations): T4096_H4096: 1: BLOCK: 128; T2048_H8192: 1: BLOCK: 128" in section
+    assert "T2048_H8192 runs configuration 1, the best over the workloads sharing its key" in section

@@ -191,7 +191,7 @@ class AutotuneRounds:
     def _check_configs(self, box: Sandbox, req: dict, ref, deadline: float, k: dict, held: dict) -> None:
         """Every configuration's outputs on every workload, one input set each: on the interpreter
         nothing is timed, and a GPU's autotuner may pick any of them. The first is pinned."""
-        seed, keys = req["seed_offset"], {}
+        seed, keys = req["seed_offset"], dict[str, str]()
         for i in range(len(k["configs"])):
             box.request("pin", deadline, choices={**held, k["kernel"]: {"*": i}})
             for workload in req["workloads"]:

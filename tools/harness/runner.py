@@ -319,8 +319,8 @@ def contradicted_workloads(result: EvalResult) -> list[str]:
     for name, t in result.workloads.items():
         if t.outside_us is None or t.median_us * OUTSIDE_RATIO + OUTSIDE_SLACK_US >= t.outside_us:
             continue
-        honest = [c[name].outside_us - c[name].median_us for c in result.compare.values()
-                  if name in c and c[name].outside_us is not None]
+        honest = [outside - c[name].median_us for c in result.compare.values()
+                  if name in c and (outside := c[name].outside_us) is not None]
         if honest and t.outside_us - t.median_us <= HOST_COST_RATIO * max(honest) + OUTSIDE_SLACK_US:
             result.evidence.append(
                 f"{name}: the judge's clock saw {t.outside_us:.1f} µs a call back to back against a {t.median_us:.1f} µs "

@@ -291,7 +291,7 @@ class AutotuneControl:
         self.gpu, self.threads = gpu, threads
         self.pins: dict[str, dict[str, int]] = {}
         self.seen: dict[tuple[str, str], int | None] = {}
-        self.met: dict[str, object] = {}       # autotuners by kernel name, as first called
+        self.met: dict[str, Any] = {}          # autotuners by kernel name, as first called
         self.compiled: set[tuple[int, tuple]] = set()
         self.original = Autotuner.run
         control = self
@@ -345,7 +345,7 @@ class AutotuneControl:
         judge leaves it alone, if it does."""
         from triton.runtime.autotuner import Autotuner
 
-        found = dict(self.met)
+        found: dict[str, Any] = dict(self.met)
         for value in list(vars(module).values()):
             inner, depth = value, 0
             while inner is not None and depth < 4 and not isinstance(inner, Autotuner):
