@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
+
+from accelopt.evals.check_process import check_process
 
 HERE = Path(__file__).resolve().parent
 REALWORLD = HERE / "realworld"
@@ -52,15 +52,9 @@ def kernels() -> list[dict]:
 
 
 def check(row: dict, timeout_s: float) -> dict:
-    cmd = [sys.executable, "-m", "accelopt", "check", str(row["task"]), str(row["kernel"]), "--json",
-           "--timeout", str(timeout_s)] + (["--against", str(row["against"])] if row["against"] else [])
-    began = time.monotonic()
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s * 3 + 120)
-    out: dict = {"wall_s": round(time.monotonic() - began, 1), "exit": done.returncode}
-    try:
-        record = json.loads(done.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return {**out, "status": "no_record", "error": done.stderr[-2000:]}
+    record, out = check_process(row["task"], row["kernel"], row["against"], timeout_s)
+    if record is None:
+        return {**out, "status": "no_record"}
     ran = {}
     for name, rec in (record.get("autotune") or {}).items():
         for k in rec.get("kernels") or []:

@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
-import time
 from pathlib import Path
+
+from accelopt.evals.check_process import check_process
 
 REALWORLD = Path(__file__).with_name("realworld")
 
@@ -40,17 +39,11 @@ def pairs() -> list[dict]:
 
 
 def check(row: dict, timeout_s: float) -> dict:
-    cmd = [sys.executable, "-m", "accelopt", "check", str(row["task"]), str(row["kernel"]), "--json",
-           "--timeout", str(timeout_s)] + (["--against", str(row["against"])] if row["against"] else [])
-    began = time.monotonic()
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s * 3 + 120)
-    wall = time.monotonic() - began
-    out: dict = {"name": row["name"], "wall_s": round(wall, 1), "exit": done.returncode,
+    record, ran = check_process(row["task"], row["kernel"], row["against"], timeout_s)
+    out: dict = {"name": row["name"], "wall_s": ran["wall_s"], "exit": ran["exit"],
                  "accelopt_reported": row["reported"]}
-    try:
-        record = json.loads(done.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return {**out, "status": "no_record", "error": done.stderr[-1500:]}
+    if record is None:
+        return {**out, "status": "no_record", "error": ran.get("error")}
     out.update(status=record["status"], error=(record.get("error") or "")[:300] or None,
                phases_s=record.get("phases_s"), before_judge_s=record.get("before_judge_s"),
                rounds=record.get("rounds"))

@@ -22,18 +22,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+from accelopt.evals.check_process import check_process
+
 HERE = Path(__file__).resolve().parent
 REALWORLD = HERE / "realworld"
 
 
 def standalone(task: str, best: Path, baseline: Path, timeout_s: float) -> dict:
-    cmd = [sys.executable, "-m", "accelopt", "check", str(REALWORLD / "tasks" / task), str(best), "--against",
-           str(baseline), "--json", "--timeout", str(timeout_s)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s * 3 + 120)
-    try:
-        record = json.loads(done.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return {"status": "no_record", "error": done.stderr[-1500:]}
+    record, ran = check_process(REALWORLD / "tasks" / task, best, baseline, timeout_s)
+    if record is None:
+        return {"status": "no_record", "error": ran.get("error")}
     # --against names its comparator "against": the verdict, on the timer it rests on (as a run ranks)
     verdict: dict = next(iter((record.get("verdicts") or {}).values()), {})
     return {"status": record["status"], "speedup": verdict.get("speedup"),
