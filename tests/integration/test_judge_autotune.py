@@ -84,3 +84,16 @@ def test_an_autotuner_the_judge_cannot_replay_keeps_its_own_choice_and_says_why(
     (kernel,) = result.autotune["candidate"].kernels
     assert not kernel.controlled and "prune_configs_by" in (kernel.why or "")
     assert any("its own autotuner chose (prune_configs_by" in e for e in result.evidence), result.evidence
+
+
+TENSOR_KEY = AUTOTUNED.replace("key=['hidden'],", "key=['w_ptr'],")
+
+
+def test_a_key_the_judge_cannot_name_is_left_to_triton_and_the_interpreter_says_why():
+    """A tuning key on a tensor argument: its values are not numbers or strings, so the judge cannot
+    name the key across processes and leaves the choice to Triton's autotuner, which needs a GPU
+    driver to time configurations: on the interpreter the kernel fails, and the error says why."""
+    assert TENSOR_KEY != AUTOTUNED
+    result = _check(TENSOR_KEY)
+    assert result.status == "runtime_error", (result.status, result.error)
+    assert "active drivers" in result.error and "the judge chooses instead, except for" in result.error

@@ -228,3 +228,26 @@ def test_the_search_ranks_on_the_timer_the_verdict_rests_on():
     assert ranked(result) == {"baseline": (kernel, "kernel_only")}
     result.verdicts["baseline"] = result.verdicts["baseline"].model_copy(update={"basis": "span", "word": "undecided"})
     assert ranked(result) == {"baseline": (span, "span")}
+
+
+def test_a_kernel_the_sandbox_left_to_triton_is_recorded_so_not_as_chosen():
+    """The sandbox says a call ran Triton's own choice (a key it cannot name): the judge stops timing
+    that kernel and the record says why, rather than claiming a choice that did not run."""
+    from accelopt.tools.harness.autotune_rounds import UNNAMED_KEY
+
+    box = _Box({"small": SMALL, "large": LARGE})
+    original = box.request
+
+    def own_choice(op, deadline, **args):
+        reply = original(op, deadline, **args)
+        if op == "time_calls":
+            reply["tuned"] = [["k", "?", None]]
+        return reply
+
+    box.request = own_choice
+    record = _judge().autotune(box, REQ, None, float("inf"))
+    (kernel,) = record["kernels"]
+    assert not kernel["controlled"] and kernel["why"] == UNNAMED_KEY
+    assert box.requests.count("time_calls") == 1 and box.pinned == {}
+    assert record["notes"] == [f"k: its own autotuner chooses ({UNNAMED_KEY}); another process may time another "
+                               "configuration"]

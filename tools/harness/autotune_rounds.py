@@ -134,6 +134,19 @@ def _default(chosen: dict[str, int], keys: dict[str, str]) -> int:
     return min(set(runs), key=lambda i: (-runs.count(i), i)) if runs else 0
 
 
+UNNAMED_KEY = "a tuning key whose values are not plain numbers or strings (the judge cannot name it across processes)"
+_OWN_CHOICE = "<its own choice>"
+
+
+def _ran_key(reply: dict, k: dict) -> str | None:
+    """The tuning key the kernel ran under in this call; _OWN_CHOICE where the sandbox left the
+    choice to Triton (a key it cannot name); None where the kernel was not called."""
+    for name, key, index in reply.get("tuned") or []:
+        if name == k["kernel"]:
+            return _OWN_CHOICE if index is None else key
+    return None
+
+
 # ---------------------------------------------------------------- the judge's side
 
 class AutotuneRounds:
@@ -162,10 +175,6 @@ class AutotuneRounds:
         kernels = [{**t, "controlled": t["why"] is None, "choices": {}, "default": 0, "ran": {}} for t in tuners]
         record: dict = {"kernels": kernels, "notes": [], "how": "given" if pins else None}
         controlled = [k for k in kernels if k["controlled"]]
-        for k in kernels:
-            if not k["controlled"]:
-                record["notes"].append(f"{k['kernel']}: its own autotuner chooses ({k['why']}); another process may "
-                                       "time another configuration")
         if pins:
             for k in controlled:
                 given = pins.get(k["kernel"], {})
@@ -182,6 +191,10 @@ class AutotuneRounds:
                 self._check_configs(box, req, ref, deadline, k, pins_of(record))
         else:  # a comparator with nothing timed (the interpreter): verified already, its first configuration
             record["how"] = "first"
+        for k in kernels:  # left to Triton from the start, or found so on its first call
+            if not k["controlled"]:
+                record["notes"].append(f"{k['kernel']}: its own autotuner chooses ({k['why']}); another process may "
+                                       "time another configuration")
         box.request("pin", deadline, choices=pins_of(record))
         return record
 
@@ -203,8 +216,11 @@ class AutotuneRounds:
                 except SandboxFailure as f:
                     raise Reject(f.status, f"{where}: {f.error}") from None
                 correctness.for_request(req)(self.torch, _owned(self.torch, reply["outputs"]), expected, where)
-                keys.setdefault(workload["name"], next(
-                    (key for name, key, _ in reply.get("tuned") or [] if name == k["kernel"]), "?"))
+                key = _ran_key(reply, k)
+                if key is _OWN_CHOICE:
+                    k.update(controlled=False, why=UNNAMED_KEY)
+                    return
+                keys.setdefault(workload["name"], key or "?")
                 del inputs, expected, reply
                 self._give_back_gpu_memory(req)
         k.update(checked=len(k["configs"]), choices={}, default=0, keys=keys, ran={w: 0 for w in keys})
@@ -231,6 +247,9 @@ class AutotuneRounds:
                         failures[i] = got
                         break
                     span, busy, key = got
+                    if key is _OWN_CHOICE:
+                        k.update(controlled=False, why=UNNAMED_KEY)
+                        return
                     spans[workload["name"]][i].append(span)
                     kernel[workload["name"]][i].append(busy)
                     if key is not None:
@@ -273,7 +292,7 @@ class AutotuneRounds:
             correctness.for_request(req)(self.torch, _owned(self.torch, reply["outputs"]), expected, where)
         spans = reply["span_us"] or reply["event_us"]
         busy = reply["kernel_us"] or spans
-        key = next((key for name, key, _ in reply.get("tuned") or [] if name == k["kernel"]), None)
+        key = _ran_key(reply, k)
         del inputs, fresh, expected, reply
         self._give_back_gpu_memory(req)
         return statistics.median(spans), statistics.median(busy), key

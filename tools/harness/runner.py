@@ -179,6 +179,7 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
         if device == "cuda" and result.status not in ("infra_error", "timeout"):
             keep_compiled(task, kernel.text, request.get("keep_cache"))
     interpreter_dtype_note(task, result)
+    interpreter_autotune_note(result)
     if result.ok:  # which configuration each autotuned kernel ran, and what a shared tuning key costs
         result.evidence += autotune_evidence(result)
     result.eval_s = time.monotonic() - started
@@ -218,6 +219,18 @@ def interpreter_dtype_note(task: Task, result: EvalResult) -> None:
         result.error += (f"\nnote: on the CPU interpreter this {task.spec.dtype} task's inputs are {given} (the "
                          f"interpreter has no {task.spec.dtype} arithmetic); a kernel that requires {task.spec.dtype} "
                          "inputs fails here and may pass on a GPU")
+
+
+def interpreter_autotune_note(result: EvalResult) -> None:
+    """Triton's autotuner times configurations through a GPU driver: on the CPU interpreter one the
+    judge leaves to choose for itself fails with Triton's "0 active drivers". Said in words."""
+    if result.ok or result.device != "cpu" or "active drivers" not in (result.error or ""):
+        return
+    result.error = (result.error or "") + (
+        "\nnote: an @triton.autotune kernel chose its own configuration here, which Triton's autotuner does by "
+        "timing them on a GPU: the judge chooses instead, except for an autotuner with prune_configs_by, a pre_hook "
+        "or post_hook, or a tuning key whose values are not plain numbers or strings; pin one configuration, or drop "
+        "that, to check it on the CPU interpreter")
 
 
 def build_request(task: Task, device: str, source_path: str, compare_paths: dict[str, str], *,
