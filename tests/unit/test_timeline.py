@@ -62,11 +62,12 @@ def test_a_marker_count_off_gives_no_spans():
 def test_the_audit_rejects_an_autotuned_kernel_far_off_its_measured_time(monkeypatch):
     from accelopt.tools.harness import audit as audit_mod
     from accelopt.tools.harness.kernel_profile import ProfileRun
+    from accelopt.tools.harness.kernel_source import KernelSource
     from accelopt.tools.harness.result import EvalResult, WorkloadTiming
 
     task = load_task(TASKS / "softmax")
     source = task.baseline_source.replace("@triton.jit", "@triton.autotune(configs=[], key=[])\n@triton.jit")
-    own = audit_mod.triton_kernel_names(source)
+    own = KernelSource.parse(source).triton_kernels
     monkeypatch.setattr(audit_mod.shutil, "which", lambda _: "/usr/bin/ncu")
     result = EvalResult(status="verified", device="cuda")
     result.workloads = {"w": WorkloadTiming(median_us=1.0, iqr_us=0.0, samples=5, kernel_us=1.0)}
