@@ -97,3 +97,23 @@ def test_a_key_the_judge_cannot_name_is_left_to_triton_and_the_interpreter_says_
     result = _check(TENSOR_KEY)
     assert result.status == "runtime_error", (result.status, result.error)
     assert "active drivers" in result.error and "the judge chooses instead, except for" in result.error
+
+
+TORCH_IN_ONE = AUTOTUNED.replace(
+    "triton.Config({'BLOCK': 256}, num_warps=8),", "triton.Config({'BLOCK': 256, 'EAGER': 1}, num_warps=8),").replace(
+    "eps, BLOCK: tl.constexpr):", "eps, BLOCK: tl.constexpr, EAGER: tl.constexpr = 0):").replace(
+    '''    rmsnorm_kernel[(n_rows,)](x, w, out, x.stride(0), hidden, 1e-6)
+    return out''', '''    rmsnorm_kernel[(n_rows,)](x, w, out, x.stride(0), hidden, 1e-6)
+    if rmsnorm_kernel.best_config.kwargs.get("EAGER"):  # this configuration's answer is torch's
+        xf = x.float()
+        out = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()).to(x.dtype)
+    return out''')
+
+
+def test_a_configuration_that_computes_outside_triton_is_caught_and_named():
+    """Honest under the first configuration, which the interpreter's checks run; under the third
+    the answer is torch's. Each configuration's checked call is traced too."""
+    assert TORCH_IN_ONE.count("EAGER") == 3
+    result = _check(TORCH_IN_ONE)
+    assert result.status == "cheat_suspected", (result.status, result.error)
+    assert "configuration 2 of rmsnorm_kernel" in result.error and "compute outside the Triton launches" in result.error

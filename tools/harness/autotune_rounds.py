@@ -161,6 +161,9 @@ class AutotuneRounds:
 
         def _give_back_gpu_memory(self, req: dict) -> None: ...
 
+        @staticmethod
+        def _foreign(req: dict, seen: list[str], launched: list[str], where: str) -> None: ...
+
     def autotune(self, box: Sandbox, req: dict, ref, deadline: float, pins: dict | None = None,
                  check: bool = True) -> dict | None:
         """Choose and pin the configuration of every autotuner of the sandbox's module. `pins`
@@ -216,6 +219,7 @@ class AutotuneRounds:
                 except SandboxFailure as f:
                     raise Reject(f.status, f"{where}: {f.error}") from None
                 correctness.for_request(req)(self.torch, _owned(self.torch, reply["outputs"]), expected, where)
+                self._foreign(req, reply.get("trace") or [], reply.get("known") or [], where)
                 key = _ran_key(reply, k)
                 if key is _OWN_CHOICE:
                     k.update(controlled=False, why=UNNAMED_KEY)
@@ -288,8 +292,9 @@ class AutotuneRounds:
             if not f.dead and any(s in f.error for s in NOT_RUNNABLE):
                 return f.error.strip().splitlines()[-1][:300]
             raise Reject(f.status, f"{where}: {f.error}") from None
-        if check:
+        if check:  # every configuration's outputs, and its trace: no compute outside its Triton launches
             correctness.for_request(req)(self.torch, _owned(self.torch, reply["outputs"]), expected, where)
+            self._foreign(req, reply.get("kernels") or [], reply.get("known") or [], where)
         spans = reply["span_us"] or reply["event_us"]
         busy = reply["kernel_us"] or spans
         key = _ran_key(reply, k)
