@@ -12,6 +12,9 @@ are judge_sandboxes.py's; the comparators and the interleaved timing rounds (4 b
 timing_rounds.py's, a mixin of `Judge`. This file is the protocol and the checks.
 
 The evidence, in order (the first failure decides):
+0. each @triton.autotune kernel's configuration chosen by the judge (autotune_rounds.py): every
+   configuration timed on a GPU (its outputs and trace checked), or checked on the interpreter,
+   and one pinned for everything below;
 1. correctness on every workload x seed, fresh inputs per call, against outputs the judge
    computed itself; shape, dtype, NaN/Inf (unwritten outputs read as poison), the task's
    correctness rule (correctness.py: allclose, relative L2; packed fp4 bit for bit),
