@@ -92,6 +92,9 @@ class _Box:
         if op == "pin":
             self.pinned = args["choices"]
             return {}
+        if op == "call":  # a checked call under the pins: its outputs and the key it ran under
+            index = self.pinned["k"].get(KEY, self.pinned["k"]["*"])
+            return {"outputs": [args["inputs"][0]], "trace": [], "known": ["k"], "tuned": [["k", KEY, index]]}
         assert op == "time_calls"
         workload = "small" if args["inputs"][0].numel() == 1 else "large"
         index = self.pinned["k"]["*"]
@@ -152,8 +155,9 @@ def test_a_configuration_that_cannot_run_on_the_gpu_is_left_out_and_said():
 
 def test_pins_from_an_earlier_evaluation_are_pinned_as_given():
     box = _Box({"small": SMALL, "large": LARGE})
-    record = _judge().autotune(box, REQ, None, float("inf"), pins={"k": {KEY: 3, "*": 3}})
+    record = _judge().autotune(box, REQ, None, float("inf"), pins={"k": {KEY: 3, "*": 3}}, check=False)
     assert record["how"] == "given" and box.pinned == {"k": {KEY: 3, "*": 3}} and "time_calls" not in box.requests
+    assert "call" not in box.requests  # a comparator: nothing run before its timing
 
 
 def _timing(median: float, outside: float | None) -> dict:
@@ -255,3 +259,11 @@ def test_a_kernel_the_sandbox_left_to_triton_is_recorded_so_not_as_chosen():
     assert box.requests.count("time_calls") == 1 and box.pinned == {}
     assert record["notes"] == [f"k: its own autotuner chooses ({UNNAMED_KEY}); another process may time another "
                                "configuration"]
+
+
+def test_pins_given_for_the_kernel_under_test_say_what_each_workload_ran():
+    box = _Box({"small": SMALL, "large": LARGE})
+    record = _judge().autotune(box, REQ, None, float("inf"), pins={"k": {KEY: 3, "*": 0}})
+    (kernel,) = record["kernels"]
+    assert record["how"] == "given" and kernel["ran"] == {"small": 3, "large": 3} and "time_calls" not in box.requests
+    assert AutotuneRecord(**record).summary() == ["k (pinned as chosen before): small: 3: c3; large: 3: c3"]

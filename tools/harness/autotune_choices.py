@@ -47,7 +47,7 @@ def chosen_before(task: Task, device: str, sources: dict[str, str]) -> dict[str,
 
 def remember_choices(task: Task, device: str, sources: dict[str, str], result: EvalResult) -> None:
     for name, record in result.autotune.items():
-        if name in sources and record.how != "first" and record.pins():
+        if name in sources and record.how in ("timed", "given") and record.pins():  # a GPU's choice, not a default
             key = _chosen_key(task, device, sources[name])
             _CHOSEN[key] = record.pins()
             _CHOSEN.move_to_end(key)

@@ -183,6 +183,9 @@ class AutotuneRounds:
                 given = pins.get(k["kernel"], {})
                 k["choices"] = {key: i for key, i in given.items() if key != "*"}
                 k["default"] = given.get("*", 0)
+            if check:  # what each workload runs under them, said as when they were chosen
+                box.request("pin", deadline, choices=pins_of(record))
+                self._which_ran(box, req, ref, deadline, controlled)
         elif req["device"] == "cuda" and not req.get("check_only"):
             record["how"] = "timed"
             for k in controlled:
@@ -200,6 +203,25 @@ class AutotuneRounds:
                                        "time another configuration")
         box.request("pin", deadline, choices=pins_of(record))
         return record
+
+    def _which_ran(self, box: Sandbox, req: dict, ref, deadline: float, kernels: list[dict]) -> None:
+        """One checked call per workload under the pins: the tuning key each kernel ran under, so the
+        record says which configuration each workload ran."""
+        for workload in req["workloads"]:
+            inputs, expected = self.prepare(ref, req, workload, req["seed_offset"])
+            where = f"workload {workload['name']}, the configurations pinned as chosen before"
+            try:
+                reply = box.request("call", deadline, inputs=list(inputs), where=where, mode=_call_mode(req))
+            except SandboxFailure as f:
+                raise Reject(f.status, f"{where}: {f.error}") from None
+            correctness.for_request(req)(self.torch, _owned(self.torch, reply["outputs"]), expected, where)
+            for k in kernels:
+                key = _ran_key(reply, k)
+                if key is not None and key is not _OWN_CHOICE:
+                    k.setdefault("keys", {})[workload["name"]] = key
+                    k["ran"][workload["name"]] = k["choices"].get(key, k["default"])
+            del inputs, expected, reply
+            self._give_back_gpu_memory(req)
 
     def _configuration(self, k: dict, i: int) -> str:
         return f"configuration {i} of {k['kernel']} ({k['configs'][i]})"
