@@ -88,7 +88,8 @@ def summary(runs: list[dict]) -> dict:
         out[name] = {"words": sorted({str(v["word"]) for v in seen}), "bases": sorted({str(v["basis"]) for v in seen}),
                      "speedups": [round(s, 4) for s in speedups],
                      "every_interval_holds_every_speedup": all(v["ci_low"] <= s <= v["ci_high"] for v in seen
-                                                               for s in speedups)}
+                                                               for s in speedups),
+                     "spread": round(max(speedups) / min(speedups) - 1, 4) if speedups else None}
     return out
 
 
