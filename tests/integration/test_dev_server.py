@@ -30,6 +30,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def readme_flags() -> list[str]:
+    """The flags of the README's `langgraph dev` command: the server under test is started as users
+    start it (a flag the README drops, the test drops too)."""
+    line = next(line for line in (ROOT / "README.md").read_text().splitlines()
+                if "langgraph dev" in line and line.startswith("LANGGRAPH_CLI_NO_ANALYTICS=1"))
+    return line.split("#")[0].split("langgraph dev", 1)[1].split()
+
+
 @pytest.fixture(scope="module")
 def dev_server(tmp_path_factory):
     """One server for the file's tests (it starts in seconds; each test's runs use threads of their own)."""
@@ -42,8 +50,8 @@ def dev_server(tmp_path_factory):
            "CUDA_VISIBLE_DEVICES": "",  # no GPU for the server's runs, also on a machine that has one
            "ACCELOPT_RUNS_DIR": str(tmp_path / "runs")}  # where a run given no run_dir goes (default ./runs)
     log = (tmp_path / "dev.log").open("w")
-    proc = subprocess.Popen([str(LANGGRAPH), "dev", "--no-browser", "--no-reload", "--host", "127.0.0.1",
-                             "--port", str(port)], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen([str(LANGGRAPH), "dev", *readme_flags(), "--host", "127.0.0.1", "--port", str(port)],
+                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(120):
@@ -72,6 +80,28 @@ def dev_server(tmp_path_factory):
 def optimizer(client) -> str:
     """The optimizer's assistant (langgraph.json serves `check` beside it)."""
     return next(a["assistant_id"] for a in client.assistants.search() if a["graph_id"] == "accelopt")
+
+
+def test_a_check_sent_during_an_optimization_is_not_queued_behind_it(dev_server):
+    """`langgraph dev` runs one job at a time by default: a check sent 4 s into an optimization
+    waited for all of it (8.3 s for a 0.5 s check). Started as the README says, it answers while
+    the optimization still runs."""
+    from langgraph_sdk import get_sync_client
+
+    assert "--no-reload" in readme_flags() and "--n-jobs-per-worker" in readme_flags()
+    url, log, _ = dev_server
+    client = get_sync_client(url=url)
+    long = client.threads.create()
+    context = {"beams": 2, "plans": 2, "samples": 2, "fixes": 1, "iterations": 6, "device": "cpu",
+               "model": "tuner", "use_memory": False}
+    run = client.runs.create(long["thread_id"], "accelopt", input={"task_dir": str(TASKS / "softmax")}, context=context)
+    time.sleep(4)
+    check = client.threads.create()
+    out = client.runs.wait(check["thread_id"], "check", input={"task_dir": str(TASKS / "softmax"),
+                                                               "kernel": str(TASKS / "softmax" / "baseline.py")})
+    assert out["status"] == "verified"
+    assert client.runs.get(long["thread_id"], run["run_id"])["status"] == "running"  # not waited for
+    client.runs.cancel(long["thread_id"], run["run_id"], wait=True)
 
 
 def test_langgraph_json_validates():
