@@ -158,7 +158,7 @@ def input_refusal(state: CheckState) -> str | None:
             return f"{path}: a folder, not a kernel file (the check graph judges one kernel; `accelopt check` judges folders)"
         if path is not None and not Path(path).is_file():
             return f"{path}: no such file"
-    return device_refusal(device)
+    return device_refusal(device, flag=False)
 
 
 def unreadable(path: Path) -> str | None:

@@ -9,8 +9,9 @@ model settings, `--device cuda` where no GPU is visible), `setting_refusal` (one
 option is parsed) and `unknown_keys_refusal` (a context key RunContext has no field for). Each
 answers one line or None; the refusal is raised as tools/settings.ConfigError. A field's minimum is
 its metadata's `ge`/`gt` (pydantic reads them: the JSON schema's `minimum`/`exclusiveMinimum`,
-Studio's form), its `flag` the CLI option that sets it: messages name a setting by its flag, so
-they read the same from the CLI and the server.
+Studio's form), its `flag` the CLI option that sets it. Messages name a setting as its caller
+did: the CLI by its option (`--beams -1`, cli/options.py), every other door by its context key
+(`beams -1`: graph.invoke, langgraph dev, MCP's settings, accelopt.toml).
 """
 
 from __future__ import annotations
@@ -202,12 +203,12 @@ def _shown(value: Any) -> str:
 
 def setting_refusal(name: str, value: Any, shown_as: str | None = None) -> str | None:
     """Why one setting's value cannot run (below the field's minimum; nan is never above one), in
-    one line, or None. The setting is named `shown_as` (a CLI option's own spelling), else by the
-    field's flag, else its name."""
+    one line, or None. The setting is named as its caller named it: `shown_as` (a CLI option's own
+    spelling), else its context key (graph.invoke, langgraph dev, MCP, accelopt.toml, run.json)."""
     meta = _field(name).metadata
     if value is None or isinstance(value, bool) or not isinstance(value, int | float):
         return None  # no budget, or not a number: the type check's to refuse
-    label = f"{shown_as or meta.get('flag') or name} {_shown(value)}"
+    label = f"{shown_as or name} {_shown(value)}"
     if meta.get("ge") is not None and not value >= meta["ge"]:
         return f"{label}: must be at least {meta['ge']}"
     if meta.get("gt") is not None and not value > meta["gt"]:
@@ -226,7 +227,7 @@ def _type_refusal(name: str, value: Any) -> str | None:
         error = e.errors()[0]
         where = f" at {'.'.join(str(p) for p in error['loc'])}" if error["loc"] else ""
         message = error["msg"][:1].lower() + error["msg"][1:]
-        return f"{_field(name).metadata.get('flag') or name} {_shown(value)}{where}: {message}"
+        return f"{name} {_shown(value)}{where}: {message}"
     return None
 
 
@@ -258,18 +259,20 @@ def settings_refusal(ctx: RunContext) -> str | None:
     return model_refusal(ctx)
 
 
-def device_refusal(device: str | None) -> str | None:
-    """Why --device cannot be used on this machine, or None: `cuda` where torch sees no GPU would
-    only fail later, in a worker, blaming the baseline kernel."""
+def device_refusal(device: str | None, flag: bool = True) -> str | None:
+    """Why a device cannot be used on this machine, or None: `cuda` where torch sees no GPU would
+    only fail later, in a worker, blaming the baseline kernel. Said in the CLI's words (`--device`),
+    or, `flag` False, in an API caller's (the `device` key)."""
     if device != "cuda":
         return None
     from accelopt.tools.harness.runner import gpu_count  # the harness: only to answer this
 
     if gpu_count() > 0:
         return None
-    return ("--device cuda: no CUDA GPU is visible here (no NVIDIA GPU in the driver's list and CUDA_VISIBLE_DEVICES, "
-            "or a torch without CUDA); use --device auto or --device cpu (Triton interpreter: correctness only, times "
-            "are not GPU performance)")
+    named, choices = ("--device cuda", "--device auto or --device cpu") if flag else ("device 'cuda'", "device 'auto' or 'cpu'")
+    return (f"{named}: no CUDA GPU is visible here (no NVIDIA GPU in the driver's list and CUDA_VISIBLE_DEVICES, "
+            f"or a torch without CUDA); use {choices} (Triton interpreter: correctness only, times are not GPU "
+            "performance)")
 
 
 def context_refusal(ctx: Any) -> str | None:
@@ -279,7 +282,7 @@ def context_refusal(ctx: Any) -> str | None:
     if not isinstance(ctx, RunContext):
         return (f"the run's context is {type(ctx).__name__}, not a RunContext: pass context=RunContext(...) or a "
                 "dict of its fields")
-    return settings_refusal(ctx) or (None if ctx.ray_address else device_refusal(ctx.device))
+    return settings_refusal(ctx) or (None if ctx.ray_address else device_refusal(ctx.device, flag=False))
 
 
 def unknown_keys_refusal(keys: Iterable[str]) -> str | None:

@@ -182,17 +182,18 @@ def test_a_run_through_the_sdk_streams_node_updates_in_order(dev_server):
     assert "Failed to get" not in log.read_text()  # every schema (input, output, state, context) was built
 
 
-NO_GPU = ("--device cuda: no CUDA GPU is visible here (no NVIDIA GPU in the driver's list and CUDA_VISIBLE_DEVICES, "
-          "or a torch without CUDA); use --device auto or --device cpu (Triton interpreter: correctness only, times "
+NO_GPU = ("device 'cuda': no CUDA GPU is visible here (no NVIDIA GPU in the driver's list and CUDA_VISIBLE_DEVICES, "
+          "or a torch without CUDA); use device 'auto' or 'cpu' (Triton interpreter: correctness only, times "
           "are not GPU performance)")
 UNKNOWN = "unknown run context key 'beems' (did you mean 'beams'?): the known keys are autotune, base_url, beams, "
 NO_TASK = ('no task_dir in the run\'s input: give {"task_dir": "PATH"}, a task directory (task.json, reference.py, '
            'baseline.py), and optionally "run_dir"')
 
 
-def test_what_the_cli_refuses_the_server_refuses_before_any_work_as_an_error_in_the_clis_words(dev_server):
+def test_what_the_cli_refuses_the_server_refuses_before_any_work_in_the_callers_words(dev_server):
     """Not a `success` whose stop_reason is a worker's traceback, nor a setting dropped or taken as
-    given: the run's status is `error` and its error is the line the CLI prints (test_cli_errors)."""
+    given: the run's status is `error`, and its error is the CLI's line (test_cli_errors) with the
+    setting named by the key the caller sent (`beams`, not the CLI's `--beams`)."""
     from langgraph_sdk import get_sync_client
 
     url, log, _ = dev_server
@@ -206,8 +207,8 @@ def test_what_the_cli_refuses_the_server_refuses_before_any_work_as_an_error_in_
     before = sorted(runs.iterdir()) if runs.exists() else []
     task = {"task_dir": str(TASKS / "rmsnorm")}
     for given, expected in [(dict(context={"device": "cuda"}), NO_GPU),
-                            (dict(context={"beams": -1, "device": "cpu"}), "--beams -1: must be at least 1"),
-                            (dict(context={"max_cost_usd": -5}), "--max-cost -5: a budget must be greater than 0 "
+                            (dict(context={"beams": -1, "device": "cpu"}), "beams -1: must be at least 1"),
+                            (dict(context={"max_cost_usd": -5}), "max_cost_usd -5: a budget must be greater than 0 "
                                                                  "(leave it out for no budget)"),
                             (dict(context={"beems": 2}), UNKNOWN),
                             (dict(config={"configurable": {"beems": 2}}), UNKNOWN),  # the older way to pass it
@@ -228,9 +229,9 @@ def test_graph_invoke_refuses_what_the_server_refuses_in_the_same_words(tmp_path
     from accelopt.tools.settings import ConfigError
 
     task = {"task_dir": str(TASKS / "rmsnorm"), "run_dir": str(tmp_path / "run")}
-    for context, expected in [({"beems": 2}, UNKNOWN), ({"samples": 0}, "--samples 0: must be at least 1"),
-                              ({"device": "tpu"}, "--device 'tpu': input should be 'auto', 'cuda' or 'cpu'"),
-                              ({"beams": "2"}, "--beams '2': input should be a valid integer"),
+    for context, expected in [({"beems": 2}, UNKNOWN), ({"samples": 0}, "samples 0: must be at least 1"),
+                              ({"device": "tpu"}, "device 'tpu': input should be 'auto', 'cuda' or 'cpu'"),
+                              ({"beams": "2"}, "beams '2': input should be a valid integer"),
                               ({"model": "acme:big"}, "planner model: unknown model provider 'acme'")]:
         with pytest.raises(ConfigError) as refused:
             graph.invoke(task, context=context)
