@@ -72,7 +72,12 @@ def _print_insights(rows) -> None:
 def list_(memory: MemoryDir = None, memory_url: MemoryUrl = None, embedder: EmbedderOpt = DEFAULT_EMBEDDER,
           limit: int = 50) -> None:
     """Insights, strongest evidence first."""
-    rows = sorted(_open(memory, memory_url, embedder, embed=False).all(), key=lambda r: -r[1]["strength"])
+    store = _open(memory, memory_url, embedder, embed=False)
+    rows = sorted(store.all(), key=lambda r: -r[1]["strength"])
+    if not rows:  # an empty store says so, rather than printing nothing
+        console.print(f"no insights in {store.location}: a GPU run learns them (`accelopt optimize`), or "
+                      "`accelopt memory import FILE` brings some")
+        return
     _print_insights(rows[:limit])
 
 
@@ -157,7 +162,9 @@ def stats(memory: MemoryDir = None, memory_url: MemoryUrl = None, embedder: Embe
     if as_json:
         console.print_json(json.dumps(out))
         return
-    console.print(Text.assemble((f"{out['insights']} insights", "bold"), f" in {out['location']}"), highlight=False)
+    n = out["insights"]
+    count = "no insights" if n == 0 else f"{n} insight{'s' if n != 1 else ''}"
+    console.print(Text.assemble((count, "bold"), f" in {out['location']}"), highlight=False)
     for key in ("backend", "kind", "task", "hardware", "timer"):
         if out[key]:
             table = Table(key, "insights", title=f"by {key}", title_justify="left")

@@ -199,6 +199,11 @@ def validate_spec(spec: ModelSpec) -> None:
         raise ConfigError(f"max_tokens_field = '{spec.max_tokens_field}': use \"max_tokens\" or "
                           "\"max_completion_tokens\" (or leave it out: the field the endpoint reads)")
     _check_values(spec.model_dump())
+    if spec.base_url is not None and urlparse(spec.base_url).scheme not in ("http", "https"):
+        # a placeholder pasted as is (`URL`), or a host without its scheme: the client would say only
+        # "cannot connect (UnsupportedProtocol)"
+        raise ConfigError(f"base_url '{spec.base_url}' is not an http(s) URL: give the endpoint's address, e.g. "
+                          "http://127.0.0.1:8000/v1")
     _api_key(spec)
 
 

@@ -53,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     server.start()
     material = server.material.describe()
-    print(f"{NOTE}: task {material['definition']} ({len(material['real_kernels'])} real kernels, "
+    real = len(material["real_kernels"])
+    print(f"{NOTE}: task {material['definition']} ({real} real kernel{'s' if real != 1 else ''}, "
           f"{material['variants']} variants), profile {args.profile}, time scale {args.time_scale:g}, "
           f"seed {args.seed}", flush=True)
     print(server.url, flush=True)

@@ -380,11 +380,12 @@ def headline(rows: list[TaskRow], figures: dict) -> tuple[list[list[str]], list[
         if group["geomean_speedup"] is None:
             continue
         what = TIMERS.get(timer, timer)
+        tasks = f"{group['tasks']} task{'s' if group['tasks'] != 1 else ''}"
         if timer == INTERPRETER:
-            lines.append(f"geomean over {group['tasks']} tasks of the baseline's {what} over the kept kernel's: "
+            lines.append(f"geomean over {tasks} of the baseline's {what} over the kept kernel's: "
                          f"{group['geomean_speedup']:.3f}x (not performance)")
             continue
-        line = f"geomean best speedup over {group['tasks']} tasks: {group['geomean_speedup']:.3f}x ({what})"
+        line = f"geomean best speedup over {tasks}: {group['geomean_speedup']:.3f}x ({what})"
         if group["geomean_vs_torch_compile"]:
             g = group["geomean_vs_torch_compile"]
             line += f"; vs torch.compile over {group['tasks_vs_torch_compile']}: {g:.3f}x" + \

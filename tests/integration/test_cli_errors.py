@@ -338,3 +338,14 @@ def test_every_usage_error_is_one_error_line_and_exit_2(args, line):
     """Not typer's 5-6 line box, nor a value taken as given (`check --timeout -1` judged a timeout)."""
     proc = run_cli(*args)
     assert (proc.returncode, proc.stderr, proc.stdout) == (2, f"error: {line}\n", ""), proc.stderr
+
+
+def test_a_base_url_that_is_not_a_url_is_named_before_any_work(softmax_task, tmp_path):
+    """A README placeholder pasted as is (`--base-url URL`) said only `cannot connect
+    (UnsupportedProtocol)`: now one line naming the value and what an address looks like."""
+    run_dir = tmp_path / "run"
+    for given in ("URL", "127.0.0.1:8000/v1"):
+        proc = run_cli("optimize", str(softmax_task), "--device", "cpu", "--no-memory", "--run-dir", str(run_dir),
+                       "--model", "vllm:m", "--base-url", given)
+        assert_clean_error(proc, f"base_url '{given}' is not an http(s) URL", "http://127.0.0.1:8000/v1")
+        assert not run_dir.exists()

@@ -63,3 +63,16 @@ def test_memory_commands_round_trip(tmp_path):
 def test_optimize_with_an_unreachable_memory_server_fails_before_any_work(softmax_task):
     proc = run_cli("optimize", str(softmax_task), "--device", "cpu", "--memory-url", "http://127.0.0.1:9")
     assert_clean_error(proc, "cannot reach the Chroma server", "--no-memory")
+
+
+def test_an_empty_store_says_it_is_empty(tmp_path):
+    """`memory list` on an empty store printed nothing (exit 0), `memory stats` '0 insights'."""
+    from accelopt.memory.store import InsightStore
+
+    InsightStore(tmp_path / "empty")  # a store with nothing in it yet
+    mem = ["--memory", str(tmp_path / "empty")]
+    listing = in_process("memory", "list", *mem)
+    assert listing.returncode == 0 and listing.stdout.startswith("no insights in "), listing.stdout
+    assert "accelopt memory import FILE" in listing.stdout
+    stats = in_process("memory", "stats", *mem)
+    assert stats.returncode == 0 and "no insights in " in stats.stdout and "0 insights" not in stats.stdout

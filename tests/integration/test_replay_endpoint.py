@@ -201,6 +201,7 @@ def test_the_module_entry_point_prints_the_url_and_its_stats():
         url = proc.stdout.readline().strip()
         how = proc.stdout.readline()
         assert "rehearsal, not an LLM" in banner and url.startswith("http://127.0.0.1:") and url.endswith("/v1")
+        assert "(3 real kernels, " in banner
         assert f"--model vllm:replay --base-url {url}" in how
         assert httpx.get(f"{url}/models", timeout=10).json()["data"][0]["id"] == "replay"
     finally:
@@ -238,3 +239,16 @@ def test_an_optimization_runs_end_to_end_against_it(tmp_path):
     assert {r: u["calls"] for r, u in usage["by_role"].items()} == {r: s["requests"] for r, s in by_role.items()}
     assert usage["input_tokens"] == stats["prompt_tokens"] and usage["output_tokens"] == stats["completion_tokens"]
     assert stats["modelled_s"] > 0 and Path(summary["task_dir"]).name == "rmsnorm_h128"
+
+
+def test_a_task_with_one_real_kernel_says_one():
+    """A bundled task has no LLM-written kernels: its baseline is served as its one real kernel."""
+    proc = subprocess.Popen([sys.executable, "-m", "accelopt.evals.replay", "--task", str(ROOT / "evals" / "tasks" /
+                                                                                       "softmax"), "--time-scale", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        banner = proc.stdout.readline()
+        assert "(1 real kernel, " in banner, banner
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)

@@ -746,3 +746,11 @@ def test_the_best_kernels_autotuned_configurations_are_on_the_page(tmp_path):
     section = _page_text(build_report(run)).split("Autotuned configurations (chosen by the judge)")[1].split("<h3>")[0]
     assert "k (the judge timed 2 configurations): T4096_H4096: 1: BLOCK: 128; T2048_H8192: 1: BLOCK: 128" in section
     assert "T2048_H8192 runs configuration 1, the best over the workloads sharing its key" in section
+
+
+def test_the_headline_counts_one_task_as_one_task(tmp_path):
+    from accelopt.evals.reporting.report import headline
+
+    rows = load_rows(write_run(tmp_path / "one", speedup=1.5, interval=(1.4, 1.6)))
+    _, lines = headline(rows, suite_figures(rows))
+    assert any(line.startswith("geomean best speedup over 1 task: ") for line in lines), lines

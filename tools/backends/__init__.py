@@ -31,7 +31,7 @@ class TritonBackend:
         from accelopt.tools.harness.runner import gpu_count
 
         gpus = gpu_count()
-        where = f"{gpus} CUDA GPU(s)" if gpus else "no GPU: CPU interpreter (correctness only, times are not GPU)"
+        where = f"{gpus} CUDA GPU(s)" if gpus else "no GPU: CPU interpreter (correctness only; its times are not GPU performance)"
         return Availability(True, f"triton {triton.__version__}, {where}")
 
     def refuse(self, task: Task, device: str) -> str | None:
