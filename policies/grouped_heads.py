@@ -67,7 +67,7 @@ TILE = "HEADS_TILE"        # the heads a program holds, padded: a constexpr the 
 # Triton pads a dot's rows to the tensor cores' 16 itself (its min_dot_size takes fewer), so a tile
 # of 16 heads padded here only made the softmax's element-wise work around the dots wider: on the
 # H100, o3's FIB decode kernel grouped and counted ran 1.84x over itself with 4 rows, 1.71x with 16
-# (BENCHMARKS.md, thirteenth session). 4: the fewest rows measured on a GPU.
+# (BENCHMARKS.md, H100, 2026-11-27, 9768189). 4: the fewest rows measured on a GPU.
 MIN_HEADS_TILE = 4
 PRECISION = "DOT_PRECISION"  # tl.dot's input precision: a constexpr the launch chooses by its operands' memory
 _KV = "_kv_head"

@@ -9,7 +9,7 @@ Why: decode attention gives a program a (sequence, KV head) and walks the whole 
 few sequences the grid has about one program per SM, each with a long walk and too few loads in
 flight: on the H100 the bundled gqa_paged_decode, grouped onto the tensor cores, read its keys and
 values at 78.5% of a same-size copy on B16_L4096 (128 programs) and 89-97% on the larger batches
-(BENCHMARKS.md, twelfth session). Made mechanically:
+(BENCHMARKS.md, H100, 2026-11-27, 30da4d5). Made mechanically:
 
     <before the loop>                       K_parts (grid (*grid, parts)):
     m = tl.zeros([H]) - inf                     <before the loop>

@@ -31,7 +31,7 @@ def test_the_bundled_kernel_per_head_and_grouped_is_split():
 
 def test_a_launch_takes_parts_only_where_its_grid_leaves_sms_idle():
     """On the H100 (132 SMs) B16_L4096's 128 grouped programs ran best in 2 parts (87% of a copy, 80%
-    unsplit), B64 and B128 (512, 1024 programs) unsplit (BENCHMARKS.md, twelfth session)."""
+    unsplit), B64 and B128 (512, 1024 programs) unsplit (BENCHMARKS.md, H100, 2026-11-27, 30da4d5)."""
     from types import SimpleNamespace
 
     source = split_kv(BUNDLED) or ""
