@@ -4,6 +4,7 @@ floor to the earlier configuration, and the cost of a shared key said with its f
 carried to a fresh process as a pinned source (tools/harness/autotune_choices.py)."""
 
 import math
+from pathlib import Path
 
 from accelopt.tools.harness.autotune_choices import autotune_evidence, pinned_source
 from accelopt.tools.harness.autotune_rounds import choose, first_within, pins_of, shared_key_notes
@@ -267,3 +268,26 @@ def test_pins_given_for_the_kernel_under_test_say_what_each_workload_ran():
     (kernel,) = record["kernels"]
     assert record["how"] == "given" and kernel["ran"] == {"small": 3, "large": 3} and "time_calls" not in box.requests
     assert AutotuneRecord(**record).summary() == ["k (pinned as chosen before): small: 3: c3; large: 3: c3"]
+
+
+def test_a_compiled_cache_is_kept_per_task_and_source(tmp_path):
+    """What a source's sandbox compiled is kept for its next evaluation in the process: per task
+    and source (the same source for two tasks keeps two), the newest kept when full."""
+    from types import SimpleNamespace
+
+    from accelopt.tools.harness import autotune_choices as choices
+
+    def cache(name: str) -> str:
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "kernel.cubin").write_text(name)
+        return str(folder)
+
+    a, b = SimpleNamespace(root=tmp_path / "task_a"), SimpleNamespace(root=tmp_path / "task_b")
+    choices.keep_compiled(a, "src", cache("first"))
+    choices.keep_compiled(b, "src", cache("second"))  # the same source for another task: its own entry
+    kept_a, kept_b = choices.compiled_before(a, "src"), choices.compiled_before(b, "src")
+    assert kept_a and kept_b and kept_a != kept_b
+    assert (Path(kept_a) / "kernel.cubin").read_text() == "first"
+    choices.keep_compiled(a, "src", cache("again"))  # already kept: the first stays
+    assert choices.compiled_before(a, "src") == kept_a and choices.compiled_before(a, "other") is None

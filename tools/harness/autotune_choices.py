@@ -18,6 +18,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+import threading
 
 from accelopt.tools.harness.kernel_source import KernelSource
 from accelopt.tools.harness.result import AutotuneRecord, EvalResult
@@ -29,6 +30,7 @@ from accelopt.tools.tunables import write_configs
 # task folder, device and the source's digest; the oldest forgotten first.
 _CHOSEN: collections.OrderedDict[tuple[str, str, str], dict[str, dict[str, int]]] = collections.OrderedDict()
 CHOSEN_KEPT = 256
+_LOCK = threading.Lock()  # the graph evaluates candidates on several threads of one process
 
 
 def _chosen_key(task: Task, device: str, source: str) -> tuple[str, str, str]:
@@ -46,13 +48,14 @@ def chosen_before(task: Task, device: str, sources: dict[str, str]) -> dict[str,
 
 
 def remember_choices(task: Task, device: str, sources: dict[str, str], result: EvalResult) -> None:
-    for name, record in result.autotune.items():
-        if name in sources and record.how in ("timed", "given") and record.pins():  # a GPU's choice, not a default
-            key = _chosen_key(task, device, sources[name])
-            _CHOSEN[key] = record.pins()
-            _CHOSEN.move_to_end(key)
-    while len(_CHOSEN) > CHOSEN_KEPT:
-        _CHOSEN.popitem(last=False)
+    with _LOCK:
+        for name, record in result.autotune.items():
+            if name in sources and record.how in ("timed", "given") and record.pins():  # a GPU's choice, not a default
+                key = _chosen_key(task, device, sources[name])
+                _CHOSEN[key] = record.pins()
+                _CHOSEN.move_to_end(key)
+        while len(_CHOSEN) > CHOSEN_KEPT:
+            _CHOSEN.popitem(last=False)
 
 
 # What the same sources' sandboxes compiled, kept by this process for their next evaluation (a
@@ -73,14 +76,20 @@ def keep_compiled(task: Task, source: str, cache: str | None) -> None:
     next evaluation in this process; the oldest of COMPILED_KEPT goes first."""
     if not cache or not os.path.isdir(cache):
         return
+    with _LOCK:
+        _keep(task, source, cache)
+
+
+def _keep(task: Task, source: str, cache: str) -> None:
     if not _compiled_root:
         _compiled_root.append(tempfile.mkdtemp(prefix="accelopt-compiled-"))
         atexit.register(shutil.rmtree, _compiled_root[0], True)
     key = _chosen_key(task, "cuda", source)
-    target = os.path.join(_compiled_root[0], key[2])
-    if os.path.isdir(target):
+    if key in _COMPILED and os.path.isdir(_COMPILED[key]):
         _COMPILED.move_to_end(key)
         return
+    target = tempfile.mkdtemp(prefix="source-", dir=_compiled_root[0])
+    os.rmdir(target)  # shutil.move makes it: the cache's own folder, renamed
     shutil.move(cache, target)
     _COMPILED[key] = target
     while len(_COMPILED) > COMPILED_KEPT:
