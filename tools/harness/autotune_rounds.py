@@ -208,20 +208,27 @@ class AutotuneRounds:
         """One checked call per workload under the pins: the tuning key each kernel ran under, so the
         record says which configuration each workload ran."""
         for workload in req["workloads"]:
-            inputs, expected = self.prepare(ref, req, workload, req["seed_offset"])
-            where = f"workload {workload['name']}, the configurations pinned as chosen before"
-            try:
-                reply = box.request("call", deadline, inputs=list(inputs), where=where, mode=_call_mode(req))
-            except SandboxFailure as f:
-                raise Reject(f.status, f"{where}: {f.error}") from None
-            correctness.for_request(req)(self.torch, _owned(self.torch, reply["outputs"]), expected, where)
+            reply = self._checked_call(box, req, ref, deadline, workload,
+                                       f"workload {workload['name']}, the configurations pinned as chosen before")
             for k in kernels:
                 key = _ran_key(reply, k)
                 if key is not None and key is not _OWN_CHOICE:
                     k.setdefault("keys", {})[workload["name"]] = key
                     k["ran"][workload["name"]] = k["choices"].get(key, k["default"])
-            del inputs, expected, reply
-            self._give_back_gpu_memory(req)
+
+    def _checked_call(self, box: Sandbox, req: dict, ref, deadline: float, workload: dict, where: str) -> dict:
+        """One call on the workload's first input set, its outputs checked and its trace too (no
+        compute outside its Triton launches); the reply, its outputs dropped."""
+        inputs, expected = self.prepare(ref, req, workload, req["seed_offset"], where)
+        try:
+            reply = box.request("call", deadline, inputs=list(inputs), where=where, mode=_call_mode(req))
+        except SandboxFailure as f:
+            raise Reject(f.status, f"{where}: {f.error}") from None
+        correctness.for_request(req)(self.torch, _owned(self.torch, reply.pop("outputs")), expected, where)
+        self._foreign(req, reply.get("trace") or [], reply.get("known") or [], where)
+        del inputs, expected
+        self._give_back_gpu_memory(req)
+        return reply
 
     def _configuration(self, k: dict, i: int) -> str:
         return f"configuration {i} of {k['kernel']} ({k['configs'][i]})"
@@ -229,26 +236,17 @@ class AutotuneRounds:
     def _check_configs(self, box: Sandbox, req: dict, ref, deadline: float, k: dict, held: dict) -> None:
         """Every configuration's outputs on every workload, one input set each: on the interpreter
         nothing is timed, and a GPU's autotuner may pick any of them. The first is pinned."""
-        seed, keys = req["seed_offset"], dict[str, str]()
+        keys: dict[str, str] = {}
         for i in range(len(k["configs"])):
             box.request("pin", deadline, choices={**held, k["kernel"]: {"*": i}})
             for workload in req["workloads"]:
-                inputs, expected = self.prepare(ref, req, workload, seed, f"{self._configuration(k, i)}, workload "
-                                                                          f"{workload['name']}")
-                where = f"workload {workload['name']}, {self._configuration(k, i)}"
-                try:
-                    reply = box.request("call", deadline, inputs=list(inputs), where=where, mode=_call_mode(req))
-                except SandboxFailure as f:
-                    raise Reject(f.status, f"{where}: {f.error}") from None
-                correctness.for_request(req)(self.torch, _owned(self.torch, reply["outputs"]), expected, where)
-                self._foreign(req, reply.get("trace") or [], reply.get("known") or [], where)
+                reply = self._checked_call(box, req, ref, deadline, workload,
+                                           f"workload {workload['name']}, {self._configuration(k, i)}")
                 key = _ran_key(reply, k)
                 if key is _OWN_CHOICE:
                     k.update(controlled=False, why=UNNAMED_KEY)
                     return
                 keys.setdefault(workload["name"], key or "?")
-                del inputs, expected, reply
-                self._give_back_gpu_memory(req)
         k.update(checked=len(k["configs"]), choices={}, default=0, keys=keys, ran={w: 0 for w in keys})
 
     def _time_configs(self, box: Sandbox, req: dict, ref, deadline: float, k: dict, held: dict,
