@@ -51,13 +51,6 @@ AUTOTUNE_BAND = 3.0
 TIMEOUT_S = 300.0
 
 
-def autotuned(source: str | KernelSource) -> bool:
-    """An autotuner of several configurations in a fresh process may pick another configuration
-    than the harness's process did, so its time is not the same kernel's time. A source the
-    judge's choice was written into (autotune_choices.pinned_source) lists one: the same kernel."""
-    return KernelSource.of(source).tunes_at_run_time
-
-
 def start(task: Task, source: str, gpu: str | None = None) -> Profiling | None:
     """The audit's process, started ahead (kernel_profile.Profiling) on the judge's GPU while the
     judge works, so a winner's audit pays only its own calls; None without ncu."""

@@ -158,18 +158,18 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
                 _reverify_if_too_good(task, result, judge, request, timeout_s)
                 result.phases_s["reverify"] = round(time.monotonic() - began, 3)
             seen: ProfileRun | None = None
+            # the judge's autotune choice written in: what a fresh process that is not a sandbox runs
+            pinned = pinned_source(kernel, result.autotune.get("candidate"))
             if result.ok and auditing:
                 began = time.monotonic()
-                seen = _audit_winner(task, pinned_source(kernel, result.autotune.get("candidate")), result,
-                                     request.get("keep_cache"), ahead)
+                seen = _audit_winner(task, pinned, result, request.get("keep_cache"), ahead)
                 ahead = None if seen is not None else ahead  # the audit used it
                 result.phases_s["audit"] = round(time.monotonic() - began, 3)
             elif result.ok and result.flags:
                 result.flags.append("unaudited")  # not audited: the interpreter, or auditing turned off
             if result.ok and profiling and _wins(result):
                 began = time.monotonic()
-                seen = seen or profile_workloads(task, pinned_source(kernel, result.autotune.get("candidate")).text,
-                                                 None, timeout_s=audit_mod.TIMEOUT_S,
+                seen = seen or profile_workloads(task, pinned.text, None, timeout_s=audit_mod.TIMEOUT_S,
                                                  triton_cache=request.get("keep_cache"), gpu=judge.gpu)
                 result.profile = planner_profile(seen)
                 result.phases_s["profile"] = round(time.monotonic() - began, 3)

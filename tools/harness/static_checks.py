@@ -1,6 +1,6 @@
 """Findings about a candidate's source that need no execution: advice, never a verdict.
 
-Only a syntax error rejects here (the source cannot run at all). Everything else becomes a
+Only a syntax error rejects (KernelSource.syntax_error: the source cannot run at all). Everything else becomes a
 Finding with a severity that travels with the result into prompts and reports: what a fixer or
 a user should know. Whether the kernel really does its work in Triton, leaves its inputs alone
 or keeps results between calls is decided by runtime evidence in the judge (judge.py), because
@@ -53,13 +53,8 @@ _CAST_METHODS = {"to", "float", "half", "bfloat16", "double", "type", "type_as",
 _TAMPER_TARGETS = ("torch.cuda", "time", "triton.testing", "torch.Tensor", "torch", "triton", "sys", "os")
 
 
-def syntax_error(source: str | KernelSource) -> str | None:
-    """The one static verdict: a source Python cannot parse."""
-    return KernelSource.of(source).syntax_error
-
-
 def findings(source: str | KernelSource, entry_point: str) -> list[Finding]:
-    """Static advice on a source, worst first; empty when it does not parse (see syntax_error)."""
+    """Static advice on a source, worst first; empty when it does not parse (KernelSource.syntax_error)."""
     kernel = KernelSource.of(source)
     tree = kernel.tree
     if tree is None:
@@ -80,12 +75,6 @@ def findings(source: str | KernelSource, entry_point: str) -> list[Finding]:
     out += _find_cheats(tree, functions, jitted)
     order = {"serious": 0, "warning": 1, "info": 2}
     return sorted(out, key=lambda f: (order[f.severity], f.line or 0))
-
-
-def triton_kernel_names(source: str | KernelSource) -> set[str]:
-    """Names of the @triton.jit (autotune, heuristics) functions a source defines: what its GPU
-    kernels are called."""
-    return KernelSource.of(source).triton_kernels
 
 
 def _launches(entry: ast.FunctionDef, functions: dict[str, ast.FunctionDef], jitted: set[str]) -> bool:
