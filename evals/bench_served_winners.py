@@ -39,6 +39,15 @@ def standalone(task: str, best: Path, baseline: Path, timeout_s: float) -> dict:
             "basis": verdict.get("basis"), "flags": record.get("flags")}
 
 
+def against_baseline(result: dict) -> dict:
+    """A candidate's comparison with the run's baseline, on the timer its verdict rests on (the run
+    ranks on it: nodes/services._measure), with the word `check` would give."""
+    vs = dict((result.get("versus") or {}).get("baseline") or {})
+    if vs:
+        vs["word"] = "faster" if vs.get("faster") else "slower" if vs.get("slower") else "within noise"
+    return vs
+
+
 def run_row(task: str, out: Path, args: argparse.Namespace, best_text: str) -> dict:
     cmd = [sys.executable, str(HERE / "bench_full_run.py"), "--out", str(out), "--tasks", task,
            "-B", str(args.beams), "-N", str(args.plans), "-K", str(args.samples), "-F", str(args.fixes),
@@ -55,15 +64,19 @@ def run_row(task: str, out: Path, args: argparse.Namespace, best_text: str) -> d
                stop_reason=summary.get("stop_reason"))
     best = run_dir / "candidates" / str(summary.get("best_id")) / "result.json"
     if best.is_file():
-        vs = (json.loads(best.read_text()).get("versus") or {}).get("baseline") or {}
+        vs = against_baseline(json.loads(best.read_text()))
         row["best_interval"] = [vs.get("ci_low"), vs.get("ci_high")]
+        row["best_word"], row["best_basis"] = vs.get("word"), vs.get("basis")
     served = []
     for folder in sorted((run_dir / "candidates").glob("*")):
         kernel, result = folder / "kernel.py", folder / "result.json"
         if kernel.is_file() and kernel.read_text().strip() == best_text.strip() and result.is_file():
             got = json.loads(result.read_text())
+            vs = against_baseline(got)
             served.append({"id": folder.name, "status": got.get("status"), "speedup": got.get("speedup"),
-                           "flags": got.get("flags")})
+                           "word": vs.get("word"), "basis": vs.get("basis"),
+                           "interval": [vs.get("ci_low"), vs.get("ci_high")], "flags": got.get("flags"),
+                           "autotune": got.get("autotune_choice")})
     row["served_best_evaluations"] = served
     return row
 

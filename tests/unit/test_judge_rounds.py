@@ -28,13 +28,15 @@ class Box:
 class RoundsJudge(Judge):
     """A judge whose calls are timed by `times[name](round, workload)`, in µs."""
 
-    def __init__(self, times):
-        self.times, self.calls = times, []
+    def __init__(self, times, estimates=None):
+        self.times, self.calls, self.reps = times, [], {}
+        self.estimates = estimates or {}  # name -> µs a call in the calls that size the rounds
 
     def _time_round(self, box, req, ref, workload, r, reps, deadline, check, copy=False):
-        us = 10.0 if r < 0 else self.times[box.name](r, workload["name"])
+        us = self.estimates.get(box.name, 10.0) if r < 0 else self.times[box.name](r, workload["name"])
         if r >= 0:
             self.calls.append((r, workload["name"], box.name))
+            self.reps.setdefault(box.name, set()).add(reps)
         return {"primary": [us] * 3, "kernel": [us] * 3, "event": [us] * 3, "metric": "gpu_span",
                 "fresh_vs_seen": None}
 
@@ -51,8 +53,8 @@ class RoundsJudge(Judge):
         return 0.0
 
 
-def _run(times, device="cuda", names=("candidate", "baseline", COPY), deadline_s=600.0, **req):
-    judge = RoundsJudge(times)
+def _run(times, device="cuda", names=("candidate", "baseline", COPY), deadline_s=600.0, estimates=None, **req):
+    judge = RoundsJudge(times, estimates)
     boxes = {n: Box(n) for n in names}
     request = {"device": device, "workloads": WORKLOADS, "rep_ms": 20.0, **req}
     timings, rounds = judge.timing(boxes, request, None, judge_mod.time.monotonic() + deadline_s)
@@ -72,6 +74,17 @@ def test_rounds_are_the_outer_loop_and_stop_once_decided():
                                (0, "w2", "candidate"), (0, "w2", "baseline"), (0, "w2", COPY)]
     assert judge.calls[6:9] == [(1, "w1", "baseline"), (1, "w1", COPY), (1, "w1", "candidate")]
     assert all(len(timings[n][w]["round_medians_us"]) == 3 for n in timings for w in ("w1", "w2"))
+
+
+def test_each_function_gets_about_rep_ms_of_calls_a_round_within_bounds():
+    # a 30 µs kernel against a 19 ms eager reference (a Python loop): the reference is not timed
+    # for 40 calls a round because the kernel is fast; 20 ms of calls, at least 10, at most 40
+    judge, _, _ = _run({"candidate": steady(30.0), "baseline": steady(19_000.0), COPY: steady(800.0)},
+                       estimates={"candidate": 30.0, "baseline": 19_000.0, COPY: 800.0})
+    assert judge.reps == {"candidate": {40}, "baseline": {10}, COPY: {25}}
+    judge, _, _ = _run({"candidate": steady(30.0), "baseline": steady(19_000.0), COPY: steady(800.0)},
+                       device="cpu", estimates={"candidate": 30.0})
+    assert judge.reps == {"candidate": {10}, "baseline": {10}, COPY: {10}}  # the interpreter times its own reps
 
 
 def test_an_undecided_comparison_stops_when_more_rounds_stop_narrowing_it_else_at_the_cap():

@@ -27,8 +27,11 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-# Calls per timed round at most: each takes 1 ms of cover plus an L2 flush whatever the kernel, and
-# the rounds (at least 3), not the calls within one, are what the interval is made of.
+# Calls per timed round, per function: about rep_ms of its own timed work, within these bounds. Each
+# call takes 1 ms of cover plus an L2 flush whatever the kernel, and the rounds (at least 3), not
+# the calls within one, are what the interval is made of; so a comparator 600x slower than the
+# candidate (an eager reference's Python loop) is not timed for 600x the candidate's share.
+MIN_REPS = 10
 MAX_REPS = 40
 TIMING_SEED = 100       # timing inputs: never among the checked seeds
 # Timing rounds: at least MIN, then until every comparison is decided (stats.decided), at most MAX.
@@ -71,11 +74,11 @@ else:
 
 @dataclass
 class _WorkloadRounds:
-    """One workload's share of the timing rounds: who is timed on it, how many calls per round,
-    and what the rounds gathered."""
+    """One workload's share of the timing rounds: who is timed on it, how many calls per round
+    each, and what the rounds gathered."""
     workload: dict
     names: list[str]
-    reps: int
+    reps: dict[str, int]
     pooled: dict = field(default_factory=dict)     # name -> primary/kernel/event samples, metric
     rounds: dict = field(default_factory=dict)     # name -> median of each round's primary samples
     kernel_rounds: dict = field(default_factory=dict)  # name -> each round's median kernel-only time, or None
@@ -282,15 +285,19 @@ class TimingRounds:
         return out, {"ran": ran, "stopped": stopped, "min_rounds": low, "max_rounds": high, "noise_floor": floor}
 
     def _plan_rounds(self, boxes: dict, req, ref, workload, deadline: float) -> _WorkloadRounds:
-        """Who is timed on the workload, and how many calls per round: on a GPU enough for about
-        rep_ms of timed work, estimated from a few calls of the candidate."""
+        """Who is timed on the workload, and how many calls per round each: on a GPU enough for
+        about rep_ms of its timed work, estimated from a few of its calls (unchecked: the rounds
+        check the candidate's)."""
         # the copy times on buffers of its own; a workload that moves no bytes has none
         names = [n for n in boxes if n != COPY or self._copy_half(req, ref, workload) >= 1]
-        reps = 10
+        reps = dict.fromkeys(names, MIN_REPS)
         if req["device"] == "cuda":
-            est = self._time_round(boxes["candidate"], req, ref, workload, -1, 3, deadline, check=False)
-            self._give_back_gpu_memory(req)
-            reps = int(min(MAX_REPS, max(10, req["rep_ms"] * 1e3 / max(statistics.median(est["primary"]), 1.0))))
+            for name in names:
+                est = self._time_round(boxes[name], req, ref, workload, -1, 3, deadline, check=False,
+                                       copy=name == COPY)
+                self._give_back_gpu_memory(req)
+                per_call_us = max(statistics.median(est["primary"]), 1.0)
+                reps[name] = int(min(MAX_REPS, max(MIN_REPS, req["rep_ms"] * 1e3 / per_call_us)))
         return _WorkloadRounds(workload=workload, names=names, reps=reps)
 
     def _one_round(self, boxes: dict, req, ref, plan: _WorkloadRounds, r: int, deadline: float,
@@ -301,7 +308,7 @@ class TimingRounds:
         names = plan.names
         for name in names[r % len(names):] + names[: r % len(names)]:
             try:
-                got = self._time_round(boxes[name], req, ref, plan.workload, r, plan.reps, deadline,
+                got = self._time_round(boxes[name], req, ref, plan.workload, r, plan.reps[name], deadline,
                                        check=name == "candidate", copy=name == COPY)
             except SandboxFailure as f:
                 whose = "" if name == "candidate" else f" (comparator {name!r}, not the kernel under test)"
