@@ -107,6 +107,9 @@ def main() -> None:
         best = REALWORLD / "accelopt_bests" / entry["file"]
         row: dict = {"task": task, "baseline": entry["baseline"],
                      "standalone": standalone(task, best, REALWORLD / entry["baseline"], args.timeout), "runs": []}
+        rows.append(row)  # written as each part ends: a bench cut short keeps what it measured
+        (args.out / "served_winners.json").write_text(json.dumps(rows, indent=1))
+        print(task, "standalone", row["standalone"], flush=True)
         low = (row["standalone"].get("interval") or [None])[0]
         for r in range(args.runs):
             run = run_row(task, args.out / f"{task}_run{r}", argparse.Namespace(**{**vars(args), "seed": args.seed + r}),
@@ -115,7 +118,6 @@ def main() -> None:
             run["passes"] = (None if not run.get("served_best_evaluations")
                              else bool(low is not None and top is not None and top * (1 + NOISE_FLOOR) >= low))
             row["runs"].append(run)
-            rows.append(row) if r == 0 else None
             (args.out / "served_winners.json").write_text(json.dumps(rows, indent=1))
             print(task, r, run.get("best_speedup"), run.get("best_interval"), "standalone", row["standalone"],
                   {True: "passes", False: "FAILS", None: "not served"}[run["passes"]], flush=True)
