@@ -22,6 +22,7 @@ from rich.table import Table
 from accelopt.cli import options as o
 from accelopt.cli.check import check
 from accelopt.cli.evaluate import eval_suite, export_app, import_app, report
+from accelopt.cli.help_layout import fit_help_to_terminal
 from accelopt.cli.interrupt import continue_hint_on_interrupt, resume_command
 from accelopt.cli.memory import app as memory_app
 from accelopt.cli.memory import fail
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from accelopt.nodes.context import RunContext
     from accelopt.tools.run_record import NotMeasured, TorchCompileStanding
 
+fit_help_to_terminal()  # --help at the terminal's width: names whole, text wrapped at words (cli/help_layout.py)
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False,
                   help="accelopt: a self-improving, LLM-driven kernel optimizer.")
 app.add_typer(memory_app, name="memory")
@@ -107,7 +109,7 @@ def optimize(
                                                                "choose which plans run")] = False,
 ) -> None:
     """Optimize the kernel of TASK_DIR and write a run directory."""
-    from accelopt.graph.config import context_to_json, load_context
+    from accelopt.graph.config import load_context
     from accelopt.tools.backends import run_refusal
     from accelopt.tools.llm_spec import ConfigError
     from accelopt.tools.rundir import RunDirError, claim_new_run_dir, default_run_dir, write_run_meta
@@ -156,7 +158,7 @@ def optimize(
         claim_new_run_dir(run_dir, task.root)
     except RunDirError as e:
         fail(str(e))
-    write_run_meta(run_dir, task.root, context_to_json(ctx))
+    write_run_meta(run_dir, task.root, ctx.to_json())
     _drive(ctx, run_dir, {"task_dir": task.root, "run_dir": str(run_dir.resolve())})
 
 
@@ -198,7 +200,8 @@ def _ask_plans(plans: list[dict]) -> list[dict]:
 
 def _preflight(ctx: RunContext) -> None:
     """A dead endpoint, a wrong key or an unknown model: one line before any work is done."""
-    from accelopt.graph.config import budget_warnings, preflight_context
+    from accelopt.graph.config import budget_warnings
+    from accelopt.nodes.preflight import preflight_context
     from accelopt.tools.llm_spec import ConfigError, FatalLLMError
 
     unpriced = budget_warnings(ctx)  # a $ budget that cannot see a role's spend is no budget
@@ -361,9 +364,9 @@ def _report(state: dict, run_dir: Path, use_memory: bool = True, tuner: bool = T
     from rich.table import Column
     from rich.text import Text
 
-    from accelopt.graph.progress import candidate_counts, interpreter_rule
+    from accelopt.graph.progress import interpreter_rule
     from accelopt.tools.llm_spec import totals
-    from accelopt.tools.run_record import RunSummary, run_failure, run_summary
+    from accelopt.tools.run_record import RunSummary, candidate_counts, run_failure, run_summary
 
     candidates = state.get("candidates") or {}
     if not state.get("beam"):  # setup stopped the run: no task baseline, or a broken one
@@ -395,7 +398,7 @@ def _report(state: dict, run_dir: Path, use_memory: bool = True, tuner: bool = T
     if best.get("evidence"):
         table.add_row("checked", "; ".join(best["evidence"][:3]))
     summary = run_summary(state)
-    # as the live bar counts them (graph/progress.candidate_counts): every candidate but the baseline
+    # as the live bar and summary.json count them (tools/run_record.candidate_counts): all but the baseline
     evaluated, statuses = candidate_counts(candidates, state.get("baseline_id") or "baseline")
     table.add_row("candidates", f"{evaluated} evaluated" + (": " if statuses else "")
                   + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())) + " (baseline not counted)")

@@ -11,8 +11,10 @@ from typing import TYPE_CHECKING
 from typing import Annotated as Opt  # an import alias: mypy takes `Opt = Annotated` for a variable
 
 import typer
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from accelopt.cli import options as o
 from accelopt.cli.memory import fail
@@ -164,30 +166,29 @@ def show(result: EvalResult, kernel: Path, compile_mode: str = "default", startu
     if result.error:
         console.print(result.error, markup=False, highlight=False)
     for line in result.evidence:
-        console.print(f"  evidence: {line}", markup=False, highlight=False)
+        say(console, f"  evidence: {line}")
     for f in result.findings:
         where = f" line {f.line}" if f.line else ""
-        console.print(f"  finding ({f.severity}{where}): {f.message}", markup=False, highlight=False)
+        say(console, f"  finding ({f.severity}{where}): {f.message}")
     if result.workloads:
         interp = result.timer == "interpreter_wall"
-        table = Table(title="times" + (" (CPU interpreter wall clock: not GPU performance)" if interp else ""))
-        for column in ("workload", "median µs", "IQR µs", "metric", "kernel-only µs", "events µs", "% peak"):
-            table.add_column(column, overflow="fold")  # 80 columns: a cell wraps, never cut with an ellipsis
-        for name, t in result.workloads.items():
-            table.add_row(name, f"{t.median_us:.1f}", f"{t.iqr_us:.1f}", t.metric,
-                          f"{t.kernel_us:.1f}" if t.kernel_us is not None else "-",
-                          f"{t.event_us:.1f}" if t.event_us is not None else "-",
-                          f"{t.pct_peak:.1f}" if t.pct_peak is not None else "-")
+        rows = [[name, f"{t.median_us:.1f}", f"{t.iqr_us:.1f}", t.metric,
+                 f"{t.kernel_us:.1f}" if t.kernel_us is not None else "-",
+                 f"{t.event_us:.1f}" if t.event_us is not None else "-",
+                 f"{t.pct_peak:.1f}" if t.pct_peak is not None else "-"] for name, t in result.workloads.items()]
+        table, unmeasured = times_table("times" + (" (CPU interpreter wall clock: not GPU performance)" if interp
+                                                   else ""), TIMES_COLUMNS, rows, console.width)
         console.print(table)
+        if unmeasured:
+            say(console, f"  not measured here: {', '.join(unmeasured)}")
         for name, t in result.workloads.items():
             if t.disagreement:
-                console.print(f"  {name}: the figures disagree: {t.disagreement}", markup=False)
+                say(console, f"  {name}: the figures disagree: {t.disagreement}")
     from accelopt.tools.harness.reference_kernel import mode_note
     from accelopt.tools.harness.result import interval_label
 
     if result.rounds is not None:
-        console.print(f"  timing rounds: {result.rounds.ran} ({ROUNDS_STOPPED[result.rounds.stopped]})",
-                      markup=False, highlight=False)
+        say(console, f"  timing rounds: {result.rounds.ran} ({ROUNDS_STOPPED[result.rounds.stopped]})")
     for name, vs in result.versus.items():
         v = result.verdicts.get(name)
         if result.timer == "interpreter_wall":  # compare_rounds decides nothing there
@@ -200,19 +201,69 @@ def show(result: EvalResult, kernel: Path, compile_mode: str = "default", startu
             verdict += f" (noise floor {vs.noise_floor:.0%})" if vs.noise_floor else ""
         label = name + (mode_note(compile_mode) if name == "torch_compile" else "")
         shown = v if v is not None and v.basis == "kernel_only" else vs
-        console.print(f"  vs {label}: {shown.speedup:.3f}x ({interval_label(vs.rounds)}: {shown.ci_low:.3f}-"
-                      f"{shown.ci_high:.3f}): {verdict}", markup=False, highlight=False)
+        say(console, f"  vs {label}: {shown.speedup:.3f}x ({interval_label(vs.rounds)}: {shown.ci_low:.3f}-"
+                     f"{shown.ci_high:.3f}): {verdict}")
         if v is not None and v.basis != "interpreter" and (v.basis == "kernel_only" or v.word == "undecided"
                                                            or name in result.versus_kernel):
-            console.print(f"    why: {v.reason}", markup=False, highlight=False)
+            say(console, f"    why: {v.reason}")
     if result.audit is not None:
-        console.print(f"  audit ({result.audit.tool}): {result.audit.note}", markup=False)
+        say(console, f"  audit ({result.audit.tool}): {result.audit.note}")
     if result.phases_s:
         steps = ", ".join(f"{name} {s:.1f}" for name, s in result.phases_s.items())
-        console.print(f"  seconds: {steps} (of {result.eval_s:.1f} in all)", markup=False, highlight=False)
+        say(console, f"  seconds: {steps} (of {result.eval_s:.1f} in all)")
     if startup is not None:
         from accelopt.tools.harness.check_kernel import startup_line
 
-        console.print(f"  {startup_line(startup)}", markup=False, highlight=False)
+        say(console, f"  {startup_line(startup)}")
     if result.flags:
-        console.print(f"  flags: {', '.join(result.flags)}")
+        say(console, f"  flags: {', '.join(result.flags)}")
+
+
+# `check`'s times table: its headers wrap at their spaces (`kernel-only` over `µs`), never inside a word.
+TIMES_COLUMNS = ("workload", "median µs", "IQR µs", "metric", "kernel-only µs", "events µs", "% peak")
+_BY_DEVICE = ("kernel-only µs", "events µs", "% peak")  # GPU figures: none on the CPU interpreter
+
+
+def times_table(title: str, headers: tuple[str, ...], rows: list[list[str]], width: int) -> tuple[Table, list[str]]:
+    """The table, each column as wide as its longest word at least (so a header or a cell wraps at its
+    spaces, never inside a word: `interpreter_wall`, `kernel-only` stay whole), the rest of the width
+    shared up to each column's whole text. Where even that is wider than `width`, the GPU figures no
+    row has (`-` in every row: the CPU interpreter) are left out, named in the second value. Only a
+    word wider than the whole screen still folds."""
+    columns = [[h, *(row[i] for row in rows)] for i, h in enumerate(headers)]
+    unmeasured: list[str] = []
+
+    def least(kept: list[list[str]]) -> int:  # the narrowest table: words whole, padding 1 each side, borders
+        return sum(max(cell_len(w) for text in c for w in text.split() or [""]) for c in kept) + 3 * len(kept) + 1
+
+    if least(columns) > width:
+        unmeasured = [c[0] for c in columns if c[0] in _BY_DEVICE and all(v == "-" for v in c[1:])]
+        columns = [c for c in columns if c[0] not in unmeasured]
+    words = [max(cell_len(w) for text in c for w in text.split() or [""]) for c in columns]
+    whole = [max(cell_len(text) for text in c) for c in columns]
+    spare = width - (sum(words) + 3 * len(columns) + 1)
+    widths = list(words)
+    if spare >= 0:  # widen the columns toward their whole text, the narrowest need first
+        for i in sorted(range(len(columns)), key=lambda i: whole[i] - words[i]):
+            grow = min(whole[i] - widths[i], spare)
+            widths[i] += grow
+            spare -= grow
+    table = Table(title=title)
+    for column, w in zip(columns, widths):
+        # a fixed width the words fit in; fold only a word wider than the screen (never an ellipsis)
+        table.add_column(column[0], overflow="fold", width=w if spare >= 0 else None)
+    for r in range(len(rows)):
+        table.add_row(*(c[r + 1] for c in columns))
+    return table, unmeasured
+
+
+def say(console: Console, line: str) -> None:
+    """One line of `check`'s report, wrapped at words to the console's width with a hanging indent:
+    a continuation starts under the text after the line's label (`  evidence: `), or 4 columns in
+    where the label is long; never back at column 0."""
+    lead = len(line) - len(line.lstrip(" "))
+    label = line.find(": ", lead)
+    hang = label + 2 if 0 < label <= 24 else lead + 4
+    from accelopt.graph.progress import hanging  # after the verdict: not on the CLI's start
+
+    console.print(hanging(Text(line), console, hang), highlight=False)

@@ -67,7 +67,8 @@ def eval_suite(
     stopped at setup (e.g. a baseline that fails its own check), after the table; 2 for bad usage."""
     from accelopt.evals.reporting.report import build_report, load_rows
     from accelopt.evals.suite import resolve_suite, run_suite, suite_tasks
-    from accelopt.graph.config import load_context, preflight_context
+    from accelopt.graph.config import load_context
+    from accelopt.nodes.preflight import preflight_context
     from accelopt.tools.llm_spec import ConfigError, FatalLLMError
     from accelopt.tools.task import TaskError
 
@@ -119,11 +120,11 @@ def print_headline(rows: list, title: str) -> None:
     """The headline numbers of runs, as `eval` ends and as `report` prints them: per task its outcome,
     speedup with its interval (named for what it is), against torch.compile and timer, then the
     geomean per timer (GPU and interpreter figures never pooled)."""
-    from accelopt.evals.reporting.report import headline, suite_figures
+    from accelopt.evals.reporting.report import headline, headline_columns, suite_figures
 
     cells, geomeans = headline(rows, suite_figures(rows))
     table = Table(title=title)
-    for name in ("task", "outcome", "speedup (interval)", "vs torch.compile", "timer"):
+    for name in headline_columns(rows):
         table.add_column(name, overflow="fold")
     for row in cells:
         table.add_row(*(Text(cell) for cell in row))  # plain text: "[...]" is no markup

@@ -19,6 +19,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REALWORLD = HERE / "realworld"
@@ -55,8 +56,9 @@ def main() -> None:
     rows = []
     for i in range(args.checks):
         began = time.monotonic()
-        record = graph.invoke({"task_dir": str(task), "kernel": str(kernel), "device": args.device,
-                               **({"against": str(args.against)} if args.against else {})})
+        given: Any = {"task_dir": str(task), "kernel": str(kernel), "device": args.device,
+                      **({"against": str(args.against)} if args.against else {})}
+        record = graph.invoke(given)
         rows.append({"check": i, "warm": i > 0, **row(record, time.monotonic() - began)})
         args.out.write_text(json.dumps({"task": str(task), "kernel": str(kernel), "rows": rows}, indent=1))
         print(json.dumps(rows[-1])[:600], flush=True)

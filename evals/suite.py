@@ -11,7 +11,6 @@ from pathlib import Path
 
 from rich.console import Console
 
-from accelopt.graph.config import context_to_json
 from accelopt.graph.driver import drive
 from accelopt.nodes.context import RunContext
 from accelopt.tools.backends import run_refusal
@@ -76,7 +75,7 @@ def extends(run_dir: Path, ctx: RunContext) -> bool:
 def run_suite(suite: Path, out: Path, ctx: RunContext, tasks: list[Path], console: Console) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "suite.json").write_text(json.dumps(
-        {"suite": str(suite.resolve()), "tasks": [p.name for p in tasks], "context": context_to_json(ctx)}, indent=2))
+        {"suite": str(suite.resolve()), "tasks": [p.name for p in tasks], "context": ctx.to_json()}, indent=2))
     for number, task_dir in enumerate(tasks, 1):
         run_dir = out / task_dir.name
         try:
@@ -102,7 +101,7 @@ def run_suite(suite: Path, out: Path, ctx: RunContext, tasks: list[Path], consol
         doing = f"extending to T={ctx.iterations}" if extend else "resuming" if resuming else "optimizing"
         console.print(f"{head}: {doing}")
         if not resuming:
-            write_run_meta(run_dir, task.root, context_to_json(ctx))
+            write_run_meta(run_dir, task.root, ctx.to_json())
         elif extend:  # run.json's T, as `accelopt resume -T` keeps it
             meta = read_run_meta(run_dir)
             save_run_meta(run_dir, {**meta, "context": {**meta["context"], "iterations": ctx.iterations}})

@@ -5,26 +5,20 @@
           -> candidate (Send per plan x K: executor -> profiler <-> fixer; profiler -> autotune)
           -> selector -> summarizer -> record -> recall | standing -> END
 
-A run's settings are checked before any work wherever it starts (nodes/context.py; setup raises
-the refusal). One check cannot be made inside the graph: a context key RunContext has no field for
-(`beems`). LangGraph's server drops such keys before the graph sees the context, and graph.invoke
-fails on them with a TypeError; so `graph` (a ServedGraph) refuses them itself, in the same words,
-where the context is still whole: the server calls a callable graph as a factory with the run's
-context as given, and `stream`/`astream` see graph.invoke's.
-
-(No `from __future__ import annotations` here: the server reads ServedGraph.__call__'s parameter
-annotation, ServerRuntime, as an object to know what to pass it.)
+A run's settings and input are checked before any work wherever it starts (nodes/context.py,
+nodes/setup.input_refusal; setup raises the refusal). What cannot be checked inside the graph (a
+key the schemas have no field for, an input on a thread that leaves a key to the last run) `graph`,
+a ServedGraph, refuses where the caller's input and context are still whole (graph/doors.py).
 """
 
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 try:  # `langgraph dev` and Studio import this file: a broken environment must say what to do
-    from langgraph_sdk.runtime import ServerRuntime
-
+    from accelopt.graph.doors import CheckedGraph, checked
     from accelopt.graph.routing import (
         after_profiler,
         after_setup,
@@ -33,7 +27,7 @@ try:  # `langgraph dev` and Studio import this file: a broken environment must s
         to_samples,
     )
     from accelopt.nodes.autotune import autotune
-    from accelopt.nodes.context import RunContext, refuse, unknown_keys_refusal
+    from accelopt.nodes.context import RunContext
     from accelopt.nodes.executor import executor
     from accelopt.nodes.fixer import fixer
     from accelopt.nodes.planner import planner, review
@@ -41,7 +35,7 @@ try:  # `langgraph dev` and Studio import this file: a broken environment must s
     from accelopt.nodes.recall import recall
     from accelopt.nodes.record import record
     from accelopt.nodes.selector import selector
-    from accelopt.nodes.setup import setup
+    from accelopt.nodes.setup import input_refusal, setup
     from accelopt.nodes.standing import standing
     from accelopt.nodes.state import CandidateOutput, CandidateState, InputState, OutputState, RunState
     from accelopt.nodes.summarizer import summarizer
@@ -51,15 +45,6 @@ except ImportError as exc:
     raise ImportError(f"accelopt's graph cannot be imported ({exc}). Install accelopt into the Python environment "
                       "that loads it: `pip install -e .` in the repository (or `make install`, then run "
                       ".venv/bin/langgraph dev)") from exc
-
-# What LangGraph's server itself may put in a run's context beside RunContext's fields (a run given
-# `config.configurable` instead of `context` has its configurable taken as the context).
-_SERVER_KEYS = {"thread_id", "checkpoint_id", "checkpoint_ns", "checkpoint_map", "run_id", "assistant_id",
-                "graph_id", "user_id", "cron_id"}
-
-
-def _own_keys(context: Mapping) -> list[str]:
-    return [k for k in context if not (k in _SERVER_KEYS or k.startswith(("__", "langgraph_", "x-")))]
 
 
 def build_candidate_graph() -> CompiledStateGraph[CandidateState, RunContext, CandidateState, CandidateOutput]:
@@ -102,33 +87,15 @@ def build_graph() -> StateGraph[RunState, RunContext, InputState, OutputState]:
     return builder
 
 
-class ServedGraph(CompiledStateGraph[RunState, RunContext, InputState, OutputState]):
-    """The compiled graph, refusing a context key RunContext has no field for in one line (a
-    ConfigError: the server's run ends as an error with it) where the context is still whole."""
+class ServedGraph(CheckedGraph):
+    """The optimizer as every door but the CLI reaches it: unknown input and context keys refused,
+    and an input without a task_dir, before it runs (graph/doors.py)."""
 
-    def __call__(self, runtime: ServerRuntime) -> "ServedGraph":
-        """`langgraph dev` calls a callable graph as a factory for every use, a run's with its
-        context as the caller gave it (before the server filters it by the context schema)."""
-        context = getattr(runtime, "context", None)
-        if isinstance(context, Mapping):
-            refuse(unknown_keys_refusal(_own_keys(context)))
-        return self
+    checks_context = True
 
-    def stream(self, *args: Any, **kwargs: Any) -> Iterator[Any]:  # invoke's too
-        if isinstance(kwargs.get("context"), Mapping):
-            refuse(unknown_keys_refusal(kwargs["context"]))
-        return super().stream(*args, **kwargs)
-
-    def astream(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:  # ainvoke's and the server's
-        if isinstance(kwargs.get("context"), Mapping):
-            refuse(unknown_keys_refusal(kwargs["context"]))
-        return super().astream(*args, **kwargs)
-
-
-def served(compiled: CompiledStateGraph[RunState, RunContext, InputState, OutputState]) -> ServedGraph:
-    """The compiled graph as a ServedGraph (its own copy, as Pregel.copy makes one)."""
-    return ServedGraph(**{k: v for k, v in vars(compiled).items() if k != "__orig_class__"})
+    def refuses_input(self, given: Mapping[str, Any]) -> str | None:
+        return input_refusal(given)
 
 
 configure_tracing()  # before anything traces: compact payloads (no-op unless LANGSMITH_TRACING=true)
-graph = served(build_graph().compile(name="accelopt"))
+graph = checked(build_graph().compile(name="accelopt"), ServedGraph)

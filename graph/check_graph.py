@@ -23,17 +23,20 @@ process finds its judge warm, until `ACCELOPT_JUDGE_IDLE_S` without one lets it 
 """
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, NotRequired, cast
+from typing import Annotated, Any, Literal, NotRequired, cast
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
+from pydantic import Field
 
 # typing_extensions' TypedDict: pydantic (the server's schemas) refuses typing's below Python 3.12
 from typing_extensions import TypedDict
 
 try:  # `langgraph dev` imports this file: a broken environment must say what to do
-    from accelopt.nodes.context import device_refusal, refuse
+    from accelopt.graph.doors import CheckedGraph, checked
+    from accelopt.nodes.context import device_refusal, refuse, setting_refusal
     from accelopt.tools.harness.check_kernel import Startup, judge, verdict_record
     from accelopt.tools.harness.reference_kernel import COMPILE_MODES, CompileMode
     from accelopt.tools.task import TaskError, load_task
@@ -49,13 +52,19 @@ DEFAULT_TIMEOUT_S = 300.0
 class CheckInput(TypedDict):
     """What a check is asked: the graph's input schema (Studio's form, the MCP tool's arguments)."""
 
-    task_dir: str                         # a task folder (task.json, reference.py, baseline.py)
-    kernel: str                           # the kernel file to judge (a path on the server's machine)
-    against: NotRequired[str | None]      # time against this kernel file instead of the task's baseline
-    versus_torch: NotRequired[bool]       # also time eager PyTorch (and torch.compile on a GPU)
-    compile_mode: NotRequired[CompileMode]  # torch.compile's mode, where it is timed
-    device: NotRequired[Device]           # auto (a GPU if visible), cuda, or cpu (the Triton interpreter)
-    timeout_s: NotRequired[float]         # the evaluation's limit in seconds (300)
+    # the descriptions: Studio's form and the MCP tool's arguments show them
+    task_dir: Annotated[str, Field(description="A task folder (task.json, reference.py, baseline.py), a path on the "
+                                               "server's machine")]
+    kernel: Annotated[str, Field(description="The kernel file to judge, a path on the server's machine")]
+    against: NotRequired[Annotated[str | None, Field(description=(
+        "Time against this kernel file instead of the task's baseline"))]]
+    versus_torch: NotRequired[Annotated[bool, Field(description=(
+        "Also time eager PyTorch of the reference, and torch.compile on a GPU (default false)"))]]
+    compile_mode: NotRequired[Annotated[CompileMode, Field(description="torch.compile's mode, where it is timed")]]
+    device: NotRequired[Annotated[Device, Field(description=(
+        "auto (a GPU if one is visible), cuda, or cpu (the Triton interpreter: correctness, no GPU times)"))]]
+    timeout_s: NotRequired[Annotated[float, Field(description="The evaluation's limit in seconds (default 300)",
+                                                   gt=0)]]
 
 
 class CheckOutput(TypedDict, total=False):
@@ -144,8 +153,11 @@ def input_refusal(state: CheckState) -> str | None:
     if device not in DEVICES:
         return f"device {device!r}: use auto, cuda or cpu (the Triton interpreter: correctness, no GPU times)"
     timeout = state.get("timeout_s", DEFAULT_TIMEOUT_S)
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-        return f"timeout_s {timeout!r}: a number of seconds greater than 0"
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        return f"timeout_s {timeout!r}: input should be a valid number (seconds)"
+    refusal = setting_refusal("eval_timeout_s", timeout, shown_as="timeout_s")  # the CLI's --timeout rule
+    if refusal:
+        return refusal
     if not isinstance(state.get("versus_torch", False), bool):
         return f"versus_torch {state.get('versus_torch')!r}: true or false"
     if state.get("compile_mode", "default") not in COMPILE_MODES:
@@ -203,4 +215,14 @@ def build_check_graph() -> StateGraph[CheckState, None, CheckInput, CheckOutput]
     return builder
 
 
-graph: CompiledStateGraph[CheckState, None, CheckInput, CheckOutput] = build_check_graph().compile(name="check")
+class ServedCheckGraph(CheckedGraph):
+    """The check graph as every door reaches it: an input key CheckInput lacks (`kernal`) and bad
+    input refused on the input as given (graph/doors.py): on a thread, the last check's kernel
+    never stands in for one this check left out."""
+
+    def refuses_input(self, given: Mapping[str, Any]) -> str | None:
+        return input_refusal(cast(CheckState, given))
+
+
+graph: CompiledStateGraph[CheckState, None, CheckInput, CheckOutput] = checked(
+    build_check_graph().compile(name="check"), ServedCheckGraph)

@@ -39,13 +39,9 @@ from typing import Any
 from accelopt.nodes.context import RunContext, refuse, settings_refusal
 from accelopt.tools import settings
 from accelopt.tools.llm_spec import (
-    GIVEN,
     ROLES,
     ConfigError,
-    ModelSpec,
     check_model_settings,
-    client_missing,
-    endpoint,
     unknown_key,
 )
 
@@ -125,9 +121,6 @@ def load_context(config_file: Path | None = None, **flags: Any) -> tuple[RunCont
                                   **{r: s for r, s in role_models.items() if r != "default"}},
                      prices=prices, **values)
     refuse(settings_refusal(ctx))  # the checks setup makes for every entry point (nodes/context.py)
-    if "samples" not in values and ctx.model_spec("executor").provider == "tuner":
-        # the tuner writes one kernel per plan, the same every time: a second sample is a copy
-        ctx = dataclasses.replace(ctx, samples=1)
     return ctx, configured
 
 
@@ -146,30 +139,6 @@ def budget_warnings(ctx: RunContext) -> list[str]:
             for label, roles in unpriced.items()]
 
 
-def preflight_context(ctx: RunContext) -> None:
-    """Check every endpoint the roles use, once per (endpoint, model, key), unless ctx.preflight is
-    off; raise tools/llm.FatalLLMError naming the roles. Chat models given in code are not checked."""
-    if not ctx.preflight:
-        return
-    checks: dict[tuple, tuple[ModelSpec, list[str]]] = {}
-    for role in ROLES:
-        spec = ctx.model_spec(role)
-        if spec.provider in ("tuner", GIVEN):
-            continue
-        key = (endpoint(spec), spec.model, spec.api_key_env)
-        checks.setdefault(key, (spec, []))[1].append(role)
-    if not checks:
-        return
-    try:  # httpx and openai: only when there is an endpoint to check
-        from accelopt.policies.llm import least_prompt_tokens
-        from accelopt.tools.llm import preflight
-    except ImportError as exc:
-        raise client_missing(exc) from None
-
-    for spec, roles in checks.values():  # the roles' least prompts held against a served context length
-        preflight(spec, ", ".join(roles), prompt_tokens=least_prompt_tokens(roles))
-
-
 def _prices(table: dict, path: Path) -> dict[str, list[float]]:
     """[prices] "model" = [input, output] in $ per 1M tokens."""
     out = {}
@@ -179,10 +148,6 @@ def _prices(table: dict, path: Path) -> dict[str, list[float]]:
             raise ConfigError(f'{path}: [prices] "{model}" must be [input, output] in $ per 1M tokens, e.g. [0.4, 1.6]')
         out[model] = [float(pair[0]), float(pair[1])]
     return out
-
-
-def context_to_json(ctx: RunContext) -> dict:
-    return {k: v for k, v in dataclasses.asdict(ctx).items() if k != "chat_models"}
 
 
 def _read_toml(path: Path) -> dict:

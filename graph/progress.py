@@ -33,8 +33,9 @@ from rich.text import Text
 
 from accelopt.nodes.context import RunContext
 from accelopt.nodes.records import INTERPRETER_LEAD, leads_parent
-from accelopt.tools.harness.result import FIXABLE, NOT_EVALUATED, TIMER_LIVE, short_reason
+from accelopt.tools.harness.result import FIXABLE, TIMER_LIVE, short_reason
 from accelopt.tools.llm_spec import totals
+from accelopt.tools.run_record import candidate_counts
 
 log = logging.getLogger("accelopt")
 
@@ -61,18 +62,6 @@ def head_word(timer: str | None) -> str:
 def timer_label(timer: str | None) -> str | None:
     """What a timing is: 'GPU', 'interpreter time' (the CPU interpreter: not GPU performance), ..."""
     return TIMER_LIVE.get(timer, timer) if timer else None
-
-
-def candidate_counts(candidates: dict[str, dict], baseline_id: str = "baseline") -> tuple[int, dict[str, int]]:
-    """How many candidates were evaluated, and by status: every candidate except the baseline
-    (the summary's `candidates_evaluated`); what the bar and the final summary both show. A
-    call the budget did not pay for (`not_sent`) and a program already evaluated (`duplicate`) are
-    counted by status, not as evaluated."""
-    statuses: dict[str, int] = {}
-    for cid, cand in candidates.items():
-        if cid != baseline_id and cand.get("status"):
-            statuses[cand["status"]] = statuses.get(cand["status"], 0) + 1
-    return sum(n for status, n in statuses.items() if status not in NOT_EVALUATED), statuses
 
 
 def _latency_us(cand: dict) -> float | None:
@@ -371,6 +360,24 @@ def _plain(value: Any) -> Any:
     return getattr(value, "value", value)
 
 
+def hanging(line: Text, console: Console, indent: int | None = None) -> Text:
+    """A line within the terminal's width: wrapped at words, each continuation indented `indent`
+    columns (default: 2 past the line's own indent, a live candidate's under its id), never cut.
+    A word wider than the room left (a long path) folds. `check`'s report lines use it too."""
+    width = console.width
+    lead = len(line.plain) - len(line.plain.lstrip(" "))
+    indent = min(lead + 2 if indent is None else indent, width // 3)
+    if line.cell_len <= width:
+        return line
+    first = line.wrap(console, width, overflow="fold")[0]
+    rest = line[len(first.plain):]
+    rest = rest[len(rest.plain) - len(rest.plain.lstrip(" ")):]  # the blank the wrap broke at
+    parts = [Text(" " * indent) + part for part in rest.wrap(console, width - indent, overflow="fold")]
+    for part in (first, *parts):
+        part.rstrip()
+    return Text("\n").join([first, *parts])
+
+
 class LiveDisplay:
     """A rich progress bar over a RunView, with each new line printed above it. Where the console
     is no terminal (a pipe, a CI log) there is no live bar to read: none is drawn (its last frame
@@ -406,7 +413,10 @@ class LiveDisplay:
             if self.log_phases:
                 lines += [Text(p, style="bold") for p in self.view.new_phases()]
             for line in lines:
-                self.progress.console.print(line, soft_wrap=True)  # whole: a terminal wraps it, a log keeps it
+                if self.log_phases:  # a log keeps each line whole, however long
+                    self.progress.console.print(line, soft_wrap=True)
+                else:  # a terminal: within its width, read now (a resized window), wrapped with an indent
+                    self.progress.console.print(hanging(line, self.progress.console), soft_wrap=True)
             if self.bar is not None:
                 self.progress.update(self.bar, completed=self.view.completed, description=self.view.description(),
                                      info=self.view.info())

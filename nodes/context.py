@@ -123,8 +123,10 @@ class RunContext:
                        "compiling here"})
 
     def to_json(self) -> dict:
-        """The context as plain data (run.json): every field but the code-only chat models."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "chat_models"}
+        """The context as plain data (run.json), whichever door built it: every field but the
+        code-only chat models, K as the run uses it (kernels_per_plan: 1 under the tuner)."""
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "chat_models"}
+        return {**data, "samples": self.kernels_per_plan()}
 
     def seed_capture_mode(self) -> str:
         """The seed's torch.compile mode: as given, else the comparator's."""
@@ -285,10 +287,16 @@ def context_refusal(ctx: Any) -> str | None:
     return settings_refusal(ctx) or (None if ctx.ray_address else device_refusal(ctx.device, flag=False))
 
 
+def run_setting_names() -> list[str]:
+    """The run settings' names, as every door but the CLI spells them: RunContext's fields (the
+    chat models given in code are no setting)."""
+    return sorted(f.name for f in fields(RunContext) if f.name != "chat_models")
+
+
 def unknown_keys_refusal(keys: Iterable[str]) -> str | None:
     """A context key RunContext has no field for (`beems`) would be dropped and the run go on
     without it: one line naming it, the closest field, and every known key; or None."""
-    known = sorted(f.name for f in fields(RunContext) if f.name != "chat_models")
+    known = run_setting_names()
     unknown = sorted(k for k in keys if k not in known and k != "chat_models")
     if not unknown:
         return None

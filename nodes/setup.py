@@ -9,41 +9,62 @@ A run started without run_dir (Studio, `graph.invoke`) gets the CLI's default, r
 run directory that has none, so `accelopt resume DIR` can pick the run up (Studio's checkpoints
 live in the server: `--restart` replays every cached evaluation and reply).
 
-Before any of it, the run's settings get the checks the CLI makes (nodes/context.context_refusal)
-and the input must name a task_dir: a refusal is raised as ConfigError, one line."""
+Before any of it, the run's settings get the checks the CLI makes (nodes/context.context_refusal),
+the input must name a task_dir, and every model endpoint must answer (nodes/preflight.py): a
+refusal is raised as ConfigError, one line."""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from langgraph.runtime import Runtime
 
 from accelopt.nodes.common import task_of
 from accelopt.nodes.context import RunContext, context_refusal, refuse
+from accelopt.nodes.preflight import preflight_context
 from accelopt.nodes.records import baseline_candidate, with_measurement
 from accelopt.nodes.seeding import inductor_seed, nothing_to_start_from, seeds_from_inductor
 from accelopt.nodes.services import emit, measure, warm_memory
 from accelopt.nodes.state import RunState
 from accelopt.tools.backends import run_refusal
 from accelopt.tools.harness.reference_kernel import reference_source
+from accelopt.tools.llm_spec import FatalLLMError
 from accelopt.tools.rundir import new_default_run_dir, write_candidate, write_run_meta
 
 log = logging.getLogger("accelopt")
+
+
+def input_refusal(given: Mapping[str, Any]) -> str | None:
+    """What is wrong with a run's input, in one line, or None: it must name a task_dir (checked on
+    the input as given too, graph/doors.py: on a thread, an earlier run's must not stand in)."""
+    task_dir = given.get("task_dir")
+    if not isinstance(task_dir, str) or not task_dir:
+        shown = "" if task_dir is None else f" ({task_dir!r} is not a path)"
+        return (f'no task_dir in the run\'s input{shown}: give {{"task_dir": "PATH"}}, a task directory (task.json, '
+                'reference.py, baseline.py), and optionally "run_dir"')
+    run_dir = given.get("run_dir")
+    if run_dir is not None and not isinstance(run_dir, str):
+        return f"run_dir {run_dir!r}: the path of a run directory, or leave it out"
+    return None
 
 
 def setup(state: RunState, runtime: Runtime[RunContext]) -> RunState:
     # The CLI's checks, for every entry point, before any work: raised, so that a server run ends
     # as an error with this one line, never as a finished run whose stop_reason is a traceback.
     refuse(context_refusal(runtime.context))
-    if not state.get("task_dir"):
-        refuse('no task_dir in the run\'s input: give {"task_dir": "PATH"}, a task directory (task.json, '
-               'reference.py, baseline.py), and optionally "run_dir"')
+    refuse(input_refusal(state))
     emit({"event": "step", "text": "loading the task"})
     task = task_of(state["task_dir"])
     if state.get("baseline_id"):  # resumed after setup already ran
         return {}
+    try:  # a dead endpoint refused as the CLI refuses it, before the baseline is measured
+        preflight_context(runtime.context)
+    except FatalLLMError as e:
+        refuse(str(e))
     refusal = run_refusal(task, runtime.context.device)
     if refusal:  # before any model call: no tokens are spent on a task this machine cannot run
         return {"stop_reason": refusal}

@@ -10,6 +10,7 @@ import operator
 from typing import Annotated, NotRequired, TypeVar
 
 # typing_extensions' TypedDict: pydantic (Studio's schemas) refuses typing's below Python 3.12
+from pydantic import Field
 from typing_extensions import TypedDict
 
 from accelopt.nodes.records import (
@@ -49,8 +50,11 @@ def merge_plans(left: list[Plan] | None, right: list[Plan] | None) -> list[Plan]
 class InputState(TypedDict):
     """What a run starts from: the graph's input schema (Studio's input form)."""
 
-    task_dir: str                   # a task folder: task.json, reference.py, baseline.py (optional)
-    run_dir: NotRequired[str | None]  # where the run keeps its kernels, caches and summary; resumable
+    # the descriptions: Studio's form and the MCP tool's arguments show them
+    task_dir: Annotated[str, Field(description=(
+        "A task folder (task.json, reference.py, baseline.py optional), a path on the machine that runs the graph"))]
+    run_dir: NotRequired[Annotated[str | None, Field(description=(
+        "Where the run keeps its kernels, caches and summary (resumable); default runs/TASK-TIME"))]]
 
 
 class OutputState(TypedDict, total=False):

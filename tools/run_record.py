@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -126,7 +126,7 @@ class RunSummary(Record):
     # added. why a finished run failed (a fatal model error, no planner call ever answered), else null
     failure: str | None = None
     candidates_evaluated: int = 0  # the baseline and programs never evaluated not counted
-    statuses: dict[str, int] = {}
+    statuses: dict[str, int] = {}  # the candidates by status, the baseline not counted (candidate_counts)
     usage: UsageTotals = UsageTotals()
     iterations: list[Iteration] = []  # the state's history
     insights: int = 0
@@ -179,13 +179,35 @@ def run_failure(state: Mapping[str, Any]) -> str | None:
     return None
 
 
+def iterations_done(history: Iterable[Mapping[str, Any]]) -> int:
+    """The last iteration that searched: its selector's record is in the history, and it evaluated
+    something or no planner call of it failed. An iteration whose planners never answered did not
+    search (a run whose planner never answered has done 0 of its iterations, not 1)."""
+    entries = list(history)
+    failed = {h.get("iteration") for h in entries if h.get("event")}  # a planner failed, skipped or empty
+    searched = [h.get("iteration") or 0 for h in entries
+                if not h.get("event") and (h.get("evaluated") or h.get("iteration") not in failed)]
+    return max(searched, default=0)
+
+
+def candidate_counts(candidates: Mapping[str, Mapping[str, Any]],
+                     baseline_id: str = "baseline") -> tuple[int, dict[str, int]]:
+    """How many candidates were evaluated, and by status: every candidate except the baseline; what
+    summary.json, the live bar, the CLI's summary and MCP's answer all show. A call the budget did
+    not pay for (`not_sent`) and a program already evaluated (`duplicate`) are counted by status,
+    not as evaluated."""
+    statuses: dict[str, int] = {}
+    for cid, cand in candidates.items():
+        if cid != baseline_id and cand.get("status"):
+            statuses[cand["status"]] = statuses.get(cand["status"], 0) + 1
+    return sum(n for status, n in statuses.items() if status not in NOT_EVALUATED), statuses
+
+
 def run_summary(state: Mapping[str, Any]) -> RunSummary:
     """The run record as of the state's last iteration."""
     candidates, beam = state["candidates"], state["beam"]
     best = candidates[beam[0]]
-    statuses: dict[str, int] = {}
-    for c in candidates.values():
-        statuses[c["status"]] = statuses.get(c["status"], 0) + 1
+    evaluated, statuses = candidate_counts(candidates, state["baseline_id"])
     return RunSummary(
         task_dir=state["task_dir"], iteration=state["iteration"], stop_reason=state.get("stop_reason"),
         best_id=best["id"], best_speedup=best.get("speedup"),
@@ -194,8 +216,7 @@ def run_summary(state: Mapping[str, Any]) -> RunSummary:
         timer=best.get("timer"), device_name=best.get("device_name"), best_pct_peak=best.get("pct_peak"),
         best_pct_achievable=best.get("pct_achievable"), best_pct_of_copy=best.get("pct_of_copy"), beam=beam,
         failure=run_failure(state),
-        candidates_evaluated=len(candidates) - 1 - sum(statuses.get(s, 0) for s in NOT_EVALUATED),
-        statuses=statuses, usage=UsageTotals.model_validate(totals(state.get("usage", []))),
+        candidates_evaluated=evaluated, statuses=statuses, usage=UsageTotals.model_validate(totals(state.get("usage", []))),
         iterations=state.get("history", []), insights=len(state.get("insights", [])),
         autotune=autotune_summary(candidates, best),
         note=("timer interpreter_wall: CPU Triton-interpreter times, not GPU performance"

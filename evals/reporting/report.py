@@ -7,9 +7,11 @@ torch_compile.json.
 Interpreter timings (timer interpreter_wall) are CPU Triton-interpreter wall times: the page says
 so in its header and beside every such number, and never mixes them with GPU figures. They make no
 speed claim anywhere: the verdict is "interpreter" (no faster kernel, none slower), fast_p gives
-fast_0 only (rows.fast_p), and the terminal's headline names their ratio as wall time. The kernel a
-run keeps there is the one the selector's rule ranked first (nodes/records.leads_parent: a child
-ranks above its parent only where every round has it more than 1.25x ahead), not the fastest.
+fast_0 only (rows.fast_p), and the terminal's headline, the page and its figures name their ratio as
+wall time (rows.WALL_RATIO), never a speedup. The kernel a run keeps there is the beam head, the one the
+selector's rule ranked first (nodes/records.leads_parent: a child ranks above its parent only where
+every round has it more than 1.25x ahead), never called best: the CLI's words (graph.progress.head_word,
+interpreter_rule), through rows.kept and rows.ratio.
 
 Every figure comes from one evaluation, the candidate and its comparators timed interleaved in
 the same rounds: a kernel's times at another moment (the baseline's at setup) can differ by more
@@ -45,6 +47,8 @@ from accelopt.evals.reporting.rows import (
     fast_p,
     geomean,
     interval_text,
+    kept,
+    ratio_of,
     timer_groups,
 )
 from accelopt.tools.harness import stats
@@ -343,13 +347,15 @@ def suite_figures(rows: list[TaskRow]) -> dict:
     whole = _group_figures(done)
     geo = whole["geomean_speedup"] if single else None
     cost = sum(r.cost_usd for r in rows)
+    # no money per speedup where the one timer is the CPU interpreter's: its ratio is not one
+    speed = geo if geo and INTERPRETER not in timed else None
     return {
         "tasks": len(rows), "verified": len(done), "optimized": sum(r.verdict == "faster" for r in done),
         "no_faster_kernel": sum(r.verdict == "no faster kernel" for r in done),
         "geomean_speedup": geo, "fast_p": fast_p(rows),
         "total_cost_usd": cost, "total_tokens": sum(r.tokens for r in rows),
-        # $ spent per +1% of geomean speedup (None when nothing got faster)
-        "usd_per_pct_geomean": cost / ((geo - 1) * 100) if geo and geo > 1 and cost else None,
+        # $ spent per +1% of geomean speedup (None when nothing got faster, and on the CPU interpreter)
+        "usd_per_pct_geomean": cost / ((speed - 1) * 100) if speed and speed > 1 and cost else None,
         "geomean_vs_torch_compile": whole["geomean_vs_torch_compile"] if single else None,
         "tasks_vs_torch_compile": whole["tasks_vs_torch_compile"],
         "slower_than_torch_compile": [r.task for r in done if r.vs_torch_compile and r.vs_torch_compile < 1],
@@ -358,10 +364,16 @@ def suite_figures(rows: list[TaskRow]) -> dict:
     }
 
 
+def headline_columns(rows: list[TaskRow]) -> list[str]:
+    """The headings of headline's table: its third column says what its figures are, a speedup, or on
+    the CPU interpreter the ratio of wall times (rows.ratio_of), never a speedup there."""
+    return ["task", "outcome", f"{ratio_of(r.timer for r in rows)} (interval)", "vs torch.compile", "timer"]
+
+
 def headline(rows: list[TaskRow], figures: dict) -> tuple[list[list[str]], list[str]]:
-    """The terminal's table: per task (task, outcome, speedup with its interval, vs torch.compile,
-    timer) and the suite geomean lines, one per timer. An interpreter figure is named as the ratio
-    of wall times it is, never as a speedup."""
+    """The terminal's table, under headline_columns: per task (task, outcome, speedup with its
+    interval, vs torch.compile, timer) and the suite geomean lines, one per timer. An interpreter
+    figure is named as the ratio of wall times it is, never as a speedup."""
     table = []
     for r in rows:
         speedup = "-"
@@ -382,7 +394,7 @@ def headline(rows: list[TaskRow], figures: dict) -> tuple[list[list[str]], list[
         what = TIMERS.get(timer, timer)
         tasks = f"{group['tasks']} task{'s' if group['tasks'] != 1 else ''}"
         if timer == INTERPRETER:
-            lines.append(f"geomean over {tasks} of the baseline's {what} over the kept kernel's: "
+            lines.append(f"geomean over {tasks} of the baseline's {what} over the {kept(timer)}'s: "
                          f"{group['geomean_speedup']:.3f}x (not performance)")
             continue
         line = f"geomean best speedup over {tasks}: {group['geomean_speedup']:.3f}x ({what})"

@@ -6,7 +6,11 @@ task with its candidates, the best kernel's lineage, its workloads, its roofline
 Every table fits a 1280 px window: few columns (a wide one is split in two), long values
 wrapped in their cells at spaces (names and paths also after `_` and `/`), never inside a word,
 never one long line. Every figure scales down to its column (none scrolls); the lineage figure
-takes the page's whole width, so its labels keep their size (report_plots.LINEAGE_FONT)."""
+takes the page's whole width, so its labels keep their size (report_plots.LINEAGE_FONT).
+
+On the CPU interpreter nothing on the page is best, faster or beaten, and no figure a speedup: the
+kept kernel is the beam head, its figure the baseline's wall time over its own, and the rule that
+ranked it is stated (rows.kept, rows.ratio, graph.progress.interpreter_rule: the CLI's words)."""
 
 from __future__ import annotations
 
@@ -17,15 +21,25 @@ import time
 
 from accelopt.evals.reporting.report_plots import Plot, plot_key, roofline_refusal
 from accelopt.evals.reporting.rows import (
+    INTERPRETER,
     TIMERS,
     TIMERS_SHORT,
     Speedup,
     TaskRow,
     Timing,
+    head_of,
+    head_word,
+    interpreter_rule,
     interval_coverage,
     interval_label,
     interval_text,
+    is_interpreter,
+    kept,
+    kinds,
+    ratio,
+    ratio_of,
 )
+from accelopt.nodes.records import INTERPRETER_LEAD
 
 # Tables wrap inside the page at spaces and <wbr> (after `_` and `/` in names and paths), never inside
 # a word: `overflow-wrap:anywhere` let the table layout squeeze a column below its longest word
@@ -55,11 +69,11 @@ def _fmt(value, spec: str = ".2f", suffix: str = "") -> str:
     return "–" if value is None else f"{value:{spec}}{suffix}"
 
 
-def diff_html(before: str, after: str) -> str:
+def diff_html(before: str, after: str, to: str = "best") -> str:
     """A unified diff, one block element per line and no text between them: no blank lines in
-    between, whatever the browser; added and removed lines coloured."""
+    between, whatever the browser; added and removed lines coloured. `to` names the kernel after."""
     lines = []
-    for line in difflib.unified_diff(before.splitlines(), after.splitlines(), "baseline", "best", lineterm="", n=3):
+    for line in difflib.unified_diff(before.splitlines(), after.splitlines(), "baseline", to, lineterm="", n=3):
         cls = ("file" if line.startswith(("+++", "---")) else "add" if line.startswith("+") else
                "del" if line.startswith("-") else "hunk" if line.startswith("@@") else "ctx")
         lines.append(f'<div class="{cls}">{html.escape(line)}</div>')
@@ -113,33 +127,56 @@ def _verdicts(rows: list[TaskRow], figures: dict) -> list[str]:
 
 
 def _interval_note(rows: list[TaskRow]) -> str:
+    real, interp = kinds(r.timer for r in rows)
     rounds = sorted({n for r in rows for n in (r.interval_rounds, r.vs_torch_compile_rounds) if n})
     parts = []
+    per = "speedups" if real else "ratios"
     for n in rounds:
         coverage = interval_coverage(n)
         if coverage is not None:
-            parts.append(f"<b>{interval_label(n)}</b>: the smallest and the largest of the {n} per-round speedups "
+            parts.append(f"<b>{interval_label(n)}</b>: the smallest and the largest of the {n} per-round {per} "
                          f"(each round: the geomean over workloads of baseline time / kernel time, interleaved); as an "
                          f"interval for the median of the rounds' distribution it covers it with probability "
                          f"1 − 2·0.5<sup>{n}</sup> = {100 * coverage:.1f}%")
         else:
             parts.append(f"<b>{interval_label(n)}</b>: a bootstrap interval of the median over the rounds")
     text = "; ".join(parts) or "no interval was recorded"
+    if not real:  # the CPU interpreter alone: ratios of emulation wall clocks, the kept kernel the beam head
+        return (f"<p class='note'>Ratios ({ratio(INTERPRETER)}) are the median over interleaved timing rounds of "
+                f"the beam head against its baseline (a from-scratch task's baseline is its PyTorch reference), on "
+                f"the CPU interpreter's wall clock: not performance. Intervals: {text}.</p>")
+    mixed = (f" On the CPU interpreter the same figures are ratios of wall times ({ratio(INTERPRETER)}, the beam "
+             "head's), not speedups." if interp else "")
     return (f"<p class='note'>Speedups are the median over interleaved timing rounds of the best kernel against its "
-            f"baseline (a from-scratch task's baseline is its PyTorch reference). Intervals: {text}.</p>")
+            f"baseline (a from-scratch task's baseline is its PyTorch reference). Intervals: {text}.{mixed}</p>")
 
 
-def _suite_table(figures: dict) -> str:
+def _suite_table(figures: dict, tasks: list[TaskRow] | None = None) -> str:
+    """The suite's figures. Runs on the CPU interpreter count as verified, never as optimized or as
+    having found no faster kernel, and their geomean is named as the ratio of wall times it is."""
+    real, interp = kinds(r.timer for r in tasks or []) if tasks is not None else kinds(figures["timers"])
     fp = " · ".join(f"fast<sub>{p:g}</sub> {100 * v:.0f}%" for p, v in figures["fast_p"].items())
-    rows = [("tasks optimized (beyond noise) / verified / total",
-             f"{figures['optimized']} / {figures['verified']} / {figures['tasks']}"),
-            ("tasks where no faster kernel was found", str(figures["no_faster_kernel"]))]
+    rows = []
+    if real:
+        rows += [("tasks optimized (beyond noise) / verified / total",
+                  f"{figures['optimized']} / {figures['verified']} / {figures['tasks']}"),
+                 ("tasks where no faster kernel was found", str(figures["no_faster_kernel"]))]
+    if interp:
+        verified = sum(r.correct and r.interpreter for r in tasks or [])
+        rows.append(("tasks verified on the CPU interpreter (no speed verdict there)" if real else
+                     "tasks verified on the CPU interpreter (no speed verdict) / total",
+                     str(verified) if real else f"{figures['verified']} / {figures['tasks']}"))
     for timer, group in figures["by_timer"].items():
         what = html.escape(TIMERS.get(timer, timer))
-        rows.append((f"geomean speedup ({what})", _fmt(group["geomean_speedup"], ".3f", "x")))
+        if is_interpreter(timer):
+            rows.append((f"geomean of the baseline's {what} over the beam head's (not performance)",
+                         _fmt(group["geomean_speedup"], ".3f", "x")))
+        else:
+            rows.append((f"geomean speedup ({what})", _fmt(group["geomean_speedup"], ".3f", "x")))
         if group["geomean_vs_torch_compile"] is not None:
             rows.append((f"geomean vs torch.compile ({what})", _fmt(group["geomean_vs_torch_compile"], ".3f", "x")))
-    rows += [("fast_p", fp), ("tokens / cost", f"{figures['total_tokens']:,} / ${figures['total_cost_usd']:.4f}")]
+    fast = "fast_p" if real else "fast_p (fast_0 only: the share verified; the CPU interpreter sets no threshold above 0)"
+    rows += [(fast, fp), ("tokens / cost", f"{figures['total_tokens']:,} / ${figures['total_cost_usd']:.4f}")]
     if figures["usd_per_pct_geomean"] is not None:
         rows.append(("$ per +1% geomean", _fmt(figures["usd_per_pct_geomean"], ".4f")))
     return ("<table><tr><th>suite figure</th><th>value</th></tr>"
@@ -173,7 +210,10 @@ def _speedup_cell(s: Speedup | None, tag: str = "") -> str:
 
 
 def _task_table(rows: list[TaskRow]) -> str:
-    """Two tables: what each task's run came to, then its times and % of peak."""
+    """Two tables: what each task's run came to, then its times and % of peak. Their headings name
+    the kept kernel and its figure as the runs' timers allow (rows.head_of, rows.ratio_of)."""
+    timers = [r.timer for r in rows]
+    head, real = head_of(timers), kinds(timers)[0]
     outcomes, times, classes = [], [], []
     for r in rows:
         interp = INTERP_TAG if r.interpreter else ""
@@ -199,11 +239,14 @@ def _task_table(rows: list[TaskRow]) -> str:
                       _fmt(r.pct_peak, ".1f", "%"), _fmt(r.pct_achievable, ".1f", "%"),
                       _fmt(r.pct_of_copy, ".1f", "%")])
         classes.append("interp" if r.interpreter else "")
-    return (_table(["task", "outcome", "speedup over the baseline", "vs torch.compile", "timer", "iterations",
+    figure = ratio_of(timers)
+    figure = f"{figure} over the baseline" if real else f"{figure} (CPU interpreter)"
+    kernel = "best kernel" if head == "best" else head
+    return (_table(["task", "outcome", html.escape(figure), "vs torch.compile", "timer", "iterations",
                     "tokens", "$"], outcomes, row_cls=classes)
-            + _table(["task", "baseline µs (in the best's rounds)", "best µs", "best's spread (IQR/median)", "% peak",
-                      "% achievable", "% of same-size copy"], times, row_cls=classes)
-            + "<p class='note'>Times: geomean over workloads of the median, both from the best kernel's own "
+            + _table(["task", f"baseline µs (in the {head}'s rounds)", f"{head} µs", f"{head}'s spread (IQR/median)",
+                      "% peak", "% achievable", "% of same-size copy"], times, row_cls=classes)
+            + f"<p class='note'>Times: geomean over workloads of the median, both from the {kernel}'s own "
               "evaluation, in which it was timed interleaved with the baseline (the baseline's spread there is not "
               "recorded).</p>")
 
@@ -216,6 +259,7 @@ def _workload_tables(r: TaskRow) -> str:
     """Per workload, one table per evaluation: the best against the baseline in the best's own
     evaluation, and against torch.compile and eager PyTorch in the standing one (GPU)."""
     unit = "µs, CPU interpreter" if r.interpreter else "µs"
+    head, kernel = head_word(r.timer), kept(r.timer)  # best / best kernel, or beam head on the CPU interpreter
     out = []
     own = r.workloads.get("best") or {}
     base = r.workloads.get("baseline") or {}
@@ -231,15 +275,16 @@ def _workload_tables(r: TaskRow) -> str:
             if not same:
                 cells.append(_speedup_cell((r.by_workload.get("baseline") or {}).get(name)))
             rows.append(cells)
-        head = ["workload", "FLOPs", "bytes", "FLOP/byte"] + (
+        columns = ["workload", "FLOPs", "bytes", "FLOP/byte"] + (
             [f"median of the baseline itself ± IQR ({unit})"] if same else
-            [f"baseline median ({unit})", f"best median ± IQR ({unit})", "best / baseline"])
-        what = ("the baseline's own evaluation (it is the best kernel)" if same else
-                f"the best kernel's evaluation ({html.escape(r.best_id or '')}), timed interleaved with the baseline "
+            [f"baseline median ({unit})", f"{head} median ± IQR ({unit})",
+             ratio(r.timer) if r.interpreter else "best / baseline"])
+        what = (f"the baseline's own evaluation (it is the {kernel})" if same else
+                f"the {kernel}'s evaluation ({html.escape(r.best_id or '')}), timed interleaved with the baseline "
                 "in the same rounds; the baseline's IQR there is not recorded. A ratio of medians over all calls "
-                "need not equal the speedup, the median over rounds of each round's ratio: the interval says how "
-                "much rounds differed")
-        out.append(f"<p class='note'>Per workload, in {what}.</p>" + _table(head, rows))
+                f"need not equal the {ratio(r.timer)}, the median over rounds of each round's ratio: the interval "
+                "says how much rounds differed")
+        out.append(f"<p class='note'>Per workload, in {what}.</p>" + _table(columns, rows))
     if r.standing.get("best"):
         keys = [k for k in ("torch_compile", "eager") if r.standing.get(k)]
         rows = []
@@ -247,11 +292,11 @@ def _workload_tables(r: TaskRow) -> str:
             rows.append([html.escape(name), _time_cell(t)] + [_time_cell(r.standing[k].get(name)) for k in keys]
                         + [_speedup_cell((r.by_workload.get(k) or {}).get(name)) for k in keys])
         label = {"torch_compile": "torch.compile", "eager": "eager"}
-        head = (["workload", f"best median ± IQR ({unit})"] + [f"{label[k]} median ± IQR ({unit})" for k in keys]
-                + [f"best / {label[k]}" for k in keys])
-        out.append("<p class='note'>Per workload, in the standing evaluation: the best kernel timed interleaved with "
+        heads = (["workload", f"{head} median ± IQR ({unit})"] + [f"{label[k]} median ± IQR ({unit})" for k in keys]
+                 + [f"{head} / {label[k]}" for k in keys])
+        out.append(f"<p class='note'>Per workload, in the standing evaluation: the {kernel} timed interleaved with "
                    "torch.compile(reference) and eager PyTorch in the same rounds (its times here are not those of "
-                   "the table above: another evaluation).</p>" + _table(head, rows))
+                   "the table above: another evaluation).</p>" + _table(heads, rows))
     return "".join(out)
 
 
@@ -281,8 +326,11 @@ def _task_section(r: TaskRow, plots: dict[str, Plot]) -> str:
     line = f"<b class='{_label_class(r)}'>{html.escape(r.label)}</b>"
     if r.correct:
         interval = f" [{interval_text(r.ci_low, r.ci_high, r.interval_rounds)}]" if r.ci_low is not None else ""
-        what = " (CPU interpreter wall time)" if r.interpreter else ""
-        line += f": best {html.escape(r.best_id or '')} at {r.speedup:.3f}x of the baseline{interval}{what}"
+        if r.interpreter:  # as `accelopt show` says it: what was measured, never a speed
+            line += (f": beam head {html.escape(r.best_id or '')}, {r.speedup:.3f}x the baseline's CPU interpreter "
+                     f"wall time over its own{interval}: not performance")
+        else:
+            line += f": best {html.escape(r.best_id or '')} at {r.speedup:.3f}x of the baseline{interval}"
     if r.note:
         line += f". Stopped: {html.escape(r.note)}"
     out.append(f"<p>{line}.</p>")
@@ -294,25 +342,31 @@ def _task_section(r: TaskRow, plots: dict[str, Plot]) -> str:
         return "".join(out)
     if r.interpreter:
         out.append("<p class='note'>CPU Triton-interpreter wall times: they check the pipeline, not performance; "
-                   "every speedup below is a ratio of CPU emulation times.</p>")
+                   "every figure below is a ratio of CPU emulation times. The beam head is the kernel the selector's "
+                   f"rule ranked first: {html.escape(interpreter_rule().removeprefix('CPU interpreter: '))}</p>")
     refusal = roofline_refusal(r)
     key = plot_key("roofline", r.task)
     roof = ("<div><h3>Roofline</h3>" + (_img(key, plots[key]) if key in plots else
                                         f"<p class='note'>{html.escape(refusal or '')}</p>") + "</div>")
-    lead = "25% in every round on the CPU interpreter" if r.interpreter else "its interval above the noise floor"
     standing = "; over torch.compile and eager PyTorch, the standing evaluation" if r.standing else ""
     # on the interpreter nothing is faster: the kept kernel is the beam's head (nodes/records.leads_parent)
-    best = "kept kernel (the beam's head: CPU wall times, not performance)" if r.interpreter else "best kernel"
-    kept = "kept kernel" if r.interpreter else "best"
+    head, kernel = head_word(r.timer), kept(r.timer)
+    if r.interpreter:
+        lead = (f"the selector's rule there: every round has it more than {INTERPRETER_LEAD:g}x ahead of its parent, "
+                "a difference in work")
+    else:
+        lead = "a lead over its parent beyond noise, its interval above the noise floor"
     out.append("<div class='grid'>"
-               + _figure(plots, "lineage", r.task, f"Lineage of the {best}", wide=True)
+               + _figure(plots, "lineage", r.task, f"Lineage of the {kernel}"
+                         + (" (CPU wall times, not performance)" if r.interpreter else ""), wide=True)
                + _figure(plots, "candidates", r.task, "Every candidate against the baseline",
                          "Each point is one candidate's ratio to the baseline, measured in its own evaluation "
-                         f"(timed interleaved with the baseline), whiskers its interval; the line is the run's {kept} "
-                         f"after each iteration, ending at the headline's figure. A kernel becomes the run's {kept} "
-                         f"only with a lead over its parent beyond noise ({lead}), so a point may lie above the line.")
-               + _figure(plots, "workloads", r.task, "Speedup per workload",
-                         f"Each ratio is from one evaluation: over the baseline, the best kernel's own{standing}.")
+                         f"(timed interleaved with the baseline), whiskers its interval; the line is the run's {head} "
+                         f"after each iteration, ending at the headline's figure. A kernel becomes the run's {head} "
+                         f"only by {lead}, so a point may lie above the line.")
+               + _figure(plots, "workloads", r.task,
+                         "Wall-time ratio per workload (CPU interpreter)" if r.interpreter else "Speedup per workload",
+                         f"Each ratio is from one evaluation: over the baseline, the {kernel}'s own{standing}.")
                + roof + "</div>")
     if len(r.lineage) > 1:
         out.append(f"<h3>How {html.escape(r.best_id or '')} came from the baseline</h3>" + _lineage_table(r))
@@ -320,13 +374,17 @@ def _task_section(r: TaskRow, plots: dict[str, Plot]) -> str:
     if r.autotune:  # the judge's choice among the best's @triton.autotune configurations
         out.append("<h3>Autotuned configurations (chosen by the judge)</h3><ul>"
                    + "".join(f"<li>{html.escape(line)}</li>" for line in r.autotune) + "</ul>")
-    if r.best_id == "baseline":
-        out.append("<h3>Best kernel against the baseline</h3><p class='note'>The best kernel is the baseline itself: "
-                   "no candidate beat it.</p>")
+    heading = f"<h3>{kernel[0].upper() + kernel[1:]} against the baseline</h3>"
+    if r.best_id == "baseline" and r.interpreter:
+        out.append(heading + "<p class='note'>The beam head is still the baseline: no candidate ranked above it "
+                   "under the selector's rule; no diff.</p>")
+    elif r.best_id == "baseline":
+        out.append(heading + "<p class='note'>The best kernel is the baseline itself: no candidate beat it.</p>")
     elif r.best_source and r.baseline_source:
-        out.append(f"<h3>Best kernel against the baseline</h3><details open><summary>{html.escape(r.best_id or '')}"
-                   f" vs baseline, {_fmt(r.speedup, '.3f', 'x')}</summary>{diff_html(r.baseline_source, r.best_source)}"
-                   "</details>")
+        figure = f" ({ratio(r.timer)}, CPU interpreter)" if r.interpreter else ""
+        out.append(f"{heading}<details open><summary>{html.escape(r.best_id or '')}"
+                   f" vs baseline, {_fmt(r.speedup, '.3f', 'x')}{figure}</summary>"
+                   f"{diff_html(r.baseline_source, r.best_source, head)}</details>")
     return "".join(out)
 
 
@@ -335,7 +393,7 @@ def render_html(title: str, rows: list[TaskRow], figures: dict, plots: dict[str,
            f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>"]
     out += _verdicts(rows, figures)
     out.append(_provenance(rows))
-    out.append("<h2>Summary</h2>" + _suite_table(figures) + _task_table(rows) + _interval_note(rows))
+    out.append("<h2>Summary</h2>" + _suite_table(figures, rows) + _task_table(rows) + _interval_note(rows))
     overview = [(k, p) for k, p in plots.items() if p.task is None]
     if overview:
         out.append("<h2>Suite figures</h2><div class='grid'>" + "".join(_img(k, p) for k, p in overview) + "</div>")

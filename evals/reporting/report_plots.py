@@ -2,7 +2,9 @@
 speedup bars with their intervals, cost when anything cost money, fast_p) and per task a
 roofline, every candidate's speedup over the baseline per iteration, the best kernel's lineage
 from the baseline, and its speedup per workload. Figures of different timers are never drawn
-together; interpreter figures say so in their titles.
+together; interpreter figures say so in their titles, and name no kernel best and no figure a
+speedup: there the kept kernel is the beam head and its figure the baseline's wall time over its
+own (rows.kept, rows.ratio: the CLI's words).
 
 A figure never sets times from different evaluations side by side: speedups are drawn as each
 evaluation measured them (the kernel and its comparator timed interleaved in the same rounds),
@@ -23,7 +25,11 @@ from accelopt.evals.reporting.rows import (
     TaskRow,
     best_per_iteration,
     fast_p,
+    head_word,
     interval_label,
+    is_interpreter,
+    kept,
+    ratio,
     timer_groups,
 )
 from accelopt.tools.roofline import DevicePeak, lookup_peak
@@ -79,39 +85,47 @@ def make_plots(rows: list[TaskRow]) -> dict[str, Plot]:
         tag = timer_tag(r.timer)
         if roofline_refusal(r) is None:
             plots[plot_key("roofline", r.task)] = Plot(roofline(r), f"{r.task}: roofline", r.task)
+        figure = "wall-time ratio to" if is_interpreter(r.timer) else "speedup over"
         if any(c.speedup is not None for c in r.candidates):
             plots[plot_key("candidates", r.task)] = Plot(candidate_speedups(r), f"{r.task}: every candidate's "
-                                                         f"speedup over the baseline, per iteration{tag}", r.task)
+                                                         f"{figure} the baseline, per iteration{tag}", r.task)
         if len(r.lineage) > 1:
-            plots[plot_key("lineage", r.task)] = Plot(lineage_figure(r), f"{r.task}: the best kernel's lineage "
+            plots[plot_key("lineage", r.task)] = Plot(lineage_figure(r), f"{r.task}: the {kept(r.timer)}'s lineage "
                                                       f"from the baseline{tag}", r.task)
         if any(r.by_workload.values()):
-            plots[plot_key("workloads", r.task)] = Plot(workload_speedups(r), f"{r.task}: the best kernel's "
-                                                        f"speedup per workload{tag}", r.task)
+            plots[plot_key("workloads", r.task)] = Plot(workload_speedups(r), f"{r.task}: the {kept(r.timer)}'s "
+                                                        f"{figure.split()[0]} per workload{tag}", r.task)
     return plots
 
 
 # ---------------------------------------------------------------- suite overviews
 
 def overview(rows: list[TaskRow], timer: str | None) -> dict[str, Plot]:
+    """The suite's figures for one timer's tasks. On the CPU interpreter each says what it draws: the
+    beam head's ratio of wall times to the baseline, and fast_0 (the share verified) alone."""
     plt = _pyplot()
     tag = timer_tag(timer)
+    interp = is_interpreter(timer)
     done = [r for r in rows if r.correct]
     plots = {}
+    # what each task's figure is: its best's speedup, or its beam head's ratio of wall times (rows.ratio)
+    axis = f"{ratio(timer)}, {head_word(timer)} (x)" if interp else "best speedup vs baseline (x)"
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for r in done:
         xs, ys = zip(*r.history)
         ax.plot(xs, ys, marker="o", label=r.task)
     ax.axhline(1.0, color=GREY, lw=0.8)
-    ax.set(xlabel="iteration", ylabel="best speedup vs baseline (x)", title="Best speedup per iteration" + tag)
+    title = f"The beam head per iteration: {ratio(timer)}" if interp else "Best speedup per iteration"
+    ax.set(xlabel="iteration", ylabel=axis, title=title + tag)
     ax.xaxis.get_major_locator().set_params(integer=True)
     if done:
         ax.legend(fontsize=7, ncol=2)
-    plots["speedup_per_iteration"] = Plot(_png(fig), "Best speedup per iteration" + tag)
+    plots["speedup_per_iteration"] = Plot(_png(fig), title + tag)
 
-    plots["per_task"] = Plot(speedup_bars(done, tag), "Speedup of each task's best kernel, against its baseline and "
-                             "torch.compile(reference)" + tag)
+    caption = ("Each task's beam head: the baseline's wall time over its own" if interp else
+               "Speedup of each task's best kernel, against its baseline and torch.compile(reference)")
+    plots["per_task"] = Plot(speedup_bars(done, tag, timer), caption + tag)
 
     if any(r.cost_usd > 0 for r in done):  # a tuner run costs nothing: no column of points at $0
         fig, ax = plt.subplots(figsize=(6, 4))
@@ -119,15 +133,21 @@ def overview(rows: list[TaskRow], timer: str | None) -> dict[str, Plot]:
             ax.scatter(r.cost_usd, r.speedup)
             ax.annotate(r.task, (r.cost_usd, r.speedup), fontsize=7, xytext=(3, 3), textcoords="offset points")
         ax.axhline(1.0, color=GREY, lw=0.8)
-        ax.set(xlabel="LLM cost ($)", ylabel="best speedup vs baseline (x)", title="Speedup against cost" + tag)
-        plots["speedup_vs_cost"] = Plot(_png(fig), "Speedup against LLM cost" + tag)
+        what = f"The beam head ({ratio(timer)})" if interp else "Speedup"
+        ax.set(xlabel="LLM cost ($)", ylabel=axis, title=f"{what} against cost" + tag)
+        plots["speedup_vs_cost"] = Plot(_png(fig), f"{what} against LLM cost" + tag)
 
     fig, ax = plt.subplots(figsize=(6, 4))
     curve = fast_p(rows, ps=[p / 20 for p in range(0, 81)])
-    ax.plot(list(curve), [100 * v for v in curve.values()])
-    ax.set(xlabel="p (speedup threshold)", ylabel="% of tasks correct and faster than p", title="fast_p" + tag,
-           ylim=(0, 105))
-    plots["fast_p"] = Plot(_png(fig), "fast_p curve" + tag)
+    ax.plot(list(curve), [100 * v for v in curve.values()], marker="o" if len(curve) == 1 else None)
+    if interp and len(curve) == 1:  # rows.fast_p: no threshold above 0 on the interpreter's wall clock
+        ax.set(xlabel="p (fast_0 only: the CPU interpreter sets no threshold above 0)", ylabel="% of tasks verified",
+               title="fast_0: the share of tasks verified" + tag, ylim=(0, 105))
+        plots["fast_p"] = Plot(_png(fig), "fast_0, the share of tasks verified" + tag)
+    else:
+        ax.set(xlabel="p (speedup threshold)", ylabel="% of tasks correct and faster than p", title="fast_p" + tag,
+               ylim=(0, 105))
+        plots["fast_p"] = Plot(_png(fig), "fast_p curve" + tag)
     return plots
 
 
@@ -136,15 +156,18 @@ def _whiskers(values: list[float], lows: list[float | None], highs: list[float |
             [hi - v if hi is not None else 0.0 for v, hi in zip(values, highs)]]
 
 
-def speedup_bars(done: list[TaskRow], tag: str) -> bytes:
+def speedup_bars(done: list[TaskRow], tag: str, timer: str | None = None) -> bytes:
     """Bars that start at 1.0x on a log axis (up: faster, down: slower), with the recorded
-    interval as whiskers: best vs baseline, and best vs torch.compile where it was timed."""
+    interval as whiskers: best vs baseline, and best vs torch.compile where it was timed. On the
+    CPU interpreter (timer) the beam head's ratio of wall times, up and down no verdict."""
     plt = _pyplot()
+    interp = is_interpreter(timer)
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(done) + 2), 4.2))
     x = list(range(len(done)))
     versus = [r for r in done if r.vs_torch_compile]
     width = 0.3 if versus else 0.45
-    series = [("best / baseline", BLUE, [r.speedup for r in done], [r.ci_low for r in done],
+    mine = f"{ratio(timer)}, {head_word(timer)}" if interp else "best / baseline"
+    series = [(mine, BLUE, [r.speedup for r in done], [r.ci_low for r in done],
                [r.ci_high for r in done], [r.interval_rounds for r in done])]
     if versus:
         series.append(("best / torch.compile(reference)", ORANGE, [r.vs_torch_compile for r in done],
@@ -168,7 +191,11 @@ def speedup_bars(done: list[TaskRow], tag: str) -> bytes:
     ax.set_xlim(-0.7, len(done) - 0.3)
     rounds = sorted({n for r in done for n in (r.interval_rounds, r.vs_torch_compile_rounds) if n})
     whisker = ", ".join(interval_label(n) for n in rounds) or "no interval recorded"
-    ax.set(ylabel="speedup (x, log scale; above 1: faster)", title=f"Best kernel per task{tag}\nwhiskers: {whisker}")
+    if interp:
+        ax.set(ylabel=f"{ratio(timer)} (x, log scale; not performance)",
+               title=f"The beam head per task{tag}\nwhiskers: {whisker}")
+    else:
+        ax.set(ylabel="speedup (x, log scale; above 1: faster)", title=f"Best kernel per task{tag}\nwhiskers: {whisker}")
     ax.legend(fontsize=8)
     return _png(fig)
 
@@ -308,6 +335,8 @@ def candidate_speedups(row: TaskRow) -> bytes:
     plt = _pyplot()
     from matplotlib.transforms import blended_transform_factory
 
+    interp = is_interpreter(row.timer)
+    head = head_word(row.timer)  # the run's best, or on the CPU interpreter its beam head
     fig, ax = plt.subplots(figsize=(7, 4.2))
     where = _spots(row)
     ok = [c for c in row.candidates if c.speedup is not None and c.id != "baseline"]
@@ -322,20 +351,21 @@ def candidate_speedups(row: TaskRow) -> bytes:
     if bad:
         below = blended_transform_factory(ax.transData, ax.transAxes)
         ax.scatter(bad, [0.04] * len(bad), marker="x", color=RED, s=30, transform=below, zorder=3,
-                   label=f"not verified ({len(bad)}, no speedup)")
+                   label=f"not verified ({len(bad)}, no {'ratio' if interp else 'speedup'})")
     steps = best_per_iteration(row)
     if steps:
         xs, ys = [it for it, _ in steps], [c.speedup or 1.0 for _, c in steps]
         ax.step(xs + [max(row.iterations, xs[-1]) + 0.3], ys + [ys[-1]], where="post", color=GREEN, lw=1.5,
-                label="the run's best after each iteration")
+                label=f"the run's {head} after each iteration")
         values += ys
     best = next((c for c in row.candidates if c.id == row.best_id), None)
     if best is not None and best.speedup is not None:
         ax.scatter([where[best.id]], [best.speedup], marker="*", s=140, color=GREEN, zorder=4,
-                   label=f"best ({best.id}): {best.speedup:.3f}x")
+                   label=f"{head} ({best.id}): {best.speedup:.3f}x")
     _log_speedup_axis(ax, values)
     ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.set(xlabel="iteration", ylabel="speedup over the baseline (x, log scale)\neach kernel timed interleaved with it",
+    axis = f"{ratio(row.timer)} (x, log scale)" if interp else "speedup over the baseline (x, log scale)"
+    ax.set(xlabel="iteration", ylabel=f"{axis}\neach kernel timed interleaved with it",
            title=f"{row.task}: every candidate against the baseline{timer_tag(row.timer)}\nwhiskers: "
                  f"{_whisker_note([c.vs_baseline for c in ok])}")
     ax.legend(fontsize=7)
@@ -381,8 +411,9 @@ def lineage_figure(row: TaskRow) -> bytes:
     ax.tick_params(axis="x", which="both", labelsize=LINEAGE_FONT)
     ax.spines[["top", "right"]].set_visible(False)  # the step's figures run past the axes: no line across them
     ax.set_ylim(-0.6, len(steps) - 0.4)
-    ax.set_xlabel("speedup over the baseline (x, log scale; each step's own evaluation, interleaved with it)",
-                  fontsize=LINEAGE_FONT + 1)
+    what = f"{ratio(row.timer)} (x, log scale" if is_interpreter(row.timer) else \
+        "speedup over the baseline (x, log scale"
+    ax.set_xlabel(f"{what}; each step's own evaluation, interleaved with the baseline)", fontsize=LINEAGE_FONT + 1)
     ax.set_title(f"{row.task}: how {row.best_id} came from the baseline{timer_tag(row.timer)}\nwhiskers: "
                  f"{_whisker_note([s.vs_baseline for s in steps])}", fontsize=LINEAGE_FONT + 2)
     return _png(fig)
@@ -392,6 +423,8 @@ WORKLOAD_SERIES = (  # comparator, legend (which evaluation), colour
     ("baseline", "best / baseline (the best kernel's evaluation)", BLUE),
     ("torch_compile", "best / torch.compile(reference) (standing evaluation)", ORANGE),
     ("eager", "best / eager PyTorch (standing evaluation)", PURPLE))
+# the same on the CPU interpreter (no standing evaluation there: it is a GPU's)
+INTERPRETER_SERIES = {"baseline": "baseline/beam head wall time (the beam head's evaluation)"}
 
 
 def workload_speedups(row: TaskRow) -> bytes:
@@ -406,7 +439,9 @@ def workload_speedups(row: TaskRow) -> bytes:
                "torch_compile": Speedup(speedup=row.vs_torch_compile, ci_low=row.vs_torch_compile_low,
                                         ci_high=row.vs_torch_compile_high, rounds=row.vs_torch_compile_rounds),
                "eager": row.vs_eager or Speedup()}
-    series = [(k, label, color) for k, label, color in WORKLOAD_SERIES if row.by_workload.get(k)]
+    interp = is_interpreter(row.timer)
+    series = [(k, INTERPRETER_SERIES.get(k, label) if interp else label, color)
+              for k, label, color in WORKLOAD_SERIES if row.by_workload.get(k)]
     groups = names + ["all workloads\n(geomean, as the headline)"]
     fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(groups) + 2.5), 4.4))
     width = 0.7 / max(len(series), 1)
@@ -431,8 +466,9 @@ def workload_speedups(row: TaskRow) -> bytes:
     _log_speedup_axis(ax, extremes)
     ax.set_xticks(range(len(groups)), groups, rotation=20, ha="right", fontsize=8)
     ax.set_xlim(-0.6, len(groups) - 0.4)
-    ax.set(ylabel="speedup of the best kernel (x, log scale)",
-           title=f"{row.task}: the best kernel per workload{timer_tag(row.timer)}\nwhiskers: {_whisker_note(shown)}"
+    ax.set(ylabel=f"{ratio(row.timer)}, beam head (x, log scale)" if interp else
+           "speedup of the best kernel (x, log scale)",
+           title=f"{row.task}: the {kept(row.timer)} per workload{timer_tag(row.timer)}\nwhiskers: {_whisker_note(shown)}"
                  + ("; none where only the comparator's median was kept" if any(c.ci_low is None for c in shown)
                     else ""))
     ax.legend(fontsize=7)

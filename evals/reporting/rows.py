@@ -10,10 +10,19 @@ import math
 
 from pydantic import BaseModel, computed_field
 
+# The CLI's words for the CPU interpreter (one rule everywhere): the kept kernel is the beam's head,
+# ranked by the selector's rule, never "best"; INTERPRETER is the harness's own constant.
+from accelopt.graph.progress import head_word, interpreter_rule  # noqa: F401
 from accelopt.tools.harness.reference_kernel import mode_note
 
 # re-exported: the reporting modules read these names from here
-from accelopt.tools.harness.result import TIMER_NAMES, TIMER_SHORT, interval_coverage, interval_label  # noqa: F401
+from accelopt.tools.harness.result import (  # noqa: F401
+    INTERPRETER,
+    TIMER_NAMES,
+    TIMER_SHORT,
+    interval_coverage,
+    interval_label,
+)
 
 FAST_P = (0.0, 0.5, 0.8, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0)
 
@@ -34,8 +43,52 @@ VERDICTS = {
 }
 OUTCOMES = {"optimized": "search finished", "stopped": "stopped", "skipped": "skipped", "failed": "failed",
             "running": "running"}
-INTERPRETER = "interpreter_wall"
 TIMERS, TIMERS_SHORT = TIMER_NAMES, TIMER_SHORT
+
+# What the report calls a kernel's figure against the baseline (baseline time / kernel time): a speedup
+# on a real timer; on the CPU interpreter a ratio of emulation wall clocks, named as `accelopt show` names
+# it, never a speedup. Nothing there is best, faster, slower or beaten (graph/progress.interpreter_rule).
+WALL_RATIO = "baseline/kernel wall time"
+
+
+def is_interpreter(timer: str | None) -> bool:
+    """Whether a timing is the CPU interpreter's wall clock (no speed claim may rest on it)."""
+    return timer == INTERPRETER
+
+
+def kept(timer: str | None) -> str:
+    """The kernel a run kept, in prose: "best kernel" on a real timer, "beam head" on the CPU
+    interpreter (graph.progress.head_word, as the CLI says it)."""
+    word = head_word(timer)
+    return word if is_interpreter(timer) else f"{word} kernel"
+
+
+def ratio(timer: str | None) -> str:
+    """A kernel's figure against the baseline: "speedup", or on the CPU interpreter WALL_RATIO."""
+    return WALL_RATIO if is_interpreter(timer) else "speedup"
+
+
+def kinds(timers) -> tuple[bool, bool]:
+    """(any real timer, any CPU interpreter) among `timers` (None entries ignored); no timer at all
+    reads as a real one: a page of skipped tasks keeps the GPU words."""
+    known = {t for t in timers if t}
+    interp = INTERPRETER in known
+    return (not interp or len(known) > 1), interp
+
+
+def head_of(timers) -> str:
+    """The kept kernel's word for a table over several runs: head_word's, or both where the runs mix
+    GPU and CPU-interpreter timers."""
+    real, interp = kinds(timers)
+    return "best or beam head" if real and interp else head_word(INTERPRETER if interp else None)
+
+
+def ratio_of(timers) -> str:
+    """A column of figures against the baseline over several runs: ratio()'s word, or both where they mix."""
+    real, interp = kinds(timers)
+    if real and interp:
+        return f"speedup, or on the CPU interpreter {WALL_RATIO}"
+    return ratio(INTERPRETER if interp else None)
 
 
 class Timing(BaseModel):
@@ -153,7 +206,7 @@ class TaskRow(BaseModel):
 
     @property
     def interpreter(self) -> bool:
-        return self.timer == INTERPRETER
+        return is_interpreter(self.timer)
 
     @property
     def shown_outcome(self) -> str:
@@ -169,8 +222,8 @@ class TaskRow(BaseModel):
     def label(self) -> str:
         """The outcome as the page and the terminal say it."""
         if self.outcome == "optimized" and self.verdict:
-            return VERDICTS[self.verdict] + (" (the best is torch.compile's own kernel, the Inductor seed)"
-                                             if self.best_kind == "inductor_seed" else "")
+            return VERDICTS[self.verdict] + (f" (the {head_word(self.timer)} is torch.compile's own kernel, the "
+                                             "Inductor seed)" if self.best_kind == "inductor_seed" else "")
         return OUTCOMES.get(self.outcome, self.outcome)
 
     @property

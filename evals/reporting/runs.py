@@ -30,7 +30,7 @@ from pydantic import BaseModel
 
 from accelopt.evals.reporting.report import chain, lineage_steps, load_row, versus
 from accelopt.evals.reporting.rows import OUTCOMES, TIMERS, LineageStep, Speedup, TaskRow
-from accelopt.tools.run_record import RunSummary, load_summary
+from accelopt.tools.run_record import RunSummary, iterations_done, load_summary
 from accelopt.tools.rundir import LOCK_FILE, read_plans
 
 if TYPE_CHECKING:
@@ -278,11 +278,11 @@ class _Run:
                                                                                             self.row.shown_outcome)
 
     @property
-    def iterations_seen(self) -> list[int]:
-        """The iterations its history holds: the checkpoint's, else summary.json's."""
+    def history(self) -> list[dict] | None:
+        """Its history (iteration records and planner events): the checkpoint's, else summary.json's."""
         if self.ck is not None:
-            return [h.get("iteration") or 0 for h in self.ck.get("history") or []]
-        return [h.iteration for h in self.summary.iterations] if self.summary else []
+            return list(self.ck.get("history") or [])
+        return [h.model_dump() for h in self.summary.iterations] if self.summary else None
 
     @property
     def beam_ids(self) -> list[str]:
@@ -338,7 +338,8 @@ def _outcome_text(run: _Run) -> str:
 
 def _common(run: _Run) -> dict[str, Any]:
     row, ctx = run.row, run.meta.get("context") or {}
-    done = max(run.iterations_seen, default=row.iterations)
+    history = run.history
+    done = iterations_done(history) if history is not None else row.iterations
     timer = row.timer
     if timer is None and run.ck is not None:  # no summary yet: the baseline's measurement says
         timer = ((run.ck.get("candidates") or {}).get("baseline") or {}).get("timer")

@@ -62,7 +62,7 @@ def test_bad_input_is_one_line_before_any_judging(softmax_task, tmp_path):
                             ({"task_dir": task, "kernel": str(binary)}, f"{binary}: not text"),
                             ({"task_dir": task, "kernel": k, "against": str(tmp_path / "x.py")}, f"{tmp_path}/x.py: no such file"),
                             ({"task_dir": task, "kernel": k, "device": "tpu"}, "device 'tpu': use auto, cuda or cpu"),
-                            ({"task_dir": task, "kernel": k, "timeout_s": 0}, "timeout_s 0: a number of seconds"),
+                            ({"task_dir": task, "kernel": k, "timeout_s": 0}, "timeout_s 0: must be greater than 0"),
                             ({"task_dir": task, "kernel": k, "compile_mode": "fast"}, "compile_mode 'fast': use")]:
         with pytest.raises(ConfigError) as refused:
             graph.invoke(given)

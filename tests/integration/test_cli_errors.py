@@ -273,7 +273,7 @@ def test_a_cost_budget_with_an_unpriced_model_is_refused_before_any_work(softmax
 
 
 def test_calls_the_budget_did_not_pay_for_are_not_counted_as_evaluated():
-    from accelopt.graph.progress import candidate_counts
+    from accelopt.tools.run_record import candidate_counts
 
     candidates = {"baseline": {"status": "verified"}, "a": {"status": "no_code"}, "b": {"status": "not_sent"},
                   "c": {"status": "not_sent"}}

@@ -67,7 +67,7 @@ def test_an_executor_that_never_answers_ends_the_run_non_zero_and_resume_runs_th
         assert summary["failure"] is None and summary["iteration"] == 2
         iterations = [h["iteration"] for h in summary["iterations"] if "evaluated" in h]
         assert iterations == [1, 1, 2], iterations  # iteration 1 failed, ran again, then 2
-        assert summary["statuses"].get("verified", 0) >= 2
+        assert summary["statuses"].get("verified", 0) >= 1  # a kernel of the run (the baseline is not counted)
 
 
 def test_a_role_failing_calls_in_a_row_ends_the_run_at_once():

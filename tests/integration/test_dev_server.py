@@ -322,6 +322,10 @@ def test_both_graphs_are_mcp_tools_answering_json_and_the_optimizer_takes_its_se
     assert settable["properties"]["beams"]["minimum"] == 1 and "beam width" in settable["properties"]["beams"][
         "description"]
     assert tools["accelopt"].input_schema["required"] == ["task_dir"]  # settings optional
+    # every argument an agent can give is described: the inputs, the settings and each setting
+    for tool in tools.values():
+        assert all(p.get("description") for p in tool.input_schema["properties"].values()), tool.name
+    assert all(p.get("description") for p in settable["properties"].values())
 
     def read(result) -> dict:
         assert len(result.content) == 1 and result.content[0].type == "text"
@@ -344,3 +348,161 @@ def test_both_graphs_are_mcp_tools_answering_json_and_the_optimizer_takes_its_se
     assert len(optimized.content[0].text) < 2000  # the whole state's repr was 43 KB
     assert misnamed.is_error and read(misnamed)["message"].startswith(UNKNOWN)
     assert json.loads((tmp_path / "run" / "run.json").read_text())["context"]["beams"] == 1
+
+
+# ---------------------------------------------------------------- one product through every door
+
+class Doors:
+    """The four doors to both graphs, each answering ("ran", what) or ("refused", its one line):
+    the CLI (exit 2 and an `error:` line), graph.invoke (a ConfigError), langgraph dev through the
+    SDK (the run's error) and MCP (the tool's isError JSON). A door's input and settings are
+    given as the caller of that door gives them: flags for the CLI, keys for the others."""
+
+    def __init__(self, url: str):
+        from langgraph_sdk import get_sync_client
+
+        self.url, self.client = url, get_sync_client(url=url)
+
+    @staticmethod
+    def cli(*args: str) -> tuple[str, str]:
+        from tests.integration.test_cli_errors import run_cli
+
+        proc = run_cli(*args, timeout=300)
+        assert "Traceback" not in proc.stdout + proc.stderr
+        if proc.returncode == 2:
+            lines = [line for line in proc.stderr.splitlines() if line.strip()]
+            assert lines[0].startswith("error: ")
+            return "refused", " ".join(lines)[len("error: "):]
+        return "ran", proc.stdout
+
+    @staticmethod
+    def invoke(graph_id: str, given: dict, context: dict | None = None) -> tuple[str, object]:
+        from accelopt.tools.settings import ConfigError
+
+        if graph_id == "accelopt":
+            from accelopt.graph.builder import graph
+        else:
+            from accelopt.graph.check_graph import graph
+        try:
+            return "ran", graph.invoke(given, context=context) if context is not None else graph.invoke(given)
+        except ConfigError as e:
+            assert "\n" not in str(e)
+            return "refused", str(e)
+
+    def dev(self, graph_id: str, given: dict, context: dict | None = None) -> tuple[str, object]:
+        thread = self.client.threads.create()["thread_id"]
+        run = self.client.runs.create(thread, graph_id, input=given, context=context)
+        answer = self.client.runs.join(thread, run["run_id"])
+        if self.client.runs.get(thread, run["run_id"])["status"] == "error":
+            assert answer["__error__"]["error"] == "ConfigError", answer
+            return "refused", answer["__error__"]["message"]
+        return "ran", answer
+
+    def mcp(self, graph_id: str, given: dict, context: dict | None = None) -> tuple[str, object]:
+        import asyncio
+
+        from mcp import Client
+
+        async def call():
+            async with Client(f"{self.url}/mcp", read_timeout_seconds=600) as client:
+                arguments = {**given, **({"settings": context} if context is not None else {})}
+                return await client.call_tool(graph_id, arguments)
+
+        result = asyncio.run(call())
+        answer = json.loads(result.content[0].text)
+        if result.is_error:
+            assert answer["error"] == "ConfigError", answer
+            return "refused", answer["message"]
+        return "ran", answer
+
+
+def test_every_door_gives_one_outcome_in_the_callers_own_words(dev_server, tmp_path):
+    """The same inputs through the CLI, graph.invoke, langgraph dev and MCP: valid, an unknown key,
+    a wrong type, a value out of range, a key missing. Each door gives the same outcome; a refusal
+    names the setting as that door's caller named it (`--beams` for the CLI, `beams` for the rest),
+    and a run records the same settings and counts whichever door started it."""
+    url, _, _ = dev_server
+    doors = Doors(url)
+    task = str(TASKS / "softmax")
+    shape = {"beams": 1, "plans": 1, "iterations": 1, "model": "tuner", "device": "cpu", "use_memory": False}
+    flags = ["-B", "1", "-N", "1", "-T", "1", "--device", "cpu", "--no-memory"]
+
+    # the optimizer: every API door answers alike; the CLI in its own words
+    api = {"unknown key": ({"task_dir": task}, {**shape, "beems": 2}, "unknown run context key 'beems' (did you mean "
+                                                                         "'beams'?)"),
+           "wrong type": ({"task_dir": task}, {**shape, "beams": "two"}, "beams 'two': input should be a valid integer"),
+           "out of range": ({"task_dir": task}, {**shape, "beams": -1}, "beams -1: must be at least 1"),
+           "missing": ({}, shape, "no task_dir in the run's input"),
+           "setting as input": ({"task_dir": task, "beams": 1}, shape, "'beams' is a run setting, not an input key")}
+    cli = {"unknown key": (["optimize", task, *flags, "--beems", "2"], "no such option: --beems"),
+           "wrong type": (["optimize", task, *flags[2:], "--beams", "two"], "invalid value for '--beams'"),
+           "out of range": (["optimize", task, *flags[2:], "--beams", "-1"], "--beams -1: must be at least 1"),
+           "missing": (["optimize", *flags], "missing argument 'task_dir'")}
+    for case, (given, context, expected) in api.items():
+        for door in (doors.invoke, doors.dev, doors.mcp):
+            outcome, message = door("accelopt", given, context)
+            assert outcome == "refused" and str(message).startswith(expected), (case, door.__name__, message)
+            assert "--" not in str(message).split(":")[0], (case, door.__name__, message)  # not the CLI's name
+    for case, (args, expected) in cli.items():
+        outcome, message = doors.cli(*args)
+        assert outcome == "refused" and expected in message, (case, message)
+
+    # valid: one run per door, the same settings recorded, the same end and the same counts
+    runs = {name: tmp_path / name for name in ("cli", "invoke", "dev", "mcp")}
+    assert doors.cli("optimize", task, *flags, "--run-dir", str(runs["cli"]))[0] == "ran"
+    for name, door in (("invoke", doors.invoke), ("dev", doors.dev), ("mcp", doors.mcp)):
+        outcome, answer = door("accelopt", {"task_dir": task, "run_dir": str(runs[name])}, shape)
+        assert outcome == "ran", (name, answer)
+    recorded = {name: json.loads((run / "run.json").read_text())["context"] for name, run in runs.items()}
+    summaries = {name: json.loads((run / "summary.json").read_text()) for name, run in runs.items()}
+    for name in runs:
+        assert recorded[name] == recorded["cli"], name  # the defaults too: K 1 under the tuner, everywhere
+        for key in ("stop_reason", "iteration", "candidates_evaluated", "statuses"):
+            assert summaries[name][key] == summaries["cli"][key], (name, key)
+    assert recorded["cli"]["samples"] == 1 and "baseline" not in json.dumps(summaries["cli"]["statuses"])
+
+    # the check graph
+    kernel = str(TASKS / "softmax" / "baseline.py")
+    valid = {"task_dir": task, "kernel": kernel, "device": "cpu"}
+    api_checks = {"unknown key": ({**valid, "kernal": kernel}, "unknown input key 'kernal' of the check graph (did "
+                                                                "you mean 'kernel'?)"),
+                  "wrong type": ({**valid, "timeout_s": "fast"}, "timeout_s 'fast': input should be a valid number"),
+                  "out of range": ({**valid, "timeout_s": -1}, "timeout_s -1: must be greater than 0"),
+                  "missing": ({"task_dir": task, "device": "cpu"}, "no kernel in the check's input")}
+    cli_checks = {"unknown key": (["check", task, kernel, "--device", "cpu", "--kernal", kernel], "no such option: --kernal"),
+                  "wrong type": (["check", task, kernel, "--device", "cpu", "--timeout", "fast"],
+                                 "invalid value for '--timeout'"),
+                  "out of range": (["check", task, kernel, "--device", "cpu", "--timeout", "-1"],
+                                   "--timeout -1: must be greater than 0"),
+                  "missing": (["check", task, "--device", "cpu"], "missing argument 'kernel'")}
+    for case, (given, expected) in api_checks.items():
+        for door in (doors.invoke, doors.dev, doors.mcp):
+            outcome, message = door("check", given)
+            assert outcome == "refused" and str(message).startswith(expected), (case, door.__name__, message)
+    for case, (args, expected) in cli_checks.items():
+        outcome, message = doors.cli(*args)
+        assert outcome == "refused" and expected in message, (case, message)
+    verdicts = [doors.invoke("check", valid), doors.dev("check", valid), doors.mcp("check", valid)]
+    assert all(outcome == "ran" for outcome, _ in verdicts) and doors.cli("check", task, kernel, "--device", "cpu")[0] == "ran"
+    assert verdicts[0][1]["status"] == verdicts[1][1]["status"] == verdicts[2][1]["status"] == "verified"
+
+
+def test_a_check_on_a_thread_never_judges_the_last_checks_kernel(dev_server, tmp_path):
+    """On one SDK thread, a second check with `kernal` misspelt judged the previous run's kernel
+    (the state kept it, the unknown key was dropped): now it is refused, and so is a check that
+    leaves the kernel out."""
+    from langgraph_sdk import get_sync_client
+
+    url, _, _ = dev_server
+    client = get_sync_client(url=url)
+    thread = client.threads.create()["thread_id"]
+    task, kernel = str(TASKS / "softmax"), str(TASKS / "softmax" / "baseline.py")
+    first = client.runs.wait(thread, "check", input={"task_dir": task, "kernel": kernel, "device": "cpu"})
+    assert first["status"] == "verified"
+    for given, expected in [({"task_dir": task, "kernal": str(tmp_path / "mine.py"), "device": "cpu"},
+                             "unknown input key 'kernal' of the check graph (did you mean 'kernel'?)"),
+                            ({"task_dir": task, "device": "cpu"}, "no kernel in the check's input")]:
+        run = client.runs.create(thread, "check", input=given)
+        answer = client.runs.join(thread, run["run_id"])
+        assert client.runs.get(thread, run["run_id"])["status"] == "error", answer
+        assert answer["__error__"]["message"].startswith(expected), answer

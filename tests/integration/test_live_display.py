@@ -9,9 +9,10 @@ import re
 import pytest
 from rich.console import Console
 
-from accelopt.graph.progress import LiveDisplay, RunView, candidate_counts, candidate_line, short_reason
+from accelopt.graph.progress import LiveDisplay, RunView, candidate_line, short_reason
 from accelopt.nodes.context import RunContext
 from accelopt.nodes.services import emit, stream_writer
+from accelopt.tools.run_record import candidate_counts
 from tests.conftest import ROOT
 from tests.integration.test_cli_errors import run_cli
 

@@ -321,14 +321,18 @@ def test_a_fatal_error_stops_the_run_with_its_line_and_summary(tmp_path, softmax
 
 
 def test_preflight_checks_each_endpoint_once_and_can_be_skipped():
-    from accelopt.graph.config import preflight_context
+    from accelopt.nodes.preflight import preflight_context
 
     with ScriptedOpenAIServer(reply, models=["gpt-test", "coder"]) as server:
         ctx = RunContext(model="openai:gpt-test", base_url=server.url, role_models={"executor": {"model": "openai:coder"}})
         preflight_context(ctx)
         assert server.gets == ["/v1/models"] * 2  # planner, fixer, summarizer share one check; the executor its own
+        preflight_context(ctx)  # the CLI's check, then setup's: an endpoint that answered is not asked again
+        assert len(server.gets) == 2
         bad = RunContext(model="openai:gpt-test", base_url=server.url, role_models={"fixer": {"model": "openai:gone"}})
         with pytest.raises(FatalLLMError, match=r"^fixer model openai:gone at .*does not list 'gone'"):
+            preflight_context(bad)
+        with pytest.raises(FatalLLMError):  # a refusal is not remembered as an answer
             preflight_context(bad)
         preflight_context(RunContext(model="openai:gone", base_url=server.url, preflight=False))
         preflight_context(RunContext(model="tuner"))
@@ -497,9 +501,9 @@ def test_a_planner_asked_again_gives_up_after_its_attempts(tmp_path):
 
 
 def test_the_runs_preflight_holds_its_roles_prompts_against_the_served_context():
-    """graph/config.preflight_context (the CLI's, before any work) passes each endpoint's roles'
+    """nodes/preflight.preflight_context (the CLI's, before any work) passes each endpoint's roles'
     least prompts to the preflight: a context that cannot hold them is refused there."""
-    from accelopt.graph.config import preflight_context
+    from accelopt.nodes.preflight import preflight_context
     from accelopt.policies.llm import least_prompt_tokens
 
     executor = least_prompt_tokens()["executor"]

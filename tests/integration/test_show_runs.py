@@ -80,13 +80,12 @@ def _drive_new_run(ctx, task_dir: str, run_dir: str) -> None:
 
     from rich.console import Console
 
-    from accelopt.graph.config import context_to_json
     from accelopt.graph.driver import drive
     from accelopt.tools.rundir import write_run_meta
 
     task, run = Path(task_dir).resolve(), Path(run_dir)
     run.mkdir(parents=True)
-    write_run_meta(run, str(task), context_to_json(ctx))
+    write_run_meta(run, str(task), ctx.to_json())
     drive(ctx, run, {"task_dir": str(task), "run_dir": str(run.resolve())}, Console(file=io.StringIO()))
 
 
@@ -286,3 +285,19 @@ def test_a_finished_run_is_optimized_only_when_its_best_is_faster_beyond_noise()
     assert row("faster") == "optimized"
     assert [row(v) for v in ("no faster kernel", "within noise", "slower", "interpreter")] == ["finished"] * 4
     assert row(None, "stopped") == "stopped" and row(None, "failed") == "failed"
+
+
+def test_a_run_whose_planner_never_answered_shows_no_iteration_done(runs, tmp_path):
+    """`runs` and `show` said `iterations 1 / 1` for a run whose every planner call failed."""
+    run = shutil.copytree(runs / "scripted", tmp_path / "silent")
+    for checkpoint in run.glob("*.sqlite*"):  # summary.json is then what show and runs read
+        checkpoint.unlink()
+    summary = json.loads((run / "summary.json").read_text())
+    summary["iterations"] = [
+        {"iteration": 1, "event": "planner_failed", "member": "baseline", "error": "planner model x: 500"},
+        {"iteration": 1, "evaluated": 0, "verified": 0, "best_id": "baseline", "beam": ["baseline"]}]
+    (run / "summary.json").write_text(json.dumps(summary))
+    view = json.loads(show(str(run), "--json").stdout)
+    assert view["iterations_done"] == 0 and view["iterations_planned"] == 2
+    listed = CliRunner().invoke(app, ["runs", str(tmp_path), "--json"], env=WIDE)
+    assert [r["iterations_done"] for r in json.loads(listed.stdout)] == [0], listed.output

@@ -191,14 +191,24 @@ def test_the_light_module_is_what_the_context_reads_and_llm_re_exports_it():
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
-def test_the_tuner_writes_one_sample_per_plan_unless_told_otherwise(config, monkeypatch):
+def test_the_tuner_writes_one_sample_per_plan_and_every_door_records_what_runs(config, monkeypatch):
+    """K under the tuner is 1 (its kernel for a plan is the same every time), recorded so in
+    run.json whichever door built the context: the CLI's load_context, or a RunContext given to
+    graph.invoke, langgraph dev or MCP (which recorded K 2 where the CLI recorded 1)."""
+    from accelopt.nodes.context import RunContext
+
+    def recorded(ctx: RunContext) -> int:
+        return ctx.to_json()["samples"]
+
     ctx, configured = load_context(None)
-    assert not configured and ctx.samples == 1  # the tuner's kernel for a plan is the same every time
-    assert load_context(None, samples=3)[0].samples == 3  # an explicit -K wins
-    assert load_context(None, model="vllm:coder")[0].samples == 2  # an LLM: RunContext's default
+    assert not configured and recorded(ctx) == ctx.kernels_per_plan() == 1
+    assert recorded(RunContext()) == recorded(RunContext(model="tuner", samples=2)) == 1  # the other doors
+    assert recorded(load_context(None, samples=3)[0]) == 1  # the tuner writes one whatever K says
+    assert recorded(load_context(None, model="vllm:coder")[0]) == recorded(RunContext(model="vllm:coder")) == 2
+    assert recorded(load_context(None, model="vllm:coder", samples=3)[0]) == 3
     ctx, _ = load_context(None, planner_model="vllm:coder")  # the planner an LLM, the executor the tuner
-    assert ctx.samples == 1
-    assert load_context(config("[run]\nsamples = 2\n"))[0].samples == 2  # the config file's K wins too
+    assert recorded(ctx) == 1
+    assert recorded(load_context(config('[run]\nsamples = 3\n[models.default]\nmodel = "vllm:coder"\n'))[0]) == 3
 
 
 @pytest.mark.parametrize("table, line, needles", [

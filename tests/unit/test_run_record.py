@@ -63,7 +63,8 @@ def test_the_record_keeps_the_published_keys_in_order_and_types_its_parts(tmp_pa
                                                best_is_autotuned=True, best_rewrite_speedup=1.1,
                                                best_autotune_gain=1.2 / 1.1)
     assert summary.usage.by_role["planner"].input_tokens == 7 and summary.usage.unpriced_calls == 0
-    assert summary.candidates_evaluated == 2 and summary.statuses == {"verified": 3}
+    # the baseline is not counted, by number or by status (what the live bar, the CLI and MCP say)
+    assert summary.candidates_evaluated == 2 and summary.statuses == {"verified": 2}
     # the history's entries are written back as the state held them
     assert summary.dump()["iterations"] == _state()["history"]
     write_summary(str(tmp_path), summary, "def run(x):\n    return x\n")
@@ -127,3 +128,21 @@ def test_numbers_are_written_as_json_dumps_wrote_them(tmp_path):
     write_summary(str(tmp_path), RunSummary(task_dir="/t", best_id="k", best_speedup=float("inf")), None)
     assert '"best_speedup": Infinity' in (tmp_path / "summary.json").read_text()
     assert load_summary(tmp_path).best_speedup == float("inf")
+
+
+def test_an_iteration_whose_planners_never_answered_is_not_done():
+    """`runs` and `show` said `iterations 1 / 1` for a run whose planner never answered."""
+    from accelopt.tools.run_record import iterations_done
+
+    failed = {"iteration": 1, "event": "planner_failed", "member": "baseline", "error": "planner model x: 500"}
+    nothing = {"iteration": 1, "evaluated": 0, "verified": 0, "best_id": "baseline", "beam": ["baseline"]}
+    assert iterations_done([failed, nothing]) == 0
+    assert iterations_done([]) == 0
+    searched = {"iteration": 1, "evaluated": 2, "verified": 1, "best_id": "i1.m0.p0.k0", "beam": ["i1.m0.p0.k0"]}
+    assert iterations_done([searched]) == 1
+    # one planner of two failed, the other's kernels were evaluated: the iteration searched
+    assert iterations_done([failed, {**searched}]) == 1
+    # the second iteration's planners never answered: one done of two
+    assert iterations_done([searched, {**failed, "iteration": 2}, {**nothing, "iteration": 2}]) == 1
+    # an iteration whose kernels were all copies of earlier ones still searched, its planners answered
+    assert iterations_done([searched, {**nothing, "iteration": 2}]) == 2
