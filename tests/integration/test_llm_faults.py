@@ -513,3 +513,20 @@ def test_the_runs_preflight_holds_its_roles_prompts_against_the_served_context()
         with pytest.raises(FatalLLMError, match="prompt is about .* against the served context"):
             preflight_context(ctx)
         assert server.requests == []
+
+
+def test_graph_invoke_refuses_a_dead_endpoint_before_any_work_as_the_cli_does(tmp_path):
+    """The README's programmatic run with no server listening retried each call, then returned
+    normally with the baseline as its result and the failure only in stop_reason; the CLI refused
+    up front (exit 2). Now graph.invoke refuses it too: one line, nothing measured or written."""
+    from accelopt.graph.builder import graph
+    from accelopt.tools.settings import ConfigError
+    from tests.conftest import TASKS
+
+    url = dead_url()
+    with pytest.raises(ConfigError) as refused:
+        graph.invoke({"task_dir": str(TASKS / "softmax"), "run_dir": str(tmp_path / "run")},
+                     context={"model": "vllm:coder", "base_url": url, "device": "cpu", "use_memory": False})
+    line = str(refused.value)
+    assert line.startswith(f"planner, executor, fixer, summarizer model vllm:coder at {url}: cannot connect"), line
+    assert "\n" not in line and not (tmp_path / "run").exists()
