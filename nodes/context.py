@@ -9,9 +9,9 @@ model settings, `--device cuda` where no GPU is visible), `setting_refusal` (one
 option is parsed) and `unknown_keys_refusal` (a context key RunContext has no field for). Each
 answers one line or None; the refusal is raised as tools/settings.ConfigError. A field's minimum is
 its metadata's `ge`/`gt` (pydantic reads them: the JSON schema's `minimum`/`exclusiveMinimum`,
-Studio's form), its `flag` the CLI option that sets it. Messages name a setting as its caller
-did: the CLI by its option (`--beams -1`, cli/options.py), every other door by its context key
-(`beams -1`: graph.invoke, langgraph dev, MCP's settings, accelopt.toml).
+Studio's form). Messages name a setting as its caller did: the CLI by its option (`--beams -1`,
+cli/options.py), every other door by its context key (`beams -1`: graph.invoke, langgraph dev,
+MCP's settings, accelopt.toml).
 """
 
 from __future__ import annotations
@@ -38,16 +38,14 @@ Device = Literal["auto", "cuda", "cpu"]  # NKI runs on the NeuronCores under aut
 
 @dataclass(kw_only=True)
 class RunContext:
-    beams: int = field(default=2, metadata={"description": "B: beam width (elitist)", "ge": 1, "flag": "--beams"})
-    plans: int = field(default=2, metadata={"description": "N: plans per beam member", "ge": 1, "flag": "--plans"})
-    samples: int = field(default=2, metadata={"description": "K: kernels written per plan", "ge": 1,
-                                               "flag": "--samples"})
-    fixes: int = field(default=2, metadata={"description": "F: fix attempts per failed kernel", "ge": 0,
-                                             "flag": "--fixes"})
-    iterations: int = field(default=3, metadata={"description": "T: iterations", "ge": 1, "flag": "--iterations"})
+    beams: int = field(default=2, metadata={"description": "B: beam width (elitist)", "ge": 1})
+    plans: int = field(default=2, metadata={"description": "N: plans per beam member", "ge": 1})
+    samples: int = field(default=2, metadata={"description": "K: kernels written per plan (the tuner writes 1)", "ge": 1})
+    fixes: int = field(default=2, metadata={"description": "F: fix attempts per failed kernel", "ge": 0})
+    iterations: int = field(default=3, metadata={"description": "T: iterations", "ge": 1})
     autotune: int = field(default=0, metadata={
         "description": "After a kernel verifies, search up to this many launch configurations of it (0: off)",
-        "ge": 0, "flag": "--autotune"})
+        "ge": 0})
 
     model: str = field(default="tuner", metadata={
         "description": "Default model for every role, PROVIDER:NAME (openai, vllm, sglang, ollama, tuner)"})
@@ -59,22 +57,18 @@ class RunContext:
     # so left out of the JSON schema (Studio's form) and of run.json.
     chat_models: SkipJsonSchema[dict[str, Any] | None] = None
 
-    max_tokens: int | None = field(default=None, metadata={"description": "Token budget for the run", "gt": 0,
-                                                            "flag": "--max-tokens"})
-    max_cost_usd: float | None = field(default=None, metadata={"description": "$ budget for the run", "gt": 0,
-                                                               "flag": "--max-cost"})
-    max_wall_s: float | None = field(default=None, metadata={"description": "Wall-clock budget (s)", "gt": 0,
-                                                             "flag": "--max-wall"})
+    max_tokens: int | None = field(default=None, metadata={"description": "Token budget for the run", "gt": 0})
+    max_cost_usd: float | None = field(default=None, metadata={"description": "$ budget for the run", "gt": 0})
+    max_wall_s: float | None = field(default=None, metadata={"description": "Wall-clock budget (s)", "gt": 0})
     roofline_stop_pct: float = field(default=95.0, metadata={
         "description": "Stop when the best kernel reaches this % of achievable peak (GPU timings only)", "gt": 0})
 
     device: Device = field(default="auto", metadata={
         "description": "auto (a GPU if there is one, else the Triton interpreter; NKI: the NeuronCores), cuda, or cpu "
-                       "(Triton interpreter: correctness, no GPU times)", "flag": "--device"})
+                       "(Triton interpreter: correctness, no GPU times)"})
     profile: bool = field(default=True, metadata={
         "description": "Profile verified kernels on a GPU (ncu if present, else torch.profiler) for the planner"})
-    eval_timeout_s: float = field(default=300.0, metadata={"description": "Per-candidate evaluation limit (s)", "gt": 0,
-                                                           "flag": "--eval-timeout"})
+    eval_timeout_s: float = field(default=300.0, metadata={"description": "Per-candidate evaluation limit (s)", "gt": 0})
     versus_torch_compile: bool = field(default=True, metadata={
         "description": "At the run's end on a GPU, time the best kernel interleaved with torch.compile and eager "
                        "PyTorch of the reference (summary.json versus_torch_compile, torch_compile.json)"})
