@@ -8,6 +8,12 @@ a GPU was held by an evaluation (the union over `eval` spans of [start + lease_w
 judge checking, compiling, timing, auditing or profiling); the judge's steps summed over the
 iteration's evaluations; and the evaluations a minute. A figure is a union of intervals where it
 says "the time some ...", so overlapping calls are not counted twice; "GPU-seconds" is a sum.
+
+And per iteration, what its wall time waited on, in order (`path_s`, the second table): its plans
+(from its start to its last planner's end), its first attempts (to the end of the last first
+attempt's evaluation: the executors' kernels, not their fixes or launch variants), the fixes and
+variants still running after that (to the selector's start), its lessons (the summarizer), and the
+rest (recall, selector, record). Where an iteration waits on its slowest branch, the third says so.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ class Period(BaseModel):
     evaluations_per_min: float
     steps_s: dict[str, float]             # judge and runner steps summed over the evaluations
     nodes_s: dict[str, float]             # graph nodes, the time some call of each was running
+    path_s: dict[str, float] = {}         # an iteration's wall, in order: PATH (empty for the whole run)
 
 
 class RunTimeline(BaseModel):
@@ -100,6 +107,35 @@ def period(label: str, spans: list[dict[str, Any]], start: float, end: float) ->
         nodes_s={k: round(union_s(v), 1) for k, v in nodes.items()})
 
 
+# What an iteration's wall time waited on, in order (`path`).
+PATH = ("plans", "first attempts", "fixes after them", "lessons", "rest")
+
+
+def _first_attempt(candidate: Any) -> bool:
+    """An executor's kernel (i1.m0.p0.k1), not a fix of one (.f1) nor a launch variant (.a2)."""
+    return isinstance(candidate, str) and ".f" not in candidate and ".a" not in candidate
+
+
+def path(spans: list[dict[str, Any]], iteration: int, start: float, end: float) -> dict[str, float]:
+    """The iteration's wall split in PATH's order: each part ends where the next begins (a part
+    that did not happen is 0). The first attempts' end is their last evaluation's (or, for one
+    that was never evaluated, its executor call's)."""
+    mine = [s for s in spans if s["start"] >= start - 1e-3 and s["end"] <= end + 1e-3]
+    nodes = [s for s in mine if s["kind"] == "node" and s.get("iteration") == iteration]
+    planned = max((s["end"] for s in nodes if s["node"] == "planner"), default=start)
+    written = [s for s in mine if s["kind"] == "llm" and s.get("role") == "executor"
+               and _first_attempt(s.get("candidate"))]
+    firsts = {s.get("candidate") for s in written}
+    attempted = max([s["end"] for s in written] + [s["end"] for s in mine if s["kind"] == "eval"
+                                                  and s.get("candidate") in firsts], default=planned)
+    selected = min((s["start"] for s in nodes if s["node"] == "selector"), default=attempted)
+    lessons = union_s((s["start"], s["end"]) for s in nodes if s["node"] == "summarizer")
+    parts = {"plans": planned - start, "first attempts": max(0.0, attempted - planned),
+             "fixes after them": max(0.0, selected - max(attempted, planned)), "lessons": lessons}
+    parts["rest"] = max(0.0, (end - start) - sum(parts.values()))
+    return {k: round(v, 1) for k, v in parts.items()}
+
+
 def read_timeline(run_dir: str | Path) -> RunTimeline:
     spans = [s for s in timeline.read(run_dir) if "start" in s and "end" in s]
     if not spans:
@@ -109,7 +145,8 @@ def read_timeline(run_dir: str | Path) -> RunTimeline:
         if s["kind"] == "node" and isinstance(s.get("iteration"), int) and s["node"] not in ("setup", "standing"):
             w = windows.setdefault(s["iteration"], [s["start"], s["end"]])
             w[0], w[1] = min(w[0], s["start"]), max(w[1], s["end"])
-    iterations = [period(f"iteration {i}", spans, a, b) for i, (a, b) in sorted(windows.items()) if i > 0]
+    iterations = [period(f"iteration {i}", spans, a, b).model_copy(update={"path_s": path(spans, i, a, b)})
+                  for i, (a, b) in sorted(windows.items()) if i > 0]
     total = period("run", spans, min(s["start"] for s in spans), max(s["end"] for s in spans))
     evals = [s for s in spans if s["kind"] == "eval"]
     gpus = {(s.get("node"), s.get("gpu")) for s in evals if s.get("gpu") is not None}
@@ -143,6 +180,18 @@ def render(found: RunTimeline) -> str:
                      f"{p.gpu_held_s:6.0f}{100 * found.gpu_share(p):4.0f}%{p.evaluations:6d}"
                      f"{p.evaluations_per_min:6.1f}{steps.get('compile+check', 0):7.0f}{steps.get('timing', 0):6.0f}"
                      f"{steps.get('audit', 0) + steps.get('profile', 0):6.0f}")
+    lines += ["", "what each iteration's wall waited on, in order (seconds): plans; first",
+              "attempts (to their last evaluation); fixes and variants after them (the",
+              "selector waits on its slowest branch); lessons (the summarizer); the rest",
+              f"{'':12}{'wall':>6}{'plans':>7}{'first':>7}{'fixes':>7}{'lessons':>8}{'rest':>6}"]
+    for p in found.iterations:
+        parts = [p.path_s.get(k, 0.0) for k in PATH]
+        lines.append(f"{p.label.replace('iteration ', 'iter '):12}{p.wall_s:6.0f}{parts[0]:7.0f}{parts[1]:7.0f}"
+                     f"{parts[2]:7.0f}{parts[3]:8.0f}{parts[4]:6.0f}")
+    if found.iterations:
+        sums = [sum(p.path_s.get(k, 0.0) for p in found.iterations) for k in PATH]
+        wall = sum(p.wall_s for p in found.iterations)
+        lines.append(f"{'iterations':12}{wall:6.0f}" + "".join(f"{v:{w}.0f}" for v, w in zip(sums, (7, 7, 7, 8, 6))))
     return "\n".join(lines)
 
 

@@ -53,3 +53,31 @@ def test_a_timed_node_keeps_the_signature_langgraph_reads_and_records_its_iterat
     [span] = timeline.read(tmp_path)
     assert span["kind"] == "node" and span["node"] == "recall" and span["iteration"] == 4
     assert span["end"] >= span["start"]
+
+
+def test_an_iteration_says_what_its_wall_waited_on_in_order(tmp_path):
+    """Plans, then the first attempts to their last evaluation, then the fixes the selector waited
+    for, then the lessons: the parts follow each other and add up to the wall."""
+    spans = [
+        {"kind": "node", "node": "recall", "iteration": 1, "start": 0, "end": 1},
+        {"kind": "llm", "role": "planner", "iteration": 1, "start": 1, "end": 6},
+        {"kind": "node", "node": "planner", "iteration": 1, "start": 1, "end": 6},
+        {"kind": "llm", "role": "executor", "candidate": "i1.m0.p0.k0", "iteration": 1, "start": 6, "end": 12},
+        {"kind": "llm", "role": "executor", "candidate": "i1.m0.p0.k1", "iteration": 1, "start": 6, "end": 14},
+        {"kind": "eval", "candidate": "i1.m0.p0.k0", "gpu": "0", "start": 12, "end": 20},
+        {"kind": "eval", "candidate": "i1.m0.p0.k1", "gpu": "0", "start": 14, "end": 25},  # the last first attempt
+        {"kind": "llm", "role": "fixer", "candidate": "i1.m0.p0.k0.f1", "iteration": 1, "start": 20, "end": 30},
+        {"kind": "eval", "candidate": "i1.m0.p0.k0.f1", "gpu": "0", "start": 30, "end": 40},
+        {"kind": "node", "node": "selector", "iteration": 1, "start": 40, "end": 40},
+        # the summarizer names the candidates it learned from: not a first attempt's span
+        {"kind": "llm", "role": "summarizer", "candidate": "i1.m0.p0.k1", "iteration": 1, "start": 40, "end": 43},
+        {"kind": "node", "node": "summarizer", "iteration": 1, "start": 40, "end": 44},
+        {"kind": "node", "node": "record", "iteration": 1, "start": 44, "end": 45},
+    ]
+    (tmp_path / timeline.FILE).write_text("".join(json.dumps(s) + "\n" for s in spans))
+    [first] = read_timeline(tmp_path).iterations
+    assert first.path_s == {"plans": 6, "first attempts": 19, "fixes after them": 15, "lessons": 4, "rest": 1}
+    assert sum(first.path_s.values()) == first.wall_s == 45
+    shown = render(read_timeline(tmp_path))
+    assert all(len(line) <= 80 for line in shown.splitlines())
+    assert "iter 1" in shown.split("what each iteration's wall waited on")[1]
