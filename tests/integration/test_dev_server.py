@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -438,21 +439,26 @@ def test_every_door_gives_one_outcome_in_the_callers_own_words(dev_server, tmp_p
            "wrong type": (["optimize", task, *flags[2:], "--beams", "two"], "invalid value for '--beams'"),
            "out of range": (["optimize", task, *flags[2:], "--beams", "-1"], "--beams -1: must be at least 1"),
            "missing": (["optimize", *flags], "missing argument 'task_dir'")}
-    for case, (given, context, expected) in api.items():
-        for door in (doors.invoke, doors.dev, doors.mcp):
-            outcome, message = door("accelopt", given, context)
-            assert outcome == "refused" and str(message).startswith(expected), (case, door.__name__, message)
-            assert "--" not in str(message).split(":")[0], (case, door.__name__, message)  # not the CLI's name
-    for case, (args, expected) in cli.items():
-        outcome, message = doors.cli(*args)
-        assert outcome == "refused" and expected in message, (case, message)
-
-    # valid: one run per door, the same settings recorded, the same end and the same counts
     runs = {name: tmp_path / name for name in ("cli", "invoke", "dev", "mcp")}
-    assert doors.cli("optimize", task, *flags, "--run-dir", str(runs["cli"]))[0] == "ran"
-    for name, door in (("invoke", doors.invoke), ("dev", doors.dev), ("mcp", doors.mcp)):
-        outcome, answer = door("accelopt", {"task_dir": task, "run_dir": str(runs[name])}, shape)
-        assert outcome == "ran", (name, answer)
+    with ThreadPoolExecutor(8) as pool:  # the CLI's processes start while the other doors answer
+        cli_answers = {case: pool.submit(doors.cli, *args) for case, (args, _) in cli.items()}
+        cli_run = pool.submit(doors.cli, "optimize", task, *flags, "--run-dir", str(runs["cli"]))
+        for case, (given, context, expected) in api.items():
+            for door in (doors.invoke, doors.dev, doors.mcp):
+                outcome, message = door("accelopt", given, context)
+                assert outcome == "refused" and str(message).startswith(expected), (case, door.__name__, message)
+                assert "--" not in str(message).split(":")[0], (case, door.__name__, message)  # not the CLI's name
+        for case, (_, expected) in cli.items():
+            outcome, message = cli_answers[case].result()
+            assert outcome == "refused" and expected in message, (case, message)
+
+        # valid: one run per door, the same settings recorded, the same end and the same counts
+        started = {name: pool.submit(door, "accelopt", {"task_dir": task, "run_dir": str(runs[name])}, shape)
+                   for name, door in (("invoke", doors.invoke), ("dev", doors.dev), ("mcp", doors.mcp))}
+        for name, answered in started.items():
+            outcome, answer = answered.result()
+            assert outcome == "ran", (name, answer)
+        assert cli_run.result()[0] == "ran"
     recorded = {name: json.loads((run / "run.json").read_text())["context"] for name, run in runs.items()}
     summaries = {name: json.loads((run / "summary.json").read_text()) for name, run in runs.items()}
     for name in runs:
@@ -475,15 +481,18 @@ def test_every_door_gives_one_outcome_in_the_callers_own_words(dev_server, tmp_p
                   "out of range": (["check", task, kernel, "--device", "cpu", "--timeout", "-1"],
                                    "--timeout -1: must be greater than 0"),
                   "missing": (["check", task, "--device", "cpu"], "missing argument 'kernel'")}
-    for case, (given, expected) in api_checks.items():
-        for door in (doors.invoke, doors.dev, doors.mcp):
-            outcome, message = door("check", given)
-            assert outcome == "refused" and str(message).startswith(expected), (case, door.__name__, message)
-    for case, (args, expected) in cli_checks.items():
-        outcome, message = doors.cli(*args)
-        assert outcome == "refused" and expected in message, (case, message)
-    verdicts = [doors.invoke("check", valid), doors.dev("check", valid), doors.mcp("check", valid)]
-    assert all(outcome == "ran" for outcome, _ in verdicts) and doors.cli("check", task, kernel, "--device", "cpu")[0] == "ran"
+    with ThreadPoolExecutor(8) as pool:
+        cli_answers = {case: pool.submit(doors.cli, *args) for case, (args, _) in cli_checks.items()}
+        cli_check = pool.submit(doors.cli, "check", task, kernel, "--device", "cpu")
+        for case, (given, expected) in api_checks.items():
+            for door in (doors.invoke, doors.dev, doors.mcp):
+                outcome, message = door("check", given)
+                assert outcome == "refused" and str(message).startswith(expected), (case, door.__name__, message)
+        for case, (_, expected) in cli_checks.items():
+            outcome, message = cli_answers[case].result()
+            assert outcome == "refused" and expected in message, (case, message)
+        verdicts = [doors.invoke("check", valid), doors.dev("check", valid), doors.mcp("check", valid)]
+        assert all(outcome == "ran" for outcome, _ in verdicts) and cli_check.result()[0] == "ran"
     assert verdicts[0][1]["status"] == verdicts[1][1]["status"] == verdicts[2][1]["status"] == "verified"
 
 
