@@ -97,6 +97,13 @@ Cluster = Opt[Literal["local", "ray"] | None, typer.Option(
 RayAddress = Opt[str | None, typer.Option(help="Ray cluster to evaluate on: auto, ray://HOST:10001 or HOST:6379 "
                                                   "(implies --cluster ray)")]
 
+# The search's schedule (graph/routing.py): AccelOpt's published one, or iterations that overlap.
+ScheduleName = Literal["beam", "overlap"]
+Schedule = Opt[ScheduleName | None, typer.Option(
+    show_default="beam", help="beam: each iteration waits for its fixes and lessons, as AccelOpt publishes; "
+                              "overlap: fixes run beside the next iteration's first attempts and lessons beside "
+                              "its planners (the next iteration starts sooner; the last one fixes in place)")]
+
 # Seeds: candidates made without a model (nodes/seeding.py).
 SeedName = Literal["auto", "none", "inductor"]
 SeedModeName = Literal["default", "max-autotune-no-cudagraphs", "max-autotune-triton"]
@@ -118,7 +125,7 @@ SeedCapture = Opt[Path | None, typer.Option(
 
 # The defaults shown above, as RunContext has them (a unit test compares the two).
 SHOWN_DEFAULTS = {"beams": 2, "plans": 2, "samples": 2, "fixes": 2, "iterations": 3, "autotune": 0,
-                  "device": "auto", "embedder": "all-MiniLM-L6-v2", "eval_timeout_s": 300.0}
+                  "schedule": "beam", "device": "auto", "embedder": "all-MiniLM-L6-v2", "eval_timeout_s": 300.0}
 
 
 def context_flags(*, memory: Path | None, no_memory: bool, no_preflight: bool, max_cost: float | None,

@@ -169,7 +169,8 @@ def bench_task(task: str, args: argparse.Namespace, out: Path) -> dict[str, Any]
     if not resuming:
         log.write_text("")
     row: dict[str, Any] = {"task": task, "baseline": BASELINES[task], "shape": {
-        "B": args.beams, "N": args.plans, "K": args.samples, "F": args.fixes, "T": args.iterations}}
+        "B": args.beams, "N": args.plans, "K": args.samples, "F": args.fixes, "T": args.iterations,
+        "schedule": args.schedule}}
     env: dict[str, str] | None = None  # the run inherits this environment, plus LangSmith's below
     sink = None
     if args.langsmith:
@@ -183,7 +184,8 @@ def bench_task(task: str, args: argparse.Namespace, out: Path) -> dict[str, Any]
         memory = ["--memory", str(out / "memory" / task), "--create-memory"] if not args.no_memory else ["--no-memory"]
         cmd = accelopt("optimize", str(folder), "--model", f"vllm:{MODEL_ID}", "--base-url", server.url,
                        "-B", str(args.beams), "-N", str(args.plans), "-K", str(args.samples), "-F", str(args.fixes),
-                       "-T", str(args.iterations), "--device", args.device, "--run-dir", str(run_dir), *memory,
+                       "-T", str(args.iterations), "--schedule", args.schedule, "--device", args.device,
+                       "--run-dir", str(run_dir), *memory,
                        *(["--embedder", args.embedder] if args.embedder else []))
         kill_when = (lambda: recorded(run_dir, args.kill_at)) if args.kill_at else None
         if resuming:  # the same server address (--port): run.json names it
@@ -234,6 +236,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("-K", "--samples", type=int, default=2)
     parser.add_argument("-F", "--fixes", type=int, default=2)
     parser.add_argument("-T", "--iterations", type=int, default=16)
+    parser.add_argument("--schedule", default="beam", choices=["beam", "overlap"], help="the search's (--schedule)")
     parser.add_argument("--profile", default="gpt-oss-120b", help="the replay server's latency model")
     parser.add_argument("--time-scale", type=float, default=1.0, help="the replay server's: 1 real time")
     parser.add_argument("--seed", type=int, default=0)

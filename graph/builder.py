@@ -5,6 +5,10 @@
           -> candidate (Send per plan x K: executor -> profiler <-> fixer; profiler -> autotune)
           -> selector -> summarizer -> record -> recall | standing -> END
 
+    --schedule overlap (graph/routing.py): selector -> record -> recall -> planner, with the
+    summarizer Sent beside the planners (-> dispatch) and the pending fixes Sent beside the next
+    iteration's kernels (candidate, entered at the fixer); the run's last lessons before its end.
+
 A run's settings and input are checked before any work wherever it starts (nodes/context.py,
 nodes/setup.input_refusal; setup raises the refusal). What cannot be checked inside the graph (a
 key the schemas have no field for, an input on a thread that leaves a key to the last run) `graph`,
@@ -20,9 +24,12 @@ from langgraph.graph.state import CompiledStateGraph
 try:  # `langgraph dev` and Studio import this file: a broken environment must say what to do
     from accelopt.graph.doors import CheckedGraph, checked
     from accelopt.graph.routing import (
+        after_lessons,
         after_profiler,
+        after_record,
+        after_selector,
         after_setup,
-        after_summarizer,
+        entry,
         to_planners,
         to_samples,
     )
@@ -53,7 +60,7 @@ def build_candidate_graph() -> CompiledStateGraph[CandidateState, RunContext, Ca
     sub.add_node("profiler", profiler)
     sub.add_node("fixer", fixer)
     sub.add_node("autotune", autotune)
-    sub.add_edge(START, "executor")
+    sub.add_conditional_edges(START, entry, ["executor", "fixer"])  # a pending fix enters at the fixer
     sub.add_edge("executor", "profiler")
     sub.add_conditional_edges("profiler", after_profiler, ["fixer", "autotune", END])
     sub.add_edge("autotune", END)
@@ -80,9 +87,10 @@ def build_graph() -> StateGraph[RunState, RunContext, InputState, OutputState]:
     builder.add_edge("planner", "dispatch")
     builder.add_conditional_edges("dispatch", to_samples, ["candidate", "selector"])
     builder.add_edge("candidate", "selector")
-    builder.add_edge("selector", "summarizer")
-    builder.add_edge("summarizer", "record")
-    builder.add_conditional_edges("record", after_summarizer, ["recall", "standing"])
+    # beam: lessons, then the record; overlap: the record, the lessons beside the next planners
+    builder.add_conditional_edges("selector", after_selector, ["summarizer", "record"])
+    builder.add_conditional_edges("summarizer", after_lessons, ["record", "dispatch"])
+    builder.add_conditional_edges("record", after_record, ["recall", "standing"])
     builder.add_edge("standing", END)
     return builder
 

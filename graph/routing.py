@@ -2,7 +2,16 @@
 
 The fan-outs are also where a run's budget meets its parallel branches: at each iteration's
 start the run's ledger (tools/budget.py) is synced from the state, and the samples sent are
-those the budget left can pay for."""
+those the budget left can pay for.
+
+Two schedules (RunContext.schedule). `beam`, AccelOpt's: each kernel branch runs its whole fix
+chain (executor -> profiler <-> fixer), the selector waits for the slowest, then the summarizer,
+then the next iteration. `overlap`: a failed first attempt ends its branch (`defer_fixes`); the
+selector picks the beam from what landed, and the next iteration's planners start from it while
+the summarizer distills the last iteration's lessons beside them (`to_planners`); the pending
+fixes (the selector's `pending_fixes`) run one attempt each beside the next iteration's first
+attempts (`to_samples`, entering the candidate subgraph at the fixer) and compete in its
+selection. The last iteration fixes in place, so no fix is left unrun at T."""
 
 from __future__ import annotations
 
@@ -15,9 +24,9 @@ from langgraph.types import Send
 from accelopt.graph.config import budget_warnings
 from accelopt.nodes.context import RunContext
 from accelopt.nodes.measurements import measured_kernels
+from accelopt.nodes.records import LessonsDue, fixable
 from accelopt.nodes.state import CandidateState, RunState, compact
 from accelopt.tools.budget import Limits, affordable, ledger
-from accelopt.tools.harness.result import FIXABLE
 from accelopt.tools.llm_spec import totals
 
 log = logging.getLogger("accelopt")
@@ -40,11 +49,27 @@ def to_planners(state: RunState, runtime: Runtime[RunContext]) -> list[Send]:
     # TRIED_LIMIT are counted after that filter, not before
     measured = measured_kernels({cid: c for cid, c in state["candidates"].items()
                                  if (c.get("iteration") or 0) < state["iteration"]})
-    return [Send("planner", {"task_dir": state["task_dir"], "run_dir": state.get("run_dir"),
-                             "iteration": state["iteration"], "member_index": i,
-                             "member": compact(state["candidates"][member_id]),
-                             "recalled": state["recalled"].get(member_id, []), "tried": measured})
-            for i, member_id in enumerate(state["beam"])]
+    sends = [Send("planner", {"task_dir": state["task_dir"], "run_dir": state.get("run_dir"),
+                              "iteration": state["iteration"], "member_index": i,
+                              "member": compact(state["candidates"][member_id]),
+                              "recalled": state["recalled"].get(member_id, []), "tried": measured})
+             for i, member_id in enumerate(state["beam"])]
+    due = state.get("lessons_due")
+    if ctx.schedule == "overlap" and due:  # the last iteration's lessons, beside this one's planners
+        sends.append(Send("summarizer", lessons_view(state, due)))
+    return sends
+
+
+def lessons_view(state: RunState, due: LessonsDue) -> RunState:
+    """What the summarizer reads of a finished iteration, as it stood at its end: its candidates,
+    their parents, the beam head and the baseline (not the whole run: a Send's payload is
+    checkpointed)."""
+    candidates = state["candidates"]
+    keep = {cid for cid, c in candidates.items() if c.get("iteration") == due["iteration"]}
+    keep |= {candidates[cid].get("parent_id") or "" for cid in keep} | {due["beam"][0], state["baseline_id"]}
+    return {"task_dir": state["task_dir"], "run_dir": state.get("run_dir"), "iteration": due["iteration"],
+            "baseline_id": state["baseline_id"], "beam": due["beam"], "plans": due["plans"],
+            "candidates": {cid: candidates[cid] for cid in sorted(keep) if cid in candidates}}
 
 
 def to_samples(state: RunState, runtime: Runtime[RunContext]) -> list[Send] | str:
@@ -55,14 +80,28 @@ def to_samples(state: RunState, runtime: Runtime[RunContext]) -> list[Send] | st
         return "selector"  # a planner met a fatal model error: the selector ends the run
     baseline = compact(state["candidates"][state["baseline_id"]])
     plans = state.get("plans", [])
+    spent, limits = totals(state.get("usage") or []), Limits(ctx.max_tokens, ctx.max_cost_usd)
     pairs = [(j, k) for k in range(ctx.kernels_per_plan()) for j in range(len(plans))]
-    pairs = sorted(pairs[:affordable(totals(state.get("usage") or []), Limits(ctx.max_tokens, ctx.max_cost_usd),
-                                     "executor", len(pairs))])
-    sends = [Send("candidate", {"task_dir": state["task_dir"], "run_dir": state.get("run_dir"),
-                                "iteration": state["iteration"], "plan": plans[j], "sample": k,
-                                "parent": compact(state["candidates"][plans[j]["parent_id"]]), "baseline": baseline})
+    pairs = sorted(pairs[:affordable(spent, limits, "executor", len(pairs))])
+    # overlap: a failed first attempt waits for the next iteration to be fixed, except in the last
+    defer = ctx.schedule == "overlap" and state["iteration"] < ctx.iterations
+    common = {"task_dir": state["task_dir"], "run_dir": state.get("run_dir"), "iteration": state["iteration"],
+              "baseline": baseline, "defer_fixes": defer}
+    pending = state.get("pending_fixes") or [] if ctx.schedule == "overlap" else []
+    fixes = [Send("candidate", {**common, "plan": p["plan"], "sample": 0, "current": p["failed"],
+                                "fixes": p["failed"].get("fix_attempt") or 0,
+                                "parent": compact(state["candidates"][p["plan"]["parent_id"]])})
+             for p in pending[:affordable(spent, limits, "fixer", len(pending))]]
+    sends = [Send("candidate", {**common, "plan": plans[j], "sample": k,
+                                "parent": compact(state["candidates"][plans[j]["parent_id"]])})
              for j, k in pairs]
-    return sends or "selector"  # every planner failed, or the budget is spent: nothing to evaluate
+    return fixes + sends or "selector"  # every planner failed, or the budget is spent: nothing to evaluate
+
+
+def entry(state: CandidateState) -> str:
+    """Into a kernel branch: the executor writes a plan's kernel; a pending fix (overlap schedule)
+    enters at the fixer with its failed attempt."""
+    return "fixer" if state.get("current") else "executor"
 
 
 def after_profiler(state: CandidateState, runtime: Runtime[RunContext]) -> str:
@@ -71,11 +110,23 @@ def after_profiler(state: CandidateState, runtime: Runtime[RunContext]) -> str:
     status = state["current"]["status"]
     if status == "verified":
         return "autotune" if runtime.context.autotune > 0 else END
-    if status == "no_code" and runtime.context.model_spec("fixer").provider == "tuner":
-        return END  # the tuner fixes by undoing launch moves: with no kernel there is nothing to undo
-    return "fixer" if status in FIXABLE and state["fixes"] < runtime.context.fixes else END
+    if not fixable(status, state["fixes"], runtime.context):
+        return END
+    return END if state.get("defer_fixes") else "fixer"  # overlap: fixed beside the next iteration
 
 
-def after_summarizer(state: RunState) -> str:
+def after_selector(state: RunState, runtime: Runtime[RunContext]) -> str:
+    """beam: the iteration's lessons now. overlap: beside the next iteration's planners, unless the
+    run ends here."""
+    return "summarizer" if runtime.context.schedule == "beam" or state.get("stop_reason") else "record"
+
+
+def after_lessons(state: RunState, runtime: Runtime[RunContext]) -> str:
+    """beam, or the run's last lessons: record the iteration. overlap: the summarizer ran beside the
+    planners, and the plans go on to be dispatched."""
+    return "record" if runtime.context.schedule == "beam" or state.get("stop_reason") else "dispatch"
+
+
+def after_record(state: RunState) -> str:
     """Another iteration, or the run's end: where the best stands against torch.compile."""
     return "standing" if state.get("stop_reason") else "recall"

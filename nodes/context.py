@@ -43,6 +43,11 @@ class RunContext:
     samples: int = field(default=2, metadata={"description": "K: kernels written per plan (the tuner writes 1)", "ge": 1})
     fixes: int = field(default=2, metadata={"description": "F: fix attempts per failed kernel", "ge": 0})
     iterations: int = field(default=3, metadata={"description": "T: iterations", "ge": 1})
+    schedule: Literal["beam", "overlap"] = field(default="beam", metadata={
+        "description": "beam: each iteration waits for its fixes and lessons (AccelOpt's published schedule); "
+                       "overlap: an iteration's fixes run beside the next iteration's first attempts and its "
+                       "lessons beside the next planners, so the next iteration starts from the beam of the "
+                       "first attempts (the last iteration fixes in place)"})
     autotune: int = field(default=0, metadata={
         "description": "After a kernel verifies, search up to this many launch configurations of it (0: off)",
         "ge": 0})

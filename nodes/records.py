@@ -15,7 +15,9 @@ from typing import Any, Literal, NotRequired, Required, cast
 from typing_extensions import TypedDict  # pydantic accepts it on every Python
 
 from accelopt.memory.schema import Insight
+from accelopt.nodes.context import RunContext
 from accelopt.policies.interface import PlanDraft
+from accelopt.tools.harness.result import FIXABLE
 from accelopt.tools.run_record import RunSummary
 
 CandidateKind = Literal["kernel", "reference", "autotuned", "inductor_seed"]
@@ -38,6 +40,31 @@ class Plan(TypedDict, total=False):
     configs: list[dict[str, int]]  # a shorter @triton.autotune list to write (the tuner's plans; else absent)
     rewrite: str            # a source rewrite by name (the tuner's plans, policies/rewrites.py; else absent)
     insight_ids: list[str]  # the recalled insights the planner saw
+
+
+def fixable(status: str | None, fixes_made: int, ctx: RunContext) -> bool:
+    """An attempt the fix loop sends to the fixer: a fixable status with fixes left (F). The tuner
+    fixes by undoing launch moves: with no kernel (no_code) there is nothing to undo."""
+    if status == "no_code" and ctx.model_spec("fixer").provider == "tuner":
+        return False
+    return status in FIXABLE and fixes_made < ctx.fixes
+
+
+class PendingFix(TypedDict):
+    """The overlap schedule (RunContext.schedule): a failed attempt whose next fix runs beside the
+    next iteration's first attempts (graph/routing.to_samples), with the plan it implements."""
+
+    failed: Candidate
+    plan: Plan
+
+
+class LessonsDue(TypedDict):
+    """The overlap schedule: the iteration whose lessons the summarizer distills beside the next
+    iteration's planners, as it stood at its end (recall resets the state's plans)."""
+
+    iteration: int
+    plans: list[Plan]
+    beam: list[str]
 
 
 def plan_record(plan_id: str, parent_id: str, draft: PlanDraft, insight_ids: list[str]) -> Plan:

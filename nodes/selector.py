@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from langgraph.runtime import Runtime
 
 from accelopt.nodes.context import RunContext
-from accelopt.nodes.records import Candidate, IterationRecord, leads_parent
+from accelopt.nodes.records import Candidate, IterationRecord, PendingFix, fixable, leads_parent
 from accelopt.nodes.state import RunState
 from accelopt.tools.budget import Spend, ledger, next_step
 from accelopt.tools.harness.result import NOT_EVALUATED
@@ -115,4 +115,21 @@ def selector(state: RunState, runtime: Runtime[RunContext]) -> RunState:
                              verified=sum(candidates[c]["status"] == "verified" for c in children),
                              best_id=best["id"], best_speedup=best.get("speedup"), beam=beam,
                              tokens=spent["input_tokens"] + spent["output_tokens"], cost_usd=spent["cost_usd"])
-    return {"beam": beam, "history": [record], "stop_reason": reason, "fatal": fatal}
+    return {"beam": beam, "history": [record], "stop_reason": reason, "fatal": fatal,
+            "pending_fixes": pending_fixes(state, ctx, children) if reason is None else []}
+
+
+def pending_fixes(state: RunState, ctx: RunContext, children: list[str]) -> list[PendingFix]:
+    """The overlap schedule: this iteration's failed attempts the fix loop would send to the fixer
+    but that ended their branch (graph/routing.after_profiler), with their plans, to be fixed beside
+    the next iteration's first attempts. None under the beam schedule (every fix ran in place)."""
+    if ctx.schedule != "overlap":
+        return []
+    candidates = state["candidates"]
+    plans = {p["id"]: p for p in state.get("plans") or []}
+    plans.update({p["plan"]["id"]: p["plan"] for p in state.get("pending_fixes") or []})  # a fix's plan is older
+    fixed = {c.get("fix_of") for c in candidates.values() if c.get("fix_of")}
+    return [PendingFix(failed=candidates[cid], plan=plans[candidates[cid]["plan_id"] or ""])
+            for cid in sorted(children) if cid not in fixed
+            and fixable(candidates[cid].get("status"), candidates[cid].get("fix_attempt") or 0, ctx)
+            and (candidates[cid].get("plan_id") or "") in plans]

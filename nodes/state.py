@@ -19,6 +19,8 @@ from accelopt.nodes.records import (
     HistoryEntry,
     InsightRecord,
     LearnedInsight,
+    LessonsDue,
+    PendingFix,
     Plan,
     Summary,
     Usage,
@@ -95,6 +97,10 @@ class RunState(TypedDict, total=False):
     stop_reason: str | None
     fatal: str | None  # a model error no retry can fix (tools/llm.FatalLLMError): it stopped the run
     notes: Annotated[list[str], operator.add]  # what the run decided without a model (e.g. a seed refused)
+    # The overlap schedule (RunContext.schedule): failed attempts whose next fix runs in the next
+    # iteration (the selector's), and the iteration whose lessons run beside the next planners (recall's)
+    pending_fixes: list[PendingFix]
+    lessons_due: LessonsDue | None
     # Output (record, every iteration)
     best_id: str
     summary: Summary
@@ -122,8 +128,9 @@ class CandidateState(TypedDict, total=False):
     sample: int
     parent: CompactCandidate
     baseline: CompactCandidate
-    current: Candidate   # the attempt being evaluated or fixed
+    current: Candidate   # the attempt being evaluated or fixed (given: a pending fix, entered at the fixer)
     fixes: int
+    defer_fixes: bool    # the overlap schedule: a failed attempt ends the branch, its fix runs next iteration
     candidates: Annotated[dict[str, Candidate], merge_dicts]
     usage: Annotated[list[Usage], operator.add]
 

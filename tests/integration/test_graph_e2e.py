@@ -136,6 +136,42 @@ def test_graph_end_to_end(tmp_path, softmax_task):
     assert second["plans"][0]["insight_ids"] == recalled
 
 
+def test_the_overlap_schedule_fixes_beside_the_next_iteration_and_loses_nothing(tmp_path, softmax_task):
+    """--schedule overlap against the published one, same scripted replies, T=2: iteration 1's
+    broken and wrong kernels are fixed beside iteration 2's first attempts (their fixes carry
+    iteration 2 and compete in its selection), iteration 1's lessons are distilled beside
+    iteration 2's planners, and the run ends with the same candidates, statuses and lessons."""
+    runs = {}
+    for schedule in ("beam", "overlap"):
+        ctx = RunContext(beams=2, plans=4, samples=1, fixes=1, iterations=2, device="cpu", use_memory=False,
+                         schedule=schedule, learn_from_interpreter=True, model="openai:scripted",
+                         chat_models={"default": ScriptedChatModel(script=reply_for)})
+        run_dir = tmp_path / schedule
+        out = build_graph().compile(checkpointer=InMemorySaver()).invoke(
+            {"task_dir": str(softmax_task), "run_dir": str(run_dir)}, {"configurable": {"thread_id": schedule}},
+            context=ctx)
+        runs[schedule] = (out, run_dir)
+    (beam, _), (overlap, run_dir) = runs["beam"], runs["overlap"]
+    status = {cid: c["status"] for cid, c in overlap["candidates"].items()}
+    assert status == {cid: c["status"] for cid, c in beam["candidates"].items()}
+    assert overlap["summary"]["statuses"] == beam["summary"]["statuses"] and overlap["stop_reason"] == beam["stop_reason"]
+    assert len(overlap["insights"]) == len(beam["insights"]) >= 1
+    for fix, failed in (("i1.m0.p1.k0.f1", "i1.m0.p1.k0"), ("i1.m0.p2.k0.f1", "i1.m0.p2.k0")):
+        assert overlap["candidates"][fix]["fix_of"] == failed and beam["candidates"][fix]["fix_of"] == failed
+        assert overlap["candidates"][fix]["iteration"] == 2 and beam["candidates"][fix]["iteration"] == 1
+    assert json.loads((run_dir / "run.json").read_text())["context"]["schedule"] == "overlap"
+    # iteration 1's lessons ran beside iteration 2's planners: after its recall, before its dispatch
+    spans = [s for s in timeline.read(run_dir) if s["kind"] == "node"]
+    lessons = next(s for s in spans if s["node"] == "summarizer" and s["iteration"] == 1)
+    recall2 = next(s for s in spans if s["node"] == "recall" and s["iteration"] == 2)
+    dispatch2 = next(s for s in spans if s["node"] == "dispatch" and s["iteration"] == 2)
+    assert recall2["end"] <= lessons["start"] and lessons["end"] <= dispatch2["start"] + 1e-3
+    # and the timeline's iterations stay apart (the lessons bound neither)
+    found = read_timeline(run_dir)
+    assert [p.label for p in found.iterations] == ["iteration 1", "iteration 2"]
+    assert found.iterations[0].path_s["lessons"] == 0
+
+
 def test_no_code_reply_is_a_failed_candidate_the_fixer_can_repair(tmp_path, softmax_task):
     def script(messages):
         role = "executor" if "accelopt executor" in str(messages[0].content) else None

@@ -121,3 +121,44 @@ def test_resume_runs_a_failed_iteration_again_from_its_cached_replies_counting_e
     usage = summary["usage"]
     assert usage["by_role"]["planner"]["calls"] == 1
     assert usage["calls"] == len(main.requests) + len(fixer.requests) - refused  # each answered call once
+
+
+def test_an_overlapping_run_killed_while_a_deferred_fix_runs_resumes_without_repeating_an_evaluation(tmp_path):
+    """--schedule overlap: kill -9 once a fix of iteration 1's broken kernel has landed in iteration
+    2 (beside its first attempts), then `accelopt resume`: nothing evaluated is lost or evaluated
+    again, and the run ends as it would have."""
+    from tests.conftest import TASKS
+    from tests.openai_server import ScriptedOpenAIServer
+    from tests.scripted import reply_for
+
+    run_dir = tmp_path / "run"
+    with ScriptedOpenAIServer(reply_for, models=["coder"]) as server:
+        config = tmp_path / "accelopt.toml"
+        config.write_text(f'[run]\nllm_retry_wait_s = 0.01\n[models.default]\nmodel = "vllm:coder"\n'
+                          f'base_url = "{server.url}"\n')
+        command = [sys.executable, "-m", "accelopt", "optimize", str(TASKS / "softmax"), "-B", "2", "-N", "4", "-K",
+                   "1", "-F", "1", "-T", "2", "--schedule", "overlap", "--device", "cpu", "--no-memory",
+                   "--run-dir", str(run_dir), "--config", str(config)]
+        proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                start_new_session=True)
+        deadline = time.time() + 300
+        while not (run_dir / "candidates" / "i1.m0.p1.k0.f1" / "result.json").is_file():
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+            assert time.time() < deadline, "the deferred fix never ran"
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        before = evaluated(run_dir)
+        subprocess.run([sys.executable, "-m", "accelopt", "resume", str(run_dir)], cwd=ROOT, check=True,
+                       capture_output=True, timeout=600)
+    state = final_state(run_dir)
+    assert state["stop_reason"] == "reached T=2 iterations"
+    cands = state["candidates"]
+    assert set(before) <= set(cands)
+    for cid, record in before.items():
+        assert cands[cid]["status"] == record["status"] and cands[cid].get("workloads") == record.get("workloads")
+    keys = [json.loads(line)["key"] for line in (run_dir / "evaluations.jsonl").read_text().splitlines()]
+    assert len(keys) == len(set(keys)) == sum(c["status"] != "duplicate" for c in cands.values())
+    # the fixes of iteration 1's failures ran in iteration 2, and none was left unrun
+    assert cands["i1.m0.p1.k0.f1"]["iteration"] == cands["i1.m0.p2.k0.f1"]["iteration"] == 2
+    assert not state.get("pending_fixes")

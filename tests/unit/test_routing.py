@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import pytest
 from langgraph.graph import END
 
-from accelopt.graph.routing import after_profiler, after_setup, after_summarizer, to_planners, to_samples
+from accelopt.graph.routing import after_profiler, after_record, after_setup, to_planners, to_samples
 from accelopt.nodes.context import RunContext
 
 
@@ -20,8 +20,8 @@ def cand(cid, status="verified", parent=None):
 def test_setup_and_summarizer_stop_only_on_a_reason():
     assert after_setup({"stop_reason": "baseline broken"}) == END
     assert after_setup({"stop_reason": None}) == "recall"
-    assert after_summarizer({"stop_reason": "reached T"}) == "standing"
-    assert after_summarizer({}) == "recall"
+    assert after_record({"stop_reason": "reached T"}) == "standing"
+    assert after_record({}) == "recall"
 
 
 def test_one_planner_branch_per_beam_member_with_its_own_recall():
@@ -107,3 +107,61 @@ def test_each_iteration_syncs_the_run_ledger_from_the_state():
     to_planners(state, runtime(max_tokens=100, max_cost_usd=2.0))
     assert run.fatal is None and (run.spent.tokens, run.spent.cost_usd) == (42, 0.5)
     assert (run.limits.max_tokens, run.limits.max_cost_usd) == (100, 2.0)
+
+
+# ---------------------------------------------------------------- the overlap schedule
+
+def overlap_state(iteration=2, pending=()):
+    plans = [{"id": f"i{iteration}.m0.p0", "parent_id": "a", "text": "x"}]
+    return {"task_dir": "t", "run_dir": None, "iteration": iteration, "baseline_id": "baseline",
+            "candidates": {"baseline": cand("baseline"), "a": cand("a"), "i1.m0.p1.k0": cand("i1.m0.p1.k0", "compile_error")},
+            "plans": plans, "pending_fixes": list(pending)}
+
+
+def test_overlap_defers_a_failed_first_attempts_fix_to_the_next_iteration_but_the_last():
+    from accelopt.graph.routing import entry
+
+    failed = {**cand("i1.m0.p1.k0", "compile_error", parent="a"), "fix_attempt": 0, "plan_id": "i1.m0.p1"}
+    pending = [{"failed": failed, "plan": {"id": "i1.m0.p1", "parent_id": "a", "text": "y"}}]
+    llm = {"model": "vllm:coder", "samples": 1, "iterations": 3}
+    sends = to_samples(overlap_state(2, pending), runtime(schedule="overlap", **llm))
+    fix, first = sends  # the older fix first, then the iteration's kernel
+    assert entry(fix.arg) == "fixer" and fix.arg["current"]["id"] == "i1.m0.p1.k0" and fix.arg["fixes"] == 0
+    assert fix.arg["iteration"] == 2 and fix.arg["plan"]["id"] == "i1.m0.p1" and fix.arg["parent"]["id"] == "a"
+    assert entry(first.arg) == "executor" and first.arg["plan"]["id"] == "i2.m0.p0"
+    assert fix.arg["defer_fixes"] and first.arg["defer_fixes"]
+    # the last iteration fixes in place: no fix is left unrun at T
+    assert not any(s.arg["defer_fixes"] for s in to_samples(overlap_state(3, pending), runtime(schedule="overlap", **llm)))
+    # the published schedule: every fix in its own branch, nothing pending is sent
+    beam = to_samples(overlap_state(2, pending), runtime(**llm))
+    assert len(beam) == 1 and not beam[0].arg["defer_fixes"] and "current" not in beam[0].arg
+
+
+def test_a_deferred_branch_ends_at_its_failure_and_a_verified_one_goes_on():
+    failed = {"current": {"status": "compile_error"}, "fixes": 0, "defer_fixes": True}
+    assert after_profiler(failed, runtime(fixes=2, model="vllm:coder")) == END
+    assert after_profiler({**failed, "defer_fixes": False}, runtime(fixes=2, model="vllm:coder")) == "fixer"
+    verified = {"current": {"status": "verified"}, "fixes": 0, "defer_fixes": True}
+    assert after_profiler(verified, runtime(autotune=2, model="vllm:coder")) == "autotune"
+
+
+def test_overlap_distills_the_last_iterations_lessons_beside_the_next_planners():
+    from accelopt.graph.routing import after_lessons, after_selector
+
+    state = {"task_dir": "t", "run_dir": None, "iteration": 3, "beam": ["b"], "baseline_id": "baseline",
+             "candidates": {"baseline": cand("baseline"), "a": {**cand("a", parent="baseline"), "iteration": 1},
+                            "b": {**cand("b", parent="a"), "iteration": 2}, "c": {**cand("c", parent="a"), "iteration": 2},
+                            "old": {**cand("old", parent="a"), "iteration": 1}},
+             "recalled": {}, "lessons_due": {"iteration": 2, "plans": [{"id": "i2.m0.p0"}], "beam": ["b"]}}
+    sends = to_planners(state, runtime(schedule="overlap"))
+    assert [s.node for s in sends] == ["planner", "summarizer"]
+    lessons = sends[1].arg
+    assert lessons["iteration"] == 2 and lessons["plans"] == [{"id": "i2.m0.p0"}] and lessons["beam"] == ["b"]
+    assert set(lessons["candidates"]) == {"b", "c", "a", "baseline"}  # iteration 2's, their parents, the baseline
+    assert [s.node for s in to_planners(state, runtime())] == ["planner"]  # beam: the summarizer ran already
+    assert after_selector({}, runtime(schedule="overlap")) == "record"
+    assert after_selector({"stop_reason": "reached T=3 iterations"}, runtime(schedule="overlap")) == "summarizer"
+    assert after_selector({}, runtime()) == "summarizer"
+    assert after_lessons({}, runtime(schedule="overlap")) == "dispatch"
+    assert after_lessons({"stop_reason": "reached T=3 iterations"}, runtime(schedule="overlap")) == "record"
+    assert after_lessons({}, runtime()) == "record"

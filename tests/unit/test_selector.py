@@ -70,3 +70,34 @@ def test_a_child_within_noise_ranks_below_its_parents_rank_not_its_median():
     # on a GPU the same: a within-noise grandchild stays below the baseline its parent did not beat
     gpu = dict([cand("baseline", 1.0), cand("a", 1.09, "baseline"), cand("b", 1.031, "a")])
     assert rank(gpu, list(gpu)) == ["baseline", "a", "b"]
+
+
+def test_overlap_leaves_the_fixes_its_branches_deferred_to_the_next_iteration():
+    """Under the overlap schedule a failed attempt with fixes left ends its branch: the selector
+    hands it, with its plan, to the next iteration; under the published schedule nothing is left."""
+
+    from accelopt.nodes.context import RunContext
+    from accelopt.nodes.selector import pending_fixes
+
+    def attempt(cid, status, plan_id, fix_attempt=0, fix_of=None):
+        return {"id": cid, "status": status, "plan_id": plan_id, "fix_attempt": fix_attempt, "fix_of": fix_of,
+                "iteration": 2, "parent_id": "baseline"}
+
+    older_plan = {"id": "i1.m0.p1", "parent_id": "baseline", "text": "older"}
+    candidates = {c["id"]: c for c in [
+        attempt("i2.m0.p0.k0", "compile_error", "i2.m0.p0"),                 # deferred: fixed next iteration
+        attempt("i2.m0.p1.k0", "verified", "i2.m0.p1"),
+        attempt("i2.m0.p2.k0", "wrong_output", "i2.m0.p2"),                  # fixed in place already
+        attempt("i2.m0.p2.k0.f1", "verified", "i2.m0.p2", 1, "i2.m0.p2.k0"),
+        attempt("i1.m0.p1.k0.f1", "wrong_output", "i1.m0.p1", 1, "i1.m0.p1.k0"),  # an older fix, failed again
+        attempt("i1.m0.p3.k0.f2", "compile_error", "i1.m0.p3", 2, "i1.m0.p3.k0.f1"),  # F spent
+        attempt("i2.m0.p3.k0", "llm_error", "i2.m0.p3")]}                     # nothing to repair
+    state = {"candidates": candidates, "plans": [{"id": f"i2.m0.p{j}", "parent_id": "baseline", "text": "x"}
+                                                 for j in range(4)],
+             "pending_fixes": [{"failed": {"id": "i1.m0.p1.k0"}, "plan": older_plan},
+                               {"failed": {"id": "i1.m0.p3.k0.f1"}, "plan": {**older_plan, "id": "i1.m0.p3"}}]}
+    ctx = RunContext(fixes=2, model="vllm:coder", schedule="overlap")
+    pending = pending_fixes(state, ctx, list(candidates))
+    assert [(p["failed"]["id"], p["plan"]["id"]) for p in pending] == [("i1.m0.p1.k0.f1", "i1.m0.p1"),
+                                                                       ("i2.m0.p0.k0", "i2.m0.p0")]
+    assert pending_fixes(state, RunContext(fixes=2, model="vllm:coder"), list(candidates)) == []
