@@ -34,6 +34,21 @@ def evaluated(run_dir) -> dict[str, dict]:
     return {p.parent.name: json.loads(p.read_text()) for p in (run_dir / "candidates").glob("*/result.json")}
 
 
+def resumed_losing_nothing(run_dir, before: dict[str, dict]) -> dict:
+    """The resumed run's final state, once it is checked: it reached T=2; every candidate evaluated
+    before the kill is in it, with the same measurement; no kernel went through the harness twice
+    (one audit line per distinct evaluation)."""
+    state = final_state(run_dir)
+    assert state["stop_reason"] == "reached T=2 iterations"
+    cands = state["candidates"]
+    assert set(before) <= set(cands)
+    for cid, record in before.items():
+        assert cands[cid]["status"] == record["status"] and cands[cid].get("workloads") == record.get("workloads")
+    keys = [json.loads(line)["key"] for line in (run_dir / "evaluations.jsonl").read_text().splitlines()]
+    assert len(keys) == len(set(keys)) == sum(c["status"] != "duplicate" for c in cands.values())
+    return state
+
+
 def test_a_run_killed_mid_iteration_resumes_without_losing_or_repeating_an_evaluation(tmp_path):
     task = long_rows(tmp_path, "rmsnorm")
     run_dir = tmp_path / "run"
@@ -66,16 +81,8 @@ def test_a_run_killed_mid_iteration_resumes_without_losing_or_repeating_an_evalu
                    capture_output=True, timeout=600)
     # The resumed run's pool swept the killed run's judge homes (its close never ran).
     assert not any(home.exists() for home in killed_homes)
-    state = final_state(run_dir)
-    assert state["stop_reason"] == "reached T=2 iterations"
+    state = resumed_losing_nothing(run_dir, before)
     cands = state["candidates"]
-    # Every candidate evaluated before the kill is in the final state, with the same measurement.
-    assert set(before) <= set(cands)
-    for cid, record in before.items():
-        assert cands[cid]["status"] == record["status"] and cands[cid].get("workloads") == record.get("workloads")
-    # No kernel went through the harness twice: one audit line per distinct evaluation.
-    keys = [json.loads(line)["key"] for line in (run_dir / "evaluations.jsonl").read_text().splitlines()]
-    assert len(keys) == len(set(keys)) == sum(c["status"] != "duplicate" for c in cands.values())
     # The checkpoint keeps what a resume reads (the latest few of the run, no ended subgraph's), each
     # iteration's plans are in plans.jsonl (which `accelopt show` reads), and they were run.
     from accelopt.graph.driver import KEEP_CHECKPOINTS
@@ -151,14 +158,8 @@ def test_an_overlapping_run_killed_while_a_deferred_fix_runs_resumes_without_rep
         before = evaluated(run_dir)
         subprocess.run([sys.executable, "-m", "accelopt", "resume", str(run_dir)], cwd=ROOT, check=True,
                        capture_output=True, timeout=600)
-    state = final_state(run_dir)
-    assert state["stop_reason"] == "reached T=2 iterations"
+    state = resumed_losing_nothing(run_dir, before)
     cands = state["candidates"]
-    assert set(before) <= set(cands)
-    for cid, record in before.items():
-        assert cands[cid]["status"] == record["status"] and cands[cid].get("workloads") == record.get("workloads")
-    keys = [json.loads(line)["key"] for line in (run_dir / "evaluations.jsonl").read_text().splitlines()]
-    assert len(keys) == len(set(keys)) == sum(c["status"] != "duplicate" for c in cands.values())
     # the fixes of iteration 1's failures ran in iteration 2, and none was left unrun
     assert cands["i1.m0.p1.k0.f1"]["iteration"] == cands["i1.m0.p2.k0.f1"]["iteration"] == 2
     assert not state.get("pending_fixes")
