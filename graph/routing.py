@@ -87,7 +87,7 @@ def to_samples(state: RunState, runtime: Runtime[RunContext]) -> list[Send] | st
     defer = ctx.schedule == "overlap" and state["iteration"] < ctx.iterations
     common = {"task_dir": state["task_dir"], "run_dir": state.get("run_dir"), "iteration": state["iteration"],
               "baseline": baseline, "defer_fixes": defer}
-    pending = state.get("pending_fixes") or [] if ctx.schedule == "overlap" else []
+    pending = (state.get("pending_fixes") or []) if ctx.schedule == "overlap" else []
     fixes = [Send("candidate", {**common, "plan": p["plan"], "sample": 0, "current": p["failed"],
                                 "fixes": p["failed"].get("fix_attempt") or 0,
                                 "parent": compact(state["candidates"][p["plan"]["parent_id"]])})
