@@ -152,10 +152,17 @@ def test_the_overlap_schedule_fixes_beside_the_next_iteration_and_loses_nothing(
             context=ctx)
         runs[schedule] = (out, run_dir)
     (beam, _), (overlap, run_dir) = runs["beam"], runs["overlap"]
-    status = {cid: c["status"] for cid, c in overlap["candidates"].items()}
-    assert status == {cid: c["status"] for cid, c in beam["candidates"].items()}
+    def statuses(out: dict) -> dict:
+        """By candidate; plan 0's kernel and the repair of plan 1's are one program, and under the
+        published schedule whichever branch claimed it first was evaluated (the other is its duplicate)"""
+        found = {cid: c["status"] for cid, c in out["candidates"].items()}
+        found["same program"] = sorted(found.pop(c) for c in ("i1.m0.p0.k0", "i1.m0.p1.k0.f1"))
+        return found
+
+    assert statuses(overlap) == statuses(beam)
+    assert overlap["candidates"]["i1.m0.p1.k0.f1"]["duplicate_of"] == "i1.m0.p0.k0"  # the fix came an iteration later
     assert overlap["summary"]["statuses"] == beam["summary"]["statuses"] and overlap["stop_reason"] == beam["stop_reason"]
-    assert len(overlap["insights"]) == len(beam["insights"]) >= 1
+    assert overlap["insights"] and beam["insights"]  # lessons under both (which pair: the race above)
     for fix, failed in (("i1.m0.p1.k0.f1", "i1.m0.p1.k0"), ("i1.m0.p2.k0.f1", "i1.m0.p2.k0")):
         assert overlap["candidates"][fix]["fix_of"] == failed and beam["candidates"][fix]["fix_of"] == failed
         assert overlap["candidates"][fix]["iteration"] == 2 and beam["candidates"][fix]["iteration"] == 1
