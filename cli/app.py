@@ -368,7 +368,7 @@ def _report(state: dict, run_dir: Path, use_memory: bool = True, tuner: bool = T
 
     from accelopt.graph.progress import interpreter_rule
     from accelopt.tools.llm_spec import totals
-    from accelopt.tools.run_record import RunSummary, candidate_counts, run_failure, run_summary
+    from accelopt.tools.run_record import RunSummary, run_failure, run_summary
 
     candidates = state.get("candidates") or {}
     if not state.get("beam"):  # setup stopped the run: no task baseline, or a broken one
@@ -399,10 +399,9 @@ def _report(state: dict, run_dir: Path, use_memory: bool = True, tuner: bool = T
         table.add_row("note", note)
     if best.get("evidence"):
         table.add_row("checked", "; ".join(best["evidence"][:3]))
-    summary = run_summary(state)
-    # as the live bar and summary.json count them (tools/run_record.candidate_counts): all but the baseline
-    evaluated, statuses = candidate_counts(candidates, state.get("baseline_id") or "baseline")
-    table.add_row("candidates", f"{evaluated} evaluated" + (": " if statuses else "")
+    summary = run_summary(state)  # counted as the live bar and MCP count (run_record.candidate_counts)
+    statuses = summary.statuses
+    table.add_row("candidates", f"{summary.candidates_evaluated} evaluated" + (": " if statuses else "")
                   + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())) + " (baseline not counted)")
     if summary.autotune:
         tuned = summary.autotune

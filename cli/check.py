@@ -233,13 +233,14 @@ def times_table(title: str, headers: tuple[str, ...], rows: list[list[str]], wid
     columns = [[h, *(row[i] for row in rows)] for i, h in enumerate(headers)]
     unmeasured: list[str] = []
 
-    def least(kept: list[list[str]]) -> int:  # the narrowest table: words whole, padding 1 each side, borders
-        return sum(max(cell_len(w) for text in c for w in text.split() or [""]) for c in kept) + 3 * len(kept) + 1
+    def longest_word(column: list[str]) -> int:
+        return max(cell_len(w) for text in column for w in text.split() or [""])
 
-    if least(columns) > width:
+    # the narrowest table: words whole, padding 1 each side, borders
+    if sum(map(longest_word, columns)) + 3 * len(columns) + 1 > width:
         unmeasured = [c[0] for c in columns if c[0] in _BY_DEVICE and all(v == "-" for v in c[1:])]
         columns = [c for c in columns if c[0] not in unmeasured]
-    words = [max(cell_len(w) for text in c for w in text.split() or [""]) for c in columns]
+    words = [longest_word(c) for c in columns]
     whole = [max(cell_len(text) for text in c) for c in columns]
     spare = width - (sum(words) + 3 * len(columns) + 1)
     widths = list(words)
