@@ -44,6 +44,7 @@ from accelopt.policies.kernel_ast import (
     with_knob_params,
     written_grid,
 )
+from accelopt.tools import pyparse
 
 KNOB = "AXIS1_GROUP"
 FIRST_VALUE = 8          # where the tuner starts (measured best on two of rope's three workloads)
@@ -81,7 +82,7 @@ def _tiled_kernel(fn: ast.FunctionDef) -> ast.FunctionDef:
     new_body: list[ast.stmt] = []
     for index, stmt in enumerate(body):
         if index == at[0]:
-            new_body += ast.parse(f"{head} = tl.program_id(1) * {KNOB} + tl.arange(0, {KNOB})[:, None]\n"
+            new_body += pyparse.parse(f"{head} = tl.program_id(1) * {KNOB} + tl.arange(0, {KNOB})[:, None]\n"
                                   f"{_MASK} = {head} < {_TOTAL}").body
             continue
         stmt = _RowVectors().visit(copy.deepcopy(stmt))
@@ -129,7 +130,7 @@ class _RowVectors(ast.NodeTransformer):
     def visit_Call(self, node: ast.Call) -> ast.expr:
         self.generic_visit(node)
         if is_tl(node.func, ("arange",)):
-            return ast.parse(f"{ast.unparse(node)}[None, :]", mode="eval").body
+            return pyparse.parse(f"{ast.unparse(node)}[None, :]", mode="eval").body
         return node
 
 
@@ -149,7 +150,7 @@ def _mask_if_moving(call: ast.Call, moving: set[str]) -> None:
     mask_kw = next((k for k in call.keywords if k.arg == "mask"), None)
     old = mask_kw.value if mask_kw else call.args[position] if len(call.args) > position else None
     # tl.where: a scalar mask `&` a block is not a boolean block on Triton's interpreter
-    new = ast.parse(f"tl.where({_MASK}, {ast.unparse(old)}, False)" if old is not None else _MASK, mode="eval").body
+    new = pyparse.parse(f"tl.where({_MASK}, {ast.unparse(old)}, False)" if old is not None else _MASK, mode="eval").body
     if mask_kw:
         mask_kw.value = new
     elif len(call.args) > position:

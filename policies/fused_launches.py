@@ -65,6 +65,7 @@ from accelopt.policies.kernel_ast import (
     stored,
     triton_module,
 )
+from accelopt.tools import pyparse
 from accelopt.tools.tunables import splice
 
 PREFIX = "_fused_"       # every name the rewrite adds to a function starts so: a module using it is left alone
@@ -348,7 +349,7 @@ def _fused_kernel(fn: ast.FunctionDef, count: int, axis: int) -> ast.FunctionDef
     branches = [_branch(body, i, own, axis, starts) for i in range(count)]
     chain: list[ast.stmt] = branches[-1]
     for i in range(count - 2, -1, -1):
-        test = ast.parse(f"{PREFIX}pid < {starts[i]}", mode="eval").body
+        test = pyparse.parse(f"{PREFIX}pid < {starts[i]}", mode="eval").body
         chain = [ast.If(test=test, body=branches[i], orelse=chain)]
     new = copy.deepcopy(fn)
     new.name = f"{fn.name}_fused_{count}"
@@ -356,7 +357,7 @@ def _fused_kernel(fn: ast.FunctionDef, count: int, axis: int) -> ast.FunctionDef
         posonlyargs=[], kwonlyargs=[], kw_defaults=[], defaults=[],
         args=[ast.arg(_suffixed(name, i)) for i in range(count) for name in runtime]
         + [ast.arg(s) for s in starts] + [copy.deepcopy(p) for p in params if _constexpr(p)])
-    new.body = ast.parse(f"{PREFIX}pid = tl.program_id({axis})").body + chain
+    new.body = pyparse.parse(f"{PREFIX}pid = tl.program_id({axis})").body + chain
     return ast.fix_missing_locations(new)
 
 
@@ -394,9 +395,9 @@ class _Branch(ast.NodeTransformer):
     def visit_Call(self, node: ast.Call) -> ast.expr:
         self.generic_visit(node)
         if is_tl(node.func, ("program_id",)) and axis_of(node) == self.axis and self.start:
-            return ast.parse(f"({ast.unparse(node)} - {self.start})", mode="eval").body
+            return pyparse.parse(f"({ast.unparse(node)} - {self.start})", mode="eval").body
         if is_tl(node.func, ("num_programs",)) and axis_of(node) == self.axis:
-            return ast.parse(self.count, mode="eval").body
+            return pyparse.parse(self.count, mode="eval").body
         return node
 
 

@@ -62,6 +62,7 @@ from accelopt.policies.kernel_ast import (
     rewrite_launched_kernels,
     written_grid,
 )
+from accelopt.tools import pyparse
 
 TILE = "HEADS_TILE"        # the heads a program holds, padded: a constexpr the launch computes
 # Triton pads a dot's rows to the tensor cores' 16 itself (its min_dot_size takes fewer), so a tile
@@ -211,7 +212,7 @@ class _Value:
 
 
 def _expr_of(text: str) -> ast.expr:
-    return ast.parse(text, mode="eval").body
+    return pyparse.parse(text, mode="eval").body
 
 
 def _expanded(value: _Value, rank: int) -> ast.expr:
@@ -525,20 +526,20 @@ def _grouped(fn: ast.FunctionDef) -> tuple[ast.FunctionDef, list[str], _Shape]:
     new_body: list[ast.stmt] = []
     for index, stmt in enumerate(body):
         if index == shape.kv_at:
-            new_body.append(ast.parse(f"{kv_name} = {_KV}").body[0])
+            new_body.append(pyparse.parse(f"{kv_name} = {_KV}").body[0])
         elif index == shape.head_at:
             if shape.heads is None:  # a 2-D grid: its second axis counts KV heads now
                 kv_head, total = "tl.program_id(1)", _TOTAL
             else:                    # rows times heads: the row's KV heads
                 pid = stmt.value.left.id  # type: ignore[attr-defined]  # checked by _rows_times_heads
                 kv_head, total = f"{pid} % (({ast.unparse(shape.heads)}) // ({group}))", f"({ast.unparse(shape.heads)})"
-            new_body += ast.parse(f"{_KV} = {kv_head}\n"
+            new_body += pyparse.parse(f"{_KV} = {kv_head}\n"
                                   f"{_LANE} = tl.arange(0, {TILE})\n"
                                   f"{shape.head} = {_KV} * ({group}) + {_LANE}\n"
                                   f"{_MASK} = ({_LANE} < ({group})) & ({shape.head} < {total})").body
         elif index == shape.row_at:
             row, pid = stmt.targets[0].id, stmt.value.left.id  # type: ignore[attr-defined]  # as above
-            new_body += ast.parse(f"{row} = {pid} // (({ast.unparse(shape.heads)}) // ({group}))").body  # type: ignore[arg-type]
+            new_body += pyparse.parse(f"{row} = {pid} // (({ast.unparse(shape.heads)}) // ({group}))").body  # type: ignore[arg-type]
         else:
             new_body += grouper.stmt(stmt)
     if not any(isinstance(n, ast.Call) and is_tl(n.func, ("dot",)) for s in new_body for n in ast.walk(s)):

@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable
 from typing import Protocol
 
+from accelopt.tools import pyparse
 from accelopt.tools.tunables import splice
 
 
@@ -47,7 +48,7 @@ def triton_module(source: str) -> ast.Module | None:
     """The source's tree where it parses and imports triton, every rewrite's first condition; None
     otherwise."""
     try:
-        tree = ast.parse(source)
+        tree = pyparse.parse(source)
     except SyntaxError:
         return None
     return tree if imports(tree, "triton") else None
@@ -381,6 +382,6 @@ def split_kernel_edits(source: str, tree: ast.Module,
 def with_knob_params(written: ast.FunctionDef, new: ast.FunctionDef, total: str, knob: str) -> None:
     """`new` (a copy of `written`) given the parameters a grid rewrite adds: the axis's length and
     the knob, a constexpr; with defaults where `written` has defaulted parameters before them."""
-    new.args.args += [ast.arg(total), ast.arg(knob, ast.parse("tl.constexpr", mode="eval").body)]
+    new.args.args += [ast.arg(total), ast.arg(knob, pyparse.parse("tl.constexpr", mode="eval").body)]
     if written.args.defaults:
         new.args.defaults += [ast.Constant(0), ast.Constant(1)]

@@ -46,6 +46,7 @@ from accelopt.policies.kernel_ast import (
     stored,
     triton_module,
 )
+from accelopt.tools import pyparse
 from accelopt.tools.tunables import splice
 
 _RUN, _PREV, _SHIFT = "_row_max_run", "_row_max_prev", "_row_max_shift"
@@ -146,7 +147,7 @@ def _fused(before: list[ast.stmt], first: ast.For, between: list[ast.stmt], seco
 
 
 def _parsed(*lines: str) -> list[ast.stmt]:
-    return ast.parse("\n".join(lines)).body
+    return pyparse.parse("\n".join(lines)).body
 
 
 def _carried(stmts: list[ast.stmt]) -> set[str]:

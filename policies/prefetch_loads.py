@@ -45,6 +45,7 @@ from accelopt.policies.kernel_ast import (
     stored,
     triton_module,
 )
+from accelopt.tools import pyparse
 from accelopt.tools.tunables import splice
 
 _PREFIX = "_pf"
@@ -296,7 +297,7 @@ def _guard_mask(load: ast.Call, guard: ast.expr) -> None:
         load.args[1] = where(load.args[1])
         return
     pointer = load.args[0]
-    everywhere = ast.parse(f"tl.full(({ast.unparse(pointer)}).shape, 1, tl.int1)", mode="eval").body
+    everywhere = pyparse.parse(f"tl.full(({ast.unparse(pointer)}).shape, 1, tl.int1)", mode="eval").body
     load.keywords = [k for k in load.keywords if k.arg != "mask"]
     if len(load.args) >= 2:
         load.args[1] = where(everywhere)

@@ -121,7 +121,7 @@ def _max_init(acc: str) -> re.Pattern[str]:
 def chunkwise_online_softmax(source: str) -> str | None:
     """Every element-wise online-softmax combine in a loop, made chunk-wise; None where there is none."""
     try:
-        tree = ast.parse(source)
+        tree = pyparse.parse(source)
     except SyntaxError:
         return None
     lines = source.splitlines(keepends=True)

@@ -39,6 +39,7 @@ from accelopt.policies.kernel_ast import (
     stored,
     with_knob_params,
 )
+from accelopt.tools import pyparse
 
 KNOB = "ROW_GROUP"
 FIRST_VALUE = 4          # where the tuner starts; it steps from here (1-64)
@@ -73,7 +74,7 @@ def _grouped_kernel(fn: ast.FunctionDef) -> ast.FunctionDef:
         raise Refused("the row is already walked in a loop")
     outer = {a.arg for a in fn.args.args} | stored(before)
     moved = _renamed(moved, outer)
-    group = ast.parse(
+    group = pyparse.parse(
         f"{_GROUP} = tl.program_id(0)\n"
         f"for {_INDEX} in range({KNOB}):\n"
         f"    {row_name} = {_GROUP} * {KNOB} + {_INDEX}\n"

@@ -72,6 +72,7 @@ from accelopt.policies.kernel_ast import (
     with_constant,
     written_grid,
 )
+from accelopt.tools import pyparse
 from accelopt.tools.tunables import splice
 
 KNOB = "KV_SPLITS"       # the most parts a program's range is split into: a module constant the tuner moves
@@ -208,7 +209,7 @@ class _Split:
             return None
         alpha = updates.get(factor.id)
         for m, m_new in maxima.items():
-            if ast.dump(alpha or ast.Constant(0)) == ast.dump(ast.parse(f"tl.exp({m} - {m_new})", mode="eval").body):
+            if ast.dump(alpha or ast.Constant(0)) == ast.dump(pyparse.parse(f"tl.exp({m} - {m_new})", mode="eval").body):
                 return m
         return None
 
@@ -223,7 +224,7 @@ class _Split:
 
     def _signature(self, fn: ast.FunctionDef) -> None:
         fn.args.args += [ast.arg(f"{_PREFIX}{c.name}") for c in self.carried] + [ast.arg(_PARTS)]
-        fn.args.args.append(ast.arg(KNOB, ast.parse("tl.constexpr", mode="eval").body))
+        fn.args.args.append(ast.arg(KNOB, pyparse.parse("tl.constexpr", mode="eval").body))
         if self.fn.args.defaults:
             fn.args.defaults += [ast.Constant(None) for _ in self.carried] + [ast.Constant(1), ast.Constant(1)]
 
@@ -233,15 +234,15 @@ class _Split:
         start, stop, step = (ast.unparse(e) for e in (self.start, self.stop, self.step))
         loop = copy.deepcopy(self.loop)
         span, low = f"{_PREFIX}span", f"{_PREFIX}lo"
-        loop.iter = ast.parse(f"range({low}, tl.minimum({low} + {span}, {stop}), {step})", mode="eval").body
-        head = ast.parse(f"{span} = tl.cdiv(tl.cdiv({stop} - ({start}), {step}), {_PARTS}) * ({step})\n"
+        loop.iter = pyparse.parse(f"range({low}, tl.minimum({low} + {span}, {stop}), {step})", mode="eval").body
+        head = pyparse.parse(f"{span} = tl.cdiv(tl.cdiv({stop} - ({start}), {step}), {_PARTS}) * ({step})\n"
                          f"{low} = {start} + tl.program_id(2) * {span}").body
         tail = []
         for c in self.carried:
             at = f"{_PREFIX}{c.name} + {self._slot('tl.program_id(2)')} * ({c.size})"
             value = f"tl.reshape({c.name}, [{c.size}])" if c.shape else c.name
             offsets = f" + tl.arange(0, {c.size})" if c.shape else ""
-            tail += ast.parse(f"tl.store({at}{offsets}, {value})").body
+            tail += pyparse.parse(f"tl.store({at}{offsets}, {value})").body
         fn.body = self.doc + self.before + head + [loop] + tail
         self._signature(fn)
         return ast.fix_missing_locations(fn)
@@ -276,7 +277,7 @@ class _Split:
         lines += [f"{m.name} = {_PREFIX}{m.name}_new" for m in maxima]
         body = "\n".join("        " + line for line in lines)
         # unrolled up to the cap; the launch's parts may be fewer
-        loop = ast.parse(f"for {part} in tl.static_range({KNOB}):\n    if {part} < {_PARTS}:\n{body}").body
+        loop = pyparse.parse(f"for {part} in tl.static_range({KNOB}):\n    if {part} < {_PARTS}:\n{body}").body
         fn.body = self.doc + self.before + loop + self.after
         self._signature(fn)
         return ast.fix_missing_locations(fn)
@@ -336,7 +337,7 @@ def _read_before_written(body: list[ast.stmt], name: str) -> bool:
 
 def _size_on_host(size: str, arguments: dict[str, ast.expr]) -> str:
     """A carried tile's size (of the kernel's parameters) as the host computes it from the launch."""
-    tree = ast.parse(size, mode="eval").body
+    tree = pyparse.parse(size, mode="eval").body
     for name in names(tree) - set(arguments):
         raise Refused(f"{name}: not a parameter the launch passes")
     return ast.unparse(on_host(tree, arguments))

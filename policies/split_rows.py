@@ -64,6 +64,7 @@ from accelopt.policies.kernel_ast import (
     triton_module,
     with_constant,
 )
+from accelopt.tools import pyparse
 from accelopt.tools.tunables import splice
 
 KNOB = "PART_BLOCK"      # columns of a row a program of K_parts walks; the tuner moves it
@@ -233,15 +234,15 @@ class _Split:
         slot = f"(tl.program_id(0) * {_PARTS} + tl.program_id(1)) * {count}"
         loop = copy.deepcopy(self.loop)
         lo = f"{_PREFIX}lo"
-        loop.iter = ast.parse(f"{ast.unparse(self.loop.iter.func)}({lo}, tl.minimum({lo} + {_PREFIX}cols, "  # type: ignore[attr-defined]
+        loop.iter = pyparse.parse(f"{ast.unparse(self.loop.iter.func)}({lo}, tl.minimum({lo} + {_PREFIX}cols, "  # type: ignore[attr-defined]
                               f"{self.stop}), {self.step})", mode="eval").body
         parts = copy.deepcopy(self.fn)
         parts.name = f"{self.fn.name}_parts"
-        parts.decorator_list = [ast.parse("triton.jit", mode="eval").body]
-        parts.body = copy.deepcopy(self.pre) + ast.parse(
+        parts.decorator_list = [pyparse.parse("triton.jit", mode="eval").body]
+        parts.body = copy.deepcopy(self.pre) + pyparse.parse(
             f"{_PREFIX}cols = tl.cdiv(tl.cdiv({self.stop} - ({self.start}), {_PARTS}), {self.step}) * {self.step}\n"
             f"{lo} = {self.start} + tl.program_id(1) * {_PREFIX}cols").body + [loop] + [
-            ast.parse(f"tl.store({_BUF} + {slot} + {j}, {c.reduced(c.name)})").body[0]
+            pyparse.parse(f"tl.store({_BUF} + {slot} + {j}, {c.reduced(c.name)})").body[0]
             for j, c in enumerate(self.carried)]
         self._with_params(parts, combine=False)
         combine = copy.deepcopy(self.fn)
@@ -253,7 +254,7 @@ class _Split:
         """The buffer and the parts count; the combine also the parts' power of two, and the parts
         kernel PART_BLOCK (unread there: passed so the tuner finds and moves it; the host's parts
         count reads the same constant)."""
-        constexpr = ast.parse("tl.constexpr", mode="eval").body
+        constexpr = pyparse.parse("tl.constexpr", mode="eval").body
         new.args.args += [ast.arg(_BUF), ast.arg(_PARTS), ast.arg(_P2 if combine else KNOB, constexpr)]
         if self.fn.args.defaults:  # parameters after defaulted ones need defaults too
             new.args.defaults += [ast.Constant(None), ast.Constant(1), ast.Constant(1)]
@@ -272,7 +273,7 @@ class _Split:
             m, parts_m = f"{_PREFIX}{c.by}", f"{_PREFIX}{c.by}_parts"
             lines.append(f"{_PREFIX}{c.name} = tl.sum({_PREFIX}{c.name}_parts * tl.exp("
                          f"tl.where({parts_m} == {_NEG_INF}, 0.0, {parts_m}) - tl.where({m} == {_NEG_INF}, 0.0, {m})), 0)")
-        return ast.parse("\n".join(lines)).body
+        return pyparse.parse("\n".join(lines)).body
 
     # ---------------------------------------------------------------- the launch
 
@@ -382,7 +383,7 @@ def _one_element_grid(grid: ast.expr, owner: ast.FunctionDef | None) -> str:
 
 def _on_host(expr: str, arguments: dict[str, ast.expr]) -> str:
     """A loop bound of the kernel's parameters and constants, as the launch's host expression."""
-    tree = ast.parse(expr, mode="eval").body
+    tree = pyparse.parse(expr, mode="eval").body
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and node.id not in arguments:
             raise Refused(f"a loop bound reads {node.id}, not a parameter the launch passes")

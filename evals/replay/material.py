@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from accelopt.policies.kernel_ast import bound_names
-from accelopt.tools import tunables
+from accelopt.tools import pyparse, tunables
 
 HERE = Path(__file__).resolve().parent
 REALWORLD = HERE.parent / "realworld"
@@ -215,7 +215,7 @@ UNDEFINED_VALUES = ("n_cols", "num_rows", "row_stride", "hidden_size", "seq_len"
 def undefined_name(source: str, which: float) -> str | None:
     """One use of a @triton.jit parameter replaced by a name nothing defines: the wrapper's
     variable (`n_cols`, `BLOCK_SIZE`) used inside the kernel. None when there is no such use."""
-    tree = ast.parse(source)
+    tree = pyparse.parse(source)
     uses: list[ast.Name] = []
     for fn in _jit_functions(tree):
         params = {a.arg for a in fn.args.args}
@@ -242,7 +242,7 @@ WRONG_KEYWORDS = {"axis": "dim", "keep_dims": "keepdim", "other": "fill_value", 
 def wrong_keyword(source: str, which: float) -> str | None:
     """One keyword of a `tl.*` call in a @triton.jit function (else of a kernel launch) written
     as Triton does not take it. None when there is none to misspell."""
-    tree = ast.parse(source)
+    tree = pyparse.parse(source)
     sites: list[ast.keyword] = []
     for fn in _jit_functions(tree):
         for node in ast.walk(fn):

@@ -2,6 +2,7 @@
 
 import ast
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -51,3 +52,28 @@ def test_the_spurious_recursion_depth_error_is_retried_and_others_are_not(monkey
     monkeypatch.setattr(pyparse.ast, "parse", broken)
     with pytest.raises(SystemError, match="something else"):
         pyparse.parse("x = 1")
+
+
+# Copied verbatim into a task's folder and run by the judge in a process of its own (no graph
+# threads there, and no accelopt to import).
+STANDALONE = {"evals/interop/kernelbench_reference.py"}
+
+
+def test_every_parse_of_ours_goes_through_the_lock():
+    """A direct ast.parse in any module of ours can collide with a parse in another graph branch
+    (CI failed that way on a policy's parse while tools/pyparse existed beside it)."""
+    from tests.conftest import ROOT
+    from tests.unit.test_floors import FLOORS, _modules
+
+    direct = []
+    for _, path in _modules():
+        rel = path.relative_to(ROOT).as_posix()
+        if rel in STANDALONE or path == Path(pyparse.__file__).resolve():
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Attribute) and node.attr == "parse"
+                    and isinstance(node.value, ast.Name) and node.value.id == "ast"):
+                direct.append(f"{rel}:{node.lineno}")
+            elif isinstance(node, ast.ImportFrom) and node.module == "ast" and any(a.name == "parse" for a in node.names):
+                direct.append(f"{rel}:{node.lineno}")
+    assert len(FLOORS) > 5 and not direct, f"ast.parse outside tools/pyparse.py: {direct}"
