@@ -98,11 +98,13 @@ RayAddress = Opt[str | None, typer.Option(help="Ray cluster to evaluate on: auto
                                                   "(implies --cluster ray)")]
 
 # The search's schedule (graph/routing.py): AccelOpt's published one, or iterations that overlap.
-ScheduleName = Literal["beam", "overlap"]
+ScheduleName = Literal["beam", "overlap", "pipeline"]
 Schedule = Opt[ScheduleName | None, typer.Option(
     show_default="beam", help="beam: each iteration waits for its fixes and lessons, as AccelOpt publishes; "
                               "overlap: fixes run beside the next iteration's first attempts and lessons beside "
-                              "its planners (the next iteration starts sooner; the last one fixes in place)")]
+                              "its planners (the next iteration starts sooner; the last one fixes in place); "
+                              "pipeline: overlap, and the next iteration is planned while this one's kernels run "
+                              "(from the beam this one began with; not with --review-plans)")]
 
 # Seeds: candidates made without a model (nodes/seeding.py).
 SeedName = Literal["auto", "none", "inductor"]

@@ -51,13 +51,25 @@ def accelopt(*args: str) -> list[str]:
     return [sys.executable, "-m", "accelopt", *args]
 
 
+def task_name(task: str) -> str:
+    """A corpus task's name, or a task folder's (`evals/tasks/softmax`: softmax)."""
+    return Path(task).name if task not in BASELINES else task
+
+
 def task_folder(task: str, out: Path) -> Path:
-    """The corpus task with its baseline.py, in OUT/tasks/<task> (made afresh)."""
-    folder = out / "tasks" / task
+    """The corpus task with its baseline.py, or a task folder that has its own baseline.py (the
+    replay then serves that baseline and its variants: a bundled task's rehearsal on the
+    interpreter, where the corpus's bf16 kernels cannot run), in OUT/tasks/<name> (made afresh)."""
+    folder = out / "tasks" / task_name(task)
     if folder.exists():
         shutil.rmtree(folder)
-    shutil.copytree(REALWORLD / "tasks" / task, folder)
-    shutil.copy(REALWORLD / BASELINES[task], folder / "baseline.py")
+    if task in BASELINES:
+        shutil.copytree(REALWORLD / "tasks" / task, folder)
+        shutil.copy(REALWORLD / BASELINES[task], folder / "baseline.py")
+    elif (Path(task) / "baseline.py").is_file():
+        shutil.copytree(task, folder)
+    else:
+        raise SystemExit(f"{task}: neither a corpus task ({', '.join(BASELINES)}) nor a task folder with a baseline.py")
     return folder
 
 
@@ -160,15 +172,16 @@ def bench_task(task: str, args: argparse.Namespace, out: Path) -> dict[str, Any]
     from accelopt.evals.replay.server import MODEL_ID, ReplayServer
     from accelopt.evals.reporting.timeline import read_timeline, render
 
-    run_dir = out / "runs" / task
+    name = task_name(task)
+    run_dir = out / "runs" / name
     resuming = args.resume and (run_dir / "run.json").is_file()  # a run an earlier command left: go on
-    folder = out / "tasks" / task if resuming else task_folder(task, out)
+    folder = out / "tasks" / name if resuming else task_folder(task, out)
     if run_dir.exists() and not resuming:
         shutil.rmtree(run_dir)
-    log = out / f"{task}.log"
+    log = out / f"{name}.log"
     if not resuming:
         log.write_text("")
-    row: dict[str, Any] = {"task": task, "baseline": BASELINES[task], "shape": {
+    row: dict[str, Any] = {"task": name, "baseline": BASELINES.get(task, f"{task}/baseline.py"), "shape": {
         "B": args.beams, "N": args.plans, "K": args.samples, "F": args.fixes, "T": args.iterations,
         "schedule": args.schedule}}
     env: dict[str, str] | None = None  # the run inherits this environment, plus LangSmith's below
@@ -181,7 +194,7 @@ def bench_task(task: str, args: argparse.Namespace, out: Path) -> dict[str, Any]
         env = traced_env(sink.url)
     with ReplayServer(folder, seed=args.seed, profile=args.profile, time_scale=args.time_scale,
                       port=args.port) as server:
-        memory = ["--memory", str(out / "memory" / task), "--create-memory"] if not args.no_memory else ["--no-memory"]
+        memory = ["--memory", str(out / "memory" / name), "--create-memory"] if not args.no_memory else ["--no-memory"]
         cmd = accelopt("optimize", str(folder), "--model", f"vllm:{MODEL_ID}", "--base-url", server.url,
                        "-B", str(args.beams), "-N", str(args.plans), "-K", str(args.samples), "-F", str(args.fixes),
                        "-T", str(args.iterations), "--schedule", args.schedule, "--device", args.device,
@@ -230,13 +243,14 @@ def bench_task(task: str, args: argparse.Namespace, out: Path) -> dict[str, Any]
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--tasks", default="rmsnorm_h128", help="comma-separated: " + ", ".join(BASELINES))
+    parser.add_argument("--tasks", default="rmsnorm_h128",
+                        help="comma-separated: " + ", ".join(BASELINES) + ", or a task folder with a baseline.py")
     parser.add_argument("-B", "--beams", type=int, default=2)
     parser.add_argument("-N", "--plans", type=int, default=4)
     parser.add_argument("-K", "--samples", type=int, default=2)
     parser.add_argument("-F", "--fixes", type=int, default=2)
     parser.add_argument("-T", "--iterations", type=int, default=16)
-    parser.add_argument("--schedule", default="beam", choices=["beam", "overlap"], help="the search's (--schedule)")
+    parser.add_argument("--schedule", default="beam", choices=["beam", "overlap", "pipeline"], help="the search's (--schedule)")
     parser.add_argument("--profile", default="gpt-oss-120b", help="the replay server's latency model")
     parser.add_argument("--time-scale", type=float, default=1.0, help="the replay server's: 1 real time")
     parser.add_argument("--seed", type=int, default=0)

@@ -96,7 +96,7 @@ def main() -> None:
     parser.add_argument("-K", "--samples", type=int, default=2)
     parser.add_argument("-F", "--fixes", type=int, default=1)
     parser.add_argument("-T", "--iterations", type=int, default=2)
-    parser.add_argument("--schedule", default="beam", choices=["beam", "overlap"], help="the search's (--schedule)")
+    parser.add_argument("--schedule", default="beam", choices=["beam", "overlap", "pipeline"], help="the search's (--schedule)")
     parser.add_argument("--time-scale", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=900.0)

@@ -8,6 +8,9 @@
     --schedule overlap (graph/routing.py): selector -> record -> recall -> planner, with the
     summarizer Sent beside the planners (-> dispatch) and the pending fixes Sent beside the next
     iteration's kernels (candidate, entered at the fixer); the run's last lessons before its end.
+    --schedule pipeline: overlap, and from the second iteration on recall sends the iteration's
+    kernels, its pending fixes, the last lessons and the next iteration's planners at once (the
+    planners end at dispatch, which sends nothing more; the selector waits for the kernels).
 
 A run's settings and input are checked before any work wherever it starts (nodes/context.py,
 nodes/setup.input_refusal; setup raises the refusal). What cannot be checked inside the graph (a
@@ -83,13 +86,13 @@ def build_graph() -> StateGraph[RunState, RunContext, InputState, OutputState]:
     builder.add_node("standing", timed_node("standing", standing))
     builder.add_edge(START, "setup")
     builder.add_conditional_edges("setup", after_setup, ["recall", END])
-    builder.add_conditional_edges("recall", to_planners, ["planner"])
+    builder.add_conditional_edges("recall", to_planners, ["planner", "summarizer", "candidate", "selector"])
     builder.add_edge("planner", "dispatch")
-    builder.add_conditional_edges("dispatch", to_samples, ["candidate", "selector"])
+    builder.add_conditional_edges("dispatch", to_samples, ["candidate", "planner", "summarizer", "selector", END])
     builder.add_edge("candidate", "selector")
     # beam: lessons, then the record; overlap: the record, the lessons beside the next planners
     builder.add_conditional_edges("selector", after_selector, ["summarizer", "record"])
-    builder.add_conditional_edges("summarizer", after_lessons, ["record", "dispatch"])
+    builder.add_conditional_edges("summarizer", after_lessons, ["record", "dispatch", END])
     builder.add_conditional_edges("record", after_record, ["recall", "standing"])
     builder.add_edge("standing", END)
     return builder

@@ -11,7 +11,11 @@ selector picks the beam from what landed, and the next iteration's planners star
 the summarizer distills the last iteration's lessons beside them (`to_planners`); the pending
 fixes (the selector's `pending_fixes`) run one attempt each beside the next iteration's first
 attempts (`to_samples`, entering the candidate subgraph at the fixer) and compete in its
-selection. The last iteration fixes in place, so no fix is left unrun at T."""
+selection. The last iteration fixes in place, so no fix is left unrun at T. `pipeline`: overlap,
+and each iteration's kernels are written from plans made while the last iteration's ran: the
+next iteration's planners are Sent beside this one's kernels (`to_work`), from the beam as it
+stood when this iteration began, so a model call to plan is never on the path after the first
+iteration; a kernel found in iteration i is a parent from iteration i + 2 on."""
 
 from __future__ import annotations
 
@@ -24,40 +28,50 @@ from langgraph.types import Send
 from accelopt.graph.config import budget_warnings
 from accelopt.nodes.context import RunContext
 from accelopt.nodes.measurements import measured_kernels
-from accelopt.nodes.records import LessonsDue, fixable
+from accelopt.nodes.records import LessonsDue, Plan, fixable, iteration_of
 from accelopt.nodes.state import CandidateState, RunState, compact
 from accelopt.tools.budget import Limits, affordable, ledger
 from accelopt.tools.llm_spec import totals
 
 log = logging.getLogger("accelopt")
+Route = list[Send] | list[Send | str] | str  # a fan-out's Sends (and a node beside them), or one node
 
 
 def after_setup(state: RunState) -> str:
     return END if state.get("stop_reason") else "recall"
 
 
-def to_planners(state: RunState, runtime: Runtime[RunContext]) -> list[Send]:
-    """One planner branch per beam member."""
+def to_planners(state: RunState, runtime: Runtime[RunContext]) -> Route:
+    """One planner branch per beam member. Under the pipeline schedule, from the second iteration
+    on, the plans were made during the last iteration: the iteration's work is sent at once."""
     ctx = runtime.context
     if state["iteration"] == 1:
         for warning in budget_warnings(ctx):
             log.warning(warning)
     ledger(state.get("run_dir")).sync(state.get("usage") or [], Limits(ctx.max_tokens, ctx.max_cost_usd),
                                       fresh=state["iteration"] == 1)
-    # the kernels of earlier iterations only: a resumed run that runs a failed iteration again asks its
-    # planners what it asked the first time (the run cache holds those answers), and the newest
-    # TRIED_LIMIT are counted after that filter, not before
-    measured = measured_kernels({cid: c for cid, c in state["candidates"].items()
-                                 if (c.get("iteration") or 0) < state["iteration"]})
-    sends = [Send("planner", {"task_dir": state["task_dir"], "run_dir": state.get("run_dir"),
-                              "iteration": state["iteration"], "member_index": i,
-                              "member": compact(state["candidates"][member_id]),
-                              "recalled": state["recalled"].get(member_id, []), "tried": measured})
-             for i, member_id in enumerate(state["beam"])]
+    if ctx.schedule == "pipeline" and state["iteration"] > 1:
+        return to_work(state, ctx)
+    sends = planner_sends(state, state["iteration"])
     due = state.get("lessons_due")
     if ctx.schedule == "overlap" and due:  # the last iteration's lessons, beside this one's planners
         sends.append(Send("summarizer", lessons_view(state, due)))
     return sends
+
+
+def planner_sends(state: RunState, iteration: int) -> list[Send]:
+    """A planner branch per member of the beam as it stands, planning `iteration` (under the pipeline
+    schedule the next one). What they are told was tried is the kernels of the iterations before
+    the one that runs now: a resumed run that runs an iteration again asks its planners what it
+    asked the first time (the run cache holds those answers), and the newest TRIED_LIMIT are
+    counted after that filter, not before."""
+    measured = measured_kernels({cid: c for cid, c in state["candidates"].items()
+                                 if (c.get("iteration") or 0) < state["iteration"]})
+    return [Send("planner", {"task_dir": state["task_dir"], "run_dir": state.get("run_dir"),
+                             "iteration": iteration, "member_index": i,
+                             "member": compact(state["candidates"][member_id]),
+                             "recalled": state["recalled"].get(member_id, []), "tried": measured})
+            for i, member_id in enumerate(state["beam"])]
 
 
 def lessons_view(state: RunState, due: LessonsDue) -> RunState:
@@ -72,22 +86,39 @@ def lessons_view(state: RunState, due: LessonsDue) -> RunState:
             "candidates": {cid: candidates[cid] for cid in sorted(keep) if cid in candidates}}
 
 
-def to_samples(state: RunState, runtime: Runtime[RunContext]) -> list[Send] | str:
-    """K kernel branches per plan, as many as the budget left pays for (first samples of every
-    plan first); each runs the candidate subgraph."""
+def to_samples(state: RunState, runtime: Runtime[RunContext]) -> Route:
+    """Once the plans are in (dispatch): the iteration's work. Under the pipeline schedule that is
+    only so in the first iteration; later, the planners that end here planned the next iteration
+    beside this one's kernels, which the selector waits for."""
     ctx = runtime.context
+    if ctx.schedule == "pipeline" and (ahead(state) or any(
+            c.get("iteration") == state["iteration"] for c in state["candidates"].values())):
+        return END
+    return to_work(state, ctx)
+
+
+def ahead(state: RunState) -> list[Plan]:
+    """The plans made for an iteration after the one that runs (the pipeline schedule)."""
+    return [p for p in state.get("plans") or [] if iteration_of(p.get("id") or "") > state["iteration"]]
+
+
+def to_work(state: RunState, ctx: RunContext) -> Route:
+    """K kernel branches per plan of this iteration, as many as the budget left pays for (first
+    samples of every plan first); each runs the candidate subgraph. Beside them, the schedules that
+    overlap send the last iteration's pending fixes; the pipeline schedule also its lessons and the
+    next iteration's planners."""
     if ledger(state.get("run_dir")).fatal:
         return "selector"  # a planner met a fatal model error: the selector ends the run
     baseline = compact(state["candidates"][state["baseline_id"]])
-    plans = state.get("plans", [])
+    plans = [p for p in state.get("plans") or [] if iteration_of(p.get("id") or "") in (0, state["iteration"])]
     spent, limits = totals(state.get("usage") or []), Limits(ctx.max_tokens, ctx.max_cost_usd)
     pairs = [(j, k) for k in range(ctx.kernels_per_plan()) for j in range(len(plans))]
     pairs = sorted(pairs[:affordable(spent, limits, "executor", len(pairs))])
-    # overlap: a failed first attempt waits for the next iteration to be fixed, except in the last
-    defer = ctx.schedule == "overlap" and state["iteration"] < ctx.iterations
+    # a failed first attempt waits for the next iteration to be fixed, except in the last
+    defer = ctx.schedule != "beam" and state["iteration"] < ctx.iterations
     common = {"task_dir": state["task_dir"], "run_dir": state.get("run_dir"), "iteration": state["iteration"],
               "baseline": baseline, "defer_fixes": defer}
-    pending = (state.get("pending_fixes") or []) if ctx.schedule == "overlap" else []
+    pending = (state.get("pending_fixes") or []) if ctx.schedule != "beam" else []
     fixes = [Send("candidate", {**common, "plan": p["plan"], "sample": 0, "current": p["failed"],
                                 "fixes": p["failed"].get("fix_attempt") or 0,
                                 "parent": compact(state["candidates"][p["plan"]["parent_id"]])})
@@ -95,7 +126,17 @@ def to_samples(state: RunState, runtime: Runtime[RunContext]) -> list[Send] | st
     sends = [Send("candidate", {**common, "plan": plans[j], "sample": k,
                                 "parent": compact(state["candidates"][plans[j]["parent_id"]])})
              for j, k in pairs]
-    return fixes + sends or "selector"  # every planner failed, or the budget is spent: nothing to evaluate
+    work = fixes + sends
+    if ctx.schedule != "pipeline":
+        return work or "selector"  # every planner failed, or the budget is spent: nothing to evaluate
+    due = state.get("lessons_due")
+    beside = [Send("summarizer", lessons_view(state, due))] if due else []
+    if work and state["iteration"] < ctx.iterations:  # the next iteration's plans, while these kernels run
+        beside += planner_sends(state, state["iteration"] + 1)[:affordable(spent, limits, "planner", len(state["beam"]))]
+    if work:
+        return [*work, *beside]
+    ended: list[Send | str] = [*beside, "selector"]  # nothing to evaluate: the lessons still run
+    return ended
 
 
 def entry(state: CandidateState) -> str:
@@ -116,15 +157,19 @@ def after_profiler(state: CandidateState, runtime: Runtime[RunContext]) -> str:
 
 
 def after_selector(state: RunState, runtime: Runtime[RunContext]) -> str:
-    """beam: the iteration's lessons now. overlap: beside the next iteration's planners, unless the
-    run ends here."""
+    """beam: the iteration's lessons now. overlap and pipeline: beside the next iteration's planners
+    or kernels, unless the run ends here."""
     return "summarizer" if runtime.context.schedule == "beam" or state.get("stop_reason") else "record"
 
 
 def after_lessons(state: RunState, runtime: Runtime[RunContext]) -> str:
     """beam, or the run's last lessons: record the iteration. overlap: the summarizer ran beside the
-    planners, and the plans go on to be dispatched."""
-    return "record" if runtime.context.schedule == "beam" or state.get("stop_reason") else "dispatch"
+    planners, and the plans go on to be dispatched. pipeline: it ran beside the kernels, and the
+    selector waits for those."""
+    schedule = runtime.context.schedule
+    if schedule == "beam" or state.get("stop_reason"):
+        return "record"
+    return "dispatch" if schedule == "overlap" else END
 
 
 def after_record(state: RunState) -> str:

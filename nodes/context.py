@@ -43,11 +43,13 @@ class RunContext:
     samples: int = field(default=2, metadata={"description": "K: kernels written per plan (the tuner writes 1)", "ge": 1})
     fixes: int = field(default=2, metadata={"description": "F: fix attempts per failed kernel", "ge": 0})
     iterations: int = field(default=3, metadata={"description": "T: iterations", "ge": 1})
-    schedule: Literal["beam", "overlap"] = field(default="beam", metadata={
+    schedule: Literal["beam", "overlap", "pipeline"] = field(default="beam", metadata={
         "description": "beam: each iteration waits for its fixes and lessons (AccelOpt's published schedule); "
                        "overlap: an iteration's fixes run beside the next iteration's first attempts and its "
                        "lessons beside the next planners, so the next iteration starts from the beam of the "
-                       "first attempts (the last iteration fixes in place)"})
+                       "first attempts (the last iteration fixes in place); pipeline: overlap, and the next "
+                       "iteration's planners run beside this one's kernels, from the beam this iteration began "
+                       "with (no plan review)"})
     autotune: int = field(default=0, metadata={
         "description": "After a kernel verifies, search up to this many launch configurations of it (0: off)",
         "ge": 0})
@@ -257,6 +259,10 @@ def settings_refusal(ctx: RunContext) -> str | None:
         refusal = _type_refusal(f.name, value) or setting_refusal(f.name, value)
         if refusal:
             return refusal
+    if ctx.schedule == "pipeline" and ctx.review_plans:
+        return ("schedule 'pipeline' makes each iteration's plans while the last one's kernels run, so no pause "
+                "between plans and kernels is left to review them in: review plans under schedule 'beam' or "
+                "'overlap'")
     return model_refusal(ctx)
 
 

@@ -19,7 +19,7 @@ from accelopt.memory.features import row_length
 from accelopt.memory.schema import Insight
 from accelopt.nodes.common import task_of
 from accelopt.nodes.context import RunContext
-from accelopt.nodes.records import Plan, PlannerEventKind, plan_record, planner_event, usage_entries
+from accelopt.nodes.records import Plan, PlannerEventKind, iteration_of, plan_record, planner_event, usage_entries
 from accelopt.nodes.state import PlannerInput, RunState
 from accelopt.policies.choice import policy_for
 from accelopt.policies.interface import MeasuredKernel, PlanDraft, PlanRequest, PolicyError
@@ -54,18 +54,12 @@ def planner(state: PlannerInput, runtime: Runtime[RunContext]) -> RunState:
     return {"plans": plans, "usage": usage}
 
 
-_OF_ITERATION = re.compile(r"i(\d+)\.")
-
-
 def tried_before(tried: list[MeasuredKernel], iteration: int) -> list[MeasuredKernel]:
     """The kernels measured before this iteration. In a run they are all there are when its
     planners ask; a resumed run that runs a failed iteration again also has that iteration's own,
     and with them its planner would ask another question than the first time: a second real call
     where the run cache holds the answer to the first."""
-    def of(kernel: MeasuredKernel) -> int:
-        found = _OF_ITERATION.match(kernel["id"])
-        return int(found.group(1)) if found else 0
-    return [k for k in tried if of(k) < iteration]
+    return [k for k in tried if iteration_of(k["id"]) < iteration]
 
 
 log = logging.getLogger("accelopt")

@@ -11,7 +11,7 @@ from langgraph.types import Overwrite
 from accelopt.memory.features import kernel_class, kernel_features
 from accelopt.nodes.common import task_of
 from accelopt.nodes.context import RunContext
-from accelopt.nodes.records import InsightRecord, LessonsDue, insight_record
+from accelopt.nodes.records import InsightRecord, LessonsDue, insight_record, iteration_of
 from accelopt.nodes.services import open_store
 from accelopt.nodes.state import RunState
 from accelopt.tools.tunables import config_of
@@ -39,8 +39,12 @@ def recall(state: RunState, runtime: Runtime[RunContext]) -> dict:
                             kernel_class=kernel_class(member.get("source") or ""),
                             config=config_of(member.get("source") or ""))
         recalled[member_id] = [insight_record(h) for h in hits]
-    # Per-iteration accumulator: reset deliberately, in a step of its own. Under the overlap
-    # schedule the iteration just ended is kept as it stood: its lessons run beside the next planners.
-    due = (LessonsDue(iteration=state["iteration"], plans=list(state.get("plans") or []), beam=list(state["beam"]))
-           if ctx.schedule == "overlap" and state["iteration"] > 0 else None)
-    return {"iteration": state["iteration"] + 1, "recalled": recalled, "plans": Overwrite([]), "lessons_due": due}
+    # Per-iteration accumulator: reset deliberately, in a step of its own. Under the schedules that
+    # overlap, the iteration just ended is kept as it stood: its lessons run beside the next one's
+    # planners (or kernels); under the pipeline schedule the plans made ahead for the new one stay.
+    n = state["iteration"]
+    plans = state.get("plans") or []
+    due = (LessonsDue(iteration=n, plans=[p for p in plans if iteration_of(p.get("id") or "") in (0, n)], beam=list(state["beam"]))
+           if ctx.schedule != "beam" and n > 0 else None)
+    ahead = [p for p in plans if iteration_of(p.get("id") or "") == n + 1] if ctx.schedule == "pipeline" else []
+    return {"iteration": n + 1, "recalled": recalled, "plans": Overwrite(ahead), "lessons_due": due}

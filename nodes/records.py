@@ -9,6 +9,7 @@ TypedDict here is the shape of its dump, and the dict is made from the model in 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, Literal, NotRequired, Required, cast
 
@@ -40,6 +41,16 @@ class Plan(TypedDict, total=False):
     configs: list[dict[str, int]]  # a shorter @triton.autotune list to write (the tuner's plans; else absent)
     rewrite: str            # a source rewrite by name (the tuner's plans, policies/rewrites.py; else absent)
     insight_ids: list[str]  # the recalled insights the planner saw
+
+
+_OF_ITERATION = re.compile(r"i(\d+)\.")
+
+
+def iteration_of(identifier: str) -> int:
+    """The iteration a plan or kernel id names (i{iteration}.m{member}.p{plan}...); 0 for one
+    that names none (the baseline, a seed)."""
+    found = _OF_ITERATION.match(identifier or "")
+    return int(found.group(1)) if found else 0
 
 
 def fixable(status: str | None, fixes_made: int, ctx: RunContext) -> bool:

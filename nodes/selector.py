@@ -120,10 +120,10 @@ def selector(state: RunState, runtime: Runtime[RunContext]) -> RunState:
 
 
 def pending_fixes(state: RunState, ctx: RunContext, children: list[str]) -> list[PendingFix]:
-    """The overlap schedule: this iteration's failed attempts the fix loop would send to the fixer
+    """The schedules that overlap: this iteration's failed attempts the fix loop would send to the fixer
     but that ended their branch (graph/routing.after_profiler), with their plans, to be fixed beside
     the next iteration's first attempts. None under the beam schedule (every fix ran in place)."""
-    if ctx.schedule != "overlap":
+    if ctx.schedule == "beam":
         return []
     candidates = state["candidates"]
     plans = {p["id"]: p for p in state.get("plans") or []}

@@ -141,11 +141,16 @@ def read_timeline(run_dir: str | Path) -> RunTimeline:
     if not spans:
         raise FileNotFoundError(f"{run_dir}: no {timeline.FILE} (a run made before timelines, or one that never started)")
     windows: dict[int, list[float]] = {}
+    # an iteration begins with its recall: under the pipeline schedule its planners ran before it,
+    # beside the last iteration's kernels, and bound no window of theirs
+    began = {s["iteration"]: s["start"] for s in spans if s["kind"] == "node" and s["node"] == "recall"
+             and isinstance(s.get("iteration"), int)}
     for s in spans:
         # the summarizer's span bounds no iteration: under the overlap schedule an iteration's lessons
         # run beside the next one's planners (a record node always ends an iteration after them)
         if (s["kind"] == "node" and isinstance(s.get("iteration"), int)
-                and s["node"] not in ("setup", "standing", "summarizer")):
+                and s["node"] not in ("setup", "standing", "summarizer")
+                and s["start"] >= began.get(s["iteration"], s["start"])):
             w = windows.setdefault(s["iteration"], [s["start"], s["end"]])
             w[0], w[1] = min(w[0], s["start"]), max(w[1], s["end"])
     iterations = [period(f"iteration {i}", spans, a, b).model_copy(update={"path_s": path(spans, i, a, b)})

@@ -140,9 +140,10 @@ def test_the_overlap_schedule_fixes_beside_the_next_iteration_and_loses_nothing(
     """--schedule overlap against the published one, same scripted replies, T=2: iteration 1's
     broken and wrong kernels are fixed beside iteration 2's first attempts (their fixes carry
     iteration 2 and compete in its selection), iteration 1's lessons are distilled beside
-    iteration 2's planners, and the run ends with the same candidates, statuses and lessons."""
+    iteration 2's planners, and the run ends with the same candidates, statuses and lessons.
+    --schedule pipeline plans iteration 2 beside iteration 1's kernels and evaluates each once."""
     runs = {}
-    for schedule in ("beam", "overlap"):
+    for schedule in ("beam", "overlap", "pipeline"):
         ctx = RunContext(beams=2, plans=4, samples=1, fixes=1, iterations=2, device="cpu", use_memory=False,
                          schedule=schedule, learn_from_interpreter=True, model="openai:scripted",
                          chat_models={"default": ScriptedChatModel(script=reply_for)})
@@ -177,6 +178,31 @@ def test_the_overlap_schedule_fixes_beside_the_next_iteration_and_loses_nothing(
     found = read_timeline(run_dir)
     assert [p.label for p in found.iterations] == ["iteration 1", "iteration 2"]
     assert found.iterations[0].path_s["lessons"] == 0
+
+    # pipeline: iteration 2 is planned while iteration 1's kernels run, from the beam iteration 1
+    # began with (the baseline alone); iteration 1's fixes and lessons run beside iteration 2's kernels
+    pipeline, run_dir = runs["pipeline"]
+    cands = pipeline["candidates"]
+    assert pipeline["stop_reason"] == beam["stop_reason"] and pipeline["insights"]
+    second = [c for cid, c in cands.items() if cid.startswith("i2.") and not c.get("fix_of")]
+    assert second and {c["parent_id"] for c in second} == {"baseline"}
+    for fix, failed in (("i1.m0.p1.k0.f1", "i1.m0.p1.k0"), ("i1.m0.p2.k0.f1", "i1.m0.p2.k0")):
+        assert cands[fix]["fix_of"] == failed and cands[fix]["iteration"] == 2
+    spans = timeline.read(run_dir)
+    nodes = [s for s in spans if s["kind"] == "node"]
+    planned = [s for s in nodes if s["node"] == "planner" and s["iteration"] == 2]
+    evals1 = [s for s in spans if s["kind"] == "eval" and s["candidate"].startswith("i1.")]
+    recall2 = next(s for s in nodes if s["node"] == "recall" and s["iteration"] == 2)
+    assert planned and max(s["end"] for s in planned) <= recall2["start"]  # all made before iteration 2 began
+    assert min(s["start"] for s in planned) < max(s["end"] for s in evals1)  # beside iteration 1's kernels
+    assert not [s for s in nodes if s["node"] == "dispatch" and s["iteration"] == 2]  # no planner on its path
+    lessons = next(s for s in nodes if s["node"] == "summarizer" and s["iteration"] == 1)
+    assert recall2["end"] <= lessons["start"]
+    evaluated = sorted(cid for cid, c in cands.items() if c.get("source") and c["status"] != "duplicate")
+    assert sorted(s["candidate"] for s in spans if s["kind"] == "eval") == evaluated  # each once
+    found = read_timeline(run_dir)
+    assert [p.label for p in found.iterations] == ["iteration 1", "iteration 2"]
+    assert found.iterations[1].path_s["plans"] == 0
 
 
 def test_no_code_reply_is_a_failed_candidate_the_fixer_can_repair(tmp_path, softmax_task):

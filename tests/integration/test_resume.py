@@ -130,10 +130,12 @@ def test_resume_runs_a_failed_iteration_again_from_its_cached_replies_counting_e
     assert usage["calls"] == len(main.requests) + len(fixer.requests) - refused  # each answered call once
 
 
-def test_an_overlapping_run_killed_while_a_deferred_fix_runs_resumes_without_repeating_an_evaluation(tmp_path):
-    """--schedule overlap: kill -9 once a fix of iteration 1's broken kernel has landed in iteration
-    2 (beside its first attempts), then `accelopt resume`: nothing evaluated is lost or evaluated
-    again, and the run ends as it would have."""
+@pytest.mark.parametrize("schedule", ["overlap", "pipeline"])
+def test_an_overlapping_run_killed_while_a_deferred_fix_runs_resumes_without_repeating_an_evaluation(tmp_path, schedule):
+    """--schedule overlap (and pipeline, whose iteration 2 was planned beside iteration 1's kernels):
+    kill -9 once a fix of iteration 1's broken kernel has landed in iteration 2 (beside its first
+    attempts), then `accelopt resume`: nothing evaluated is lost or evaluated again, and the run
+    ends as it would have."""
     from tests.conftest import TASKS
     from tests.openai_server import ScriptedOpenAIServer
     from tests.scripted import reply_for
@@ -144,7 +146,7 @@ def test_an_overlapping_run_killed_while_a_deferred_fix_runs_resumes_without_rep
         config.write_text(f'[run]\nllm_retry_wait_s = 0.01\n[models.default]\nmodel = "vllm:coder"\n'
                           f'base_url = "{server.url}"\n')
         command = [sys.executable, "-m", "accelopt", "optimize", str(TASKS / "softmax"), "-B", "2", "-N", "4", "-K",
-                   "1", "-F", "1", "-T", "2", "--schedule", "overlap", "--device", "cpu", "--no-memory",
+                   "1", "-F", "1", "-T", "2", "--schedule", schedule, "--device", "cpu", "--no-memory",
                    "--run-dir", str(run_dir), "--config", str(config)]
         proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 start_new_session=True)

@@ -165,3 +165,50 @@ def test_overlap_distills_the_last_iterations_lessons_beside_the_next_planners()
     assert after_lessons({}, runtime(schedule="overlap")) == "dispatch"
     assert after_lessons({"stop_reason": "reached T=3 iterations"}, runtime(schedule="overlap")) == "record"
     assert after_lessons({}, runtime()) == "record"
+
+
+# ---------------------------------------------------------------- the pipeline schedule
+
+def test_pipeline_plans_the_next_iteration_beside_this_ones_kernels():
+    from accelopt.graph.routing import after_lessons
+
+    llm = {"model": "vllm:coder", "samples": 1, "iterations": 3, "schedule": "pipeline"}
+    failed = {**cand("i1.m0.p1.k0", "compile_error", parent="a"), "fix_attempt": 0, "plan_id": "i1.m0.p1"}
+    pending = [{"failed": failed, "plan": {"id": "i1.m0.p1", "parent_id": "a", "text": "y"}}]
+    state = {**overlap_state(2, pending), "beam": ["a"], "recalled": {"a": [{"title": "lesson"}]},
+             "lessons_due": {"iteration": 1, "plans": [{"id": "i1.m0.p1"}], "beam": ["a"]}}
+    state["candidates"]["i1.m0.p1.k0"]["iteration"] = 1
+    state["candidates"]["i2.m0.p9.k0"] = {**cand("i2.m0.p9.k0", parent="a"), "iteration": 2}  # landed on a resume
+    sends = to_planners(state, runtime(**llm))  # from recall: the iteration's plans were made already
+    assert [s.node for s in sends] == ["candidate", "candidate", "summarizer", "planner"]
+    fix, first, lessons, planner = sends
+    assert fix.arg["current"]["id"] == "i1.m0.p1.k0" and first.arg["plan"]["id"] == "i2.m0.p0"
+    assert fix.arg["defer_fixes"] and first.arg["defer_fixes"] and lessons.arg["iteration"] == 1
+    # the next iteration's planner, from the beam as it stands, told of the kernels before this iteration
+    assert planner.arg["iteration"] == 3 and planner.arg["member"]["id"] == "a"
+    assert planner.arg["recalled"] == [{"title": "lesson"}]
+    tried = {k["id"] for k in planner.arg["tried"]}
+    assert "i1.m0.p1.k0" in tried and "i2.m0.p9.k0" not in tried
+    # the last iteration plans nothing more, and fixes in place
+    last = to_planners({**state, "iteration": 3, "plans": [{"id": "i3.m0.p0", "parent_id": "a", "text": "x"}]},
+                       runtime(**llm))
+    assert "planner" not in [s.node for s in last] and not any(s.arg.get("defer_fixes") for s in last)
+    # the first iteration plans first, as the others do; its dispatch sends the kernels and the planners ahead
+    assert [s.node for s in to_planners({**state, "iteration": 1, "lessons_due": None}, runtime(**llm))] == ["planner"]
+    one = {**overlap_state(1), "beam": ["a"], "recalled": {}}
+    assert [s.node for s in to_samples(one, runtime(**llm))] == ["candidate", "planner"]
+    # the dispatch after the planners ahead sends nothing: the selector waits for the kernels
+    with_ahead = {**one, "plans": one["plans"] + [{"id": "i2.m0.p0", "parent_id": "a", "text": "z"}]}
+    assert to_samples(with_ahead, runtime(**llm)) == END
+    ran = {**one, "candidates": {**one["candidates"], "i1.m0.p0.k0": {**cand("i1.m0.p0.k0"), "iteration": 1}}}
+    assert to_samples(ran, runtime(**llm)) == END  # every planner ahead failed: still nothing to send again
+    # nothing to evaluate: the lessons still run, and the selector ends the iteration
+    assert to_planners({**state, "plans": [], "pending_fixes": []}, runtime(**llm))[-1] == "selector"
+    assert after_lessons({}, runtime(**llm)) == END
+
+
+def test_pipeline_refuses_plan_review():
+    from accelopt.nodes.context import settings_refusal
+
+    assert "no pause" in settings_refusal(RunContext(schedule="pipeline", review_plans=True))
+    assert settings_refusal(RunContext(schedule="overlap", review_plans=True)) is None
