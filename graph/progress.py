@@ -32,7 +32,7 @@ from rich.table import Column
 from rich.text import Text
 
 from accelopt.nodes.context import RunContext
-from accelopt.nodes.records import INTERPRETER_LEAD, leads_parent
+from accelopt.nodes.records import INTERPRETER_LEAD, iteration_of, leads_parent
 from accelopt.tools.harness.result import FIXABLE, TIMER_LIVE, short_reason
 from accelopt.tools.llm_spec import totals
 from accelopt.tools.run_record import candidate_counts
@@ -146,6 +146,7 @@ class RunView:
         self.phase = "resuming" if state else "starting"
         self.step: str | None = None
         self.plans = 0
+        self.plans_ahead = 0  # the pipeline schedule: plans made for the next iteration beside this one's kernels
         self.branches: dict[str, str] = {}  # candidate branch (its namespace) -> its stage, this iteration
         self.samples: dict[str, str] = {}  # sample id (i1.m0.p2.k0) -> its branch
         self.stopping: str | None = None
@@ -213,11 +214,17 @@ class RunView:
             self.phase = "stopped at setup" if values.get("stop_reason") else "starting the search"
         elif node == "recall":
             self.iteration = values.get("iteration", self.iteration)
-            self.plans, self.branches, self.samples = 0, {}, {}
-            self.phase = "planning"
+            self.branches, self.samples = {}, {}
+            # pipeline: from the second iteration on, its plans were made beside the last one's kernels
+            made_ahead = self.ctx.schedule == "pipeline" and self.iteration > 1
+            self.plans, self.plans_ahead = (self.plans_ahead if made_ahead else 0), 0
+            self.phase = "candidates" if made_ahead else "planning"
         elif node == "planner":
-            self.plans += len(_plain(values.get("plans")) or [])
-        elif node == "dispatch":
+            plans = _plain(values.get("plans")) or []
+            mine = [p for p in plans if iteration_of(str(p.get("id") or "")) in (0, self.iteration)]
+            self.plans += len(mine)
+            self.plans_ahead += len(plans) - len(mine)
+        elif node == "dispatch" and self.phase == "planning":  # not the one after the planners ahead
             if "plans" in values:  # a reviewed list replaces the proposed one
                 self.plans = len(_plain(values["plans"]) or [])
             self.phase = "candidates"
@@ -231,7 +238,8 @@ class RunView:
             self.completed += 1
             self.beam = list(values.get("beam") or self.beam)
             self.stopping = values.get("stop_reason")
-            self.phase = "summarizing"
+            # the schedules that overlap distill an iteration's lessons beside the next one
+            self.phase = "summarizing" if self.ctx.schedule == "beam" or self.stopping else "recording"
             return [self._iteration_line()]
         elif node == "summarizer":
             self.phase = "recording"
