@@ -203,6 +203,8 @@ def test_the_overlap_schedule_fixes_beside_the_next_iteration_and_loses_nothing(
     found = read_timeline(run_dir)
     assert [p.label for p in found.iterations] == ["iteration 1", "iteration 2"]
     assert found.iterations[1].path_s["plans"] == 0
+    kept = [json.loads(line)["id"] for line in (run_dir / "plans.jsonl").read_text().splitlines()]
+    assert len(kept) == len(set(kept)) and {i[:3] for i in kept} == {"i1.", "i2."}  # each plan once, as it ran
 
 
 def test_no_code_reply_is_a_failed_candidate_the_fixer_can_repair(tmp_path, softmax_task):
