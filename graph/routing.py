@@ -50,13 +50,23 @@ def to_planners(state: RunState, runtime: Runtime[RunContext]) -> Route:
             log.warning(warning)
     ledger(state.get("run_dir")).sync(state.get("usage") or [], Limits(ctx.max_tokens, ctx.max_cost_usd),
                                       fresh=state["iteration"] == 1)
-    if ctx.schedule == "pipeline" and state["iteration"] > 1:
+    if ctx.schedule == "pipeline" and planned_ahead(state):
         return to_work(state, ctx)
     sends = planner_sends(state, state["iteration"])
     due = state.get("lessons_due")
     if ctx.schedule == "overlap" and due:  # the last iteration's lessons, beside this one's planners
         sends.append(Send("summarizer", lessons_view(state, due)))
     return sends
+
+
+def planned_ahead(state: RunState) -> bool:
+    """The pipeline schedule: this iteration's planners ran beside the last one's kernels (their
+    plans are here, or what became of them is in the history). Not so in the first iteration, nor
+    in one that a finished run was extended by: those plan now."""
+    n = state["iteration"]
+    return n > 1 and (any(iteration_of(p.get("id") or "") == n for p in state.get("plans") or [])
+                      or any(h.get("iteration") == n and str(h.get("event") or "").startswith("planner_")
+                             for h in state.get("history") or []))
 
 
 def planner_sends(state: RunState, iteration: int) -> list[Send]:

@@ -193,6 +193,15 @@ def test_pipeline_plans_the_next_iteration_beside_this_ones_kernels():
     last = to_planners({**state, "iteration": 3, "plans": [{"id": "i3.m0.p0", "parent_id": "a", "text": "x"}]},
                        runtime(**llm))
     assert "planner" not in [s.node for s in last] and not any(s.arg.get("defer_fixes") for s in last)
+    # planners ahead that all failed still planned: the selector, not a second call, takes it from there
+    # (nothing to evaluate: the lessons still run, and the selector ends the iteration)
+    failed_ahead = {**state, "plans": [], "pending_fixes": [],
+                    "history": [{"iteration": 2, "event": "planner_failed", "error": "x"}]}
+    assert [getattr(s, "node", s) for s in to_planners(failed_ahead, runtime(**llm))] == ["summarizer", "selector"]
+    # a finished run extended by more iterations: nothing was planned ahead, so it plans now
+    extended = to_planners({**state, "iteration": 4, "plans": [], "pending_fixes": []},
+                           runtime(**{**llm, "iterations": 6}))
+    assert [s.node for s in extended] == ["planner"] and extended[0].arg["iteration"] == 4
     # the first iteration plans first, as the others do; its dispatch sends the kernels and the planners ahead
     assert [s.node for s in to_planners({**state, "iteration": 1, "lessons_due": None}, runtime(**llm))] == ["planner"]
     one = {**overlap_state(1), "beam": ["a"], "recalled": {}}
@@ -202,8 +211,6 @@ def test_pipeline_plans_the_next_iteration_beside_this_ones_kernels():
     assert to_samples(with_ahead, runtime(**llm)) == END
     ran = {**one, "candidates": {**one["candidates"], "i1.m0.p0.k0": {**cand("i1.m0.p0.k0"), "iteration": 1}}}
     assert to_samples(ran, runtime(**llm)) == END  # every planner ahead failed: still nothing to send again
-    # nothing to evaluate: the lessons still run, and the selector ends the iteration
-    assert to_planners({**state, "plans": [], "pending_fixes": []}, runtime(**llm))[-1] == "selector"
     assert after_lessons({}, runtime(**llm)) == END
 
 
