@@ -5,6 +5,9 @@ modelled LLM's latency, not an LLM), and what the run leaves behind at that size
     python evals/bench_full_run.py --out full --tasks rmsnorm_h128 -T 16            # B2 N4 K2 F2
     python evals/bench_full_run.py --out full --tasks rmsnorm_h128 -T 16 --kill-at 8  # kill -9, resume
     python evals/bench_full_run.py --out full --tasks rmsnorm_h128 -T 2 --langsmith  # a stand-in trace sink
+    python evals/bench_full_run.py --out reh --tasks evals/tasks/softmax --device cpu -T 4 --schedule pipeline
+        # a rehearsal of the schedule on the interpreter: the replay serves the task's own baseline
+        # and its variants; the models' chain is real time, the evaluations an emulator's
 
 For each task of the FlashInfer-Bench corpus (`evals/realworld/tasks/<task>`, with the corpus
 solution AccelOpt started from as its baseline.py):
