@@ -61,12 +61,13 @@ def to_planners(state: RunState, runtime: Runtime[RunContext]) -> Route:
 
 def planned_ahead(state: RunState) -> bool:
     """The pipeline schedule: this iteration's planners ran beside the last one's kernels (their
-    plans are here, or what became of them is in the history). Not so in the first iteration, nor
-    in one that a finished run was extended by: those plan now."""
+    plans are here, or what became of them is in the history). Not so in the first iteration, in
+    one that a finished run was extended by, nor in one whose every planner ahead the budget
+    deferred (the kernels in flight held its room): those plan now."""
     n = state["iteration"]
     return n > 1 and (any(iteration_of(p.get("id") or "") == n for p in state.get("plans") or [])
                       or any(h.get("iteration") == n and str(h.get("event") or "").startswith("planner_")
-                             for h in state.get("history") or []))
+                             and h.get("event") != "planner_deferred" for h in state.get("history") or []))
 
 
 def planner_sends(state: RunState, iteration: int) -> list[Send]:
@@ -80,7 +81,8 @@ def planner_sends(state: RunState, iteration: int) -> list[Send]:
     return [Send("planner", {"task_dir": state["task_dir"], "run_dir": state.get("run_dir"),
                              "iteration": iteration, "member_index": i,
                              "member": compact(state["candidates"][member_id]),
-                             "recalled": state["recalled"].get(member_id, []), "tried": measured})
+                             "recalled": state["recalled"].get(member_id, []), "tried": measured,
+                             "ahead": iteration > state["iteration"]})
             for i, member_id in enumerate(state["beam"])]
 
 

@@ -39,7 +39,9 @@ def planner(state: PlannerInput, runtime: Runtime[RunContext]) -> RunState:
         answer = policy_for(ctx, "planner", state.get("run_dir")).plan(request)
     except PolicyError as exc:
         # not called for the budget: skipped, not failed (a run whose every planner failed failed)
-        event: PlannerEventKind = "planner_skipped" if isinstance(exc.__cause__, BudgetExceeded) else "planner_failed"
+        event: PlannerEventKind = "planner_failed"
+        if isinstance(exc.__cause__, BudgetExceeded):  # ahead, the kernels in flight held the budget's room
+            event = "planner_deferred" if state.get("ahead") else "planner_skipped"
         return {"plans": [], "history": [planner_event(state["iteration"], event, member["id"], str(exc))]}
     plans = [plan_record(f"i{state['iteration']}.m{state['member_index']}.p{j}", member["id"], draft,
                          [i.id for i in insights])

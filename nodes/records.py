@@ -359,11 +359,13 @@ class IterationRecord(TypedDict):
     cost_usd: float
 
 
-PlannerEventKind = Literal["planner_failed", "planner_skipped", "planner_empty"]
+# planner_deferred: a call ahead (the pipeline schedule) the budget could not admit beside the
+# kernels in flight; the iteration is planned again when it begins, with nothing else in flight
+PlannerEventKind = Literal["planner_failed", "planner_skipped", "planner_empty", "planner_deferred"]
 
 
 class PlannerEvent(TypedDict):
-    """A planner call that failed, was skipped for the budget, or answered no plan
+    """A planner call that failed, was skipped or deferred for the budget, or answered no plan
     (tools/run_record.IterationEvent)."""
 
     iteration: int

@@ -116,6 +116,7 @@ class PlannerInput(TypedDict):
     member: CompactCandidate
     recalled: list[InsightRecord]
     tried: list[MeasuredKernel]  # every kernel measured so far in this run
+    ahead: NotRequired[bool]     # the pipeline schedule: planning the next iteration beside this one's kernels
 
 
 class CandidateState(TypedDict, total=False):

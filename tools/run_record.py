@@ -62,7 +62,7 @@ class IterationEvent(Record):
     """A planner call that failed, was skipped for the budget, or answered no plan."""
 
     iteration: int
-    event: str  # planner_failed | planner_skipped | planner_empty
+    event: str  # planner_failed | planner_skipped | planner_empty | planner_deferred
     member: str | None = None
     error: str | None = None
 

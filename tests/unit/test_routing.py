@@ -198,6 +198,11 @@ def test_pipeline_plans_the_next_iteration_beside_this_ones_kernels():
     failed_ahead = {**state, "plans": [], "pending_fixes": [],
                     "history": [{"iteration": 2, "event": "planner_failed", "error": "x"}]}
     assert [getattr(s, "node", s) for s in to_planners(failed_ahead, runtime(**llm))] == ["summarizer", "selector"]
+    # planners ahead the budget deferred (the kernels in flight held its room): the iteration plans now
+    deferred = {**failed_ahead, "history": [{"iteration": 2, "event": "planner_deferred", "error": "x"}]}
+    now = to_planners(deferred, runtime(**llm))
+    assert [s.node for s in now] == ["planner"] and now[0].arg["iteration"] == 2 and not now[0].arg["ahead"]
+    assert planner.arg["ahead"]
     # a finished run extended by more iterations: nothing was planned ahead, so it plans now
     extended = to_planners({**state, "iteration": 4, "plans": [], "pending_fixes": []},
                            runtime(**{**llm, "iterations": 6}))
