@@ -103,8 +103,8 @@ Schedule = Opt[ScheduleName | None, typer.Option(
     show_default="beam", help="beam: each iteration waits for its fixes and lessons, as AccelOpt publishes; "
                               "overlap: fixes run beside the next iteration's first attempts and lessons beside "
                               "its planners (the next iteration starts sooner; the last one fixes in place); "
-                              "pipeline: overlap, and the next iteration is planned while this one's kernels run "
-                              "(from the beam this one began with; not with --review-plans)")]
+                              "pipeline: overlap, and from the second iteration on the next one is planned while this "
+                              "one's kernels run (from the beam this one began with; not with --review-plans)")]
 
 # Seeds: candidates made without a model (nodes/seeding.py).
 SeedName = Literal["auto", "none", "inductor"]

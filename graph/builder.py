@@ -8,9 +8,10 @@
     --schedule overlap (graph/routing.py): selector -> record -> recall -> planner, with the
     summarizer Sent beside the planners (-> dispatch) and the pending fixes Sent beside the next
     iteration's kernels (candidate, entered at the fixer); the run's last lessons before its end.
-    --schedule pipeline: overlap, and from the second iteration on recall sends the iteration's
+    --schedule pipeline: overlap, and from the third iteration on recall sends the iteration's
     kernels, its pending fixes, the last lessons and the next iteration's planners at once (the
-    planners end at dispatch, which sends nothing more; the selector waits for the kernels).
+    second's dispatch sends the third's planners; planners ahead end at dispatch, which sends
+    nothing more; the selector waits for the kernels).
 
 A run's settings and input are checked before any work wherever it starts (nodes/context.py,
 nodes/setup.input_refusal; setup raises the refusal). What cannot be checked inside the graph (a

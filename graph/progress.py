@@ -215,8 +215,8 @@ class RunView:
         elif node == "recall":
             self.iteration = values.get("iteration", self.iteration)
             self.branches, self.samples = {}, {}
-            # pipeline: from the second iteration on, its plans were made beside the last one's kernels
-            made_ahead = self.ctx.schedule == "pipeline" and self.iteration > 1
+            # pipeline: from the third iteration on, its plans were made beside the last one's kernels
+            made_ahead = self.ctx.schedule == "pipeline" and self.plans_ahead > 0
             self.plans, self.plans_ahead = (self.plans_ahead if made_ahead else 0), 0
             self.phase = "candidates" if made_ahead else "planning"
         elif node == "planner":

@@ -12,10 +12,12 @@ the summarizer distills the last iteration's lessons beside them (`to_planners`)
 fixes (the selector's `pending_fixes`) run one attempt each beside the next iteration's first
 attempts (`to_samples`, entering the candidate subgraph at the fixer) and compete in its
 selection. The last iteration fixes in place, so no fix is left unrun at T. `pipeline`: overlap,
-and each iteration's kernels are written from plans made while the last iteration's ran: the
-next iteration's planners are Sent beside this one's kernels (`to_work`), from the beam as it
-stood when this iteration began, so a model call to plan is never on the path after the first
-iteration; a kernel found in iteration i is a parent from iteration i + 2 on."""
+and from the third iteration on each iteration's kernels are written from plans made while the
+last iteration's ran: the next iteration's planners are Sent beside this one's kernels
+(`to_work`), from the beam as it stood when this iteration began, so a model call to plan is off
+the path; a kernel found in iteration i >= 2 is a parent from iteration i + 2 on. The second
+iteration is planned after the first's selection, as under overlap: planned beside the first, it
+would start from the baseline alone and write a B-th of the kernels."""
 
 from __future__ import annotations
 
@@ -143,7 +145,9 @@ def to_work(state: RunState, ctx: RunContext) -> Route:
         return work or "selector"  # every planner failed, or the budget is spent: nothing to evaluate
     due = state.get("lessons_due")
     beside = [Send("summarizer", lessons_view(state, due))] if due else []
-    if work and state["iteration"] < ctx.iterations:  # the next iteration's plans, while these kernels run
+    # the next iteration's plans, while these kernels run; not iteration 2's, from the baseline alone
+    # (iteration 1's beam): those wait for iteration 1's selection, so the second is as wide as the rest
+    if work and 2 <= state["iteration"] < ctx.iterations:
         beside += planner_sends(state, state["iteration"] + 1)[:affordable(spent, limits, "planner", len(state["beam"]))]
     if work:
         return [*work, *beside]

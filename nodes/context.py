@@ -47,9 +47,9 @@ class RunContext:
         "description": "beam: each iteration waits for its fixes and lessons (AccelOpt's published schedule); "
                        "overlap: an iteration's fixes run beside the next iteration's first attempts and its "
                        "lessons beside the next planners, so the next iteration starts from the beam of the "
-                       "first attempts (the last iteration fixes in place); pipeline: overlap, and the next "
-                       "iteration's planners run beside this one's kernels, from the beam this iteration began "
-                       "with (no plan review)"})
+                       "first attempts (the last iteration fixes in place); pipeline: overlap, and from the "
+                       "second iteration on the next iteration's planners run beside this one's kernels, from "
+                       "the beam this iteration began with (no plan review)"})
     autotune: int = field(default=0, metadata={
         "description": "After a kernel verifies, search up to this many launch configurations of it (0: off)",
         "ge": 0})

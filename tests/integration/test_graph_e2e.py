@@ -4,6 +4,7 @@ kernel fails to compile and is repaired by the fixer, and a plan whose kernel is
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -136,17 +137,27 @@ def test_graph_end_to_end(tmp_path, softmax_task):
     assert second["plans"][0]["insight_ids"] == recalled
 
 
+def writing_takes_a_while(messages):
+    """The scripted replies, a kernel's after 0.3 s: long enough that a planner sent beside the
+    kernels is seen to start before they are written."""
+    if "accelopt executor" in str(messages[0].content):
+        time.sleep(0.3)
+    return reply_for(messages)
+
+
 def test_the_overlap_schedule_fixes_beside_the_next_iteration_and_loses_nothing(tmp_path, softmax_task):
     """--schedule overlap against the published one, same scripted replies, T=2: iteration 1's
     broken and wrong kernels are fixed beside iteration 2's first attempts (their fixes carry
     iteration 2 and compete in its selection), iteration 1's lessons are distilled beside
     iteration 2's planners, and the run ends with the same candidates, statuses and lessons.
-    --schedule pipeline plans iteration 2 beside iteration 1's kernels and evaluates each once."""
+    --schedule pipeline (T=3) plans iteration 3 beside iteration 2's kernels and evaluates each once."""
     runs = {}
     for schedule in ("beam", "overlap", "pipeline"):
-        ctx = RunContext(beams=2, plans=4, samples=1, fixes=1, iterations=2, device="cpu", use_memory=False,
+        ctx = RunContext(beams=2, plans=4, samples=1, fixes=1, iterations=3 if schedule == "pipeline" else 2,
+                         device="cpu", use_memory=False,
                          schedule=schedule, learn_from_interpreter=True, model="openai:scripted",
-                         chat_models={"default": ScriptedChatModel(script=reply_for)})
+                         chat_models={"default": ScriptedChatModel(script=reply_for if schedule != "pipeline"
+                                                                   else writing_takes_a_while)})
         run_dir = tmp_path / schedule
         out = build_graph().compile(checkpointer=InMemorySaver()).invoke(
             {"task_dir": str(softmax_task), "run_dir": str(run_dir)}, {"configurable": {"thread_id": schedule}},
@@ -179,32 +190,35 @@ def test_the_overlap_schedule_fixes_beside_the_next_iteration_and_loses_nothing(
     assert [p.label for p in found.iterations] == ["iteration 1", "iteration 2"]
     assert found.iterations[0].path_s["lessons"] == 0
 
-    # pipeline: iteration 2 is planned while iteration 1's kernels run, from the beam iteration 1
-    # began with (the baseline alone); iteration 1's fixes and lessons run beside iteration 2's kernels
+    # pipeline: iterations 1 and 2 as under overlap; iteration 3 is planned while iteration 2's
+    # kernels run, from the beam iteration 2 began with; iteration 2's lessons run beside iteration 3
     pipeline, run_dir = runs["pipeline"]
     cands = pipeline["candidates"]
-    assert pipeline["stop_reason"] == beam["stop_reason"] and pipeline["insights"]
-    second = [c for cid, c in cands.items() if cid.startswith("i2.") and not c.get("fix_of")]
-    assert second and {c["parent_id"] for c in second} == {"baseline"}
+    assert pipeline["stop_reason"] == "reached T=3 iterations" and pipeline["insights"]
     for fix, failed in (("i1.m0.p1.k0.f1", "i1.m0.p1.k0"), ("i1.m0.p2.k0.f1", "i1.m0.p2.k0")):
         assert cands[fix]["fix_of"] == failed and cands[fix]["iteration"] == 2
     spans = timeline.read(run_dir)
     nodes = [s for s in spans if s["kind"] == "node"]
-    planned = [s for s in nodes if s["node"] == "planner" and s["iteration"] == 2]
-    evals1 = [s for s in spans if s["kind"] == "eval" and s["candidate"].startswith("i1.")]
-    recall2 = next(s for s in nodes if s["node"] == "recall" and s["iteration"] == 2)
-    assert planned and max(s["end"] for s in planned) <= recall2["start"]  # all made before iteration 2 began
-    assert min(s["start"] for s in planned) < max(s["end"] for s in evals1)  # beside iteration 1's kernels
-    assert not [s for s in nodes if s["node"] == "dispatch" and s["iteration"] == 2]  # no planner on its path
-    lessons = next(s for s in nodes if s["node"] == "summarizer" and s["iteration"] == 1)
-    assert recall2["end"] <= lessons["start"]
+    recall = {s["iteration"]: s for s in nodes if s["node"] == "recall"}
+    planned = {i: [s for s in nodes if s["node"] == "planner" and s["iteration"] == i] for i in (2, 3)}
+    assert min(s["start"] for s in planned[2]) >= recall[2]["end"]  # the second plans when it begins
+    of2 = {cid for cid, c in cands.items() if c.get("iteration") == 2}  # its kernels and the fixes beside them
+    work2 = [s for s in spans if (s["kind"] == "eval" and s["candidate"] in of2)
+             or (s["kind"] == "llm" and s.get("iteration") == 2 and s.get("role") in ("executor", "fixer"))]
+    assert planned[3] and max(s["end"] for s in planned[3]) <= recall[3]["start"]  # made before iteration 3 began
+    assert min(s["start"] for s in planned[3]) < max(s["end"] for s in work2)  # beside iteration 2's kernels
+    assert not [s for s in nodes if s["node"] == "dispatch" and s["iteration"] == 3]  # no planner on its path
+    beam2 = pipeline["history"][0]["beam"]  # iteration 1's record: the beam iteration 2 began with
+    assert {c["parent_id"] for cid, c in cands.items() if cid.startswith("i3.") and not c.get("fix_of")} <= set(beam2)
+    lessons = next(s for s in nodes if s["node"] == "summarizer" and s["iteration"] == 2)
+    assert recall[3]["end"] <= lessons["start"]
     evaluated = sorted(cid for cid, c in cands.items() if c.get("source") and c["status"] != "duplicate")
     assert sorted(s["candidate"] for s in spans if s["kind"] == "eval") == evaluated  # each once
     found = read_timeline(run_dir)
-    assert [p.label for p in found.iterations] == ["iteration 1", "iteration 2"]
-    assert found.iterations[1].path_s["plans"] == 0
+    assert [p.label for p in found.iterations] == ["iteration 1", "iteration 2", "iteration 3"]
+    assert found.iterations[2].path_s["plans"] == 0  # its planners ran in iteration 2's window
     kept = [json.loads(line)["id"] for line in (run_dir / "plans.jsonl").read_text().splitlines()]
-    assert len(kept) == len(set(kept)) and {i[:3] for i in kept} == {"i1.", "i2."}  # each plan once, as it ran
+    assert len(kept) == len(set(kept)) and {i[:3] for i in kept} == {"i1.", "i2.", "i3."}  # each plan once
 
 
 def test_no_code_reply_is_a_failed_candidate_the_fixer_can_repair(tmp_path, softmax_task):

@@ -131,21 +131,22 @@ def test_the_display_follows_a_run_from_synthetic_stream_events():
 
 
 def test_under_the_pipeline_schedule_the_plans_made_ahead_count_in_their_own_iteration():
-    view = RunView(_ctx(schedule="pipeline", model="vllm:coder"), {"iteration": 0, "beam": ["baseline"]})
-    view.feed((), "updates", {"recall": {"iteration": 1, "plans": []}})
-    view.feed((), "updates", {"planner": {"plans": [{"id": "i1.m0.p0"}, {"id": "i1.m0.p1"}]}})
-    view.feed((), "updates", {"dispatch": None})
-    assert view.description() == "iteration 1/2 · writing kernels 2"
-    # iteration 2's planner answers while iteration 1's kernels are written; its dispatch sends nothing
-    view.feed((), "updates", {"planner": {"plans": [{"id": "i2.m0.p0"}, {"id": "i2.m0.p1"}, {"id": "i2.m0.p2"}]}})
-    view.feed((), "updates", {"dispatch": None})
-    assert view.description() == "iteration 1/2 · writing kernels 2"
-    view.feed((), "updates", {"selector": {"beam": ["baseline"], "history": [{"iteration": 1}], "stop_reason": None}})
-    assert view.description() == "iteration 1/2 · recording"  # its lessons run beside iteration 2
-    view.feed((), "updates", {"record": {}})
+    view = RunView(_ctx(schedule="pipeline", model="vllm:coder", iterations=3), {"iteration": 1, "beam": ["a"]})
     view.feed((), "updates", {"recall": {"iteration": 2, "plans": []}})
-    assert view.description() == "iteration 2/2 · writing kernels 3"  # no planning on its path
-    assert "iteration 2/2: planning" not in view.new_phases()
+    assert view.description() == "iteration 2/3 · planning"  # the second plans when it begins
+    view.feed((), "updates", {"planner": {"plans": [{"id": "i2.m0.p0"}, {"id": "i2.m0.p1"}]}})
+    view.feed((), "updates", {"dispatch": None})
+    assert view.description() == "iteration 2/3 · writing kernels 2"
+    # iteration 3's planner answers while iteration 2's kernels are written; its dispatch sends nothing
+    view.feed((), "updates", {"planner": {"plans": [{"id": "i3.m0.p0"}, {"id": "i3.m0.p1"}, {"id": "i3.m0.p2"}]}})
+    view.feed((), "updates", {"dispatch": None})
+    assert view.description() == "iteration 2/3 · writing kernels 2"
+    view.feed((), "updates", {"selector": {"beam": ["a"], "history": [{"iteration": 2}], "stop_reason": None}})
+    assert view.description() == "iteration 2/3 · recording"  # its lessons run beside iteration 3
+    view.feed((), "updates", {"record": {}})
+    view.feed((), "updates", {"recall": {"iteration": 3, "plans": []}})
+    assert view.description() == "iteration 3/3 · writing kernels 3"  # no planning on its path
+    assert "iteration 3/3: planning" not in view.new_phases()
 
 
 def test_local_evaluations_in_flight_are_one_count_and_gpu_times_say_gpu():

@@ -34,12 +34,12 @@ def evaluated(run_dir) -> dict[str, dict]:
     return {p.parent.name: json.loads(p.read_text()) for p in (run_dir / "candidates").glob("*/result.json")}
 
 
-def resumed_losing_nothing(run_dir, before: dict[str, dict]) -> dict:
-    """The resumed run's final state, once it is checked: it reached T=2; every candidate evaluated
+def resumed_losing_nothing(run_dir, before: dict[str, dict], iterations: int = 2) -> dict:
+    """The resumed run's final state, once it is checked: it reached T; every candidate evaluated
     before the kill is in it, with the same measurement; no kernel went through the harness twice
     (one audit line per distinct evaluation)."""
     state = final_state(run_dir)
-    assert state["stop_reason"] == "reached T=2 iterations"
+    assert state["stop_reason"] == f"reached T={iterations} iterations"
     cands = state["candidates"]
     assert set(before) <= set(cands)
     for cid, record in before.items():
@@ -132,7 +132,7 @@ def test_resume_runs_a_failed_iteration_again_from_its_cached_replies_counting_e
 
 @pytest.mark.parametrize("schedule", ["overlap", "pipeline"])
 def test_an_overlapping_run_killed_while_a_deferred_fix_runs_resumes_without_repeating_an_evaluation(tmp_path, schedule):
-    """--schedule overlap (and pipeline, whose iteration 2 was planned beside iteration 1's kernels):
+    """--schedule overlap (and pipeline, at T=3: iteration 3's planners run beside that fix):
     kill -9 once a fix of iteration 1's broken kernel has landed in iteration 2 (beside its first
     attempts), then `accelopt resume`: nothing evaluated is lost or evaluated again, and the run
     ends as it would have."""
@@ -140,13 +140,14 @@ def test_an_overlapping_run_killed_while_a_deferred_fix_runs_resumes_without_rep
     from tests.openai_server import ScriptedOpenAIServer
     from tests.scripted import reply_for
 
+    iterations = 3 if schedule == "pipeline" else 2
     run_dir = tmp_path / "run"
     with ScriptedOpenAIServer(reply_for, models=["coder"]) as server:
         config = tmp_path / "accelopt.toml"
         config.write_text(f'[run]\nllm_retry_wait_s = 0.01\n[models.default]\nmodel = "vllm:coder"\n'
                           f'base_url = "{server.url}"\n')
         command = [sys.executable, "-m", "accelopt", "optimize", str(TASKS / "softmax"), "-B", "2", "-N", "4", "-K",
-                   "1", "-F", "1", "-T", "2", "--schedule", schedule, "--device", "cpu", "--no-memory",
+                   "1", "-F", "1", "-T", str(iterations), "--schedule", schedule, "--device", "cpu", "--no-memory",
                    "--run-dir", str(run_dir), "--config", str(config)]
         proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 start_new_session=True)
@@ -160,7 +161,7 @@ def test_an_overlapping_run_killed_while_a_deferred_fix_runs_resumes_without_rep
         before = evaluated(run_dir)
         subprocess.run([sys.executable, "-m", "accelopt", "resume", str(run_dir)], cwd=ROOT, check=True,
                        capture_output=True, timeout=600)
-    state = resumed_losing_nothing(run_dir, before)
+    state = resumed_losing_nothing(run_dir, before, iterations)
     cands = state["candidates"]
     # the fixes of iteration 1's failures ran in iteration 2, and none was left unrun
     assert cands["i1.m0.p1.k0.f1"]["iteration"] == cands["i1.m0.p2.k0.f1"]["iteration"] == 2

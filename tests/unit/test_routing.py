@@ -207,14 +207,18 @@ def test_pipeline_plans_the_next_iteration_beside_this_ones_kernels():
     extended = to_planners({**state, "iteration": 4, "plans": [], "pending_fixes": []},
                            runtime(**{**llm, "iterations": 6}))
     assert [s.node for s in extended] == ["planner"] and extended[0].arg["iteration"] == 4
-    # the first iteration plans first, as the others do; its dispatch sends the kernels and the planners ahead
+    # the first two iterations plan first (planned beside the first, the second would start from the
+    # baseline alone); the second's dispatch sends its kernels and the third's planners
     assert [s.node for s in to_planners({**state, "iteration": 1, "lessons_due": None}, runtime(**llm))] == ["planner"]
-    one = {**overlap_state(1), "beam": ["a"], "recalled": {}}
-    assert [s.node for s in to_samples(one, runtime(**llm))] == ["candidate", "planner"]
+    assert [s.node for s in to_planners({**state, "plans": []}, runtime(**llm))] == ["planner"]
+    assert [s.node for s in to_samples({**overlap_state(1), "beam": ["a"], "recalled": {}}, runtime(**llm))] \
+        == ["candidate"]
+    two = {**overlap_state(2), "beam": ["a"], "recalled": {}}
+    assert [s.node for s in to_samples(two, runtime(**llm))] == ["candidate", "planner"]
     # the dispatch after the planners ahead sends nothing: the selector waits for the kernels
-    with_ahead = {**one, "plans": one["plans"] + [{"id": "i2.m0.p0", "parent_id": "a", "text": "z"}]}
+    with_ahead = {**two, "plans": two["plans"] + [{"id": "i3.m0.p0", "parent_id": "a", "text": "z"}]}
     assert to_samples(with_ahead, runtime(**llm)) == END
-    ran = {**one, "candidates": {**one["candidates"], "i1.m0.p0.k0": {**cand("i1.m0.p0.k0"), "iteration": 1}}}
+    ran = {**two, "candidates": {**two["candidates"], "i2.m0.p0.k0": {**cand("i2.m0.p0.k0"), "iteration": 2}}}
     assert to_samples(ran, runtime(**llm)) == END  # every planner ahead failed: still nothing to send again
     assert after_lessons({}, runtime(**llm)) == END
 
