@@ -4,13 +4,13 @@ The fan-outs are also where a run's budget meets its parallel branches: at each 
 start the run's ledger (tools/budget.py) is synced from the state, and the samples sent are
 those the budget left can pay for.
 
-Two schedules (RunContext.schedule). `beam`, AccelOpt's: each kernel branch runs its whole fix
+Three schedules (RunContext.schedule). `beam`, AccelOpt's: each kernel branch runs its whole fix
 chain (executor -> profiler <-> fixer), the selector waits for the slowest, then the summarizer,
 then the next iteration. `overlap`: a failed first attempt ends its branch (`defer_fixes`); the
 selector picks the beam from what landed, and the next iteration's planners start from it while
 the summarizer distills the last iteration's lessons beside them (`to_planners`); the pending
 fixes (the selector's `pending_fixes`) run one attempt each beside the next iteration's first
-attempts (`to_samples`, entering the candidate subgraph at the fixer) and compete in its
+attempts (`to_work`, entering the candidate subgraph at the fixer) and compete in its
 selection. The last iteration fixes in place, so no fix is left unrun at T. `pipeline`: overlap,
 and from the third iteration on each iteration's kernels are written from plans made while the
 last iteration's ran: the next iteration's planners are Sent beside this one's kernels
@@ -44,7 +44,7 @@ def after_setup(state: RunState) -> str:
 
 
 def to_planners(state: RunState, runtime: Runtime[RunContext]) -> Route:
-    """One planner branch per beam member. Under the pipeline schedule, from the second iteration
+    """One planner branch per beam member. Under the pipeline schedule, from the third iteration
     on, the plans were made during the last iteration: the iteration's work is sent at once."""
     ctx = runtime.context
     if state["iteration"] == 1:
@@ -101,9 +101,9 @@ def lessons_view(state: RunState, due: LessonsDue) -> RunState:
 
 
 def to_samples(state: RunState, runtime: Runtime[RunContext]) -> Route:
-    """Once the plans are in (dispatch): the iteration's work. Under the pipeline schedule that is
-    only so in the first iteration; later, the planners that end here planned the next iteration
-    beside this one's kernels, which the selector waits for."""
+    """Once the plans are in (dispatch): the iteration's work. Under the pipeline schedule, not
+    after the planners that planned the next iteration beside this one's kernels: the selector
+    waits for those kernels, and the next iteration's recall sends its work."""
     ctx = runtime.context
     if ctx.schedule == "pipeline" and (ahead(state) or any(
             c.get("iteration") == state["iteration"] for c in state["candidates"].values())):
