@@ -224,7 +224,8 @@ class RunView:
             mine = [p for p in plans if iteration_of(str(p.get("id") or "")) in (0, self.iteration)]
             self.plans += len(mine)
             self.plans_ahead += len(plans) - len(mine)
-        elif node == "dispatch" and self.phase == "planning":  # not the one after the planners ahead
+        elif node == "dispatch" and (self.ctx.schedule != "pipeline" or self.phase in ("planning", "resuming")):
+            # (under the pipeline schedule, not the dispatch after the planners ahead)
             if "plans" in values:  # a reviewed list replaces the proposed one
                 self.plans = len(_plain(values["plans"]) or [])
             self.phase = "candidates"
