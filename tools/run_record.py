@@ -59,7 +59,7 @@ class IterationRecord(Record):
 
 
 class IterationEvent(Record):
-    """A planner call that failed, was skipped for the budget, or answered no plan."""
+    """A planner call that failed, was skipped or deferred for the budget, or answered no plan."""
 
     iteration: int
     event: str  # planner_failed | planner_skipped | planner_empty | planner_deferred
