@@ -32,7 +32,7 @@ from rich.table import Column
 from rich.text import Text
 
 from accelopt.nodes.context import RunContext
-from accelopt.nodes.records import INTERPRETER_LEAD, iteration_of, leads_parent
+from accelopt.nodes.records import INTERPRETER_LEAD, leads_parent, plans_of
 from accelopt.tools.harness.result import FIXABLE, TIMER_LIVE, short_reason
 from accelopt.tools.llm_spec import totals
 from accelopt.tools.run_record import candidate_counts
@@ -221,7 +221,7 @@ class RunView:
             self.phase = "candidates" if made_ahead else "planning"
         elif node == "planner":
             plans = _plain(values.get("plans")) or []
-            mine = [p for p in plans if iteration_of(str(p.get("id") or "")) in (0, self.iteration)]
+            mine = plans_of(plans, self.iteration)
             self.plans += len(mine)
             self.plans_ahead += len(plans) - len(mine)
         elif node == "dispatch" and (self.ctx.schedule != "pipeline" or self.phase in ("planning", "resuming")):

@@ -30,7 +30,7 @@ from langgraph.types import Send
 from accelopt.graph.config import budget_warnings
 from accelopt.nodes.context import RunContext
 from accelopt.nodes.measurements import measured_kernels
-from accelopt.nodes.records import LessonsDue, Plan, fixable, iteration_of
+from accelopt.nodes.records import LessonsDue, Plan, fixable, iteration_of, plans_of
 from accelopt.nodes.state import CandidateState, RunState, compact
 from accelopt.tools.budget import Limits, affordable, ledger
 from accelopt.tools.llm_spec import totals
@@ -124,7 +124,7 @@ def to_work(state: RunState, ctx: RunContext) -> Route:
     if ledger(state.get("run_dir")).fatal:
         return "selector"  # a planner met a fatal model error: the selector ends the run
     baseline = compact(state["candidates"][state["baseline_id"]])
-    plans = [p for p in state.get("plans") or [] if iteration_of(p.get("id") or "") in (0, state["iteration"])]
+    plans = plans_of(state.get("plans") or [], state["iteration"])
     spent, limits = totals(state.get("usage") or []), Limits(ctx.max_tokens, ctx.max_cost_usd)
     pairs = [(j, k) for k in range(ctx.kernels_per_plan()) for j in range(len(plans))]
     pairs = sorted(pairs[:affordable(spent, limits, "executor", len(pairs))])

@@ -6,7 +6,7 @@ lessons."""
 
 from __future__ import annotations
 
-from accelopt.nodes.records import Candidate, iteration_of, summary_record
+from accelopt.nodes.records import Candidate, plans_of, summary_record
 from accelopt.nodes.state import RunState
 from accelopt.tools.harness.autotune_choices import pinned_source
 from accelopt.tools.harness.result import AutotuneRecord
@@ -17,9 +17,7 @@ from accelopt.tools.rundir import append_plans
 def record(state: RunState) -> RunState:
     summary = run_summary(state)
     write_summary(state.get("run_dir"), summary, best_kernel_source(state["candidates"][state["beam"][0]]))
-    # this iteration's (under the pipeline schedule the next one's, made ahead, are there too)
-    append_plans(state.get("run_dir"), [p for p in state.get("plans") or []
-                                        if iteration_of(p.get("id") or "") in (0, state.get("iteration") or 0)])
+    append_plans(state.get("run_dir"), plans_of(state.get("plans") or [], state.get("iteration") or 0))
     return {"best_id": state["beam"][0], "summary": summary_record(summary)}  # the output schema's (Studio's view)
 
 

@@ -53,6 +53,12 @@ def iteration_of(identifier: str) -> int:
     return int(found.group(1)) if found else 0
 
 
+def plans_of(plans: list[Plan], iteration: int) -> list[Plan]:
+    """The plans made for `iteration` (under the pipeline schedule the state also holds the next
+    one's); a plan whose id names no iteration counts as the one at hand."""
+    return [p for p in plans if iteration_of(str(p.get("id") or "")) in (0, iteration)]
+
+
 def fixable(status: str | None, fixes_made: int, ctx: RunContext) -> bool:
     """An attempt the fix loop sends to the fixer: a fixable status with fixes left (F). The tuner
     fixes by undoing launch moves: with no kernel (no_code) there is nothing to undo."""
