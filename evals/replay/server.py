@@ -25,6 +25,7 @@ import dataclasses
 import hashlib
 import json
 import re
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -327,6 +328,13 @@ def _cut_to(answer: Answer, reasoning: int, limit: int) -> tuple[Answer, int]:
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 256  # a full search opens many connections at once
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that went away mid-reply (a run killed while its calls were in flight) is no
+        # server error: a served model sees it and carries on; anything else is printed as before.
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            return
+        super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -252,3 +253,17 @@ def test_a_task_with_one_real_kernel_says_one():
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=30)
+
+
+def test_a_client_that_goes_away_mid_reply_is_no_server_error(capfd):
+    """A run killed while its calls are in flight closes their connections; the server carries on
+    without a traceback per call (a killed T=16 run printed four into its bench's output)."""
+    with ReplayServer(TASK, seed=0, time_scale=0.05, failure_rate=0.0) as s:
+        for _ in range(3):
+            with pytest.raises(httpx.TimeoutException):
+                httpx.post(f"{s.url}/chat/completions", timeout=0.05, json={
+                    "model": MODEL_ID, "messages": [{"role": "user", "content": "## Plan to implement\nshort"}]})
+        assert ask(s.url, "summarizer", "Write one optimization lesson from this measured pair.").status_code == 200
+        time.sleep(1.0)  # the abandoned replies' writes have happened
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err[-2000:]
