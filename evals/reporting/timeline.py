@@ -51,6 +51,7 @@ class Period(BaseModel):
     steps_s: dict[str, float]             # judge and runner steps summed over the evaluations
     nodes_s: dict[str, float]             # graph nodes, the time some call of each was running
     path_s: dict[str, float] = {}         # an iteration's wall, in order: PATH (empty for the whole run)
+    finished: bool = True                 # an iteration the run recorded; else cut off (killed, or stopped)
 
 
 class RunTimeline(BaseModel):
@@ -145,6 +146,7 @@ def read_timeline(run_dir: str | Path) -> RunTimeline:
     # beside the last iteration's kernels, and bound no window of theirs
     began = {s["iteration"]: s["start"] for s in spans if s["kind"] == "node" and s["node"] == "recall"
              and isinstance(s.get("iteration"), int)}
+    recorded = {s["iteration"] for s in spans if s["kind"] == "node" and s["node"] == "record"}
     for s in spans:
         # the summarizer's span bounds no iteration: under the overlap schedule an iteration's lessons
         # run beside the next one's planners (a record node always ends an iteration after them)
@@ -153,7 +155,13 @@ def read_timeline(run_dir: str | Path) -> RunTimeline:
                 and s["start"] >= began.get(s["iteration"], s["start"])):
             w = windows.setdefault(s["iteration"], [s["start"], s["end"]])
             w[0], w[1] = min(w[0], s["start"]), max(w[1], s["end"])
-    iterations = [period(f"iteration {i}", spans, a, b).model_copy(update={"path_s": path(spans, i, a, b)})
+    if began:  # plans made ahead for an iteration the run never began are no iteration of it
+        windows = {i: w for i, w in windows.items() if i in began}
+    for i, w in windows.items():
+        if i not in recorded:  # cut off: its calls ended after its last node (none ends a killed iteration)
+            w[1] = max([w[1]] + [s["end"] for s in spans if s["kind"] == "llm" and s.get("iteration") == i])
+    iterations = [period(f"iteration {i}", spans, a, b).model_copy(update={"path_s": path(spans, i, a, b),
+                                                                          "finished": i in recorded})
                   for i, (a, b) in sorted(windows.items()) if i > 0]
     total = period("run", spans, min(s["start"] for s in spans), max(s["end"] for s in spans))
     evals = [s for s in spans if s["kind"] == "eval"]
@@ -184,7 +192,7 @@ def render(found: RunTimeline) -> str:
              f"{'audit':>6}"]
     for p in [*found.iterations, found.total]:
         steps = p.steps_s
-        lines.append(f"{p.label.replace('iteration ', 'iter '):12}{p.wall_s:6.0f}{p.model_wait_s:6.0f}"
+        lines.append(f"{_short(p):12}{p.wall_s:6.0f}{p.model_wait_s:6.0f}"
                      f"{p.gpu_held_s:6.0f}{100 * found.gpu_share(p):4.0f}%{p.evaluations:6d}"
                      f"{p.evaluations_per_min:6.1f}{steps.get('compile+check', 0):7.0f}{steps.get('timing', 0):6.0f}"
                      f"{steps.get('audit', 0) + steps.get('profile', 0):6.0f}")
@@ -194,13 +202,19 @@ def render(found: RunTimeline) -> str:
               f"{'':12}{'wall':>6}{'plans':>7}{'first':>7}{'fixes':>7}{'lessons':>8}{'rest':>6}"]
     for p in found.iterations:
         parts = [p.path_s.get(k, 0.0) for k in PATH]
-        lines.append(f"{p.label.replace('iteration ', 'iter '):12}{p.wall_s:6.0f}{parts[0]:7.0f}{parts[1]:7.0f}"
+        lines.append(f"{_short(p):12}{p.wall_s:6.0f}{parts[0]:7.0f}{parts[1]:7.0f}"
                      f"{parts[2]:7.0f}{parts[3]:8.0f}{parts[4]:6.0f}")
+    if not all(p.finished for p in found.iterations):
+        lines += ["", "cut: an iteration the run never recorded (killed or stopped in it): to its last model call"]
     if found.iterations:
         sums = [sum(p.path_s.get(k, 0.0) for p in found.iterations) for k in PATH]
         wall = sum(p.wall_s for p in found.iterations)
         lines.append(f"{'iterations':12}{wall:6.0f}" + "".join(f"{v:{w}.0f}" for v, w in zip(sums, (7, 7, 7, 8, 6))))
     return "\n".join(lines)
+
+
+def _short(p: Period) -> str:
+    return p.label.replace("iteration ", "iter ") + ("" if p.finished else " cut")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -81,3 +81,23 @@ def test_an_iteration_says_what_its_wall_waited_on_in_order(tmp_path):
     shown = render(read_timeline(tmp_path))
     assert all(len(line) <= 80 for line in shown.splitlines())
     assert "iter 1" in shown.split("what each iteration's wall waited on")[1]
+
+
+def test_an_iteration_a_kill_cut_off_reads_as_cut_and_plans_made_ahead_for_none_are_no_iteration(tmp_path):
+    """A pipeline run killed in iteration 5: its recall is a point and no node of it ended, but its
+    calls did; iteration 6's planners ran ahead beside it and 6 never began."""
+    spans = [
+        {"kind": "node", "node": "recall", "iteration": 4, "start": 0, "end": 0},
+        {"kind": "llm", "role": "executor", "iteration": 4, "candidate": "i4.m0.p0.k0", "start": 0, "end": 60},
+        {"kind": "node", "node": "record", "iteration": 4, "start": 66, "end": 66},
+        {"kind": "node", "node": "recall", "iteration": 5, "start": 66, "end": 66},
+        {"kind": "llm", "role": "fixer", "iteration": 5, "candidate": "i4.m0.p0.k0.f1", "start": 66, "end": 92},
+        {"kind": "llm", "role": "planner", "iteration": 6, "start": 66, "end": 87},
+        {"kind": "node", "node": "planner", "iteration": 6, "start": 66, "end": 87},
+    ]
+    (tmp_path / timeline.FILE).write_text("".join(json.dumps(s) + "\n" for s in spans))
+    found = read_timeline(tmp_path)
+    assert [(p.label, p.finished) for p in found.iterations] == [("iteration 4", True), ("iteration 5", False)]
+    assert found.iterations[1].wall_s == 26 and found.iterations[1].model_calls == 2
+    text = render(found)
+    assert "iter 5 cut" in text and "iter 6" not in text and "cut: an iteration the run never recorded" in text
