@@ -4,9 +4,9 @@ floor to the earlier configuration, and the cost of a shared key said with its f
 carried to a fresh process as a pinned source (tools/harness/autotune_choices.py)."""
 
 import math
+from pathlib import Path
 
 import pytest
-from pathlib import Path
 
 from accelopt.tools.harness.autotune_choices import autotune_evidence, pinned_source
 from accelopt.tools.harness.autotune_rounds import central, choose, pins_of, shared_key_notes

@@ -338,7 +338,8 @@ class EvaluationActor:
         self.pool = WorkerPool(device, 1, [gpu] if gpu is not None else None)
         self.pool.warm()  # the judge and its spare sandboxes start now, not with the first candidate
         self.tasks: dict[str, Task] = {}
-        self.root = Path(tempfile.mkdtemp(prefix="accelopt-ray-tasks-"))
+        sweep_task_dirs(Path(tempfile.gettempdir()))
+        self.root = Path(tempfile.mkdtemp(prefix=f"{TASK_DIR_PREFIX}{os.getpid()}-"))
 
     def info(self) -> dict:
         return {"node": self.node, "node_id": self.node_id, "kind": self.kind, "pid": os.getpid()}
@@ -368,6 +369,29 @@ class EvaluationActor:
     def close(self) -> None:
         self.pool.close()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+TASK_DIR_PREFIX = "accelopt-ray-tasks-"
+CLOSE_WAIT_S = 5.0  # a closing pool's wait for its actors to close themselves before it kills them
+
+
+def sweep_task_dirs(where: Path) -> list[Path]:
+    """Remove the task folders of actors that are gone: an actor killed (a lost node, `ray.kill`,
+    the cluster stopped) never runs `close`. A folder names its actor's pid; one whose process
+    still runs, or that another user made, stays. Returns what was removed."""
+    removed = []
+    for folder in where.glob(f"{TASK_DIR_PREFIX}*"):
+        pid = folder.name[len(TASK_DIR_PREFIX):].split("-", 1)[0]
+        if not pid.isdigit() or not folder.is_dir() or folder.stat().st_uid != os.getuid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+        except PermissionError:  # a process of another user's has that pid now: alive
+            pass
+    return removed
 
 
 def _gpu_name(gpu: str) -> str:
@@ -601,8 +625,13 @@ class RayPool:
     def close(self) -> None:
         self._closed = True
         with self._cond:
-            handles = [s.handle for s in self.slots] + [h for h, _r, _n in self.starting]
+            ready = [s.handle for s in self.slots]
+            handles = ready + [h for h, _r, _n in self.starting]
             self.slots, self.starting = [], []
+        try:  # each ready actor closes its judges and task folder; one busy past the wait is killed as is
+            ray.wait([h.close.remote() for h in ready], num_returns=len(ready), timeout=CLOSE_WAIT_S)
+        except Exception:  # noqa: BLE001 - the cluster is gone: nothing to close there
+            pass
         for h in handles:
             try:
                 ray.kill(h)
