@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -99,7 +100,7 @@ def run_timed(cmd: list[str], log: Path, timeout_s: float, env: dict[str, str] |
                 break
             time.sleep(0.5)
     return {"cmd": " ".join(cmd), "rc": proc.returncode, "wall_s": round(time.monotonic() - start, 1),
-            "killed": killed, "timed_out": not killed and proc.returncode == -signal.SIGKILL}
+            "killed": killed, "timed_out": not killed and proc.returncode == -signal.SIGKILL, "pid": proc.pid}
 
 
 def recorded(run_dir: Path, iteration: int) -> bool:
@@ -110,10 +111,37 @@ def recorded(run_dir: Path, iteration: int) -> bool:
     return any(f'"node": "record", "iteration": {iteration},' in line for line in path.read_text().splitlines())
 
 
-def leftovers(run_dir: Path) -> list[str]:
-    """Processes still running that belong to the run: its judges and sandboxes name their homes."""
-    done = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout.splitlines()
-    return [line.strip() for line in done if "accelopt-judge-" in line or str(run_dir) in line]
+JUDGE_HOME = re.compile(r"accelopt-judge-\w*?-p(\d+)-")  # pool.py: a judge's home names its owner's pid
+
+
+def leftovers(run_dir: Path, pids: list[int], grace_s: float = 5.0) -> list[str]:
+    """Processes still running that belong to the run: those naming its folder, and judges and
+    sandboxes whose home names one of the run's processes (`pids`) or an owner that is gone.
+    Another run's judges on the same machine are not this run's. Processes already exiting
+    (a sandbox dies with its parent a moment later) get `grace_s` to go."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        lines = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout.splitlines()
+        found = [line.strip() for line in lines if str(run_dir) in line or _orphaned_or_ours(line, pids)]
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.5)
+
+
+def _orphaned_or_ours(line: str, pids: list[int]) -> bool:
+    owner = JUDGE_HOME.search(line)
+    if owner is None:
+        return False
+    pid = int(owner.group(1))
+    if pid in pids:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass
+    return False
 
 
 def size_mb(path: Path) -> float:
@@ -205,17 +233,17 @@ def bench_task(task: str, args: argparse.Namespace, out: Path) -> dict[str, Any]
                        *(["--embedder", args.embedder] if args.embedder else []))
         kill_when = (lambda: recorded(run_dir, args.kill_at)) if args.kill_at else None
         if resuming:  # the same server address (--port): run.json names it
-            row["resumed_after"] = {"left_running": leftovers(run_dir), **repeats(run_dir)}
+            row["resumed_after"] = {"left_running": leftovers(run_dir, []), **repeats(run_dir)}
             cmd = accelopt("resume", str(run_dir))
         row["optimize"] = run_timed(cmd, log, args.timeout, env, kill_when)
         if row["optimize"]["killed"]:
             time.sleep(2)
-            row["after_kill"] = {"left_running": leftovers(run_dir), **repeats(run_dir),
+            row["after_kill"] = {"left_running": leftovers(run_dir, [row["optimize"]["pid"]]), **repeats(run_dir),
                                  "requests_before_resume": server.stats().get("requests")}
             row["resume"] = run_timed(accelopt("resume", str(run_dir)), log, args.timeout, env)
         row["replay"] = server.stats()
         row["candidates"] = candidate_rows(run_dir, server.served())
-    row["left_running"] = leftovers(run_dir)
+    row["left_running"] = leftovers(run_dir, [row[k]["pid"] for k in ("optimize", "resume") if k in row])
     row.update(repeats(run_dir))
     summary_path = run_dir / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
