@@ -37,6 +37,7 @@ try:  # `langgraph dev` and Studio import this file: a broken environment must s
         to_planners,
         to_samples,
     )
+    from accelopt.graph.threads import MAX_CONCURRENCY
     from accelopt.nodes.autotune import autotune
     from accelopt.nodes.context import RunContext
     from accelopt.nodes.executor import executor
@@ -109,5 +110,11 @@ class ServedGraph(CheckedGraph):
         return input_refusal(given)
 
 
+def compile_graph(**compile_kwargs: Any) -> CompiledStateGraph[RunState, RunContext, InputState, OutputState]:
+    """The graph compiled (`compile_kwargs`: a checkpointer, a name), every task of a superstep
+    allowed to run at once (graph/threads.py): LangGraph's default pool is cores + 4 threads."""
+    return build_graph().compile(**compile_kwargs).with_config(max_concurrency=MAX_CONCURRENCY)
+
+
 configure_tracing()  # before anything traces: compact payloads (no-op unless LANGSMITH_TRACING=true)
-graph = checked(build_graph().compile(name="accelopt"), ServedGraph)
+graph = checked(compile_graph(name="accelopt"), ServedGraph)

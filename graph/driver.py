@@ -39,13 +39,13 @@ def drive(ctx: RunContext, run_dir: Path, inputs: dict | None, console: Console,
     the plans to run (edited, fewer, [] to skip the iteration's kernels), checked here before the
     run resumes with them (a malformed answer raises PlanReviewError and the run stays paused,
     resumable); without on_plans the proposed plans run as they are."""
-    from accelopt.graph.builder import build_graph  # heavy imports after argument checks
+    from accelopt.graph.builder import compile_graph  # heavy imports after argument checks
 
     lock_run_dir(run_dir)
     meta = _run_meta(run_dir)
     with closing(sqlite3.connect(run_dir / "checkpoints.sqlite", check_same_thread=False)) as conn:
         saver = SqliteSaver(conn)
-        graph = build_graph().compile(checkpointer=saver)
+        graph = compile_graph(checkpointer=saver)
         config: RunnableConfig = {
             "configurable": {"thread_id": thread_id(run_dir, meta, conn)}, "recursion_limit": 10_000,
             "run_name": "accelopt", "metadata": {"run_dir": str(run_dir.resolve()), **_task_metadata(meta)}}

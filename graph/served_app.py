@@ -27,8 +27,10 @@ keys, setup's context_refusal for the values): a refusal is the run's error, in 
 Everything else (initialize, ping, other assistants' tools) is the built-in's. Nothing here reads
 the built-in's internals: the JSON-RPC messages of the MCP protocol and the SDK's client only.
 
-The app's lifespan closes the process's judge pools when the server stops: `langgraph dev` ends
-on SIGTERM by raising it again once its app shut down (uvicorn), so no atexit handler runs there.
+The app's lifespan widens the server loop's default executor, where an async run's sync nodes
+run (graph/threads.py), and closes the process's judge pools when the server stops: `langgraph
+dev` ends on SIGTERM by raising it again once its app shut down (uvicorn), so no atexit handler
+runs there.
 """
 
 from __future__ import annotations
@@ -317,8 +319,13 @@ class ConciseTools:
 
 @contextlib.asynccontextmanager
 async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-    """At the server's stop, its judges killed and their homes removed: `langgraph dev` ends on
-    SIGTERM by raising it again after its app shut down, so the process's atexit never runs."""
+    """At the server's start, the loop's default executor as wide as a superstep (an async run's
+    sync nodes run there: graph/threads.py). At its stop, its judges killed and their homes
+    removed: `langgraph dev` ends on SIGTERM by raising it again after its app shut down, so the
+    process's atexit never runs."""
+    from accelopt.graph.threads import widen_default_executor
+
+    widen_default_executor(asyncio.get_running_loop())
     yield
     from accelopt.tools.harness.pool import close_pools
 
