@@ -14,10 +14,11 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
-MAX_CONCURRENCY = 256  # above any superstep a run's shape makes: 2 x B x N x K kernel branches, B planners, lessons
+MAX_CONCURRENCY = 256  # a superstep holds at most 2 x B x N x K kernel branches, B planners and the lessons: 35 at AccelOpt's shape
 
 
 def widen_default_executor(loop: asyncio.AbstractEventLoop) -> None:
     """The loop's default executor, which an async run's sync nodes use, as wide as MAX_CONCURRENCY
-    (`langgraph dev` runs graphs on its server's loop)."""
+    (`langgraph dev` runs graphs on its server's loop; a server started with isolated run loops,
+    BG_JOB_ISOLATED_LOOPS, gives those loops its own executor instead)."""
     loop.set_default_executor(ThreadPoolExecutor(max_workers=MAX_CONCURRENCY, thread_name_prefix="accelopt-graph"))
