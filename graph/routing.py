@@ -30,7 +30,7 @@ from langgraph.types import Send
 from accelopt.graph.config import budget_warnings
 from accelopt.nodes.context import RunContext
 from accelopt.nodes.measurements import measured_kernels
-from accelopt.nodes.records import LessonsDue, Plan, fixable, iteration_of, plans_of
+from accelopt.nodes.records import LessonsDue, fixable, iteration_of, plans_after, plans_of
 from accelopt.nodes.state import CandidateState, RunState, compact
 from accelopt.tools.budget import Limits, affordable, ledger
 from accelopt.tools.llm_spec import totals
@@ -105,15 +105,10 @@ def to_samples(state: RunState, runtime: Runtime[RunContext]) -> Route:
     after the planners that planned the next iteration beside this one's kernels: the selector
     waits for those kernels, and the next iteration's recall sends its work."""
     ctx = runtime.context
-    if ctx.schedule == "pipeline" and (ahead(state) or any(
+    if ctx.schedule == "pipeline" and (plans_after(state.get("plans") or [], state["iteration"]) or any(
             c.get("iteration") == state["iteration"] for c in state["candidates"].values())):
         return END
     return to_work(state, ctx)
-
-
-def ahead(state: RunState) -> list[Plan]:
-    """The plans made for an iteration after the one that runs (the pipeline schedule)."""
-    return [p for p in state.get("plans") or [] if iteration_of(p.get("id") or "") > state["iteration"]]
 
 
 def to_work(state: RunState, ctx: RunContext) -> Route:

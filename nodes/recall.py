@@ -11,7 +11,7 @@ from langgraph.types import Overwrite
 from accelopt.memory.features import kernel_class, kernel_features
 from accelopt.nodes.common import task_of
 from accelopt.nodes.context import RunContext
-from accelopt.nodes.records import InsightRecord, LessonsDue, insight_record, iteration_of, plans_of
+from accelopt.nodes.records import InsightRecord, LessonsDue, insight_record, plans_after, plans_of
 from accelopt.nodes.services import open_store
 from accelopt.nodes.state import RunState
 from accelopt.tools.tunables import config_of
@@ -46,5 +46,5 @@ def recall(state: RunState, runtime: Runtime[RunContext]) -> dict:
     plans = state.get("plans") or []
     due = (LessonsDue(iteration=n, plans=plans_of(plans, n), beam=list(state["beam"]))
            if ctx.schedule != "beam" and n > 0 else None)
-    ahead = [p for p in plans if iteration_of(p.get("id") or "") == n + 1] if ctx.schedule == "pipeline" else []
+    ahead = plans_after(plans, n) if ctx.schedule == "pipeline" else []
     return {"iteration": n + 1, "recalled": recalled, "plans": Overwrite(ahead), "lessons_due": due}

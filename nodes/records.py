@@ -59,6 +59,11 @@ def plans_of(plans: list[Plan], iteration: int) -> list[Plan]:
     return [p for p in plans if iteration_of(str(p.get("id") or "")) in (0, iteration)]
 
 
+def plans_after(plans: list[Plan], iteration: int) -> list[Plan]:
+    """The plans made ahead for an iteration after `iteration` (the pipeline schedule)."""
+    return [p for p in plans if iteration_of(str(p.get("id") or "")) > iteration]
+
+
 def fixable(status: str | None, fixes_made: int, ctx: RunContext) -> bool:
     """An attempt the fix loop sends to the fixer: a fixable status with fixes left (F). The tuner
     fixes by undoing launch moves: with no kernel (no_code) there is nothing to undo."""
