@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -111,9 +110,6 @@ def recorded(run_dir: Path, iteration: int) -> bool:
     return any(f'"node": "record", "iteration": {iteration},' in line for line in path.read_text().splitlines())
 
 
-JUDGE_HOME = re.compile(r"accelopt-judge-\w*?-p(\d+)-")  # pool.py: a judge's home names its owner's pid
-
-
 def leftovers(run_dir: Path, pids: list[int], grace_s: float = 5.0) -> list[str]:
     """Processes still running that belong to the run: those naming its folder, and judges and
     sandboxes whose home names one of the run's processes (`pids`) or an owner that is gone.
@@ -129,19 +125,11 @@ def leftovers(run_dir: Path, pids: list[int], grace_s: float = 5.0) -> list[str]
 
 
 def _orphaned_or_ours(line: str, pids: list[int]) -> bool:
-    owner = JUDGE_HOME.search(line)
-    if owner is None:
-        return False
-    pid = int(owner.group(1))
-    if pid in pids:
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        pass
-    return False
+    from accelopt.tools.harness.device_lease import pid_alive
+    from accelopt.tools.harness.pool import home_owner
+
+    owner = home_owner(line)
+    return owner is not None and (owner in pids or not pid_alive(owner))
 
 
 def size_mb(path: Path) -> float:

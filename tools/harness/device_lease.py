@@ -342,10 +342,11 @@ def _read_holder(path: Path) -> Holder | None:
         found = Holder(int(note["pid"]), str(note.get("user") or ""), str(note.get("what") or "?"))
     except (OSError, ValueError, TypeError, KeyError):
         return None
-    return found if _alive(found.pid) else None
+    return found if pid_alive(found.pid) else None
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid runs (another user's too)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -32,7 +32,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from accelopt.tools import settings
@@ -281,24 +281,34 @@ _pools: dict[str, WorkerPool] = {}
 _pools_lock = threading.Lock()
 
 
+HOME_OWNER = re.compile(rf"{HOME_PREFIX}[a-z]+\d+-p(\d+)-")
+
+
+def home_owner(text: str) -> int | None:
+    """The pid of the process that owns the judge home `text` names (a folder name, a path or a
+    command line), or None where it names none."""
+    found = HOME_OWNER.search(text)
+    return int(found.group(1)) if found else None
+
+
+def remove_orphaned(where: Path, prefix: str, owner: Callable[[str], int | None]) -> list[Path]:
+    """Remove the folders under `where` named `prefix`... whose owning process (`owner` of the
+    name) is gone: a process killed with SIGKILL never cleans up. A folder whose owner is alive
+    (another user's too), or that names none, stays. Returns what went."""
+    removed = []
+    for folder in where.glob(f"{prefix}*"):
+        pid = owner(folder.name)
+        if pid is None or not folder.is_dir() or device_lease.pid_alive(pid):
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
+
+
 def sweep_stale_homes(tmp: str | None = None) -> list[Path]:
     """Remove the judge homes of pools whose process is gone: a driver killed with SIGKILL never
-    runs `close`. A home whose owner is alive (or is another user's) stays. Returns what went."""
-    removed = []
-    for home in Path(tmp or tempfile.gettempdir()).glob(f"{HOME_PREFIX}*"):
-        owner = re.fullmatch(rf"{HOME_PREFIX}[a-z]+\d+-p(\d+)-.+", home.name)
-        if not owner or not home.is_dir():
-            continue
-        try:
-            os.kill(int(owner.group(1)), 0)
-            continue  # alive
-        except ProcessLookupError:
-            pass
-        except PermissionError:  # alive, another user's
-            continue
-        shutil.rmtree(home, ignore_errors=True)
-        removed.append(home)
-    return removed
+    runs `close`. Returns what went."""
+    return remove_orphaned(Path(tmp or tempfile.gettempdir()), HOME_PREFIX, home_owner)
 
 
 def make_pool(device: str, gpu_count: int, fresh_process: bool = False, gpus: list[str] | None = None) -> WorkerPool:

@@ -47,7 +47,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from accelopt.tools import settings
-from accelopt.tools.harness.pool import JUDGE_MARGIN_S, WorkerPool
+from accelopt.tools.harness.pool import JUDGE_MARGIN_S, WorkerPool, remove_orphaned
 from accelopt.tools.harness.result import EvalResult
 from accelopt.tools.task import Task, load_task
 
@@ -377,21 +377,13 @@ CLOSE_WAIT_S = 5.0  # a closing pool's wait for its actors to close themselves b
 
 def sweep_task_dirs(where: Path) -> list[Path]:
     """Remove the task folders of actors that are gone: an actor killed (a lost node, `ray.kill`,
-    the cluster stopped) never runs `close`. A folder names its actor's pid; one whose process
-    still runs, or that another user made, stays. Returns what was removed."""
-    removed = []
-    for folder in where.glob(f"{TASK_DIR_PREFIX}*"):
-        pid = folder.name[len(TASK_DIR_PREFIX):].split("-", 1)[0]
-        if not pid.isdigit() or not folder.is_dir() or folder.stat().st_uid != os.getuid():
-            continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            shutil.rmtree(folder, ignore_errors=True)
-            removed.append(folder)
-        except PermissionError:  # a process of another user's has that pid now: alive
-            pass
-    return removed
+    the cluster stopped) never runs `close`. A folder names its actor's pid. Returns what went."""
+    return remove_orphaned(where, TASK_DIR_PREFIX, _task_dir_owner)
+
+
+def _task_dir_owner(name: str) -> int | None:
+    pid = name[len(TASK_DIR_PREFIX):].split("-", 1)[0]
+    return int(pid) if pid.isdigit() else None
 
 
 def _gpu_name(gpu: str) -> str:
