@@ -50,28 +50,45 @@ def test_idle_judges_are_killed_and_their_homes_removed_and_the_next_lease_start
 
 def test_no_release_under_a_lease_whatever_the_threads(sleeper):
     """Leases from several threads, a judge started in each where there is none, the limit far
-    below the gaps between them: a leased judge is always running and its home there."""
+    below the gaps between them: a leased judge is always running and its home there. Between
+    rounds every thread stands outside its lease until the pool has let go, so each round's first
+    leases race the restart (whether a release falls between two racing leases is the scheduler's
+    call; these rounds make sure one does)."""
     pool = WorkerPool("cpu", 3, idle_s=0.01)
     wrong: list[str] = []
+    rounds = 3
+
+    def let_go() -> bool:
+        return pool.judge_pids() == [] and not any(w.home.exists() for w in pool.workers)
+
+    def released() -> None:  # the barrier's action: one thread runs it, and none holds a lease
+        if not _until(let_go, 5.0):
+            wrong.append("judges kept with every lease ended")
+
+    between_rounds = threading.Barrier(4, action=released)
 
     def evaluations() -> None:
-        for _ in range(15):
-            with pool.lease() as worker:
-                if worker.proc is None:
-                    worker._start()
-                time.sleep(0.01)
-                if worker.proc is None or worker.proc.poll() is not None or not worker.home.is_dir():
-                    wrong.append(f"judge {worker.slot} released under its lease")
-            time.sleep(0.02)
+        for _ in range(rounds):
+            between_rounds.wait()
+            for _ in range(5):
+                with pool.lease() as worker:
+                    if worker.proc is None:
+                        worker._start()
+                    time.sleep(0.01)
+                    if worker.proc is None or worker.proc.poll() is not None or not worker.home.is_dir():
+                        wrong.append(f"judge {worker.slot} released under its lease")
+                time.sleep(0.02)
 
     threads = [threading.Thread(target=evaluations) for _ in range(4)]
     try:
+        with pool.lease() as worker:  # a judge to release before the first round
+            worker._start()
         for t in threads:
             t.start()
         for t in threads:
             t.join()
         assert not wrong, wrong
-        assert pool.releases >= 1  # it did let go between leases
+        assert pool.releases >= rounds  # it let go before each round, with judges started in each
         assert _until(lambda: pool.judge_pids() == [], 5.0)
     finally:
         pool.close()
