@@ -106,6 +106,7 @@ def optimize(
     compile_mode: o.CompileMode = None,
     seed_capture: o.SeedCapture = None,
     schedule: o.Schedule = None,
+    quorum: o.Quorum = None,
     review_plans: Opt[bool, typer.Option("--review-plans", help="Pause after each iteration's planners and "
                                                                "choose which plans run")] = False,
 ) -> None:
@@ -120,7 +121,7 @@ def optimize(
         task = load_task(task_dir)
         ctx, configured = load_context(config, **o.context_flags(
             beams=beams, plans=plans, samples=samples, fixes=fixes, iterations=iterations, autotune=autotune,
-            schedule=schedule,
+            schedule=schedule, quorum=quorum,
             model=model, base_url=base_url, planner_model=planner_model, executor_model=executor_model,
             fixer_model=fixer_model, summarizer_model=summarizer_model, planner_base_url=planner_base_url,
             executor_base_url=executor_base_url, fixer_base_url=fixer_base_url,

@@ -60,6 +60,7 @@ def eval_suite(
     seed_mode: o.SeedMode = None,
     compile_mode: o.CompileMode = None,
     schedule: o.Schedule = None,
+    quorum: o.Quorum = None,
     torch_compile: Opt[bool, typer.Option(help="On a GPU, time the best kernels against torch.compile")] = True,
 ) -> None:
     """Optimize every task of SUITE, each in its own run directory, then write the report.
@@ -78,7 +79,7 @@ def eval_suite(
         chosen = suite_tasks(suite_dir, [t.strip() for t in tasks.split(",") if t.strip()] if tasks else None)
         ctx, configured = load_context(config, **o.context_flags(
             beams=beams, plans=plans, samples=samples, fixes=fixes, iterations=iterations, autotune=autotune,
-            schedule=schedule,
+            schedule=schedule, quorum=quorum,
             model=model, base_url=base_url, planner_model=planner_model, executor_model=executor_model,
             fixer_model=fixer_model, summarizer_model=summarizer_model, planner_base_url=planner_base_url,
             executor_base_url=executor_base_url, fixer_base_url=fixer_base_url,

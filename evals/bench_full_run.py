@@ -202,7 +202,7 @@ def bench_task(task: str, args: argparse.Namespace, out: Path) -> dict[str, Any]
         log.write_text("")
     row: dict[str, Any] = {"task": name, "baseline": BASELINES.get(task, f"{task}/baseline.py"), "shape": {
         "B": args.beams, "N": args.plans, "K": args.samples, "F": args.fixes, "T": args.iterations,
-        "schedule": args.schedule}}
+        "schedule": args.schedule, "quorum": args.quorum}}
     env: dict[str, str] | None = None  # the run inherits this environment, plus LangSmith's below
     sink = None
     if args.langsmith:
@@ -217,6 +217,7 @@ def bench_task(task: str, args: argparse.Namespace, out: Path) -> dict[str, Any]
         cmd = accelopt("optimize", str(folder), "--model", f"vllm:{MODEL_ID}", "--base-url", server.url,
                        "-B", str(args.beams), "-N", str(args.plans), "-K", str(args.samples), "-F", str(args.fixes),
                        "-T", str(args.iterations), "--schedule", args.schedule, "--device", args.device,
+                       *(["--quorum", str(args.quorum)] if args.quorum else []),
                        "--run-dir", str(run_dir), *memory,
                        *(["--embedder", args.embedder] if args.embedder else []))
         kill_when = (lambda: recorded(run_dir, args.kill_at)) if args.kill_at else None
@@ -270,6 +271,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("-F", "--fixes", type=int, default=2)
     parser.add_argument("-T", "--iterations", type=int, default=16)
     parser.add_argument("--schedule", default="beam", choices=["beam", "overlap", "pipeline"], help="the search's (--schedule)")
+    parser.add_argument("--quorum", type=float, default=None,
+                        help="the search's (--quorum): an iteration moves on at this share of its replies")
     parser.add_argument("--profile", default="gpt-oss-120b", help="the replay server's latency model")
     parser.add_argument("--time-scale", type=float, default=1.0, help="the replay server's: 1 real time")
     parser.add_argument("--seed", type=int, default=0)

@@ -72,10 +72,12 @@ def _latency_us(cand: dict) -> float | None:
 def candidate_line(cand: dict) -> Text:
     """One candidate's result: id, status, speedup and its timer when verified, else the reason."""
     ok = cand.get("status") == "verified"
+    waiting = cand.get("status") == "in_flight"  # --quorum: not failed, collected by the next iteration
+    style = "green" if ok else "yellow" if waiting else "red"
     line = Text("  ")
-    line.append("✓ " if ok else "✗ ", style="green" if ok else "red")
+    line.append("✓ " if ok else "… " if waiting else "✗ ", style=style)
     line.append(f"{cand['id']:<16} ", style="bold")
-    line.append(f"{cand.get('status') or 'unknown':<14}", style="green" if ok else "red")
+    line.append(f"{cand.get('status') or 'unknown':<14}", style=style)
     label = timer_label(cand.get("timer"))
     if ok and cand["id"] == "baseline":
         us = _latency_us(cand)

@@ -17,7 +17,11 @@ last iteration's ran: the next iteration's planners are Sent beside this one's k
 (`to_work`), from the beam as it stood when this iteration began, so a model call to plan is off
 the path; a kernel found in iteration i >= 2 is a parent from iteration i + 2 on. The second
 iteration is planned after the first's selection, as under overlap: planned beside the first, it
-would start from the baseline alone and write a B-th of the kernels."""
+would start from the baseline alone and write a B-th of the kernels. With --quorum (overlap and
+pipeline), an iteration's kernel branches stop waiting on their model once that share of their
+replies has landed: the selector hands the attempts still in flight on (`pending_writes`), and
+`to_work` sends each into the next iteration's candidate subgraph at the executor, which collects
+the same call (tools/inflight.py)."""
 
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ from accelopt.nodes.context import RunContext
 from accelopt.nodes.measurements import measured_kernels
 from accelopt.nodes.records import LessonsDue, fixable, iteration_of, plans_after, plans_of
 from accelopt.nodes.state import CandidateState, RunState, compact
+from accelopt.tools import inflight
 from accelopt.tools.budget import Limits, affordable, ledger
 from accelopt.tools.llm_spec import totals
 
@@ -50,8 +55,8 @@ def to_planners(state: RunState, runtime: Runtime[RunContext]) -> Route:
     if state["iteration"] == 1:
         for warning in budget_warnings(ctx):
             log.warning(warning)
-    ledger(state.get("run_dir")).sync(state.get("usage") or [], Limits(ctx.max_tokens, ctx.max_cost_usd),
-                                      fresh=state["iteration"] == 1)
+    ledger(state.get("run_dir")).sync([*(state.get("usage") or []), *inflight.landed_usage(state.get("run_dir"))],
+                                      Limits(ctx.max_tokens, ctx.max_cost_usd), fresh=state["iteration"] == 1)
     if ctx.schedule == "pipeline" and planned_ahead(state):
         return to_work(state, ctx)
     sends = planner_sends(state, state["iteration"])
@@ -128,14 +133,23 @@ def to_work(state: RunState, ctx: RunContext) -> Route:
     common = {"task_dir": state["task_dir"], "run_dir": state.get("run_dir"), "iteration": state["iteration"],
               "baseline": baseline, "defer_fixes": defer}
     pending = (state.get("pending_fixes") or []) if ctx.schedule != "beam" else []
+    waiting = (state.get("pending_writes") or []) if ctx.schedule != "beam" else []
+    # --quorum: once this share of the iteration's replies landed, a call still in flight is no longer
+    # waited on (its attempt joins the next iteration); never in the last iteration, which collects all
+    quorum = inflight.needed(ctx.quorum, len(pairs) + len(waiting)) if ctx.quorum and defer else None
+    common["quorum"] = quorum
     fixes = [Send("candidate", {**common, "plan": p["plan"], "sample": 0, "current": p["failed"],
                                 "fixes": p["failed"].get("fix_attempt") or 0,
                                 "parent": compact(state["candidates"][p["plan"]["parent_id"]])})
              for p in pending[:affordable(spent, limits, "fixer", len(pending))]]
+    # collected beside the iteration's own first attempts; their calls were admitted when sent
+    collected = [Send("candidate", {**common, "plan": w["plan"], "sample": 0, "current": w["attempt"],
+                                    "parent": compact(state["candidates"][w["plan"]["parent_id"]])})
+                 for w in waiting]
     sends = [Send("candidate", {**common, "plan": plans[j], "sample": k,
                                 "parent": compact(state["candidates"][plans[j]["parent_id"]])})
              for j, k in pairs]
-    work = fixes + sends
+    work = fixes + collected + sends
     if ctx.schedule != "pipeline":
         return work or "selector"  # every planner failed, or the budget is spent: nothing to evaluate
     due = state.get("lessons_due")
@@ -151,9 +165,11 @@ def to_work(state: RunState, ctx: RunContext) -> Route:
 
 
 def entry(state: CandidateState) -> str:
-    """Into a kernel branch: the executor writes a plan's kernel; a pending fix (overlap schedule)
+    """Into a kernel branch: the executor writes a plan's kernel, or collects one whose reply an
+    earlier iteration stopped waiting for (in_flight, --quorum); a pending fix (overlap schedule)
     enters at the fixer with its failed attempt."""
-    return "fixer" if state.get("current") else "executor"
+    current = state.get("current")
+    return "fixer" if current and current.get("status") != "in_flight" else "executor"
 
 
 def after_profiler(state: CandidateState, runtime: Runtime[RunContext]) -> str:

@@ -8,8 +8,8 @@ The checks a run's settings get before any work, in one place for every entry po
 model settings, `--device cuda` where no GPU is visible), `setting_refusal` (one value, as a CLI
 option is parsed) and `unknown_keys_refusal` (a context key RunContext has no field for). Each
 answers one line or None; the refusal is raised as tools/settings.ConfigError. A field's minimum is
-its metadata's `ge`/`gt` (pydantic reads them: the JSON schema's `minimum`/`exclusiveMinimum`,
-Studio's form). Messages name a setting as its caller did: the CLI by its option (`--beams -1`,
+its metadata's `ge`/`gt`, its maximum its `le` (pydantic reads them: the JSON schema's `minimum`/
+`exclusiveMinimum`/`maximum`, Studio's form). Messages name a setting as its caller did: the CLI by its option (`--beams -1`,
 cli/options.py), every other door by its context key (`beams -1`: graph.invoke, langgraph dev,
 MCP's settings, accelopt.toml).
 """
@@ -50,6 +50,11 @@ class RunContext:
                        "first attempts (the last iteration fixes in place); pipeline: overlap, and from the "
                        "second iteration on the next iteration's planners run beside this one's kernels, from "
                        "the beam this iteration began with (no plan review)"})
+    quorum: float | None = field(default=None, metadata={
+        "description": "overlap and pipeline: an iteration moves on once this share of its first attempts' replies "
+                       "(and of those it collects) have landed; a reply still in flight then joins the next "
+                       "iteration's selection when it lands (the last iteration waits for all). None: wait for all",
+        "gt": 0, "le": 1})
     autotune: int = field(default=0, metadata={
         "description": "After a kernel verifies, search up to this many launch configurations of it (0: off)",
         "ge": 0})
@@ -218,6 +223,8 @@ def setting_refusal(name: str, value: Any, shown_as: str | None = None) -> str |
         if name in _BUDGETS:
             return f"{label}: a budget must be greater than {meta['gt']} (leave it out for no budget)"
         return f"{label}: must be greater than {meta['gt']}"
+    if meta.get("le") is not None and not value <= meta["le"]:
+        return f"{label}: must be at most {meta['le']}"
     return None
 
 
@@ -259,6 +266,9 @@ def settings_refusal(ctx: RunContext) -> str | None:
         refusal = _type_refusal(f.name, value) or setting_refusal(f.name, value)
         if refusal:
             return refusal
+    if ctx.quorum is not None and ctx.schedule == "beam":
+        return ("quorum: schedule 'beam' waits for every branch of an iteration, as AccelOpt publishes; an "
+                "iteration that moves on at a quorum of replies needs schedule 'overlap' or 'pipeline'")
     if ctx.schedule == "pipeline" and ctx.review_plans:
         return ("schedule 'pipeline' makes each iteration's plans while the last one's kernels run, so no pause "
                 "between plans and kernels is left to review them in: review plans under schedule 'beam' or "

@@ -1,6 +1,8 @@
 """executor: write one full kernel for a plan. A reply with no usable code is a failed
 candidate (status no_code, or truncated when the reply hit the token limit) that the fixer may
-repair, never a crash."""
+repair, never a crash. Under --quorum, a reply that has not landed when the iteration's quorum of
+replies has is no longer waited on: the attempt is in_flight, and the next iteration's branch for
+it (entered here with that attempt) asks the very same call and collects it (tools/inflight.py)."""
 
 from __future__ import annotations
 
@@ -8,20 +10,31 @@ from langgraph.runtime import Runtime
 
 from accelopt.nodes.common import task_of
 from accelopt.nodes.context import RunContext
-from accelopt.nodes.records import plan_draft
+from accelopt.nodes.records import iteration_of, plan_draft
 from accelopt.nodes.services import fill_attempt, new_attempt
 from accelopt.nodes.state import CandidateState
 from accelopt.policies.choice import policy_for
 from accelopt.policies.interface import WriteRequest
+from accelopt.tools import inflight
 from accelopt.tools.tracing import label_run
 
 
 def executor(state: CandidateState, runtime: Runtime[RunContext]) -> CandidateState:
     parent = state["parent"]
-    attempt = new_attempt(state, f"{state['plan']['id']}.k{state['sample']}", None, 0)
+    waiting = state.get("current")  # in_flight: sent by an earlier iteration, collected here
+    attempt = new_attempt(state, waiting["id"] if waiting else f"{state['plan']['id']}.k{state['sample']}", None, 0)
     label_run(attempt["id"])
-    request = WriteRequest(task=task_of(state["task_dir"]), iteration=state["iteration"], candidate_id=attempt["id"],
+    # asked as it was first asked, in the iteration its plan names (part of the call's key): a
+    # collected call is the same call, not another
+    asked_in = iteration_of(attempt["id"]) or (waiting or state)["iteration"]
+    request = WriteRequest(task=task_of(state["task_dir"]), iteration=asked_in, candidate_id=attempt["id"],
                            source=None if parent.get("kind") == "reference" else parent["source"],
                            plan=plan_draft(state["plan"]))
     policy = policy_for(runtime.context, "executor", state.get("run_dir"))
-    return {"fixes": 0, **fill_attempt(attempt, lambda: policy.write(request))}
+    needed = state.get("quorum")
+    at = inflight.quorum(state.get("run_dir"), state["iteration"], needed) if needed else None
+    with inflight.detach_at(at):
+        written = fill_attempt(attempt, lambda: policy.write(request))
+    if at is not None and written["current"]["status"] != "in_flight":
+        at.land()
+    return {"fixes": 0, **written}

@@ -80,6 +80,14 @@ class PendingFix(TypedDict):
     plan: Plan
 
 
+class PendingWrite(TypedDict):
+    """--quorum: a first attempt whose reply had not landed when its iteration moved on (status
+    in_flight), with its plan; a branch of the next iteration collects the same call."""
+
+    attempt: Candidate
+    plan: Plan
+
+
 class LessonsDue(TypedDict):
     """The overlap schedule: the iteration whose lessons the summarizer distills beside the next
     iteration's planners, as it stood at its end (recall resets the state's plans)."""

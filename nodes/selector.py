@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from langgraph.runtime import Runtime
 
 from accelopt.nodes.context import RunContext
-from accelopt.nodes.records import Candidate, IterationRecord, PendingFix, fixable, leads_parent
+from accelopt.nodes.records import Candidate, IterationRecord, PendingFix, PendingWrite, fixable, leads_parent
 from accelopt.nodes.state import RunState
 from accelopt.tools.budget import Spend, ledger, next_step
 from accelopt.tools.harness.result import NOT_EVALUATED
@@ -116,7 +116,8 @@ def selector(state: RunState, runtime: Runtime[RunContext]) -> RunState:
                              best_id=best["id"], best_speedup=best.get("speedup"), beam=beam,
                              tokens=spent["input_tokens"] + spent["output_tokens"], cost_usd=spent["cost_usd"])
     return {"beam": beam, "history": [record], "stop_reason": reason, "fatal": fatal,
-            "pending_fixes": pending_fixes(state, ctx, children) if reason is None else []}
+            "pending_fixes": pending_fixes(state, ctx, children) if reason is None else [],
+            "pending_writes": pending_writes(state, children) if reason is None else []}
 
 
 def pending_fixes(state: RunState, ctx: RunContext, children: list[str]) -> list[PendingFix]:
@@ -132,4 +133,16 @@ def pending_fixes(state: RunState, ctx: RunContext, children: list[str]) -> list
     return [PendingFix(failed=candidates[cid], plan=plans[candidates[cid]["plan_id"] or ""])
             for cid in sorted(children) if cid not in fixed
             and fixable(candidates[cid].get("status"), candidates[cid].get("fix_attempt") or 0, ctx)
+            and (candidates[cid].get("plan_id") or "") in plans]
+
+
+def pending_writes(state: RunState, children: list[str]) -> list[PendingWrite]:
+    """--quorum: this iteration's first attempts whose reply had not landed when it moved on
+    (in_flight), with their plans: the next iteration collects them and they compete in its selection.
+    A run that stops here leaves them in_flight, their calls uncollected."""
+    candidates = state["candidates"]
+    plans = {p["id"]: p for p in state.get("plans") or []}
+    plans.update({w["plan"]["id"]: w["plan"] for w in state.get("pending_writes") or []})  # collected before
+    return [PendingWrite(attempt=candidates[cid], plan=plans[candidates[cid].get("plan_id") or ""])
+            for cid in sorted(children) if candidates[cid].get("status") == "in_flight"
             and (candidates[cid].get("plan_id") or "") in plans]

@@ -22,6 +22,7 @@ from accelopt.tools import timeline
 from accelopt.tools.backends import RayTritonBackend, backend_for
 from accelopt.tools.harness.result import user_paths
 from accelopt.tools.harness.verdict import ranked
+from accelopt.tools.inflight import Detached
 from accelopt.tools.llm_spec import BudgetExceeded
 from accelopt.tools.pyparse import parse
 from accelopt.tools.runcache import RunCache, device_fingerprint, digest
@@ -38,10 +39,14 @@ def new_attempt(state: CandidateState, attempt_id: str, fix_of: str | None, fix_
 def fill_attempt(attempt: Candidate, ask: Callable[[], Kernel]) -> CandidateState:
     """Ask the policy for the attempt's kernel and fill it in: a kernel, or the policy's status for
     a reply without one (no_code, or truncated: cut off at the token limit, so that the fixer is
-    told to write less) with its reason, llm_error when the policy failed for good, or not_sent
-    when the run's budget could not pay for the call."""
+    told to write less) with its reason, llm_error when the policy failed for good, not_sent
+    when the run's budget could not pay for the call, or in_flight when the iteration's quorum
+    moved on before the reply landed (tools/inflight.py: the call goes on, collected later)."""
     try:
         kernel = ask()
+    except Detached as exc:
+        attempt.update({"status": "in_flight", "error": f"{exc}: a later iteration collects it"})
+        return {"current": attempt, "usage": []}
     except PolicyError as exc:  # not called for the budget is not a failed call
         attempt.update({"status": "not_sent" if isinstance(exc.__cause__, BudgetExceeded) else "llm_error",
                         "error": str(exc)})

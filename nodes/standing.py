@@ -17,11 +17,13 @@ from accelopt.nodes.context import RunContext
 from accelopt.nodes.records import Candidate, NotMeasured, TorchCompileStanding, source_of, summary_record
 from accelopt.nodes.services import measure_against_torch
 from accelopt.nodes.state import RunState
+from accelopt.tools import inflight
 from accelopt.tools.harness.result import short_reason
 from accelopt.tools.run_record import RunSummary, write_summary
 
 
 def standing(state: RunState, runtime: Runtime[RunContext]) -> RunState:
+    inflight.forget(state.get("run_dir"))  # the run ends: no later iteration collects a call in flight
     best = state["candidates"][state["beam"][0]]
     summary = RunSummary.model_validate(state["summary"]).with_standing(
         versus_torch_compile(state, best, runtime.context))

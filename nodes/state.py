@@ -21,6 +21,7 @@ from accelopt.nodes.records import (
     LearnedInsight,
     LessonsDue,
     PendingFix,
+    PendingWrite,
     Plan,
     Summary,
     Usage,
@@ -100,6 +101,7 @@ class RunState(TypedDict, total=False):
     # The overlap schedule (RunContext.schedule): failed attempts whose next fix runs in the next
     # iteration (the selector's), and the iteration whose lessons run beside the next planners (recall's)
     pending_fixes: list[PendingFix]
+    pending_writes: list[PendingWrite]  # --quorum: first attempts still in flight when the iteration moved on
     lessons_due: LessonsDue | None
     # Output (record, every iteration)
     best_id: str
@@ -129,9 +131,11 @@ class CandidateState(TypedDict, total=False):
     sample: int
     parent: CompactCandidate
     baseline: CompactCandidate
-    current: Candidate   # the attempt being evaluated or fixed (given: a pending fix, entered at the fixer)
+    current: Candidate   # the attempt being evaluated or fixed (given: a pending fix, entered at the fixer,
+                         # or a pending write, in_flight, entered at the executor)
     fixes: int
     defer_fixes: bool    # the overlap schedule: a failed attempt ends the branch, its fix runs next iteration
+    quorum: int | None   # --quorum: the iteration's replies after which a call still in flight stops being waited on
     candidates: Annotated[dict[str, Candidate], merge_dicts]
     usage: Annotated[list[Usage], operator.add]
 

@@ -5,8 +5,9 @@ cannot see each other's usage in it. So each run has a `RunLedger` in this proce
 its run directory: what was spent, what the calls in flight are expected to spend, the limits,
 and a fatal endpoint error that ends the run. `tools/llm.call_model` admits every model call
 against it (spend + reservations + this call's projection must fit the budget); the graph syncs
-it from the state at each iteration start, where no call is in flight and the state is exact
-(each call once: `once_each`, for a replayed reply whose record the state holds already).
+its spend from the state at each iteration start, where the state is exact (each call once:
+`once_each`, for a replayed reply whose record the state holds already); a call in flight there
+(one that outlived its iteration under --quorum) keeps its reservation until it settles.
 
 Projections come from the calls so far: the mean call of the same role (`Means`)."""
 
@@ -187,11 +188,13 @@ class RunLedger:
         self.input_ratio: dict[str, float] = {}
 
     def sync(self, usage: Sequence[Mapping[str, Any]], limits: Limits, fresh: bool = False) -> None:
-        """At an iteration boundary: the state's ledger is exact and nothing is in flight. A fatal
+        """At an iteration boundary: the state's ledger is exact (with, under --quorum, the calls that
+        landed after their branch stopped waiting: tools/inflight.landed_usage). The reservations
+        stay: a call still in flight (one that outlived its iteration) settles its own. A fatal
         error stays for the run's later iterations (one met after the selector stops the next);
         `fresh` (a run's first iteration) forgets one of an earlier run in this process."""
         with self._lock:
-            self.limits, self.spent, self.reserved, self.means = limits, Spend(), Spend(), Means()
+            self.limits, self.spent, self.means = limits, Spend(), Means()
             if fresh:
                 self.fatal, self.failing, self.input_ratio = None, {}, {}
             for record in once_each(usage):

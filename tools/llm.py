@@ -32,7 +32,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, message_chunk_to_message
 from langchain_core.messages.ai import UsageMetadata
 
-from accelopt.tools import timeline
+from accelopt.tools import inflight, timeline
 from accelopt.tools.budget import RunningCount, Spend, estimate_tokens, ledger
 from accelopt.tools.llm_spec import (  # noqa: F401 - re-exported: the light half of this module
     GIVEN,
@@ -297,12 +297,22 @@ def call_model(model: BaseChatModel, spec: ModelSpec, messages: list[BaseMessage
     unusable), a call of its own. Before a real call, the run's budget must hold its projected
     spend (else BudgetExceeded), and a fatal error earlier in the run fails it at once; under a
     budget the reply is read up to what the call reserved for it and no further (read_reply)."""
-    cache = RunCache(run_dir)
     asked: dict[str, Any] = {"model": spec.label(), "base_url": spec.base_url, "role": role, "candidate": candidate_id,
                              "iteration": iteration, "messages": [(m.type, str(m.content)) for m in messages]}
     if attempt > 1:  # the first attempt keeps the key it always had: older runs' caches replay
         asked["attempt"] = attempt
     key = digest(asked)
+    # under an iteration's quorum (tools/inflight.py) the call may outlive this branch, which then
+    # stops waiting (Detached); a later branch asking the same call collects it
+    return inflight.start(run_dir, key, lambda: _call_once(model, spec, messages, role, candidate_id, iteration,
+                                                           retry_wait_s, run_dir, key))
+
+
+def _call_once(model: BaseChatModel, spec: ModelSpec, messages: list[BaseMessage], role: str,
+               candidate_id: str | None, iteration: int | None, retry_wait_s: float, run_dir: str | None,
+               key: str) -> tuple[str, dict]:
+    """call_model's call of `key`: replayed from the run cache, else admitted, sent and cached."""
+    cache = RunCache(run_dir)
     replayed = cache.get("llm", key)
     if replayed is not None:
         return replayed["text"], replayed["usage"]

@@ -15,6 +15,7 @@ Status = Literal[
     "truncated",       # the model's reply was cut off at its token limit before the kernel was complete
     "llm_error",       # the model call failed after its retries
     "not_sent",        # the model call was not made: the run's budget could not pay for it
+    "in_flight",       # its reply had not landed when its iteration moved on (--quorum): a later one collects it
     "duplicate",       # the same program as a kernel already evaluated in this run: not evaluated again
     "compile_error",   # syntax error, missing @triton.jit / entry point, Triton compilation failure
     "runtime_error",   # raised while running
@@ -30,7 +31,7 @@ Status = Literal[
     "infra_error",     # the evaluation itself was lost (a Ray node or actor died twice under it): not the kernel's
 ]
 # Candidates that hold no evaluation of their own: not counted as evaluated anywhere.
-NOT_EVALUATED = {"not_sent", "duplicate"}
+NOT_EVALUATED = {"not_sent", "duplicate", "in_flight"}
 FIXABLE = {"no_code", "truncated", "compile_error", "runtime_error", "crashed", "timeout", "wrong_output", "nan",
            "shape_mismatch", "dtype_mismatch", "input_mutated", "cheat_suspected"}
 

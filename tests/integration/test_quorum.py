@@ -1,0 +1,73 @@
+"""--quorum: an iteration moves on once a share of its replies have landed; a reply still in flight
+is collected by the next iteration (the same call, sent once) and competes in its selection. The
+whole graph on the interpreter with scripted replies (canned texts, not model output)."""
+
+import threading
+
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+
+from accelopt.graph.builder import build_graph
+from accelopt.nodes.context import RunContext
+from accelopt.tools import timeline
+from tests.scripted import SLOW, ScriptedChatModel, fenced, reply_for
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_reply_in_flight_at_the_quorum_joins_the_next_iteration_and_is_sent_once(tmp_path, softmax_task):
+    second_planning = threading.Event()  # iteration 2's planner was asked: iteration 1 has moved on
+    slow_calls: list[int] = []
+
+    def script(messages):
+        system, prompt = str(messages[0].content), str(messages[-1].content)
+        if "accelopt planner" in system:
+            planned.append(1)
+            if len(planned) == 2:
+                second_planning.set()
+        if "accelopt executor" in system and "redundant programs" in prompt.split("## Plan", 1)[1]:
+            slow_calls.append(len(planned))
+            if len(slow_calls) == 1:  # iteration 1's: lands only once iteration 2 is being planned
+                assert second_planning.wait(20), "iteration 1 waited for its slowest reply"
+                return fenced(SLOW.replace("(n_rows, 16)", "(n_rows, 4)"))  # not iteration 2's program
+        return reply_for(messages)
+
+    planned: list[int] = []
+    ctx = RunContext(beams=1, plans=4, samples=1, fixes=0, iterations=2, device="cpu", use_memory=False,
+                     schedule="overlap", quorum=0.75, learn_from_interpreter=True, model="openai:scripted",
+                     chat_models={"default": ScriptedChatModel(script=script)})
+    run_dir = tmp_path / "run"
+    out = build_graph().compile(checkpointer=InMemorySaver()).invoke(
+        {"task_dir": str(softmax_task), "run_dir": str(run_dir)}, {"configurable": {"thread_id": "q"}}, context=ctx)
+
+    late = out["candidates"]["i1.m0.p3.k0"]  # the redundant-programs kernel, written in iteration 1
+    assert late["status"] == "verified" and late["iteration"] == 2  # joined iteration 2's population
+    assert slow_calls == [1, 2]  # iteration 1's call once (collected, not sent again), and iteration 2's own
+    assert [u["candidate_id"] for u in out["usage"] if u["role"] == "executor"].count("i1.m0.p3.k0") == 1  # counted once
+    assert not [c for c in out["candidates"].values() if c["status"] == "in_flight"]  # the last iteration collects
+    first = out["history"][0]
+    assert first["iteration"] == 1 and first["evaluated"] == 3  # moved on without it (3 of 4 replies: 0.75)
+    assert {cid: c["iteration"] for cid, c in out["candidates"].items() if cid.startswith("i1.")} == {
+        "i1.m0.p0.k0": 1, "i1.m0.p1.k0": 1, "i1.m0.p2.k0": 1, "i1.m0.p3.k0": 2}
+    spans = timeline.read(run_dir)
+    selected1 = next(s for s in spans if s["kind"] == "node" and s["node"] == "selector" and s["iteration"] == 1)
+    (call,) = [s for s in spans if s["kind"] == "llm" and s["role"] == "executor" and s["candidate"] == "i1.m0.p3.k0"]
+    assert selected1["end"] < call["end"]  # iteration 1 was selected before its reply landed
+    (evaluated,) = [s for s in spans if s["kind"] == "eval" and s["candidate"] == "i1.m0.p3.k0"]
+    assert evaluated["start"] > call["end"]
+
+
+def test_quorum_needs_a_schedule_that_overlaps():
+    from accelopt.nodes.context import settings_refusal
+
+    assert "schedule 'beam'" in settings_refusal(RunContext(schedule="beam", quorum=0.5))
+    assert "at most 1" in settings_refusal(RunContext(schedule="overlap", quorum=1.5))
+    assert settings_refusal(RunContext(schedule="pipeline", quorum=0.75)) is None
+
+
+def test_an_attempt_in_flight_is_shown_waiting_not_failed():
+    from accelopt.graph.progress import candidate_line
+
+    line = candidate_line({"id": "i1.m0.p3.k0", "status": "in_flight",
+                           "error": "the iteration met its quorum before this reply landed: a later iteration collects it"})
+    assert line.plain.startswith("  … i1.m0.p3.k0") and "✗" not in line.plain

@@ -1,0 +1,141 @@
+"""Model calls that outlive the branch that sent them: an iteration that does not wait for its slowest reply.
+
+Under `--quorum Q` (the overlapping schedules), an iteration's kernel branches share a `Quorum`:
+once Q of its replies have landed, a branch still waiting on its model stops waiting (`Detached`)
+and its attempt joins a later iteration (the selector's `pending_writes`). The call itself goes on
+in its own thread: `tools/llm.call_model` runs it through `start`, and the later iteration's branch,
+asking the very same call again, finds it here by its key (or, once landed, in the run cache) and
+waits for it. No call is sent twice in one process; a call in flight when the process dies is sent
+again by the resumed run, as any call in flight at a kill is.
+
+The run's budget ledger (tools/budget.py) keeps an in-flight call's reservation across the
+iteration boundary, and `landed_usage` gives it what landed and was not yet collected.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future
+from typing import Any
+
+
+class Detached(Exception):
+    """The iteration moved on before this call's reply landed: the call goes on, collected later."""
+
+
+class Quorum:
+    """One iteration's kernel branches: how many replies must land before the rest stop waiting."""
+
+    def __init__(self, needed: int):
+        self.needed = needed
+        self.landed = 0
+        self._changed = threading.Condition()
+
+    def land(self) -> None:
+        with self._changed:
+            self.landed += 1
+            self._changed.notify_all()
+
+    def met(self) -> bool:
+        return self.landed >= self.needed
+
+    def wait(self, call: Future) -> bool:
+        """Until the call is done (True) or the quorum is met without it (False)."""
+        call.add_done_callback(lambda _: self._notify())
+        with self._changed:
+            self._changed.wait_for(lambda: call.done() or self.met())
+        return call.done()
+
+    def _notify(self) -> None:
+        with self._changed:
+            self._changed.notify_all()
+
+
+def needed(share: float, replies: int) -> int:
+    """The replies of `replies` an iteration waits for under --quorum `share` (at least one)."""
+    return max(1, math.ceil(share * replies - 1e-9))
+
+
+_quorums: dict[tuple[str | None, int], Quorum] = {}
+_calls: dict[tuple[str | None, str], Future] = {}
+_lock = threading.Lock()
+_detach_at: contextvars.ContextVar[Quorum | None] = contextvars.ContextVar("accelopt_detach_at", default=None)
+
+
+def quorum(run_dir: str | None, iteration: int, replies: int) -> Quorum:
+    """The iteration's quorum in this process, of `replies` (made by its first branch: the same in all)."""
+    with _lock:
+        return _quorums.setdefault((run_dir, iteration), Quorum(replies))
+
+
+@contextlib.contextmanager
+def detach_at(at: Quorum | None) -> Iterator[None]:
+    """Model calls made inside the block stop waiting once `at` is met (None: they wait for their reply)."""
+    token = _detach_at.set(at)
+    try:
+        yield
+    finally:
+        _detach_at.reset(token)
+
+
+def start(run_dir: str | None, key: str, call: Callable[[], Any]) -> Any:
+    """`call()`'s result. Inside `detach_at(quorum)`, the call runs in a thread of its own (in this
+    context: its trace and timeline stay the branch's), and a call of the same key already in flight
+    is waited on instead of sent again; Detached when the quorum is met first. Outside, it runs here."""
+    at = _detach_at.get()
+    with _lock:
+        running = _calls.get((run_dir, key))
+    if at is None and running is None:
+        return call()
+    if running is None:
+        running = Future()
+        with _lock:
+            _calls[(run_dir, key)] = running
+        context = contextvars.copy_context()
+        threading.Thread(target=context.run, args=(_settle, running, call), daemon=True,
+                         name=f"accelopt-call-{key[:8]}").start()
+    if at is not None and not at.wait(running):
+        raise Detached("the iteration met its quorum before this reply landed")
+    with _lock:
+        _calls.pop((run_dir, key), None)  # collected: its usage is the collecting branch's to record
+    return running.result()  # (outside a quorum: waits for it, whatever it ends with)
+
+
+def _settle(running: Future, call: Callable[[], Any]) -> None:
+    try:
+        running.set_result(call())
+    except BaseException as exc:  # noqa: BLE001 - handed to whoever collects the call
+        running.set_exception(exc)
+
+
+def landed_usage(run_dir: str | None) -> list[Mapping[str, Any]]:
+    """The usage records of this run's calls that landed after their branch stopped waiting and
+    that no branch has collected yet: spent, though not yet in the state's ledger."""
+    with _lock:
+        done = [f for (rd, _), f in _calls.items() if rd == run_dir and f.done() and f.exception() is None]
+    return [usage for f in done for usage in [_usage_of(f.result())] if usage is not None]
+
+
+def _usage_of(result: Any) -> Mapping[str, Any] | None:
+    if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], Mapping):
+        return result[1]
+    return None
+
+
+def in_flight(run_dir: str | None) -> int:
+    """This run's calls that no branch waits on now and that have not landed."""
+    with _lock:
+        return sum(1 for (rd, _), f in _calls.items() if rd == run_dir and not f.done())
+
+
+def forget(run_dir: str | None) -> None:
+    """A run ended: its quorums and uncollected calls are dropped (a call still in flight ends on its own)."""
+    with _lock:
+        for iteration in [k for k in _quorums if k[0] == run_dir]:
+            del _quorums[iteration]
+        for call in [k for k in _calls if k[0] == run_dir]:
+            del _calls[call]
