@@ -8,7 +8,9 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections import Counter
 from contextlib import closing
 from pathlib import Path
 
@@ -166,3 +168,57 @@ def test_an_overlapping_run_killed_while_a_deferred_fix_runs_resumes_without_rep
     # the fixes of iteration 1's failures ran in iteration 2, and none was left unrun
     assert cands["i1.m0.p1.k0.f1"]["iteration"] == cands["i1.m0.p2.k0.f1"]["iteration"] == 2
     assert not state.get("pending_fixes")
+
+
+def test_a_run_killed_with_a_reply_in_flight_past_its_quorum_sends_only_that_call_again(tmp_path):
+    """--quorum: iteration 1 moves on without its slowest reply; kill -9 while iteration 2 runs and
+    that call is still in flight, then `accelopt resume`: nothing evaluated is lost or evaluated
+    again, the call in flight at the kill is the only one sent twice, and it joins iteration 2."""
+    from langchain_core.messages import BaseMessage
+
+    from tests.conftest import TASKS
+    from tests.openai_server import ScriptedOpenAIServer
+    from tests.scripted import PLANS, SLOW, fenced, reply_for
+
+    killed = threading.Event()
+
+    def reply(messages: list[BaseMessage]) -> str:
+        system, prompt = str(messages[0].content), str(messages[-1].content)
+        if "accelopt planner" in system and "(iteration 2)" in prompt:  # iteration 2's prompts differ from 1's
+            return PLANS.replace(".\n", " (second pass).\n")
+        if "accelopt executor" in system and "Launch 16 programs" in prompt and "second pass" not in prompt:
+            if not killed.is_set():  # iteration 1's slowest reply: still being written at the kill
+                killed.wait(120)
+            return fenced(SLOW.replace("(n_rows, 16)", "(n_rows, 4)"))
+        return reply_for(messages)
+
+    run_dir = tmp_path / "run"
+    with ScriptedOpenAIServer(reply, models=["coder"]) as server:
+        config = tmp_path / "accelopt.toml"
+        config.write_text(f'[run]\nllm_retry_wait_s = 0.01\n[models.default]\nmodel = "vllm:coder"\n'
+                          f'base_url = "{server.url}"\n')
+        command = [sys.executable, "-m", "accelopt", "optimize", str(TASKS / "softmax"), "-B", "1", "-N", "4", "-K",
+                   "1", "-F", "0", "-T", "2", "--schedule", "overlap", "--quorum", "0.75", "--device", "cpu",
+                   "--no-memory", "--run-dir", str(run_dir), "--config", str(config)]
+        proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                start_new_session=True)
+        deadline = time.time() + 300
+        # iteration 2's own kernels all judged: what is left is the call iteration 1 moved on without
+        while len(list((run_dir / "candidates").glob("i2.*/result.json"))) < 4:
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+            assert time.time() < deadline, "iteration 2 never judged its kernels"
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        killed.set()
+        before = evaluated(run_dir)
+        assert before.pop("i1.m0.p3.k0")["status"] == "in_flight"  # in flight at the kill, never evaluated
+        subprocess.run([sys.executable, "-m", "accelopt", "resume", str(run_dir)], cwd=ROOT, check=True,
+                       capture_output=True, timeout=600)
+    state = resumed_losing_nothing(run_dir, before, 2)
+    late = state["candidates"]["i1.m0.p3.k0"]
+    assert late["status"] == "verified" and late["iteration"] == 2
+    asked = Counter(json.dumps(r["body"]["messages"]) for r in server.requests if r["path"] == "/v1/chat/completions")
+    again = [m for m, n in asked.items() if n > 1]
+    assert len(again) == 1 and "Launch 16 programs per row that all write the row: a regression the summarizer must " \
+        "record.\\n" in again[0] and asked[again[0]] == 2  # that call, once more
