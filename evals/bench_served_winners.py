@@ -54,7 +54,7 @@ def run_row(task: str, out: Path, args: argparse.Namespace, best_text: str) -> d
     cmd = [sys.executable, str(HERE / "bench_full_run.py"), "--out", str(out), "--tasks", task,
            "-B", str(args.beams), "-N", str(args.plans), "-K", str(args.samples), "-F", str(args.fixes),
            "-T", str(args.iterations), "--schedule", args.schedule, "--time-scale", str(args.time_scale),
-           "--seed", str(args.seed),
+           "--seed", str(args.seed), *(["--quorum", str(args.quorum)] if args.quorum else []),
            "--no-memory", "--timeout", str(args.timeout)]
     done = subprocess.run(cmd, capture_output=True, text=True)
     run_dir = out / "runs" / task
@@ -97,6 +97,7 @@ def main() -> None:
     parser.add_argument("-F", "--fixes", type=int, default=1)
     parser.add_argument("-T", "--iterations", type=int, default=2)
     parser.add_argument("--schedule", default="beam", choices=["beam", "overlap", "pipeline"], help="the search's (--schedule)")
+    parser.add_argument("--quorum", type=float, default=None, help="the search's (--quorum)")
     parser.add_argument("--time-scale", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=900.0)
