@@ -107,7 +107,7 @@ Schedule = Opt[ScheduleName | None, typer.Option(
                               "one's kernels run (from the beam this one began with; not with --review-plans)")]
 Quorum = Opt[float | None, typer.Option(callback=checked, show_default="off: wait for every reply", help=(
     "overlap and pipeline: an iteration moves on once this share (0 to 1) of its kernel replies has landed; a "
-    "reply still in flight joins the next iteration's selection when it lands (the last iteration waits for all)"))]
+    "kernel or fix still in flight joins the next iteration's selection when it lands (the last iteration waits for all)"))]
 
 # Seeds: candidates made without a model (nodes/seeding.py).
 SeedName = Literal["auto", "none", "inductor"]

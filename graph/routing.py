@@ -18,10 +18,10 @@ last iteration's ran: the next iteration's planners are Sent beside this one's k
 the path; a kernel found in iteration i >= 2 is a parent from iteration i + 2 on. The second
 iteration is planned after the first's selection, as under overlap: planned beside the first, it
 would start from the baseline alone and write a B-th of the kernels. With --quorum (overlap and
-pipeline), an iteration's kernel branches stop waiting on their model once that share of their
+pipeline), an iteration's branches stop waiting on their model once that share of its kernel
 replies has landed: the selector hands the attempts still in flight on (`pending_writes`), and
-`to_work` sends each into the next iteration's candidate subgraph at the executor, which collects
-the same call (tools/inflight.py)."""
+`to_work` sends each into the next iteration's candidate subgraph, a kernel at the executor, a fix
+at the fixer, which collects the same call (tools/inflight.py)."""
 
 from __future__ import annotations
 
@@ -134,17 +134,20 @@ def to_work(state: RunState, ctx: RunContext) -> Route:
               "baseline": baseline, "defer_fixes": defer}
     pending = (state.get("pending_fixes") or []) if ctx.schedule != "beam" else []
     waiting = (state.get("pending_writes") or []) if ctx.schedule != "beam" else []
-    # --quorum: once this share of the iteration's replies landed, a call still in flight is no longer
-    # waited on (its attempt joins the next iteration); never in the last iteration, which collects all
-    quorum = inflight.needed(ctx.quorum, len(pairs) + len(waiting)) if ctx.quorum and defer else None
-    common["quorum"] = quorum
+    # --quorum: once this share of the iteration's kernel replies landed, a call still in flight is no
+    # longer waited on (its attempt joins the next iteration); never in the last iteration, which collects all
+    kernels = len(pairs) + sum(1 for w in waiting if not w.get("failed"))
+    common["quorum"] = inflight.needed(ctx.quorum, kernels) if ctx.quorum and defer else None
     fixes = [Send("candidate", {**common, "plan": p["plan"], "sample": 0, "current": p["failed"],
                                 "fixes": p["failed"].get("fix_attempt") or 0,
                                 "parent": compact(state["candidates"][p["plan"]["parent_id"]])})
              for p in pending[:affordable(spent, limits, "fixer", len(pending))]]
-    # collected beside the iteration's own first attempts; their calls were admitted when sent
-    collected = [Send("candidate", {**common, "plan": w["plan"], "sample": 0, "current": w["attempt"],
-                                    "parent": compact(state["candidates"][w["plan"]["parent_id"]])})
+    # collected beside the iteration's own first attempts, asked as they were first asked (their calls
+    # were admitted then): a kernel at the executor, a fix at the fixer, with the attempt it repairs
+    collected = [Send("candidate", {**common, "plan": w["plan"], "sample": 0, "asked_in": w["attempt"]["asked_in"],
+                                    "parent": compact(state["candidates"][w["plan"]["parent_id"]]),
+                                    **({"current": w["failed"], "fixes": w["attempt"]["fix_attempt"] - 1}
+                                       if w.get("failed") else {"current": w["attempt"]})})
                  for w in waiting]
     sends = [Send("candidate", {**common, "plan": plans[j], "sample": k,
                                 "parent": compact(state["candidates"][plans[j]["parent_id"]])})

@@ -52,8 +52,8 @@ class RunContext:
                        "the beam this iteration began with (no plan review)"})
     quorum: float | None = field(default=None, metadata={
         "description": "overlap and pipeline: an iteration moves on once this share of its first attempts' replies "
-                       "(and of those it collects) have landed; a reply still in flight then joins the next "
-                       "iteration's selection when it lands (the last iteration waits for all). None: wait for all",
+                       "(and of those it collects) have landed; a reply still in flight (a kernel's or a fix's) then "
+                       "joins the next iteration's selection when it lands (the last iteration waits for all). None: wait for all",
         "gt": 0, "le": 1})
     autotune: int = field(default=0, metadata={
         "description": "After a kernel verifies, search up to this many launch configurations of it (0: off)",

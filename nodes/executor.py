@@ -10,31 +10,23 @@ from langgraph.runtime import Runtime
 
 from accelopt.nodes.common import task_of
 from accelopt.nodes.context import RunContext
-from accelopt.nodes.records import iteration_of, plan_draft
-from accelopt.nodes.services import fill_attempt, new_attempt
+from accelopt.nodes.records import plan_draft
+from accelopt.nodes.services import fill_within_quorum, new_attempt
 from accelopt.nodes.state import CandidateState
 from accelopt.policies.choice import policy_for
 from accelopt.policies.interface import WriteRequest
-from accelopt.tools import inflight
 from accelopt.tools.tracing import label_run
 
 
 def executor(state: CandidateState, runtime: Runtime[RunContext]) -> CandidateState:
     parent = state["parent"]
-    waiting = state.get("current")  # in_flight: sent by an earlier iteration, collected here
+    waiting = state.get("current")  # in_flight: asked by an earlier iteration, collected here
     attempt = new_attempt(state, waiting["id"] if waiting else f"{state['plan']['id']}.k{state['sample']}", None, 0)
     label_run(attempt["id"])
-    # asked as it was first asked, in the iteration its plan names (part of the call's key): a
-    # collected call is the same call, not another
-    asked_in = iteration_of(attempt["id"]) or (waiting or state)["iteration"]
+    # asked as it was first asked (the iteration is part of the call's key): the same call, not another
+    asked_in = state.get("asked_in") or state["iteration"]
     request = WriteRequest(task=task_of(state["task_dir"]), iteration=asked_in, candidate_id=attempt["id"],
                            source=None if parent.get("kind") == "reference" else parent["source"],
                            plan=plan_draft(state["plan"]))
     policy = policy_for(runtime.context, "executor", state.get("run_dir"))
-    needed = state.get("quorum")
-    at = inflight.quorum(state.get("run_dir"), state["iteration"], needed) if needed else None
-    with inflight.detach_at(at):
-        written = fill_attempt(attempt, lambda: policy.write(request))
-    if at is not None and written["current"]["status"] != "in_flight":
-        at.land()
-    return {"fixes": 0, **written}
+    return {"fixes": 0, **fill_within_quorum(state, attempt, asked_in, lambda: policy.write(request), counted=True)}

@@ -81,11 +81,13 @@ class PendingFix(TypedDict):
 
 
 class PendingWrite(TypedDict):
-    """--quorum: a first attempt whose reply had not landed when its iteration moved on (status
-    in_flight), with its plan; a branch of the next iteration collects the same call."""
+    """--quorum: an attempt whose reply had not landed when its iteration moved on (status
+    in_flight), with its plan, and for a fix the failed attempt it repairs; a branch of the next
+    iteration asks the same call again and collects it."""
 
     attempt: Candidate
     plan: Plan
+    failed: NotRequired[Candidate]
 
 
 class LessonsDue(TypedDict):
@@ -126,6 +128,7 @@ class Candidate(TypedDict, total=False):
     plan_text: str          # autotuned variants: the configuration change, as a plan would say it
     fix_of: str | None      # the failed attempt this one repairs
     fix_attempt: int
+    asked_in: int           # in_flight (--quorum): the iteration its model call was asked in (part of the call's key)
     autotune_of: str        # autotuned variants: the rewrite whose launch was searched
     source: str | None
     tokens: int

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from langgraph.runtime import Runtime
 
 from accelopt.nodes.context import RunContext
-from accelopt.nodes.records import Candidate, IterationRecord, PendingFix, PendingWrite, fixable, leads_parent
+from accelopt.nodes.records import Candidate, IterationRecord, PendingFix, PendingWrite, Plan, fixable, leads_parent
 from accelopt.nodes.state import RunState
 from accelopt.tools.budget import Spend, ledger, next_step
 from accelopt.tools.harness.result import NOT_EVALUATED
@@ -126,9 +126,7 @@ def pending_fixes(state: RunState, ctx: RunContext, children: list[str]) -> list
     the next iteration's first attempts. None under the beam schedule (every fix ran in place)."""
     if ctx.schedule == "beam":
         return []
-    candidates = state["candidates"]
-    plans = {p["id"]: p for p in state.get("plans") or []}
-    plans.update({p["plan"]["id"]: p["plan"] for p in state.get("pending_fixes") or []})  # a fix's plan is older
+    candidates, plans = state["candidates"], known_plans(state)
     fixed = {c.get("fix_of") for c in candidates.values() if c.get("fix_of")}
     return [PendingFix(failed=candidates[cid], plan=plans[candidates[cid]["plan_id"] or ""])
             for cid in sorted(children) if cid not in fixed
@@ -137,12 +135,26 @@ def pending_fixes(state: RunState, ctx: RunContext, children: list[str]) -> list
 
 
 def pending_writes(state: RunState, children: list[str]) -> list[PendingWrite]:
-    """--quorum: this iteration's first attempts whose reply had not landed when it moved on
-    (in_flight), with their plans: the next iteration collects them and they compete in its selection.
-    A run that stops here leaves them in_flight, their calls uncollected."""
-    candidates = state["candidates"]
+    """--quorum: this iteration's attempts (kernels and fixes) whose reply had not landed when it
+    moved on (in_flight), with their plans and, for a fix, the attempt it repairs: the next iteration
+    collects them and they compete in its selection. A run that stops here leaves them in_flight,
+    their calls uncollected."""
+    candidates, plans = state["candidates"], known_plans(state)
+    waiting = [candidates[cid] for cid in sorted(children) if candidates[cid].get("status") == "in_flight"
+               and (candidates[cid].get("plan_id") or "") in plans]
+    pending = []
+    for c in waiting:
+        write = PendingWrite(attempt=c, plan=plans[c.get("plan_id") or ""])
+        if c.get("fix_of"):
+            write["failed"] = candidates[c.get("fix_of") or ""]
+        pending.append(write)
+    return pending
+
+
+def known_plans(state: RunState) -> dict[str, Plan]:
+    """The plans a pending attempt may implement, by id: this iteration's (and, under the pipeline
+    schedule, the next one's) and those of the attempts handed on before, which are older."""
     plans = {p["id"]: p for p in state.get("plans") or []}
-    plans.update({w["plan"]["id"]: w["plan"] for w in state.get("pending_writes") or []})  # collected before
-    return [PendingWrite(attempt=candidates[cid], plan=plans[candidates[cid].get("plan_id") or ""])
-            for cid in sorted(children) if candidates[cid].get("status") == "in_flight"
-            and (candidates[cid].get("plan_id") or "") in plans]
+    plans.update({p["plan"]["id"]: p["plan"] for p in state.get("pending_fixes") or []})
+    plans.update({w["plan"]["id"]: w["plan"] for w in state.get("pending_writes") or []})
+    return plans

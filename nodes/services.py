@@ -18,11 +18,10 @@ from accelopt.nodes.records import Candidate, attempt, usage_entries
 from accelopt.nodes.state import CandidateState
 from accelopt.policies.interface import Kernel, PolicyError
 from accelopt.policies.replies import plan_title
-from accelopt.tools import timeline
+from accelopt.tools import inflight, timeline
 from accelopt.tools.backends import RayTritonBackend, backend_for
 from accelopt.tools.harness.result import user_paths
 from accelopt.tools.harness.verdict import ranked
-from accelopt.tools.inflight import Detached
 from accelopt.tools.llm_spec import BudgetExceeded
 from accelopt.tools.pyparse import parse
 from accelopt.tools.runcache import RunCache, device_fingerprint, digest
@@ -44,7 +43,7 @@ def fill_attempt(attempt: Candidate, ask: Callable[[], Kernel]) -> CandidateStat
     moved on before the reply landed (tools/inflight.py: the call goes on, collected later)."""
     try:
         kernel = ask()
-    except Detached as exc:
+    except inflight.Detached as exc:
         attempt.update({"status": "in_flight", "error": f"{exc}: a later iteration collects it"})
         return {"current": attempt, "usage": []}
     except PolicyError as exc:  # not called for the budget is not a failed call
@@ -59,6 +58,22 @@ def fill_attempt(attempt: Candidate, ask: Callable[[], Kernel]) -> CandidateStat
     else:
         attempt["source"] = kernel.source
     return {"current": attempt, "usage": usage_entries(kernel.usage)}
+
+
+def fill_within_quorum(state: CandidateState, attempt: Candidate, asked_in: int, ask: Callable[[], Kernel],
+                       counted: bool) -> CandidateState:
+    """fill_attempt under the iteration's quorum (--quorum; without one, plainly): an attempt whose
+    reply had not landed when the quorum had is in_flight, with the iteration its call was asked in;
+    a `counted` reply (a kernel's, not a fix's) that landed counts toward the quorum."""
+    needed = state.get("quorum")
+    at = inflight.quorum(state.get("run_dir"), state["iteration"], needed) if needed else None
+    with inflight.detach_at(at):
+        written = fill_attempt(attempt, ask)
+    if written["current"]["status"] == "in_flight":
+        written["current"]["asked_in"] = asked_in
+    elif at is not None and counted:
+        at.land()
+    return written
 
 
 # ---------------------------------------------------------------- measuring

@@ -57,6 +57,40 @@ def test_a_reply_in_flight_at_the_quorum_joins_the_next_iteration_and_is_sent_on
     assert evaluated["start"] > call["end"]
 
 
+def test_a_fix_in_flight_at_the_quorum_is_collected_by_the_next_iteration(tmp_path, softmax_task):
+    """Iteration 1's broken kernel is fixed beside iteration 2's kernels (overlap); that fix's reply
+    lands only once iteration 3 is being planned: iteration 2 moves on without it, and iteration 3
+    collects the same call (asked once) at the fixer, with the attempt it repairs."""
+    third_planning = threading.Event()
+    planned: list[int] = []
+    fix_calls: list[int] = []
+
+    def script(messages):
+        system, prompt = str(messages[0].content), str(messages[-1].content)
+        if "accelopt planner" in system:
+            planned.append(1)
+            if len(planned) == 3:
+                third_planning.set()
+        if "accelopt fixer" in system and "SyntaxError" in prompt:
+            fix_calls.append(len(planned))
+            if len(fix_calls) == 1:  # iteration 1's broken kernel, fixed in iteration 2
+                assert third_planning.wait(20), "iteration 2 waited for its slowest fix"
+        return reply_for(messages)
+
+    ctx = RunContext(beams=1, plans=4, samples=1, fixes=1, iterations=3, device="cpu", use_memory=False,
+                     schedule="overlap", quorum=0.75, learn_from_interpreter=True, model="openai:scripted",
+                     chat_models={"default": ScriptedChatModel(script=script)})
+    out = build_graph().compile(checkpointer=InMemorySaver()).invoke(
+        {"task_dir": str(softmax_task), "run_dir": str(tmp_path / "run")}, {"configurable": {"thread_id": "f"}},
+        context=ctx)
+    fix = out["candidates"]["i1.m0.p1.k0.f1"]
+    assert fix["fix_of"] == "i1.m0.p1.k0" and fix["iteration"] == 3 and fix["status"] != "in_flight"
+    assert fix_calls == [2]  # asked in iteration 2, collected in 3, not asked again (i2's broken kernel: a duplicate)
+    assert [u["candidate_id"] for u in out["usage"] if u["role"] == "fixer"].count("i1.m0.p1.k0.f1") == 1
+    assert not [c for c in out["candidates"].values() if c["status"] == "in_flight"]
+    assert not out.get("pending_fixes") and out["stop_reason"] == "reached T=3 iterations"
+
+
 def test_quorum_needs_a_schedule_that_overlaps():
     from accelopt.nodes.context import settings_refusal
 
