@@ -112,8 +112,9 @@ def reply(messages):
 
 
 services._measure = fake_measure  # the judge takes seconds per kernel; the spans around it are real
-ctx = RunContext(beams=1, plans=1, samples=1, fixes=1, iterations=1, device="cpu", use_memory=False,
-                 versus_torch_compile=False, profile=False, model="openai:scripted",
+shape = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}  # e.g. another schedule
+ctx = RunContext(**{"beams": 1, "plans": 1, "samples": 1, "fixes": 1, "iterations": 1, **shape}, device="cpu",
+                 use_memory=False, versus_torch_compile=False, profile=False, model="openai:scripted",
                  chat_models={"default": ScriptedChatModel(script=reply)})
 out = build_graph().compile(checkpointer=InMemorySaver()).invoke(
     {"task_dir": task_dir, "run_dir": run_dir}, {"configurable": {"thread_id": "t"}}, context=ctx)
@@ -237,3 +238,23 @@ def test_graph_invoke_traces_are_complete_findable_and_compact(tmp_path):
     whole = [(r["name"], k) for r in graph_runs if r["run_type"] != "llm" for k in kernels if holds(r, k)]
     assert not whole, f"runs carrying a whole kernel: {whole}"
     assert "chars, sha256" in json.dumps([r.get("inputs") for r in graph_runs])
+
+
+def test_a_model_call_made_under_a_quorum_stays_in_its_branchs_trace(tmp_path):
+    """--quorum runs a kernel's model call in a thread of its own (tools/inflight.py): its run is
+    still the child of the policy run that asked it, in the one trace of the graph run."""
+    task = tmp_path / "rmsnorm"
+    shutil.copytree(TASKS / "rmsnorm", task)
+    script = _script(tmp_path, "graph_invoke.py", GRAPH_INVOKE)
+    shape = json.dumps({"iterations": 2, "schedule": "overlap", "quorum": 1.0})
+    with LangSmithEndpoint() as endpoint:
+        proc = subprocess.run([sys.executable, script, str(task), str(tmp_path / "run"), shape], env=_env(endpoint.url),
+                              cwd=ROOT, capture_output=True, text=True, timeout=120)
+        runs = endpoint.runs()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    graph_runs = [r for r in runs.values() if r["name"] != "user-call"]
+    assert len({r["trace_id"] for r in graph_runs}) == 1 and all(r.get("end_time") for r in graph_runs)
+    for r in graph_runs:
+        assert r.get("parent_run_id") is None or str(r["parent_run_id"]) in runs, r["name"]
+    (asked,) = [r for r in graph_runs if r["name"] == "executor-llm" and r["extra"]["metadata"].get("iteration") == 1]
+    assert runs[str(asked["parent_run_id"])]["name"] == "executor-policy"
