@@ -15,24 +15,35 @@ from tests.scripted import SLOW, ScriptedChatModel, fenced, reply_for
 pytestmark = pytest.mark.slow
 
 
-def test_a_reply_in_flight_at_the_quorum_joins_the_next_iteration_and_is_sent_once(tmp_path, softmax_task):
-    second_planning = threading.Event()  # iteration 2's planner was asked: iteration 1 has moved on
-    slow_calls: list[int] = []
+def holding_one_reply(held, until_planner_call: int, held_reply: str | None = None):
+    """Scripted replies (reply_for) in which the first prompt `held(system, prompt)` picks gets its
+    reply only once the planner has been asked `until_planner_call` times (its iteration has moved
+    on without it), `held_reply` if given; and the planner calls made before each prompt it picks."""
+    released = threading.Event()
+    planned: list[int] = []
+    picked: list[int] = []
 
     def script(messages):
         system, prompt = str(messages[0].content), str(messages[-1].content)
         if "accelopt planner" in system:
             planned.append(1)
-            if len(planned) == 2:
-                second_planning.set()
-        if "accelopt executor" in system and "redundant programs" in prompt.split("## Plan", 1)[1]:
-            slow_calls.append(len(planned))
-            if len(slow_calls) == 1:  # iteration 1's: lands only once iteration 2 is being planned
-                assert second_planning.wait(20), "iteration 1 waited for its slowest reply"
-                return fenced(SLOW.replace("(n_rows, 16)", "(n_rows, 4)"))  # not iteration 2's program
+            if len(planned) == until_planner_call:
+                released.set()
+        if held(system, prompt):
+            picked.append(len(planned))
+            if len(picked) == 1:
+                assert released.wait(20), "the iteration waited for its slowest reply"
+                return held_reply or reply_for(messages)
         return reply_for(messages)
 
-    planned: list[int] = []
+    return script, picked
+
+
+def test_a_reply_in_flight_at_the_quorum_joins_the_next_iteration_and_is_sent_once(tmp_path, softmax_task):
+    # iteration 1's redundant-programs kernel lands once iteration 2 is planned (not iteration 2's program)
+    script, slow_calls = holding_one_reply(
+        lambda system, prompt: "accelopt executor" in system and "redundant programs" in prompt.split("## Plan", 1)[1],
+        2, fenced(SLOW.replace("(n_rows, 16)", "(n_rows, 4)")))
     ctx = RunContext(beams=1, plans=4, samples=1, fixes=0, iterations=2, device="cpu", use_memory=False,
                      schedule="overlap", quorum=0.75, learn_from_interpreter=True, model="openai:scripted",
                      chat_models={"default": ScriptedChatModel(script=script)})
@@ -61,24 +72,12 @@ def test_a_fix_in_flight_at_the_quorum_is_collected_by_the_next_iteration(tmp_pa
     """Iteration 1's broken kernel is fixed beside iteration 2's kernels (overlap); that fix's reply
     lands only once iteration 3 is being planned: iteration 2 moves on without it, and iteration 3
     collects the same call (asked once) at the fixer, with the attempt it repairs."""
-    third_planning = threading.Event()
-    planned: list[int] = []
-    fix_calls: list[int] = []
+    script, fix_calls = holding_one_reply(lambda system, prompt: "accelopt fixer" in system and "SyntaxError" in prompt, 3)
 
-    def script(messages):
-        system, prompt = str(messages[0].content), str(messages[-1].content)
-        if "accelopt planner" in system:
-            planned.append(1)
-            if len(planned) == 3:
-                third_planning.set()
-        if "accelopt fixer" in system and "SyntaxError" in prompt:
-            fix_calls.append(len(planned))
-            if len(fix_calls) == 1:  # iteration 1's broken kernel, fixed in iteration 2
-                assert third_planning.wait(20), "iteration 2 waited for its slowest fix"
-        return reply_for(messages)
-
+    # quorum 1: every kernel reply is waited for (none is held back by a race with the others), and the
+    # fix, which counts toward no quorum, is not
     ctx = RunContext(beams=1, plans=4, samples=1, fixes=1, iterations=3, device="cpu", use_memory=False,
-                     schedule="overlap", quorum=0.75, learn_from_interpreter=True, model="openai:scripted",
+                     schedule="overlap", quorum=1.0, learn_from_interpreter=True, model="openai:scripted",
                      chat_models={"default": ScriptedChatModel(script=script)})
     out = build_graph().compile(checkpointer=InMemorySaver()).invoke(
         {"task_dir": str(softmax_task), "run_dir": str(tmp_path / "run")}, {"configurable": {"thread_id": "f"}},

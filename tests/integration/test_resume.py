@@ -132,34 +132,45 @@ def test_resume_runs_a_failed_iteration_again_from_its_cached_replies_counting_e
     assert usage["calls"] == len(main.requests) + len(fixer.requests) - refused  # each answered call once
 
 
+def optimize_killed_once(tmp_path, url: str, shape: list[str], ready, what: str):
+    """`accelopt optimize` of softmax on the interpreter against the scripted endpoint at `url`,
+    with `shape` (its search flags), in a session of its own, SIGKILLed (workers and all, as a
+    crash would) as soon as `ready(run_dir)`; its run directory."""
+    from tests.conftest import TASKS
+
+    run_dir = tmp_path / "run"
+    config = tmp_path / "accelopt.toml"
+    config.write_text(f'[run]\nllm_retry_wait_s = 0.01\n[models.default]\nmodel = "vllm:coder"\nbase_url = "{url}"\n')
+    command = [sys.executable, "-m", "accelopt", "optimize", str(TASKS / "softmax"), *shape, "--device", "cpu",
+               "--no-memory", "--run-dir", str(run_dir), "--config", str(config)]
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    deadline = time.time() + 300
+    while not ready(run_dir):
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+        assert time.time() < deadline, what
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return run_dir
+
+
 @pytest.mark.parametrize("schedule", ["overlap", "pipeline"])
 def test_an_overlapping_run_killed_while_a_deferred_fix_runs_resumes_without_repeating_an_evaluation(tmp_path, schedule):
     """--schedule overlap (and pipeline, at T=3: iteration 3's planners run beside that fix):
     kill -9 once a fix of iteration 1's broken kernel has landed in iteration 2 (beside its first
     attempts), then `accelopt resume`: nothing evaluated is lost or evaluated again, and the run
     ends as it would have."""
-    from tests.conftest import TASKS
     from tests.openai_server import ScriptedOpenAIServer
     from tests.scripted import reply_for
 
     iterations = 3 if schedule == "pipeline" else 2
-    run_dir = tmp_path / "run"
     with ScriptedOpenAIServer(reply_for, models=["coder"]) as server:
-        config = tmp_path / "accelopt.toml"
-        config.write_text(f'[run]\nllm_retry_wait_s = 0.01\n[models.default]\nmodel = "vllm:coder"\n'
-                          f'base_url = "{server.url}"\n')
-        command = [sys.executable, "-m", "accelopt", "optimize", str(TASKS / "softmax"), "-B", "2", "-N", "4", "-K",
-                   "1", "-F", "1", "-T", str(iterations), "--schedule", schedule, "--device", "cpu", "--no-memory",
-                   "--run-dir", str(run_dir), "--config", str(config)]
-        proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                start_new_session=True)
-        deadline = time.time() + 300
-        while not (run_dir / "candidates" / "i1.m0.p1.k0.f1" / "result.json").is_file():
-            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
-            assert time.time() < deadline, "the deferred fix never ran"
-            time.sleep(0.02)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        run_dir = optimize_killed_once(
+            tmp_path, server.url, ["-B", "2", "-N", "4", "-K", "1", "-F", "1", "-T", str(iterations),
+                                   "--schedule", schedule],
+            lambda run_dir: (run_dir / "candidates" / "i1.m0.p1.k0.f1" / "result.json").is_file(),
+            "the deferred fix never ran")
         before = evaluated(run_dir)
         subprocess.run([sys.executable, "-m", "accelopt", "resume", str(run_dir)], cwd=ROOT, check=True,
                        capture_output=True, timeout=600)
@@ -176,7 +187,6 @@ def test_a_run_killed_with_a_reply_in_flight_past_its_quorum_sends_only_that_cal
     again, the call in flight at the kill is the only one sent twice, and it joins iteration 2."""
     from langchain_core.messages import BaseMessage
 
-    from tests.conftest import TASKS
     from tests.openai_server import ScriptedOpenAIServer
     from tests.scripted import PLANS, SLOW, fenced, reply_for
 
@@ -192,24 +202,13 @@ def test_a_run_killed_with_a_reply_in_flight_past_its_quorum_sends_only_that_cal
             return fenced(SLOW.replace("(n_rows, 16)", "(n_rows, 4)"))
         return reply_for(messages)
 
-    run_dir = tmp_path / "run"
     with ScriptedOpenAIServer(reply, models=["coder"]) as server:
-        config = tmp_path / "accelopt.toml"
-        config.write_text(f'[run]\nllm_retry_wait_s = 0.01\n[models.default]\nmodel = "vllm:coder"\n'
-                          f'base_url = "{server.url}"\n')
-        command = [sys.executable, "-m", "accelopt", "optimize", str(TASKS / "softmax"), "-B", "1", "-N", "4", "-K",
-                   "1", "-F", "0", "-T", "2", "--schedule", "overlap", "--quorum", "0.75", "--device", "cpu",
-                   "--no-memory", "--run-dir", str(run_dir), "--config", str(config)]
-        proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                start_new_session=True)
-        deadline = time.time() + 300
-        # iteration 2's own kernels all judged: what is left is the call iteration 1 moved on without
-        while len(list((run_dir / "candidates").glob("i2.*/result.json"))) < 4:
-            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
-            assert time.time() < deadline, "iteration 2 never judged its kernels"
-            time.sleep(0.02)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        # killed once iteration 2's own kernels are all judged: what is left is the call iteration 1 moved on without
+        run_dir = optimize_killed_once(
+            tmp_path, server.url, ["-B", "1", "-N", "4", "-K", "1", "-F", "0", "-T", "2", "--schedule", "overlap",
+                                   "--quorum", "0.75"],
+            lambda run_dir: len(list((run_dir / "candidates").glob("i2.*/result.json"))) == 4,
+            "iteration 2 never judged its kernels")
         killed.set()
         before = evaluated(run_dir)
         assert before.pop("i1.m0.p3.k0")["status"] == "in_flight"  # in flight at the kill, never evaluated
