@@ -3,7 +3,9 @@
     python -m accelopt.evals.reporting.timeline RUN_DIR [--json]
 
 Per iteration (the span from its first node's start to its last node's end): the wall time; the
-time some model call was waiting on a server (the union of `llm` spans, and per role); the time
+time some model call was waiting on a server (the union of `llm` spans clipped to the iteration,
+and per role; a call is counted in the iteration that asked it, and one still in flight at its end,
+which --quorum moved on without, is also shown as such); the time
 a GPU was held by an evaluation (the union over `eval` spans of [start + lease_wait, end]: a
 judge checking, compiling, timing, auditing or profiling); the judge's steps summed over the
 iteration's evaluations; and the evaluations a minute. A figure is a union of intervals where it
@@ -43,7 +45,8 @@ class Period(BaseModel):
     wall_s: float
     model_wait_s: float                   # some model call in flight
     model_wait_by_role_s: dict[str, float]
-    model_calls: int
+    model_calls: int                      # asked in the period
+    outlived_calls: int = 0               # asked in it and still in flight at its end (an iteration's: --quorum)
     gpu_held_s: float                     # some evaluation held a GPU
     gpu_seconds: float                    # summed over evaluations (several GPUs: above the wall time)
     evaluations: int
@@ -84,11 +87,14 @@ def _held(span: dict[str, Any]) -> tuple[float, float]:
 
 def period(label: str, spans: list[dict[str, Any]], start: float, end: float) -> Period:
     inside = [s for s in spans if s["start"] >= start - 1e-3 and s["end"] <= end + 1e-3]
-    llm = [s for s in inside if s["kind"] == "llm"]
+    # a model call waits in every period it overlaps (under --quorum one outlives the iteration that
+    # asked it): counted where it was asked, its wait clipped to each period
+    llm = [s for s in spans if s["kind"] == "llm" and s["start"] < end + 1e-3 and s["end"] > start - 1e-3]
+    asked = [s for s in llm if s["start"] >= start - 1e-3]
     evals = [s for s in inside if s["kind"] == "eval"]
     by_role: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for s in llm:
-        by_role[str(s.get("role"))].append((s["start"], s["end"]))
+        by_role[str(s.get("role"))].append((max(s["start"], start), min(s["end"], end)))
     steps: dict[str, float] = defaultdict(float)
     for s in evals:
         for step, seconds in (s.get("phases_s") or {}).items():
@@ -99,8 +105,9 @@ def period(label: str, spans: list[dict[str, Any]], start: float, end: float) ->
             nodes[s["node"]].append((s["start"], s["end"]))
     wall = max(0.0, end - start)
     return Period(
-        label=label, wall_s=round(wall, 1), model_wait_s=round(union_s((s["start"], s["end"]) for s in llm), 1),
-        model_wait_by_role_s={r: round(union_s(v), 1) for r, v in sorted(by_role.items())}, model_calls=len(llm),
+        label=label, wall_s=round(wall, 1), model_wait_s=round(union_s(v for spans in by_role.values() for v in spans), 1),
+        model_wait_by_role_s={r: round(union_s(v), 1) for r, v in sorted(by_role.items())}, model_calls=len(asked),
+        outlived_calls=sum(1 for s in asked if s["end"] > end + 1e-3),
         gpu_held_s=round(union_s(_held(s) for s in evals), 1),
         gpu_seconds=round(sum(b - a for a, b in map(_held, evals)), 1), evaluations=len(evals),
         evaluations_per_min=round(len(evals) / (wall / 60), 2) if wall else 0.0,
@@ -210,6 +217,10 @@ def render(found: RunTimeline) -> str:
         sums = [sum(p.path_s.get(k, 0.0) for p in found.iterations) for k in PATH]
         wall = sum(p.wall_s for p in found.iterations)
         lines.append(f"{'iterations':12}{wall:6.0f}" + "".join(f"{v:{w}.0f}" for v, w in zip(sums, (7, 7, 7, 8, 6))))
+    left = [f"{_short(p)}: {p.outlived_calls}" for p in found.iterations if p.outlived_calls]
+    if left:
+        lines += ["", "model calls an iteration moved on without (--quorum), collected by the next:",
+                  "  " + ", ".join(left)]
     return "\n".join(lines)
 
 

@@ -101,3 +101,22 @@ def test_an_iteration_a_kill_cut_off_reads_as_cut_and_plans_made_ahead_for_none_
     assert found.iterations[1].wall_s == 26 and found.iterations[1].model_calls == 2
     text = render(found)
     assert "iter 5 cut" in text and "iter 6" not in text and "cut: an iteration the run never recorded" in text
+
+
+def test_a_call_an_iteration_moved_on_without_waits_in_both_and_is_counted_where_it_was_asked(tmp_path):
+    spans = [
+        {"kind": "node", "node": "recall", "iteration": 1, "start": 0, "end": 1},
+        {"kind": "llm", "role": "executor", "iteration": 1, "candidate": "i1.m0.p0.k0", "start": 1, "end": 11},
+        {"kind": "llm", "role": "executor", "iteration": 1, "candidate": "i1.m0.p0.k1", "start": 1, "end": 25},
+        {"kind": "node", "node": "record", "iteration": 1, "start": 14, "end": 15},
+        {"kind": "node", "node": "recall", "iteration": 2, "start": 15, "end": 16},
+        {"kind": "llm", "role": "executor", "iteration": 2, "candidate": "i2.m0.p0.k0", "start": 16, "end": 20},
+        {"kind": "node", "node": "record", "iteration": 2, "start": 29, "end": 30},
+    ]
+    (tmp_path / timeline.FILE).write_text("".join(json.dumps(s) + "\n" for s in spans))
+    found = read_timeline(tmp_path)
+    first, second = found.iterations
+    assert (first.model_calls, first.outlived_calls, first.model_wait_s) == (2, 1, 14)  # 1-15, clipped at its end
+    assert (second.model_calls, second.outlived_calls, second.model_wait_s) == (1, 0, 10)  # 15-25 of the first
+    assert found.total.model_calls == 3 and found.total.outlived_calls == 0
+    assert "iter 1: 1" in render(found).splitlines()[-1]
