@@ -228,3 +228,29 @@ def test_pipeline_refuses_plan_review():
 
     assert "no pause" in settings_refusal(RunContext(schedule="pipeline", review_plans=True))
     assert settings_refusal(RunContext(schedule="overlap", review_plans=True)) is None
+
+
+def test_a_quorum_counts_kernel_replies_and_the_next_iteration_collects_each_call_as_it_was_asked():
+    from accelopt.graph.routing import entry
+
+    plans = [{"id": "i3.m0.p0", "parent_id": "baseline", "text": "x"}, {"id": "i3.m0.p1", "parent_id": "a", "text": "y"}]
+    old_plan = {"id": "i2.m0.p1", "parent_id": "a", "text": "z"}
+    waiting_kernel = {**cand("i2.m0.p1.k0", "in_flight", "a"), "asked_in": 2, "plan_id": "i2.m0.p1", "fix_attempt": 0}
+    failed = {**cand("i1.m0.p0.k0", "compile_error", "baseline"), "plan_id": "i1.m0.p0"}
+    waiting_fix = {**cand("i1.m0.p0.k0.f1", "in_flight", "baseline"), "asked_in": 2, "fix_of": "i1.m0.p0.k0",
+                   "fix_attempt": 1, "plan_id": "i1.m0.p0"}
+    state = {"task_dir": "t", "run_dir": None, "iteration": 3, "baseline_id": "baseline", "plans": plans,
+             "candidates": {"baseline": cand("baseline"), "a": cand("a")},
+             "pending_writes": [{"attempt": waiting_kernel, "plan": old_plan},
+                                {"attempt": waiting_fix, "plan": {**old_plan, "id": "i1.m0.p0", "parent_id": "baseline"},
+                                 "failed": failed}]}
+    sends = to_samples(state, runtime(samples=2, model="vllm:coder", schedule="overlap", quorum=0.5, iterations=4))
+    assert len(sends) == 6 and {s.arg["quorum"] for s in sends} == {3}  # half of 4 new kernels and 1 collected
+    kernel, fix = sends[0].arg, sends[1].arg
+    assert (kernel["current"]["id"], kernel["asked_in"], entry(kernel)) == ("i2.m0.p1.k0", 2, "executor")
+    assert (fix["current"]["id"], fix["fixes"], fix["asked_in"], entry(fix)) == ("i1.m0.p0.k0", 0, 2, "fixer")
+    assert all("asked_in" not in s.arg and "current" not in s.arg for s in sends[2:])  # the iteration's own
+    last = to_samples(state, runtime(samples=2, model="vllm:coder", schedule="overlap", quorum=0.5, iterations=3))
+    assert {s.arg["quorum"] for s in last} == {None}  # the last iteration waits for every reply
+    beam = to_samples(state, runtime(samples=2, model="vllm:coder", iterations=4))
+    assert len(beam) == 4  # AccelOpt's schedule collects nothing: it never moves on without a reply
