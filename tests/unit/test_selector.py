@@ -101,3 +101,22 @@ def test_overlap_leaves_the_fixes_its_branches_deferred_to_the_next_iteration():
     assert [(p["failed"]["id"], p["plan"]["id"]) for p in pending] == [("i1.m0.p1.k0.f1", "i1.m0.p1"),
                                                                        ("i2.m0.p0.k0", "i2.m0.p0")]
     assert pending_fixes(state, RunContext(fixes=2, model="vllm:coder"), list(candidates)) == []
+
+
+def test_attempts_in_flight_are_handed_on_with_their_plans_and_a_fix_with_what_it_repairs():
+    from accelopt.nodes.selector import pending_writes
+
+    plan = {"id": "i2.m0.p1", "parent_id": "baseline", "text": "x"}
+    older = {"id": "i1.m0.p0", "parent_id": "baseline", "text": "y"}
+    candidates = {
+        "i1.m0.p0.k0": {"id": "i1.m0.p0.k0", "status": "compile_error", "plan_id": "i1.m0.p0", "iteration": 1},
+        "i2.m0.p1.k0": {"id": "i2.m0.p1.k0", "status": "in_flight", "plan_id": "i2.m0.p1", "iteration": 2},
+        "i1.m0.p0.k0.f1": {"id": "i1.m0.p0.k0.f1", "status": "in_flight", "plan_id": "i1.m0.p0", "iteration": 2,
+                           "fix_of": "i1.m0.p0.k0"},
+        "i2.m0.p1.k1": {"id": "i2.m0.p1.k1", "status": "verified", "plan_id": "i2.m0.p1", "iteration": 2},
+    }
+    state = {"iteration": 2, "candidates": candidates, "plans": [plan],
+             "pending_fixes": [{"failed": candidates["i1.m0.p0.k0"], "plan": older}]}
+    handed = pending_writes(state, [c for c, v in candidates.items() if v["iteration"] == 2])
+    assert [(w["attempt"]["id"], w["plan"]["id"], w.get("failed", {}).get("id")) for w in handed] == [
+        ("i1.m0.p0.k0.f1", "i1.m0.p0", "i1.m0.p0.k0"), ("i2.m0.p1.k0", "i2.m0.p1", None)]
