@@ -9,7 +9,10 @@ One request, in modelled seconds:
     decode   = (reasoning_tokens + content_tokens) / rate
     rate     = decode_tok_s / (1 + slowdown * (streams - 1)), `streams` being the requests decoding
                when this one starts, itself included; the rate is fixed at that moment (a stream
-               that starts alone keeps its speed when others join: a simplification)
+               that starts alone keeps its speed when others join: a simplification; and one that
+               starts in a crowd does not speed up as the crowd ends, which overstates the slowest
+               reply of a batch sent at once, the tail --quorum cuts: a served model shares its
+               decode among the streams running at each step)
     total    = queue + ttft + decode
 
 Tokens: prompt and content tokens are their characters / 4 (rounded up); reasoning tokens are
