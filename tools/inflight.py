@@ -87,14 +87,14 @@ def start(run_dir: str | None, key: str, call: Callable[[], Any]) -> Any:
     context: its trace and timeline stay the branch's), and a call of the same key already in flight
     is waited on instead of sent again; Detached when the quorum is met first. Outside, it runs here."""
     at = _detach_at.get()
-    with _lock:
+    with _lock:  # looked up and, under a quorum, registered at once: a call of one key starts once
         running = _calls.get((run_dir, key))
-    if at is None and running is None:
-        return call()
+        fresh = running is None and at is not None
+        if fresh:
+            running = _calls[(run_dir, key)] = Future()
     if running is None:
-        running = Future()
-        with _lock:
-            _calls[(run_dir, key)] = running
+        return call()
+    if fresh:
         context = contextvars.copy_context()
         threading.Thread(target=context.run, args=(_settle, running, call), daemon=True,
                          name=f"accelopt-call-{key[:8]}").start()
@@ -127,7 +127,7 @@ def _usage_of(result: Any) -> Mapping[str, Any] | None:
 
 
 def in_flight(run_dir: str | None) -> int:
-    """This run's calls that no branch waits on now and that have not landed."""
+    """This run's calls made under a quorum that have not landed yet (waited on or not)."""
     with _lock:
         return sum(1 for (rd, _), f in _calls.items() if rd == run_dir and not f.done())
 
