@@ -33,7 +33,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from accelopt.evals.replay.latency import LatencyModel, Profile, Timing, count_tokens, draw_reasoning, unit
+from accelopt.evals.replay.latency import Flow, LatencyModel, Profile, Timing, count_tokens, draw_reasoning, unit
 from accelopt.evals.replay.latency import profile as named_profile
 from accelopt.evals.replay.material import FAILURES, Material, Served, failure
 from accelopt.policies.replies import LESSON_KEYS
@@ -95,7 +95,7 @@ def source_digest(source: str) -> str:
 
 @dataclass
 class Answer:
-    """One reply as the server composed it, with its modelled timing."""
+    """One reply as the server composed it, with its place in the modelled server (its timing once it ends)."""
 
     role: str
     content: str
@@ -103,7 +103,7 @@ class Answer:
     reasoning: str
     served: str                    # what the reply holds: real, variant, a failure's kind, plans, lesson, text
     origin: str
-    timing: Timing | None = None
+    flow: Flow | None = None
     schema: bool = False
 
 
@@ -203,9 +203,23 @@ class ReplayServer:
         answer.reasoning = (f"[replayed stand-in reasoning: {NOTE}. The {reasoning_tokens} reasoning tokens of this "
                             "reply are modelled, not written.]") if reasoning_tokens else ""
         prompt_tokens = sum(count_tokens(message_text(m)) for m in body.get("messages") or [] if isinstance(m, dict))
-        answer.timing = self.latency.admit(prompt_tokens, reasoning_tokens, count_tokens(answer.content))
+        answer.flow = self.latency.enter(prompt_tokens, reasoning_tokens, count_tokens(answer.content))
         self._count(answer)
         return answer
+
+    def finished(self, answer: Answer) -> Timing:
+        """Wait until the answer's last token is out (modelled, at the time scale), and count its seconds."""
+        assert answer.flow is not None
+        self.latency.until(answer.flow)
+        timing = self.latency.timing(answer.flow)
+        with self._lock:
+            totals = self._totals.setdefault(answer.role, _RoleTotals())
+            totals.modelled_s += timing.total_s
+            totals.queue_s += timing.queue_s
+            totals.queued += timing.queue_s > 0
+            self._peak_streams = max(self._peak_streams, timing.streams)
+            self._max_queue_s = max(self._max_queue_s, timing.queue_s)
+        return timing
 
     def _compose(self, role: str, key: str, body: dict) -> Answer:
         schema = isinstance(body.get("response_format"), dict) and \
@@ -235,20 +249,16 @@ class ReplayServer:
                             "none of them.)", "stop", "", "text", "no role")
 
     def _count(self, answer: Answer) -> None:
-        timing = answer.timing
-        assert timing is not None
+        """Its request and tokens, as it is admitted (its seconds: `finished`)."""
+        flow = answer.flow
+        assert flow is not None
         with self._lock:
             totals = self._totals.setdefault(answer.role, _RoleTotals())
             totals.requests += 1
-            totals.prompt_tokens += timing.prompt_tokens
-            totals.completion_tokens += timing.completion_tokens
-            totals.reasoning_tokens += timing.reasoning_tokens
-            totals.modelled_s += timing.total_s
-            totals.queue_s += timing.queue_s
-            totals.queued += timing.queue_s > 0
+            totals.prompt_tokens += flow.prompt_tokens
+            totals.completion_tokens += flow.completion_tokens
+            totals.reasoning_tokens += flow.reasoning_tokens
             totals.served[answer.served] = totals.served.get(answer.served, 0) + 1
-            self._peak_streams = max(self._peak_streams, timing.streams)
-            self._max_queue_s = max(self._max_queue_s, timing.queue_s)
             if answer.role in ("executor", "fixer") and answer.served != "truncated":
                 source = _fenced_source(answer.content)
                 if source is not None:
@@ -383,18 +393,18 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(404, f"The model `{body.get('model')}` does not exist. This server ({NOTE}) serves "
                                     f"`{MODEL_ID}` only.", "NotFoundError")
         answer = self.replay.answer(body)
-        timing = answer.timing
-        assert timing is not None
-        headers = {"x-replay-modelled-s": f"{timing.total_s:.3f}", "x-replay-queue-s": f"{timing.queue_s:.3f}",
-                   "x-replay-role": answer.role, "x-replay-served": answer.served, "x-replay-note": NOTE}
-        usage = {"prompt_tokens": timing.prompt_tokens, "completion_tokens": timing.completion_tokens,
-                 "total_tokens": timing.prompt_tokens + timing.completion_tokens,
-                 "completion_tokens_details": {"reasoning_tokens": timing.reasoning_tokens}}
+        flow = answer.flow
+        assert flow is not None
+        headers = {"x-replay-role": answer.role, "x-replay-served": answer.served, "x-replay-note": NOTE}
+        usage = {"prompt_tokens": flow.prompt_tokens, "completion_tokens": flow.completion_tokens,
+                 "total_tokens": flow.prompt_tokens + flow.completion_tokens,
+                 "completion_tokens_details": {"reasoning_tokens": flow.reasoning_tokens}}
         ident = f"chatcmpl-replay-{hashlib.sha256(answer.content.encode()).hexdigest()[:24]}"
         if body.get("stream"):
             return self._stream(answer, usage, ident, headers, bool((body.get("stream_options") or {})
                                                                        .get("include_usage")))
-        self.replay.latency.wait(timing.total_s)
+        timing = self.replay.finished(answer)  # a whole reply: its headers say how long it took, modelled
+        headers.update({"x-replay-modelled-s": f"{timing.total_s:.3f}", "x-replay-queue-s": f"{timing.queue_s:.3f}"})
         message: dict[str, Any] = {"role": "assistant", "content": answer.content}
         if answer.reasoning:
             message["reasoning_content"] = answer.reasoning
@@ -406,9 +416,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _stream(self, answer: Answer, usage: dict, ident: str, headers: dict[str, str], include_usage: bool) -> None:
         """Server-sent chunks as vLLM sends them: the role, the reasoning, the content in pieces
-        (paced over the modelled decode time), the finish reason, then usage when asked for."""
-        timing = answer.timing
-        assert timing is not None
+        (each once the model has decoded its tokens), the finish reason, then usage when asked for."""
+        flow = answer.flow
+        assert flow is not None
         latency = self.replay.latency
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -424,16 +434,16 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(f"data: {json.dumps(payload)}\n\n".encode())
             self.wfile.flush()
 
-        latency.wait(timing.queue_s + timing.ttft_s)
+        latency.until(flow, 0)
         chunk({"role": "assistant", "content": ""})
-        total = max(timing.completion_tokens, 1)
         if answer.reasoning:
-            latency.wait(timing.decode_s * timing.reasoning_tokens / total)
+            latency.until(flow, flow.reasoning_tokens)
             chunk({"reasoning_content": answer.reasoning})
         pieces = [answer.content[i:i + 400] for i in range(0, len(answer.content), 400)]
-        for piece in pieces:
-            latency.wait(timing.decode_s * timing.content_tokens / total / len(pieces))
+        for i, piece in enumerate(pieces, 1):
+            latency.until(flow, flow.reasoning_tokens + flow.content_tokens * i / len(pieces))
             chunk({"content": piece})
+        self.replay.finished(answer)
         chunk({}, answer.finish_reason)
         if include_usage:
             payload = {"id": ident, "object": "chat.completion.chunk", "created": created, "model": MODEL_ID,

@@ -3,6 +3,8 @@ queueing past the concurrency limit, decode slowing with load, draws that depend
 alone, and a time scale of 0 that never sleeps."""
 
 import dataclasses
+import threading
+import time
 
 import pytest
 
@@ -30,15 +32,31 @@ def test_the_stated_numbers_of_a_known_request():
     assert (OSS.prefill_tok_s, OSS.ttft_base_s, OSS.decode_tok_s, OSS.max_num_seqs) == (8000, 0.3, 150, 32)
 
 
-def test_decode_slows_with_the_streams_running():
+def test_decode_is_shared_among_the_streams_running_at_each_moment():
     model = LatencyModel(OSS, time_scale=0)
-    first = model.admit(100, 0, 1500, at=0.0)
-    second = model.admit(100, 0, 1500, at=1.0)  # the first is still decoding
-    assert second.streams == 2
-    assert second.tok_s == pytest.approx(150 / 1.03)
-    assert second.decode_s > first.decode_s
-    later = model.admit(100, 0, 1500, at=first.end_s + second.end_s)  # both done: alone again
-    assert later.streams == 1 and later.decode_s == pytest.approx(first.decode_s)
+    first = model.enter(100, 0, 1500, at=0.0)
+    alone = model.timing(first)
+    assert alone.decode_s == pytest.approx(1500 / 150) and alone.streams == 1
+    second = model.enter(100, 0, 1500, at=1.0)  # the first is still decoding: both slow down
+    shared, both = 150 / 1.03, model.timing(first)
+    # the first decoded 150 tokens alone (1.3125 - 0.3125 s), then 1350 shared with the second
+    assert both.decode_s == pytest.approx(1 + 1350 / shared) and both.streams == 2
+    later = model.timing(second)  # 1350 shared while the first runs, its last 150 alone: it speeds up
+    assert later.decode_s == pytest.approx(1350 / shared + 1) and later.tok_s > shared
+    again = model.admit(100, 0, 1500, at=both.end_s + later.end_s)  # both done: alone again
+    assert again.streams == 1 and again.decode_s == pytest.approx(alone.decode_s)
+
+
+def test_a_reply_sent_with_a_crowd_speeds_up_as_the_crowd_ends():
+    """The slowest of 16 replies sent at once ends well before its rate among 16 would have it:
+    each reply that ends leaves the rest more of the server (the tail an iteration waits on)."""
+    model = LatencyModel(OSS, time_scale=0)
+    flows = [model.enter(0, 0, 1000 + 125 * i, at=0.0) for i in range(16)]  # 1,000 to 2,875 tokens
+    slowest = model.timing(flows[-1])
+    assert slowest.streams == 16
+    assert 2875 / 150 < slowest.decode_s < 2875 / model.rate(16) - 2.0
+    ends = [model.timing(f).end_s for f in flows]
+    assert ends == sorted(ends)  # the shorter, the sooner: every stream got the same share
 
 
 def test_requests_past_the_concurrency_limit_queue():
@@ -67,12 +85,23 @@ def test_draws_depend_on_the_key_alone():
     assert draw_reasoning(PROFILES["gpt-4.1-mini-hosted"], "planner", "k") == 0  # not a reasoning model
 
 
-def test_time_scale_zero_never_sleeps_and_others_scale_the_wait():
-    slept: list[float] = []
-    LatencyModel(OSS, time_scale=0, sleep=slept.append).wait(30.0)
-    assert slept == []
-    LatencyModel(OSS, time_scale=0.5, sleep=slept.append).wait(30.0)
-    assert slept == [15.0]
+def test_time_scale_zero_never_waits_and_others_wait_the_modelled_time_scaled():
+    quick = LatencyModel(OSS, time_scale=0)
+    flow = quick.enter(0, 0, 150 * 60)  # a minute of decode
+    started = time.monotonic()
+    quick.until(flow)
+    assert time.monotonic() - started < 0.5 and flow.end_s is None  # answered at once: nothing was modelled
+    scaled = LatencyModel(OSS, time_scale=0.002)  # 0.3 + 2 modelled s: about 5 ms
+    flows = [scaled.enter(0, 0, 150), scaled.enter(0, 0, 300)]
+    started = time.monotonic()
+    done: list[int] = []
+    threads = [threading.Thread(target=lambda i=i: (scaled.until(flows[i]), done.append(i))) for i in (1, 0)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(5)
+    assert done == [0, 1] and 0.002 * 2.3 <= time.monotonic() - started < 2.0  # the shorter ended first
+    assert all(f.end_s is not None for f in flows)
     with pytest.raises(ValueError):
         LatencyModel(OSS, time_scale=-1)
 
