@@ -11,12 +11,23 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from typing import cast
 
 from langgraph.runtime import Runtime
 
 from accelopt.nodes.context import RunContext
-from accelopt.nodes.records import Candidate, IterationRecord, PendingFix, PendingWrite, Plan, fixable, leads_parent
+from accelopt.nodes.records import (
+    Candidate,
+    IterationRecord,
+    PendingFix,
+    PendingWrite,
+    Plan,
+    Usage,
+    fixable,
+    leads_parent,
+)
 from accelopt.nodes.state import RunState
+from accelopt.tools import inflight
 from accelopt.tools.budget import Spend, ledger, next_step
 from accelopt.tools.harness.result import NOT_EVALUATED
 from accelopt.tools.llm_spec import endpoint, totals
@@ -115,7 +126,9 @@ def selector(state: RunState, runtime: Runtime[RunContext]) -> RunState:
                              verified=sum(candidates[c]["status"] == "verified" for c in children),
                              best_id=best["id"], best_speedup=best.get("speedup"), beam=beam,
                              tokens=spent["input_tokens"] + spent["output_tokens"], cost_usd=spent["cost_usd"])
-    return {"beam": beam, "history": [record], "stop_reason": reason, "fatal": fatal,
+    # a run stopping before T with calls in flight (--quorum) waits for them: what they spend is in its ledger
+    landed = [cast(Usage, u) for u in inflight.collect(state.get("run_dir"))] if reason is not None else []
+    return {"beam": beam, "history": [record], "stop_reason": reason, "fatal": fatal, "usage": landed,
             "pending_fixes": pending_fixes(state, ctx, children) if reason is None else [],
             "pending_writes": pending_writes(state, children) if reason is None else []}
 
@@ -137,8 +150,8 @@ def pending_fixes(state: RunState, ctx: RunContext, children: list[str]) -> list
 def pending_writes(state: RunState, children: list[str]) -> list[PendingWrite]:
     """--quorum: this iteration's attempts (kernels and fixes) whose reply had not landed when it
     moved on (in_flight), with their plans and, for a fix, the attempt it repairs: the next iteration
-    collects them and they compete in its selection. A run that stops here leaves them in_flight,
-    their calls uncollected."""
+    collects them and they compete in its selection. A run that stops here leaves them in_flight
+    (the selector waits for their calls, so that their tokens are in the run's ledger)."""
     candidates, plans = state["candidates"], known_plans(state)
     waiting = [candidates[cid] for cid in sorted(children) if candidates[cid].get("status") == "in_flight"
                and (candidates[cid].get("plan_id") or "") in plans]

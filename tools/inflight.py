@@ -132,6 +132,28 @@ def in_flight(run_dir: str | None) -> int:
         return sum(1 for (rd, _), f in _calls.items() if rd == run_dir and not f.done())
 
 
+def collect(run_dir: str | None) -> list[Mapping[str, Any]]:
+    """A run that stops before its last iteration: wait for its calls still in flight (none is sent
+    again; each ends on its own, its retries bounded) and give the usage records of those that got a
+    reply, so that what the run spent is all in its ledger. They leave the registry."""
+    with _lock:
+        mine = [k for k in _calls if k[0] == run_dir]
+    usage = []
+    for k in mine:
+        call = _calls.get(k)
+        if call is None:
+            continue
+        try:
+            record = _usage_of(call.result())
+        except BaseException:  # noqa: BLE001 - a call that failed spent nothing the ledger counts
+            record = None
+        if record is not None:
+            usage.append(record)
+        with _lock:
+            _calls.pop(k, None)
+    return usage
+
+
 def forget(run_dir: str | None) -> None:
     """A run ended: its quorums and uncollected calls are dropped (a call still in flight ends on its own)."""
     with _lock:

@@ -3,6 +3,7 @@ is collected by the next iteration (the same call, sent once) and competes in it
 whole graph on the interpreter with scripted replies (canned texts, not model output)."""
 
 import threading
+import time
 
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
@@ -88,6 +89,31 @@ def test_a_fix_in_flight_at_the_quorum_is_collected_by_the_next_iteration(tmp_pa
     assert [u["candidate_id"] for u in out["usage"] if u["role"] == "fixer"].count("i1.m0.p1.k0.f1") == 1
     assert not [c for c in out["candidates"].values() if c["status"] == "in_flight"]
     assert not out.get("pending_fixes") and out["stop_reason"] == "reached T=3 iterations"
+
+
+def test_a_run_that_stops_with_a_call_in_flight_waits_for_it_and_counts_what_it_spent(tmp_path, softmax_task):
+    """Iteration 1 moves on without its slowest reply, and the run stops there (its wall-clock
+    budget): the selector waits for that call, so the run's ledger holds every call it made."""
+    asked: list[str] = []
+
+    def script(messages):
+        system, prompt = str(messages[0].content), str(messages[-1].content)
+        asked.append(system[:40])
+        if "accelopt executor" in system and "redundant programs" in prompt.split("## Plan", 1)[1]:
+            time.sleep(1.5)  # lands after its iteration's quorum
+        return reply_for(messages)
+
+    ctx = RunContext(beams=1, plans=4, samples=1, fixes=0, iterations=3, device="cpu", use_memory=False,
+                     schedule="overlap", quorum=0.75, max_wall_s=0.01, model="openai:scripted",
+                     chat_models={"default": ScriptedChatModel(script=script)})
+    out = build_graph().compile(checkpointer=InMemorySaver()).invoke(
+        {"task_dir": str(softmax_task), "run_dir": str(tmp_path / "run")}, {"configurable": {"thread_id": "s"}},
+        context=ctx)
+    assert out["stop_reason"].startswith("wall-clock budget") and out["iteration"] == 1
+    assert out["candidates"]["i1.m0.p3.k0"]["status"] == "in_flight"  # never evaluated: the run stopped
+    executed = [u["candidate_id"] for u in out["usage"] if u["role"] == "executor"]
+    assert sorted(executed) == ["i1.m0.p0.k0", "i1.m0.p1.k0", "i1.m0.p2.k0", "i1.m0.p3.k0"]
+    assert out["summary"]["usage"]["calls"] == len(asked)  # every call the model answered, once
 
 
 def test_quorum_needs_a_schedule_that_overlaps():
