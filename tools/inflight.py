@@ -9,7 +9,9 @@ waits for it. No call is sent twice in one process; a call in flight when the pr
 again by the resumed run, as any call in flight at a kill is.
 
 The run's budget ledger (tools/budget.py) keeps an in-flight call's reservation across the
-iteration boundary, and `landed_usage` gives it what landed and was not yet collected.
+iteration boundary, and `landed_usage` gives it what landed and was not yet collected. A run that
+stops before its last iteration waits for its calls in flight (`collect`, from the selector), so
+that every call it made is in its ledger.
 """
 
 from __future__ import annotations
