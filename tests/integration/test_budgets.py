@@ -131,18 +131,19 @@ def long_reasoner(messages):
 
 
 @pytest.mark.slow
-@SCHEDULES
+@pytest.mark.parametrize("schedule, quorum", [("beam", None), ("pipeline", None), ("pipeline", 0.5)])
 @pytest.mark.parametrize("budget, spent_of", [({"max_tokens": 10_000}, "tokens"), ({"max_cost_usd": 0.003}, "cost")])
 def test_a_budget_holds_with_replies_longer_than_any_seen_before(tmp_path, softmax_task, monkeypatch, budget,
-                                                                  spent_of, schedule):
+                                                                  spent_of, schedule, quorum):
     """Parallel executor calls after short planner replies used to be admitted on the planner's
     reply size: --max-tokens 10000 spent 15,663 (a scripted vLLM/gpt-oss run). Each call now
-    reserves the longest reply it may get, and the request carries that limit."""
+    reserves the longest reply it may get, and the request carries that limit. Under --quorum, a
+    call an iteration moved on without keeps its reservation, and is in the ledger however the run ends."""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     with ScriptedOpenAIServer(long_reasoner, count_tokens=True) as server:
         ctx = RunContext(beams=1, plans=2, samples=2, fixes=1, iterations=5, device="cpu", use_memory=False,
                          model="openai:gpt-test", base_url=server.url, prices={"gpt-test": [0.1, 0.2]},
-                         schedule=schedule, **budget)
+                         schedule=schedule, quorum=quorum, **budget)
         out = build_graph().compile().invoke({"task_dir": str(softmax_task), "run_dir": str(tmp_path / "run")},
                                              context=ctx)
         limits = [r["body"].get("max_tokens") for r in server.requests]
