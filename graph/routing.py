@@ -55,8 +55,8 @@ def to_planners(state: RunState, runtime: Runtime[RunContext]) -> Route:
     if state["iteration"] == 1:
         for warning in budget_warnings(ctx):
             log.warning(warning)
-    ledger(state.get("run_dir")).sync([*(state.get("usage") or []), *inflight.landed_usage(state.get("run_dir"))],
-                                      Limits(ctx.max_tokens, ctx.max_cost_usd), fresh=state["iteration"] == 1)
+    ledger(state.get("run_dir")).sync(state.get("usage") or [], Limits(ctx.max_tokens, ctx.max_cost_usd),
+                                      fresh=state["iteration"] == 1)
     if ctx.schedule == "pipeline" and planned_ahead(state):
         return to_work(state, ctx)
     sends = planner_sends(state, state["iteration"])

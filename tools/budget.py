@@ -5,9 +5,10 @@ cannot see each other's usage in it. So each run has a `RunLedger` in this proce
 its run directory: what was spent, what the calls in flight are expected to spend, the limits,
 and a fatal endpoint error that ends the run. `tools/llm.call_model` admits every model call
 against it (spend + reservations + this call's projection must fit the budget); the graph syncs
-its spend from the state at each iteration start, where the state is exact (each call once:
-`once_each`, for a replayed reply whose record the state holds already); a call in flight there
-(one that outlived its iteration under --quorum) keeps its reservation until it settles.
+its spend from the state at each iteration start, where the state is exact, with the calls this
+process settled that the state does not hold yet (each call once: `once_each`, for a replayed
+reply whose record the state holds already); a call in flight there (one that outlived its
+iteration under --quorum) keeps its reservation until it settles.
 
 Projections come from the calls so far: the mean call of the same role (`Means`)."""
 
@@ -183,21 +184,27 @@ class RunLedger:
         self.means = Means()
         self.fatal: str | None = None
         self.failing: dict[str, int] = {}  # a role's calls failed in a row (retries spent), reset by a reply
+        # every call this process settled for the run, by call id: one the state does not hold yet (a
+        # call that outlived its iteration under --quorum, landed and not yet collected) still counts
+        self.settled: dict[str, Mapping[str, Any]] = {}
         # per role, the most a server's prompt count exceeded our estimate by (x): later prompts are
         # projected at it, so that a reply the server ends itself stays within its reservation
         self.input_ratio: dict[str, float] = {}
 
     def sync(self, usage: Sequence[Mapping[str, Any]], limits: Limits, fresh: bool = False) -> None:
-        """At an iteration boundary: the state's ledger is exact (with, under --quorum, the calls that
-        landed after their branch stopped waiting: tools/inflight.landed_usage). The reservations
-        stay: a call still in flight (one that outlived its iteration) settles its own. A fatal
-        error stays for the run's later iterations (one met after the selector stops the next);
-        `fresh` (a run's first iteration) forgets one of an earlier run in this process."""
+        """At an iteration boundary: the spend is the state's ledger (exact: replies replayed from
+        the run cache are in it) with every call this process settled that it does not hold yet,
+        each call once. Under --quorum a call may outlive its iteration: landed, it is among the
+        settled; in flight, its reservation stays until it settles. A fatal error stays for the
+        run's later iterations (one met after the selector stops the next); `fresh` (a run's first
+        iteration) forgets one of an earlier run in this process."""
         with self._lock:
             self.limits, self.spent, self.means = limits, Spend(), Means()
             if fresh:
-                self.fatal, self.failing, self.input_ratio = None, {}, {}
-            for record in once_each(usage):
+                self.fatal, self.failing, self.input_ratio, self.settled = None, {}, {}, {}
+            # a record of several requests (policies/llm._merged) joins their ids with "+"
+            held = {part for record in usage for part in str(record.get("call") or "").split("+") if part}
+            for record in once_each([*usage, *(r for call, r in self.settled.items() if call not in held)]):
                 self.spent.add(call_tokens(record), float(record.get("cost_usd") or 0.0))
                 self.means.add(record)
 
@@ -248,6 +255,8 @@ class RunLedger:
             if record is not None:
                 self.spent.add(call_tokens(record), float(record.get("cost_usd") or 0.0))
                 self.means.add(record)
+                if record.get("call"):
+                    self.settled[str(record["call"])] = record
 
     def fail(self, message: str) -> None:
         """A fatal endpoint error: every later call of this run fails at once with it."""

@@ -9,7 +9,7 @@ waits for it. No call is sent twice in one process; a call in flight when the pr
 again by the resumed run, as any call in flight at a kill is.
 
 The run's budget ledger (tools/budget.py) keeps an in-flight call's reservation across the
-iteration boundary, and `landed_usage` gives it what landed and was not yet collected. A run that
+iteration boundary, and counts a call that landed before any branch collected it. A run that
 stops before its last iteration waits for its calls in flight (`collect`, from the selector), so
 that every call it made is in its ledger.
 """
@@ -112,14 +112,6 @@ def _settle(running: Future, call: Callable[[], Any]) -> None:
         running.set_result(call())
     except BaseException as exc:  # noqa: BLE001 - handed to whoever collects the call
         running.set_exception(exc)
-
-
-def landed_usage(run_dir: str | None) -> list[Mapping[str, Any]]:
-    """The usage records of this run's calls that landed after their branch stopped waiting and
-    that no branch has collected yet: spent, though not yet in the state's ledger."""
-    with _lock:
-        done = [f for (rd, _), f in _calls.items() if rd == run_dir and f.done() and f.exception() is None]
-    return [usage for f in done for usage in [_usage_of(f.result())] if usage is not None]
 
 
 def _usage_of(result: Any) -> Mapping[str, Any] | None:

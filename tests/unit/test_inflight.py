@@ -22,15 +22,15 @@ def test_a_call_detached_at_the_quorum_goes_on_and_a_later_ask_collects_it_unsen
     threading.Timer(0.05, quorum.land).start()  # another branch's reply lands first
     with inflight.detach_at(quorum), pytest.raises(inflight.Detached):
         inflight.start(run, key, call)
-    assert inflight.in_flight(run) == 1 and inflight.landed_usage(run) == []  # not landed: nothing spent yet
+    assert inflight.in_flight(run) == 1
     release.set()
     with inflight.detach_at(inflight.quorum(run, 2, 5)):  # the next iteration's branch asks the same call
         text, usage = inflight.start(run, key, call)
     assert (text, sent) == ("kernel", [1])  # collected, never sent again
-    assert inflight.in_flight(run) == 0 and inflight.landed_usage(run) == []  # its spend is now the branch's
+    assert inflight.in_flight(run) == 0  # collected: it left the registry
 
 
-def test_a_landed_call_no_branch_collected_is_spent_and_a_failure_reaches_its_collector(tmp_path):
+def test_a_failure_reaches_its_collector_and_a_stopping_run_collects_what_landed(tmp_path):
     run = str(tmp_path)
     quorum = inflight.quorum(run, 1, 1)
     quorum.land()  # met already: every call of this iteration that has not landed is detached at once
@@ -40,15 +40,12 @@ def test_a_landed_call_no_branch_collected_is_spent_and_a_failure_reaches_its_co
     with inflight.detach_at(quorum), pytest.raises(inflight.Detached):
         inflight.start(run, "bad", lambda: (gate.wait(10), 1 / 0))
     gate.set()
-    for _ in range(200):
-        if inflight.in_flight(run) == 0:
-            break
-        threading.Event().wait(0.01)
-    assert [u["call"] for u in inflight.landed_usage(run)] == ["c2"]
     with pytest.raises(ZeroDivisionError):  # the collecting branch gets the call's own failure
         inflight.start(run, "bad", lambda: pytest.fail("sent again"))
+    assert [u["call"] for u in inflight.collect(run)] == ["c2"]  # waited for, its spend handed over
+    assert inflight.in_flight(run) == 0 and inflight.collect(run) == []
     inflight.forget(run)
-    assert inflight.landed_usage(run) == [] and inflight.quorum(run, 1, 7).needed == 7
+    assert inflight.quorum(run, 1, 7).needed == 7
 
 
 def test_outside_a_quorum_a_call_runs_in_the_callers_thread():
@@ -63,8 +60,29 @@ def test_the_ledger_keeps_a_reservation_in_flight_across_an_iteration_boundary()
     assert refusal is None and ledger.reserved.tokens == 1100
     ledger.sync([{"role": "planner", "input_tokens": 50, "output_tokens": 50, "call": "p"}], Limits(max_tokens=100_000))
     assert ledger.reserved.tokens == 1100 and ledger.spent.tokens == 100  # the call outlived its iteration
-    ledger.settle(held, {"role": "executor", "input_tokens": 100, "output_tokens": 400})
+    ledger.settle(held, {"role": "executor", "input_tokens": 100, "output_tokens": 400, "call": "e"})
     assert ledger.reserved.tokens == 0 and ledger.spent.tokens == 600
+
+
+def test_a_call_that_landed_before_the_state_holds_it_counts_once_at_every_sync():
+    """Landed after its branch moved on, not yet collected: the state's ledger lacks it, the run's
+    does not (it settled there, whenever it landed against a sync); collected, it counts once."""
+    ledger, limits = RunLedger(), Limits(max_tokens=100_000)
+    ledger.sync([], limits, fresh=True)
+    held, _ = ledger.admit("executor", 100, (0.0, 0.0), max_output=1000)
+    late = {"role": "executor", "input_tokens": 100, "output_tokens": 400, "call": "e"}
+    ledger.settle(held, late)
+    planner = {"role": "planner", "input_tokens": 50, "output_tokens": 50, "call": "p"}
+    ledger.sync([planner], limits)
+    assert ledger.spent.tokens == 600  # the state holds the planner only
+    ledger.sync([planner, late], limits)
+    assert ledger.spent.tokens == 600  # collected: once
+    asked_twice = {"role": "planner", "input_tokens": 100, "output_tokens": 100, "call": "p+q"}  # _merged
+    ledger.settle(None, {"role": "planner", "input_tokens": 50, "output_tokens": 50, "call": "q"})
+    ledger.sync([asked_twice, late], limits)
+    assert ledger.spent.tokens == 700  # the joined record covers both of its requests
+    ledger.sync([], limits, fresh=True)
+    assert ledger.spent.tokens == 0  # a run's first iteration: another run's calls are not its own
 
 
 @pytest.mark.parametrize(("share", "replies", "needed"), [(0.75, 16, 12), (0.5, 3, 2), (1.0, 4, 4), (0.01, 4, 1),
