@@ -52,7 +52,7 @@ from accelopt.policies.replies import (
     strip_reasoning,
 )
 from accelopt.policies.structured_output import LESSON_SCHEMA, PLANS_SCHEMA, REFUSED, TEXT_ONLY, takes_schema
-from accelopt.tools.budget import estimate_tokens
+from accelopt.tools.budget import JOINED, estimate_tokens
 from accelopt.tools.llm import ROLES, LLMCallError, ModelSpec, call_model
 from accelopt.tools.task import Task
 
@@ -234,7 +234,7 @@ def _merged(usages: list[dict]) -> dict:
     out["estimated"] = any(u.get("estimated") for u in usages)
     calls = [u.get("call") for u in usages]
     if all(calls):
-        out["call"] = "+".join(str(c) for c in calls)
+        out["call"] = JOINED.join(str(c) for c in calls)
     else:
         out.pop("call", None)
     return out

@@ -128,6 +128,14 @@ def call_tokens(record: Mapping[str, Any]) -> int:
     return int(record.get("input_tokens") or 0) + int(record.get("output_tokens") or 0)
 
 
+JOINED = "+"  # a record of several requests (policies/llm._merged) joins their `call` ids with it
+
+
+def call_ids(record: Mapping[str, Any]) -> list[str]:
+    """The ids of the requests a ledger record stands for (none for a record of an older run)."""
+    return [part for part in str(record.get("call") or "").split(JOINED) if part]
+
+
 def once_each(usage: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
     """The ledger's records, each call once. A reply replayed from the run cache carries its
     original record, `call` id included: when the state already holds that record (a resumed run
@@ -202,8 +210,7 @@ class RunLedger:
             self.limits, self.spent, self.means = limits, Spend(), Means()
             if fresh:
                 self.fatal, self.failing, self.input_ratio, self.settled = None, {}, {}, {}
-            # a record of several requests (policies/llm._merged) joins their ids with "+"
-            held = {part for record in usage for part in str(record.get("call") or "").split("+") if part}
+            held = {call for record in usage for call in call_ids(record)}
             for record in once_each([*usage, *(r for call, r in self.settled.items() if call not in held)]):
                 self.spent.add(call_tokens(record), float(record.get("cost_usd") or 0.0))
                 self.means.add(record)
