@@ -21,6 +21,7 @@ rest (recall, selector, record). Where an iteration waits on its slowest branch,
 from __future__ import annotations
 
 import argparse
+import textwrap
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
@@ -220,7 +221,7 @@ def render(found: RunTimeline) -> str:
     left = [f"{_short(p)}: {p.outlived_calls}" for p in found.iterations if p.outlived_calls]
     if left:
         lines += ["", "model calls an iteration moved on without (--quorum), collected by the next:",
-                  "  " + ", ".join(left)]
+                  *textwrap.wrap(", ".join(left), 80, initial_indent="  ", subsequent_indent="  ")]
     return "\n".join(lines)
 
 

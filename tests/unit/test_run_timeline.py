@@ -120,3 +120,7 @@ def test_a_call_an_iteration_moved_on_without_waits_in_both_and_is_counted_where
     assert (second.model_calls, second.outlived_calls, second.model_wait_s) == (1, 0, 10)  # 15-25 of the first
     assert found.total.model_calls == 3 and found.total.outlived_calls == 0
     assert "iter 1: 1" in render(found).splitlines()[-1]
+    many = found.model_copy(update={"iterations": [first.model_copy(update={"label": f"iteration {i}"})
+                                                   for i in range(1, 17)]})
+    shown = render(many).splitlines()
+    assert all(len(line) <= 80 for line in shown) and "iter 16: 1" in shown[-1]  # wrapped, whole
