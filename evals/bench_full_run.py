@@ -302,7 +302,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{task}: rc {r['optimize']['rc']} wall {r['optimize']['wall_s']} s, "
               f"{tl.get('evaluations')} evaluations ({tl.get('evaluations_per_min')}/min), "
               f"best {r['summary'].get('best_speedup')}, show {r['show']['wall_s']} s, report {r['report']['wall_s']} s, "
-              f"run dir {r['sizes_mb']['run_dir']} MB, checkpoints {r['sizes_mb']['checkpoints']} MB", flush=True)
+              f"run dir {r['sizes_mb']['run_dir']} MB, checkpoints {r['sizes_mb']['checkpoints']} MB; the served model "
+              f"decoded at {r['replay'].get('decode_share_of_peak')} of its peak (its replies alone take "
+              f"{r['replay'].get('decode_floor_s')} s at the peak)", flush=True)
 
 
 if __name__ == "__main__":

@@ -72,8 +72,15 @@ class Profile:
         "planner": (1500, 4000), "executor": (1000, 3000), "fixer": (800, 2000), "summarizer": (300, 800)})
     note: str = ""
 
+    @property
+    def peak_decode_tok_s(self) -> float:
+        """The most tokens a second this server decodes, all streams together: with max_num_seqs decoding
+        (n streams decode n * rate(n), which grows with n while slowdown < 1)."""
+        n = self.max_num_seqs
+        return n * self.decode_tok_s / (1 + self.slowdown * (n - 1))
+
     def describe(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "peak_decode_tok_s": round(self.peak_decode_tok_s, 1)}
 
 
 PROFILES: dict[str, Profile] = {

@@ -273,6 +273,9 @@ class ReplayServer:
             totals = {role: dataclasses.replace(t, served=dict(t.served)) for role, t in sorted(self._totals.items())}
             peak, max_queue = self._peak_streams, self._max_queue_s
         every = list(totals.values())
+        completion, wall = sum(t.completion_tokens for t in every), time.monotonic() - self._started
+        # what the served model's own speed allows: its replies decoded at its peak, every stream slot busy
+        floor = completion / self.profile.peak_decode_tok_s
         return {
             "note": f"{NOTE}. Seconds are modelled (latency.py), not measured; tokens are counted as 4 characters "
                     "each and reasoning tokens drawn per reply.",
@@ -280,13 +283,15 @@ class ReplayServer:
             "failure_rate": self.failure_rate, "real_share": self.real_share, "material": self.material.describe(),
             "requests": sum(t.requests for t in every),
             "prompt_tokens": sum(t.prompt_tokens for t in every),
-            "completion_tokens": sum(t.completion_tokens for t in every),
+            "completion_tokens": completion,
             "reasoning_tokens": sum(t.reasoning_tokens for t in every),
             "modelled_s": round(sum(t.modelled_s for t in every), 3),
             "queue_s": round(sum(t.queue_s for t in every), 3),
             "queued_requests": sum(t.queued for t in every),
             "max_queue_s": round(max_queue, 3), "peak_streams": peak,
-            "wall_s": round(time.monotonic() - self._started, 3),
+            "wall_s": round(wall, 3),
+            "decode_floor_s": round(floor, 1),  # modelled seconds
+            "decode_share_of_peak": round(floor * self.time_scale / wall, 3) if self.time_scale > 0 and wall > 0 else None,
             "by_role": {role: {"requests": t.requests, "prompt_tokens": t.prompt_tokens,
                                "completion_tokens": t.completion_tokens, "reasoning_tokens": t.reasoning_tokens,
                                "modelled_s": round(t.modelled_s, 3), "queue_s": round(t.queue_s, 3),

@@ -152,6 +152,9 @@ def test_failures_are_realistic_and_the_fixer_gets_a_kernel_that_keeps_the_seman
     assert seen == set(FAILURES)
     assert stats["by_role"]["executor"]["requests"] == 15 and stats["by_role"]["fixer"]["requests"] == 6
     assert sum(stats["by_role"]["executor"]["served"].values()) == 15
+    # the fewest modelled seconds the served model needs for these replies; no share of the peak at scale 0
+    assert stats["decode_floor_s"] == pytest.approx(stats["completion_tokens"] / server.profile.peak_decode_tok_s, abs=0.1)
+    assert stats["decode_floor_s"] > 0 and stats["decode_share_of_peak"] is None
 
 
 def test_a_token_limit_cuts_the_reply_as_a_server_would(server):
@@ -266,5 +269,6 @@ def test_a_client_that_goes_away_mid_reply_is_no_server_error(capfd):
                     "model": MODEL_ID, "messages": [{"role": "user", "content": "## Plan to implement\nshort"}]})
         assert ask(s.url, "summarizer", "Write one optimization lesson from this measured pair.").status_code == 200
         time.sleep(s.stats()["modelled_s"] * scale + 0.5)  # every abandoned reply has been written by now
+        assert 0 < s.stats()["decode_share_of_peak"] < 1  # no wall decodes faster than the model's peak
     err = capfd.readouterr().err
     assert "Traceback" not in err and "BrokenPipe" not in err, err[-2000:]

@@ -120,3 +120,16 @@ def test_tokens_and_profiles():
     assert profile("gpt-4.1-mini-hosted").decode_tok_s == 75
     with pytest.raises(ValueError, match="unknown profile"):
         profile("gpt-9")
+
+
+def test_the_peak_is_every_stream_slot_decoding_and_no_crowd_decodes_faster():
+    """The server's most tokens a second (the floor a run's model calls cannot beat, stats'
+    decode_floor_s): max_num_seqs streams at their shared rate; fewer streams decode less, and
+    a crowd past the slots queues rather than adding rate."""
+    model = LatencyModel(OSS, time_scale=0)
+    assert OSS.peak_decode_tok_s == pytest.approx(32 * 150 / (1 + 0.03 * 31))
+    assert all(n * model.rate(n) < OSS.peak_decode_tok_s for n in range(1, 32))
+    flows = [model.enter(0, 0, 3000, at=0.0) for _ in range(40)]  # 8 past the slots wait their turn
+    last = max(model.timing(f).end_s for f in flows)
+    assert last >= 40 * 3000 / OSS.peak_decode_tok_s
+    assert OSS.describe()["peak_decode_tok_s"] == pytest.approx(OSS.peak_decode_tok_s, abs=0.1)
