@@ -11,6 +11,13 @@ judge checking, compiling, timing, auditing or profiling); the judge's steps sum
 iteration's evaluations; and the evaluations a minute. A figure is a union of intervals where it
 says "the time some ...", so overlapping calls are not counted twice; "GPU-seconds" is a sum.
 
+And per iteration, the model's pace: the tokens its calls decoded a second (a call's output
+tokens spread evenly over its span, so a call two periods share counts in each by its overlap) and
+the calls in flight on average. Where the served model runs near its own peak (a replay's stats say
+it: `decode_floor_s`), no schedule makes the run faster; where it does not, the search left it
+idle. Beside them the seconds evaluations waited for a GPU another evaluation (or another process)
+held.
+
 And per iteration, what its wall time waited on, in order (`path_s`, the second table): its plans
 (from its start to its last planner's end), its first attempts (to the end of the last first
 attempt's evaluation: the executors' kernels, not their fixes or launch variants), the fixes and
@@ -48,6 +55,8 @@ class Period(BaseModel):
     model_wait_by_role_s: dict[str, float]
     model_calls: int                      # asked in the period
     outlived_calls: int = 0               # asked in it and still in flight at its end (an iteration's: --quorum)
+    tokens_decoded: float = 0.0           # calls' output tokens, each spread evenly over its span, clipped
+    calls_in_flight: float = 0.0          # on average over the period
     gpu_held_s: float                     # some evaluation held a GPU
     gpu_seconds: float                    # summed over evaluations (several GPUs: above the wall time)
     evaluations: int
@@ -105,10 +114,14 @@ def period(label: str, spans: list[dict[str, Any]], start: float, end: float) ->
         if s["kind"] == "node":
             nodes[s["node"]].append((s["start"], s["end"]))
     wall = max(0.0, end - start)
+    clipped = [(s, max(0.0, min(s["end"], end) - max(s["start"], start))) for s in llm]
+    decoded = sum((s.get("output_tokens") or 0) * share / (s["end"] - s["start"]) if s["end"] > s["start"]
+                  else 0.0 for s, share in clipped)
     return Period(
         label=label, wall_s=round(wall, 1), model_wait_s=round(union_s(v for spans in by_role.values() for v in spans), 1),
         model_wait_by_role_s={r: round(union_s(v), 1) for r, v in sorted(by_role.items())}, model_calls=len(asked),
         outlived_calls=sum(1 for s in asked if s["end"] > end + 1e-3),
+        tokens_decoded=round(decoded, 1), calls_in_flight=round(sum(share for _, share in clipped) / wall, 2) if wall else 0.0,
         gpu_held_s=round(union_s(_held(s) for s in evals), 1),
         gpu_seconds=round(sum(b - a for a, b in map(_held, evals)), 1), evaluations=len(evals),
         evaluations_per_min=round(len(evals) / (wall / 60), 2) if wall else 0.0,
@@ -218,6 +231,12 @@ def render(found: RunTimeline) -> str:
         sums = [sum(p.path_s.get(k, 0.0) for p in found.iterations) for k in PATH]
         wall = sum(p.wall_s for p in found.iterations)
         lines.append(f"{'iterations':12}{wall:6.0f}" + "".join(f"{v:{w}.0f}" for v, w in zip(sums, (7, 7, 7, 8, 6))))
+    lines += ["", "the model's pace: tokens its calls decoded a second, calls in flight on",
+              f"average; seconds evaluations waited (summed) for a {unit} another held",
+              f"{'':12}{'wall':>6}{'tok/s':>7}{'calls':>7}{'wait':>6}"]
+    for p in [*found.iterations, found.total]:
+        lines.append(f"{_short(p):12}{p.wall_s:6.0f}{p.tokens_decoded / p.wall_s if p.wall_s else 0.0:7.0f}"
+                     f"{p.calls_in_flight:7.1f}{p.steps_s.get('waiting for a judge', 0.0):6.0f}")
     left = [f"{_short(p)}: {p.outlived_calls}" for p in found.iterations if p.outlived_calls]
     if left:
         lines += ["", "model calls an iteration moved on without (--quorum), collected by the next:",

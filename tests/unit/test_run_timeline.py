@@ -106,8 +106,10 @@ def test_an_iteration_a_kill_cut_off_reads_as_cut_and_plans_made_ahead_for_none_
 def test_a_call_an_iteration_moved_on_without_waits_in_both_and_is_counted_where_it_was_asked(tmp_path):
     spans = [
         {"kind": "node", "node": "recall", "iteration": 1, "start": 0, "end": 1},
-        {"kind": "llm", "role": "executor", "iteration": 1, "candidate": "i1.m0.p0.k0", "start": 1, "end": 11},
-        {"kind": "llm", "role": "executor", "iteration": 1, "candidate": "i1.m0.p0.k1", "start": 1, "end": 25},
+        {"kind": "llm", "role": "executor", "iteration": 1, "candidate": "i1.m0.p0.k0", "start": 1, "end": 11,
+         "output_tokens": 1000},
+        {"kind": "llm", "role": "executor", "iteration": 1, "candidate": "i1.m0.p0.k1", "start": 1, "end": 25,
+         "output_tokens": 2400},
         {"kind": "node", "node": "record", "iteration": 1, "start": 14, "end": 15},
         {"kind": "node", "node": "recall", "iteration": 2, "start": 15, "end": 16},
         {"kind": "llm", "role": "executor", "iteration": 2, "candidate": "i2.m0.p0.k0", "start": 16, "end": 20},
@@ -119,6 +121,12 @@ def test_a_call_an_iteration_moved_on_without_waits_in_both_and_is_counted_where
     assert (first.model_calls, first.outlived_calls, first.model_wait_s) == (2, 1, 14)  # 1-15, clipped at its end
     assert (second.model_calls, second.outlived_calls, second.model_wait_s) == (1, 0, 10)  # 15-25 of the first
     assert found.total.model_calls == 3 and found.total.outlived_calls == 0
+    # the model's pace: the outlived call's 2,400 tokens are split by its 14 s in the first and 10 s in the second
+    assert first.tokens_decoded == 1000 + 1400 and second.tokens_decoded == 1000  # the second's own call: no tokens
+    assert first.calls_in_flight == round((10 + 14) / 15, 2) and second.calls_in_flight == round((10 + 4) / 15, 2)
+    assert found.total.tokens_decoded == 3400
+    pace = render(found).splitlines()
+    assert any(line.split() == ["iter", "1", "15", f"{2400 / 15:.0f}", f"{24 / 15:.1f}", "0"] for line in pace), pace
     assert "iter 1: 1" in render(found).splitlines()[-1]
     many = found.model_copy(update={"iterations": [first.model_copy(update={"label": f"iteration {i}"})
                                                    for i in range(1, 17)]})
