@@ -5,7 +5,8 @@
 
 Each autotuned kernel of `evals/realworld` (AccelOpt's bests `--against` the corpus solution each
 started from; the corpus's autotuned solutions against the task's PyTorch reference) is checked in
-`--repeats` separate `accelopt check --json` processes, cold, as a user runs them. Per kernel:
+`--repeats` separate `accelopt check --json` processes, cold, as a user runs them (the first kernel
+named `--repeats-first`, where given). Per kernel:
 - per comparator, the verdict words seen (one source, one verdict: one word), the speedups and
   their intervals, and whether every interval holds every other run's speedup;
 - the configuration each workload ran in each process (the judge's choice) and how many distinct
@@ -98,7 +99,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--repeats-first", type=int, default=10, help="repeats of the first kernel (the issue's pair)")
+    parser.add_argument("--repeats-first", type=int, default=None,
+                        help="repeats of the first kernel named (default: --repeats, as every other)")
     parser.add_argument("--only", default="", help="comma-separated names (default: every autotuned kernel)")
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--budget", type=float, default=float("inf"))
@@ -110,7 +112,8 @@ def main() -> None:
     results: dict = {}
     for index, row in enumerate(chosen):
         runs: list[dict] = []
-        for _ in range(args.repeats_first if index == 0 else args.repeats):
+        first = args.repeats_first is not None and index == 0
+        for _ in range(args.repeats_first if first else args.repeats):
             expected = runs[-1]["wall_s"] if runs and runs[-1].get("wall_s") else 0.0
             if time.monotonic() - start + expected > args.budget:
                 break
