@@ -64,15 +64,19 @@ def fill_within_quorum(state: CandidateState, attempt: Candidate, asked_in: int,
                        counted: bool) -> CandidateState:
     """fill_attempt under the iteration's quorum (--quorum; without one, plainly): an attempt whose
     reply had not landed when the quorum had is in_flight, with the iteration its call was asked in;
-    a `counted` reply (a kernel's, not a fix's) that landed counts toward the quorum."""
+    a `counted` reply (a kernel's, not a fix's) that landed counts toward the quorum. The run
+    directory keeps the count, so that a resumed iteration does not wait again for the replies of
+    branches that finished before the kill (the checkpoint does not run them again)."""
     needed = state.get("quorum")
-    at = inflight.quorum(state.get("run_dir"), state["iteration"], needed) if needed else None
+    cache, landed = RunCache(state.get("run_dir")), f"quorum/i{state['iteration']}"
+    at = inflight.quorum(state.get("run_dir"), state["iteration"], needed, cache.keys(landed)) if needed else None
     with inflight.detach_at(at):
         written = fill_attempt(attempt, ask)
     if written["current"]["status"] == "in_flight":
         written["current"]["asked_in"] = asked_in
     elif at is not None and counted:
-        at.land()
+        cache.claim(landed, attempt["id"], attempt["id"])
+        at.land(attempt["id"])
     return written
 
 

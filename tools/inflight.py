@@ -20,7 +20,7 @@ import contextlib
 import contextvars
 import math
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from typing import Any
 
@@ -30,16 +30,22 @@ class Detached(Exception):
 
 
 class Quorum:
-    """One iteration's kernel branches: how many replies must land before the rest stop waiting."""
+    """One iteration's kernel branches: how many replies must land before the rest stop waiting.
+    A reply is named by its attempt, so that it counts once however often its branch runs: a
+    resumed run starts from the replies that landed before the kill (`landed`)."""
 
-    def __init__(self, needed: int):
+    def __init__(self, needed: int, landed: Iterable[str] = ()):
         self.needed = needed
-        self.landed = 0
+        self._landed = set(landed)
         self._changed = threading.Condition()
 
-    def land(self) -> None:
+    @property
+    def landed(self) -> int:
+        return len(self._landed)
+
+    def land(self, reply: str) -> None:
         with self._changed:
-            self.landed += 1
+            self._landed.add(reply)
             self._changed.notify_all()
 
     def met(self) -> bool:
@@ -68,10 +74,13 @@ _lock = threading.Lock()
 _detach_at: contextvars.ContextVar[Quorum | None] = contextvars.ContextVar("accelopt_detach_at", default=None)
 
 
-def quorum(run_dir: str | None, iteration: int, replies: int) -> Quorum:
-    """The iteration's quorum in this process, of `replies` (made by its first branch: the same in all)."""
+def quorum(run_dir: str | None, iteration: int, replies: int, landed: Iterable[str] = ()) -> Quorum:
+    """The iteration's quorum in this process, of `replies`, made by its first branch (the same in
+    all), counting the replies that had `landed` in an earlier process of the run."""
     with _lock:
-        return _quorums.setdefault((run_dir, iteration), Quorum(replies))
+        if (run_dir, iteration) not in _quorums:
+            _quorums[(run_dir, iteration)] = Quorum(replies, landed)
+        return _quorums[(run_dir, iteration)]
 
 
 @contextlib.contextmanager

@@ -11,6 +11,8 @@ exact:
   the same reply, so it rebuilds the same kernel, and its tokens are counted once.
 - `cache/programs/<hash>`: which candidate first evaluated a program (its source up to comments
   and layout), so that no program is evaluated twice in a run, across parallel branches and resumes.
+- `cache/quorum/i<iteration>/<attempt id>`: the kernel replies of an iteration that landed
+  (--quorum), so that a resumed iteration counts those of the branches that finished before the kill.
 Every real harness evaluation is also appended to `evaluations.jsonl`, an audit log that says
 what was measured and when.
 """
@@ -88,6 +90,12 @@ class RunCache:
         with os.fdopen(fd, "w") as f:
             f.write(owner)
         return owner
+
+    def keys(self, kind: str) -> list[str]:
+        """The keys `claim` recorded under `kind` (none without a run directory)."""
+        if self.root is None or not (self.root / kind).is_dir():
+            return []
+        return sorted(p.name for p in (self.root / kind).iterdir() if p.is_file())
 
     def log_evaluation(self, key: str, record: dict) -> None:
         if self.root is None:

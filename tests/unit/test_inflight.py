@@ -19,7 +19,7 @@ def test_a_call_detached_at_the_quorum_goes_on_and_a_later_ask_collects_it_unsen
         return "kernel", {"role": "executor", "input_tokens": 10, "output_tokens": 5, "call": "c1"}
 
     quorum = inflight.quorum(run, 1, 1)
-    threading.Timer(0.05, quorum.land).start()  # another branch's reply lands first
+    threading.Timer(0.05, quorum.land, args=["i1.k0"]).start()  # another branch's reply lands first
     with inflight.detach_at(quorum), pytest.raises(inflight.Detached):
         inflight.start(run, key, call)
     assert inflight.in_flight(run) == 1
@@ -33,7 +33,7 @@ def test_a_call_detached_at_the_quorum_goes_on_and_a_later_ask_collects_it_unsen
 def test_a_failure_reaches_its_collector_and_a_stopping_run_collects_what_landed(tmp_path):
     run = str(tmp_path)
     quorum = inflight.quorum(run, 1, 1)
-    quorum.land()  # met already: every call of this iteration that has not landed is detached at once
+    quorum.land("i1.k0")  # met already: every call of this iteration that has not landed is detached at once
     gate = threading.Event()
     with inflight.detach_at(quorum), pytest.raises(inflight.Detached):
         inflight.start(run, "ok", lambda: (gate.wait(10), {"input_tokens": 3, "output_tokens": 4, "call": "c2"}))
@@ -89,3 +89,36 @@ def test_a_call_that_landed_before_the_state_holds_it_counts_once_at_every_sync(
                                                          (0.7, 10, 7)])
 def test_the_replies_an_iteration_waits_for(share, replies, needed):
     assert inflight.needed(share, replies) == needed
+
+
+def test_a_resumed_iteration_counts_the_replies_that_landed_before_the_kill(tmp_path):
+    """The checkpoint does not run again the branches that finished before a kill: a new process's
+    quorum that counted only its own replies waited for every reply it sent (seen after resumes)."""
+    from accelopt.nodes.records import attempt
+    from accelopt.nodes.services import fill_within_quorum
+    from accelopt.policies.interface import Kernel
+
+    run = str(tmp_path)
+    state = {"quorum": 2, "run_dir": run, "iteration": 3}
+    release = threading.Event()
+
+    def branch(k: int, reply) -> str:
+        kernel = attempt(f"i3.m0.p0.k{k}", 3, "baseline", "p0", "plan", None, 0)
+        written = fill_within_quorum(state, kernel, 3, lambda: inflight.start(run, f"call-{k}", reply), counted=True)
+        return written["current"].get("status") or "written"  # a kernel's status is the judge's to give
+
+    def landed() -> Kernel:
+        return Kernel(source="def kernel(): pass\n")
+
+    def slow() -> Kernel:
+        release.wait(10)
+        return landed()
+
+    try:
+        assert [branch(0, landed), branch(1, landed)] == ["written", "written"]  # landed in the killed process
+        inflight.forget(run)  # a new process: no quorum in memory
+        assert branch(1, landed) == "written"  # a cut-off branch run again, its reply landed once
+        assert branch(2, slow) == "in_flight"  # the quorum was met before the kill: not waited on
+    finally:
+        release.set()
+    assert inflight.quorum(run, 3, 2).landed == 2

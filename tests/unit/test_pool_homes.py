@@ -19,8 +19,16 @@ def test_homes_of_dead_pools_are_swept_and_live_ones_kept(tmp_path):
     live.mkdir()
     unknown = tmp_path / "accelopt-judge-cpu0-xyz"  # no owner in its name (an older accelopt): left alone
     unknown.mkdir()
-    assert sweep_stale_homes(str(tmp_path)) == [dead]
+    dead_source = tmp_path / f"accelopt-src-p{gone.pid}-k2j"  # an evaluation's files, its process killed
+    (dead_source / "candidate.py").parent.mkdir()
+    (dead_source / "candidate.py").write_text("# from a killed run")
+    live_source = tmp_path / f"accelopt-src-p{os.getpid()}-m4n"
+    unknown_source = tmp_path / "accelopt-src-p9x_"  # no owner: an older accelopt's, left alone
+    live_source.mkdir()
+    unknown_source.mkdir()
+    assert sorted(sweep_stale_homes(str(tmp_path))) == sorted([dead, dead_source])
     assert not dead.exists() and live.exists() and unknown.exists()
+    assert not dead_source.exists() and live_source.exists() and unknown_source.exists()
 
 
 def test_a_judge_home_names_the_process_that_owns_its_pool():

@@ -41,6 +41,8 @@ from accelopt.tools.harness.judge import RESULT_MARK
 
 JUDGE = Path(__file__).with_name("judge.py")
 HOME_PREFIX = "accelopt-judge-"  # + device, slot, p<pid of the process that owns the pool>, random
+# A candidate's source files while it is judged (runner.evaluate): + p<pid of the evaluating process>-, random
+SOURCE_PREFIX = "accelopt-src-"
 # What a judge may take beyond a candidate's own limit: its start and the reference's import.
 JUDGE_MARGIN_S = 120.0
 # Variables a kernel may see; everything else (API keys above all) is dropped.
@@ -291,6 +293,14 @@ def home_owner(text: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
+SOURCE_OWNER = re.compile(rf"{SOURCE_PREFIX}p(\d+)-")
+
+
+def source_dir_owner(name: str) -> int | None:
+    found = SOURCE_OWNER.match(name)
+    return int(found.group(1)) if found else None
+
+
 def remove_orphaned(where: Path, prefix: str, owner: Callable[[str], int | None]) -> list[Path]:
     """Remove the folders under `where` named `prefix`... whose owning process (`owner` of the
     name) is gone: a process killed with SIGKILL never cleans up. A folder whose owner is alive
@@ -306,9 +316,11 @@ def remove_orphaned(where: Path, prefix: str, owner: Callable[[str], int | None]
 
 
 def sweep_stale_homes(tmp: str | None = None) -> list[Path]:
-    """Remove the judge homes of pools whose process is gone: a driver killed with SIGKILL never
-    runs `close`. Returns what went."""
-    return remove_orphaned(Path(tmp or tempfile.gettempdir()), HOME_PREFIX, home_owner)
+    """Remove the judge homes of pools, and the source folders of evaluations, whose process is
+    gone: a driver killed with SIGKILL never cleans up (a day of resume tests left 160 source
+    folders in /tmp). Returns what went."""
+    where = Path(tmp or tempfile.gettempdir())
+    return remove_orphaned(where, HOME_PREFIX, home_owner) + remove_orphaned(where, SOURCE_PREFIX, source_dir_owner)
 
 
 def make_pool(device: str, gpu_count: int, fresh_process: bool = False, gpus: list[str] | None = None) -> WorkerPool:

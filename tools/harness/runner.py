@@ -11,6 +11,7 @@ re-checked and flagged, and a flagged kernel needs an audit (audit.py) before it
 from __future__ import annotations
 
 import contextlib
+import os
 import tempfile
 import time
 from functools import lru_cache
@@ -30,7 +31,7 @@ from accelopt.tools.harness.autotune_choices import (
 from accelopt.tools.harness.device_lease import DeviceLeaseError
 from accelopt.tools.harness.kernel_profile import ProfileRun, Profiling, profile_workloads, summarize
 from accelopt.tools.harness.kernel_source import KernelSource
-from accelopt.tools.harness.pool import get_pool
+from accelopt.tools.harness.pool import SOURCE_PREFIX, get_pool
 from accelopt.tools.harness.result import AutotuneRecord, EvalResult, RoundsRun, WorkloadTiming, compare_rounds
 from accelopt.tools.harness.static_checks import findings
 from accelopt.tools.harness.stats import NOISE_FLOOR
@@ -120,7 +121,7 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
     except DeviceLeaseError as exc:  # another process held the GPU past its wait: not the kernel's doing
         held.close()
         return EvalResult(status="infra_error", error=str(exc), device=device, eval_s=time.monotonic() - started)
-    with held, tempfile.TemporaryDirectory(prefix="accelopt-src-") as tmp:
+    with held, tempfile.TemporaryDirectory(prefix=f"{SOURCE_PREFIX}p{os.getpid()}-") as tmp:
         lease_wait = round(time.monotonic() - waited, 3)  # another evaluation held the judge (and its GPU)
         paths = {}
         for name, text in {"candidate": source, **(compare or {})}.items():
