@@ -6,7 +6,7 @@ import shutil
 import subprocess
 import sys
 
-from accelopt.tools.harness.pool import Worker, WorkerPool, sweep_stale_homes
+from accelopt.tools.harness.pool import Worker, WorkerPool, sweep_orphaned_folders
 
 
 def test_homes_of_dead_pools_are_swept_and_live_ones_kept(tmp_path):
@@ -26,7 +26,7 @@ def test_homes_of_dead_pools_are_swept_and_live_ones_kept(tmp_path):
     unknown_source = tmp_path / "accelopt-src-p9x_"  # no owner: an older accelopt's, left alone
     live_source.mkdir()
     unknown_source.mkdir()
-    assert sorted(sweep_stale_homes(str(tmp_path))) == sorted([dead, dead_source])
+    assert sorted(sweep_orphaned_folders(str(tmp_path))) == sorted([dead, dead_source])
     assert not dead.exists() and live.exists() and unknown.exists()
     assert not dead_source.exists() and live_source.exists() and unknown_source.exists()
 
@@ -35,7 +35,7 @@ def test_a_judge_home_names_the_process_that_owns_its_pool():
     worker = Worker("cpu", 3, None)
     try:
         assert worker.home.name.startswith(f"accelopt-judge-cpu3-p{os.getpid()}-")
-        assert sweep_stale_homes(str(worker.home.parent)).count(worker.home) == 0 and worker.home.exists()
+        assert sweep_orphaned_folders(str(worker.home.parent)).count(worker.home) == 0 and worker.home.exists()
     finally:
         shutil.rmtree(worker.home, ignore_errors=True)
 

@@ -315,7 +315,7 @@ def remove_orphaned(where: Path, prefix: str, owner: Callable[[str], int | None]
     return removed
 
 
-def sweep_stale_homes(tmp: str | None = None) -> list[Path]:
+def sweep_orphaned_folders(tmp: str | None = None) -> list[Path]:
     """Remove the judge homes of pools, and the source folders of evaluations, whose process is
     gone: a driver killed with SIGKILL never cleans up (a day of resume tests left 160 source
     folders in /tmp). Returns what went."""
@@ -332,7 +332,7 @@ def make_pool(device: str, gpu_count: int, fresh_process: bool = False, gpus: li
     if confine.unconfined():
         print(f"accelopt: candidate kernels run UNCONFINED ({confine.UNCONFINED_ENV}=1): generated code can write "
               "wherever this user can", file=sys.stderr)
-    sweep_stale_homes()
+    sweep_orphaned_folders()
     if device == "cuda":
         visible = settings.cuda_visible_devices()
         gpus = gpus or (visible.split(",") if visible else [str(i) for i in range(max(1, gpu_count))])
