@@ -52,6 +52,8 @@ def check(
                                                "interpreter: correctness, no GPU times)")] = "auto",
     timeout: Opt[float, typer.Option(callback=o.checked, help="Evaluation limit in seconds, more than 0")] = 300.0,
     as_json: Opt[bool, typer.Option("--json", help="Print the whole result as one JSON object")] = False,
+    seed: Opt[int | None, typer.Option(min=0, max=2**31 - 1, help="Draw the inputs of an earlier verdict again: "
+                                                                 "its `seed` (drawn fresh for each check by default)")] = None,
 ) -> None:
     """Judge one kernel: verdict and reasons, static findings, per-workload times with spread,
     speedup against the baseline (or --against, or the PyTorch reference: eager and torch.compile),
@@ -82,7 +84,7 @@ def check(
     try:
         # naming torch.compile's mode asks for the comparison with it
         result = judge(task, kernel, against, versus_torch or compile_mode is not None, device, timeout, mode,
-                       startup=startup)
+                       startup=startup, seed=seed)
     except TaskError as e:
         fail(str(e))
     if as_json:
@@ -93,12 +95,13 @@ def check(
 
 
 def judge(task: Task, kernel: Path, against: Path | None, versus_torch: bool, device: str,
-          timeout: float, compile_mode: CompileMode = "default", startup: Startup | None = None) -> EvalResult:
+          timeout: float, compile_mode: CompileMode = "default", startup: Startup | None = None,
+          seed: int | None = None) -> EvalResult:
     """The kernel's evaluation (tools/harness/check_kernel.judge, which the served `check` graph
     calls too). TaskError: the task cannot run here, or a source is not a kernel of this task."""
     from accelopt.tools.harness.check_kernel import judge as judged
 
-    return judged(task, kernel, against, versus_torch, device, timeout, compile_mode, startup)
+    return judged(task, kernel, against, versus_torch, device, timeout, compile_mode, startup, seed=seed)
 
 
 def check_suite(tasks_dir: Path, solutions_dir: Path, sample: int, device: str, timeout: float,
@@ -206,8 +209,12 @@ def show(result: EvalResult, kernel: Path, compile_mode: str = "default", startu
         if v is not None and v.basis != "interpreter" and (v.basis == "kernel_only" or v.word == "undecided"
                                                            or name in result.versus_kernel):
             say(console, f"    why: {v.reason}")
+    for name, why in result.void.items():
+        say(console, f"  vs {name}: void: {why}")
     if result.audit is not None:
         say(console, f"  audit ({result.audit.tool}): {result.audit.note}")
+    if result.seed is not None:  # `--seed` draws the same inputs again
+        say(console, f"  seed: {result.seed}")
     if result.phases_s:
         steps = ", ".join(f"{name} {s:.1f}" for name, s in result.phases_s.items())
         say(console, f"  seconds: {steps} (of {result.eval_s:.1f} in all)")

@@ -149,6 +149,7 @@ class Candidate(TypedDict, total=False):
     eval_s: float | None
     versus: dict[str, dict[str, Any]]     # comparator -> speedup and interval over interleaved rounds
     compared_us: dict[str, dict[str, float]]  # comparator -> workload -> median µs, same rounds
+    void: dict[str, str]  # comparator -> why its comparison is void (verdict.void_comparisons)
     speedup: float | None   # geomean over workloads vs the baseline
     speedup_vs_parent: float | None
     beats_parent: bool

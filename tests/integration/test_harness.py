@@ -106,9 +106,10 @@ def test_a_kernel_against_an_identical_copy_is_neither_faster_nor_slower(task):
 
 
 def test_reference_outputs_are_computed_once_per_workload_and_seed_and_never_leak_a_mutation(tmp_path):
-    """The judge keeps inputs and the reference's outputs between requests: a second request on the
-    same task runs no reference at all. A kernel that writes into its inputs gets clones, so the
-    next request still sees the inputs make_inputs made."""
+    """Each evaluation draws inputs no earlier one saw (its own seed), and the reference runs once per
+    workload x seed; the judge keeps inputs and outputs between requests, so a replay of a seed
+    (`check --seed`) runs no reference at all. A kernel that writes into its inputs gets clones, so
+    the replay still sees the inputs make_inputs made."""
     import shutil
 
     from accelopt.tools.harness.pool import WorkerPool
@@ -130,11 +131,15 @@ def test_reference_outputs_are_computed_once_per_workload_and_seed_and_never_lea
         calls = log.read_text().splitlines()
         assert calls and len(calls) == len(set(calls))  # once per workload x seed, comparators included
         mutating = BASELINE.replace("    return out\n", "    x.fill_(0.0)\n    return out\n")
-        mutated = evaluate(counted, mutating, device="cpu", pool=pool)
+        mutated = evaluate(counted, mutating, device="cpu", pool=pool, seed=first.seed)
         assert mutated.status == "input_mutated", mutated.error
-        again = evaluate(counted, BASELINE, device="cpu", pool=pool, compare={"baseline": BASELINE})
+        drawn = log.read_text().splitlines()
+        assert drawn == calls  # its seed replayed: every input and output from the judge's cache
+        again = evaluate(counted, BASELINE, device="cpu", pool=pool, compare={"baseline": BASELINE}, seed=first.seed)
         assert again.status == "verified", again.error  # the zeroed inputs were the mutating kernel's clones
-        assert log.read_text().splitlines() == calls
+        assert again.seed == first.seed and log.read_text().splitlines() == drawn  # the replay ran no reference
+        other = evaluate(counted, BASELINE, device="cpu", pool=pool)
+        assert other.seed != first.seed and not set(log.read_text().splitlines()[len(drawn):]) & set(calls)
     finally:
         pool.close()
 

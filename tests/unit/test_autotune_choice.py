@@ -108,13 +108,14 @@ class _Box:
 
             raise SandboxFailure("compile_error", "triton.runtime.errors.OutOfResources: out of resource: shared memory")
         t = self.spans[workload][index]
-        return {"span_us": [t] * 5, "event_us": [t] * 5, "kernel_us": [t * 0.9] * 5, "outputs": [args["fresh"][0]],
+        return {"span_us": [t] * 5, "event_us": [t] * 5, "kernel_us": [t * 0.9] * 5, "outputs": [args["inputs"][0]],
                 "tuned": [["k", KEY, index]]}
 
 
 def _judge():
     import torch
 
+    from accelopt.tools.harness import correctness
     from accelopt.tools.harness.autotune_rounds import AutotuneRounds
 
     class Judge(AutotuneRounds):
@@ -129,13 +130,27 @@ def _judge():
         def _foreign(req, seen, launched, where):
             pass
 
+        @staticmethod
+        def seed(req, phase, index=0):
+            return index
+
+        def _accountable_calls(self, box, req, ref, workload, reps, deadline, where, check, chain):
+            """The timed calls as the fake box times them (the per-call protocol has tests of its own:
+            test_accountable_calls.py); its outputs checked as the real method checks a call's."""
+            inputs, expected = self.prepare(ref, req, workload, 0, expect=check)
+            reply = box.request("time_calls", deadline, inputs=list(inputs), reps=reps, steps=True)
+            if check:
+                correctness.for_request(req)(torch, reply["outputs"], expected, where)
+            return {"primary": reply["span_us"], "event": reply["event_us"], "kernel": reply["kernel_us"],
+                    "metric": "gpu_span", "kernels": [], "known": [], "tuned": reply["tuned"]}
+
     judge = Judge()
     judge.torch = torch
     return judge
 
 
 REQ = {"device": "cuda", "workloads": [{"name": "small"}, {"name": "large"}], "noise_floor": 0.02,
-       "correctness": "allclose", "atol": 1e-3, "rtol": 1e-3, "seed_offset": 0}
+       "correctness": "allclose", "atol": 1e-3, "rtol": 1e-3, "seed": 0}
 
 
 def test_the_judge_times_every_configuration_chooses_per_key_and_pins_it():

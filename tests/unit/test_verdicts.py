@@ -86,3 +86,31 @@ def test_check_prints_the_timer_that_decided_and_why(capsys):
     kernel = r.versus_kernel["baseline"]
     assert f"vs baseline: {kernel.speedup:.3f}x" in text and "faster on kernel-only time" in text
     assert "why: host-dominated calls (b1: candidate kernels 103.5 of 442.0 µs" in text
+
+
+def test_a_comparator_timed_far_slower_than_its_own_evaluation_voids_the_comparison():
+    """A sandbagging parent: 2.6x slower as a comparator than when it was judged itself; an honest
+    one within a few percent of its own time keeps its verdict."""
+    from accelopt.tools.harness.verdict import speedup_from_recorded, void_comparisons
+
+    spans_c, spans_b = [100.0, 101.0, 100.5, 100.2], [262.0, 263.0, 262.5, 261.8]
+    padded = result(timing(spans_c, [95.0] * 4), timing(spans_b, [250.0] * 4))
+    assert padded.verdicts["baseline"].word == "faster"
+    void_comparisons(padded, {"baseline": {"b1": {"median_us": 101.0, "kernel_us": 96.0}}})
+    v = padded.verdicts["baseline"]
+    assert v.word == "undecided" and v.reason.startswith("void: it ran 2.60x slower as a comparator")
+    assert "b1 262.5 µs against 101.0 µs" in v.reason and any("void" in line for line in padded.evidence)
+    assert speedup_from_recorded(padded, {"b1": {"median_us": 101.0}}) == pytest.approx(101.0 / 100.35, rel=0.01)
+    honest = result(timing(spans_c, [95.0] * 4), timing([103.0, 104.0, 103.5, 103.2], [98.0] * 4))
+    void_comparisons(honest, {"baseline": {"b1": {"median_us": 98.0, "kernel_us": 93.0}}})  # 5% slower: noise
+    assert honest.verdicts["baseline"].word == "faster" and not honest.void
+
+
+def test_a_comparator_the_judge_voided_is_said_once():
+    from accelopt.tools.harness.verdict import void_comparisons
+
+    r = result(timing([100.0] * 3, [95.0] * 3), timing([150.0] * 3, [140.0] * 3))
+    r.void = {"baseline": "its outputs were wrong when timed as a comparator: x"}
+    void_comparisons(r)
+    void_comparisons(r, {})
+    assert r.verdicts["baseline"].word == "undecided" and sum("void" in e for e in r.evidence) == 1

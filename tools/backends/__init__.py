@@ -43,11 +43,11 @@ class TritonBackend:
         return refusal
 
     def evaluate(self, task: Task, source: str, *, device: str | None, timeout_s: float,
-                 compare: dict[str, str], trusted: bool) -> EvalResult:
+                 compare: dict[str, str], trusted: bool, seed: int | None = None) -> EvalResult:
         from accelopt.tools.harness.runner import evaluate
 
         return evaluate(task, source, device=device, timeout_s=timeout_s, compare=compare, trusted=trusted,
-                        profile=self.profile)
+                        profile=self.profile, seed=seed)
 
 
 class RayTritonBackend(TritonBackend):

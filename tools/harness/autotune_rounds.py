@@ -56,7 +56,6 @@ else:
     Sandbox, SandboxFailure = judge_sandboxes.Sandbox, judge_sandboxes.SandboxFailure
     _call_mode, _owned = judge_sandboxes._call_mode, judge_sandboxes._owned
 
-TUNE_SEED = 300          # the configurations' timed inputs: never among the checked or timing seeds
 TUNE_ROUNDS = 3          # rounds per autotuned kernel; each round times every configuration once per workload
 TUNE_REPS = 5            # timed calls per configuration, workload and round
 # A configuration costs a workload "a real cost" beyond this share: the shared-key advice is given.
@@ -175,6 +174,12 @@ class AutotuneRounds:
         def prepare(self, ref, req: dict, workload: dict, seed: int, where: str | None = None,
                     expect: bool = True) -> Any: ...
 
+        @staticmethod
+        def seed(req: dict, phase: str, index: int = 0) -> int: ...
+
+        def _accountable_calls(self, box: Sandbox, req: dict, ref, workload: dict, reps: int, deadline: float,
+                               where: str, check: bool, chain: tuple[str, int]) -> dict: ...
+
         def _give_back_gpu_memory(self, req: dict) -> None: ...
 
         @staticmethod
@@ -235,7 +240,7 @@ class AutotuneRounds:
     def _checked_call(self, box: Sandbox, req: dict, ref, deadline: float, workload: dict, where: str) -> dict:
         """One call on the workload's first input set, its outputs checked and its trace too (no
         compute outside its Triton launches); the reply, its outputs dropped."""
-        inputs, expected = self.prepare(ref, req, workload, req["seed_offset"], where)
+        inputs, expected = self.prepare(ref, req, workload, self.seed(req, "configs"), where)
         try:
             reply = box.request("call", deadline, inputs=list(inputs), where=where, mode=_call_mode(req))
         except SandboxFailure as f:
@@ -319,21 +324,17 @@ class AutotuneRounds:
                   check: bool) -> tuple[list[float], list[float], str | None] | str:
         """(the spans, the kernel-only times, the key the kernel ran under) of one configuration's
         timed calls on one workload in round r; a string: why it cannot run on this GPU (left out)."""
-        inputs, _ = self.prepare(ref, req, workload, TUNE_SEED + 2 * r, expect=False)
-        fresh, expected = self.prepare(ref, req, workload, TUNE_SEED + 2 * r + 1, expect=check)
-        where = f"workload {workload['name']}, {self._configuration(k, i)}"
-        try:
-            reply = box.request("time_calls", deadline, inputs=list(inputs), reps=TUNE_REPS, fresh=list(fresh))
+        where = f"workload {workload['name']}, {self._configuration(k, i)}, choosing the configuration"
+        try:  # every configuration's outputs checked at calls it cannot foresee (the candidate's)
+            got = self._accountable_calls(box, req, ref, workload, TUNE_REPS, deadline, where, check, ("tuning", r))
         except SandboxFailure as f:
             if not f.dead and any(s in f.error for s in NOT_RUNNABLE):
                 return f.error.strip().splitlines()[-1][:300]
             raise Reject(f.status, f"{where}: {f.error}") from None
-        if check:  # every configuration's outputs, and its trace: no compute outside its Triton launches
-            correctness.for_request(req)(self.torch, _owned(self.torch, reply["outputs"]), expected, where)
-            self._foreign(req, reply.get("kernels") or [], reply.get("known") or [], where)
-        spans = reply["span_us"] or reply["event_us"]
-        busy = reply["kernel_us"] or spans
-        key = _ran_key(reply, k)
-        del inputs, fresh, expected, reply
+        if check:  # and its trace: no compute outside its Triton launches
+            self._foreign(req, got["kernels"], got["known"], where)
+        spans = got["primary"] if got["metric"] == "gpu_span" else got["event"]
+        busy = got["kernel"] or spans
+        key = _ran_key(got, k)
         self._give_back_gpu_memory(req)
         return list(spans), list(busy), key

@@ -68,11 +68,13 @@ class Startup:
 
 
 def judge(task: Task, kernel: Path, against: Path | None, versus_torch: bool, device: str,
-          timeout: float, compile_mode: CompileMode = "default", startup: Startup | None = None) -> EvalResult:
+          timeout: float, compile_mode: CompileMode = "default", startup: Startup | None = None,
+          seed: int | None = None) -> EvalResult:
     """The kernel's evaluation, timed against --against, else the task's baseline, and against the
     PyTorch reference where there is neither or --versus-torch asks (eager; torch.compile too on a
     GPU: on the CPU interpreter it would time Inductor's C++ against an interpreted kernel).
-    `startup` gets the seconds before the judge's first step. TaskError: the task cannot run here,
+    `startup` gets the seconds before the judge's first step; `seed` replays an earlier verdict's
+    inputs (the Triton backend's). TaskError: the task cannot run here,
     or a source is not a kernel of this task."""
     from accelopt.tools.backends import TritonBackend, backend_for, run_refusal
     from accelopt.tools.harness.reference_kernel import reference_source, torch_comparators
@@ -102,8 +104,11 @@ def judge(task: Task, kernel: Path, against: Path | None, versus_torch: bool, de
         began = time.monotonic()
         get_pool(where, gpu_count())
         startup.judge_pool = time.monotonic() - began
+    if seed is not None and type(backend) is not TritonBackend:
+        raise TaskError(f"--seed replays the Triton judge's inputs; the {task.spec.backend} backend draws its own")
+    replay = {"seed": seed} if seed is not None else {}
     result = backend.evaluate(task, source, device=None if device == "auto" else device,
-                              timeout_s=timeout, compare=compare, trusted=False)
+                              timeout_s=timeout, compare=compare, trusted=False, **replay)
     startup.judge_start = result.phases_s.get("judge_wait")
     startup.done()
     result.error = user_paths(result.error, str(kernel))  # the user's file, not the sandbox's copy

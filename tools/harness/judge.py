@@ -49,8 +49,6 @@ if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(
     sys.path.pop(0)
 
 RESULT_MARK = "@@ACCELOPT_RESULT@@"
-AFTER_SEED = 500        # the check after timing: inputs never seen before
-SIGNED_SEED = 700       # the widened draw (Judge.wider): the task's inputs, non-negative ones given signs
 # On the widened draw, atol may grow to this multiple of the reference's own rounding against
 # float64: another order of the same arithmetic errs by about as much as the reference's order
 # does; an answer computed otherwise (abs where the reference is ReLU) by the size of the values.
@@ -121,6 +119,7 @@ def _load_sibling(name: str, filename: str):
 
 
 correctness = _load_sibling("accelopt_correctness", "correctness.py")  # the correctness rules (evaluators)
+seeds = _load_sibling("accelopt_seeds", "seeds.py")  # every input's seed, derived from the evaluation's
 confine = _load_sibling("accelopt_confine", "confine.py")
 # what the next two load from the judge's sys.modules (they load nothing by path themselves)
 _load_sibling("accelopt_stats", "stats.py")
@@ -240,8 +239,14 @@ class Judge(TimingRounds, AutotuneRounds):
         self.boxes: Sandboxes | None = None
         self.readable: list[str] = []
         self.seen: set[str] = set()
+        self.void: dict[str, str] = {}  # comparators whose comparison the timing rounds voided, and why
         self.phases: dict[str, float] = {}
         self.step, self.step_began = "load", 0.0
+
+    @staticmethod
+    def seed(req: dict, phase: str, index: int = 0) -> int:
+        """The seed of one phase's index-th draw, from the evaluation's own (seeds.py)."""
+        return seeds.derived(req["seed"], phase, index)
 
     def reference(self, path: str):
         if path not in self.references:
@@ -391,9 +396,9 @@ class Judge(TimingRounds, AutotuneRounds):
         torch = self.torch
         widened = []
         for workload in req["workloads"]:
-            seed = req["seed_offset"] + SIGNED_SEED
+            seed = self.seed(req, "widened")
             inputs, _ = self.prepare(ref, req, workload, seed, expect=False)
-            flipped = [_signed(torch, t, seed * 1000 + i) if _non_negative(torch, t) else None
+            flipped = [_signed(torch, t, self.seed(req, "signs", i)) if _non_negative(torch, t) else None
                        for i, t in enumerate(inputs)]
             if not any(t is not None for t in flipped):
                 continue
@@ -475,7 +480,7 @@ class Judge(TimingRounds, AutotuneRounds):
         work somewhere else. Skipped where a stub could pass honestly (outputs all zero)."""
         torch = self.torch
         workload = req["workloads"][0]
-        inputs, expected = self.prepare(ref, req, workload, AFTER_SEED + 1, "ghost replay")
+        inputs, expected = self.prepare(ref, req, workload, self.seed(req, "ghost"), "ghost replay")
         refs = list(expected) if isinstance(expected, (tuple, list)) else [expected]
         if any(bool((correctness.bits(torch, r) == 0).all()) for r in refs if isinstance(r, torch.Tensor)):
             return "ghost replay skipped: a reference output is all zeros"
@@ -496,6 +501,7 @@ class Judge(TimingRounds, AutotuneRounds):
     # -------------------------------------------------------------- one request
 
     def evaluate(self, req: dict) -> dict:
+        req.setdefault("seed", seeds.draw())  # a request written by hand: drawn here, out of the candidate's reach
         ref = self.reference(req["reference_path"])  # a broken task fails before any sandbox starts
         costs = self.check_costs(ref, req)
         try:  # the task's rule exists (tools/task.py validates it; a hand-written request may not)
@@ -513,7 +519,7 @@ class Judge(TimingRounds, AutotuneRounds):
         self.phases = {}  # seconds per finished step: where an evaluation's time goes
         self.step, self.step_began = "load", time.monotonic()
         try:
-            return {**self._evaluate(box, req, ref, deadline), "costs": costs}
+            return {**self._evaluate(box, req, ref, deadline), "costs": costs, "seed": req["seed"]}
         except (Reject, SandboxFailure) as failure:
             if failure.status == "timeout":  # which step ran out of time, and what the others took
                 failure.error += f" ({self._progress(req['timeout_s'])})"
@@ -535,9 +541,9 @@ class Judge(TimingRounds, AutotuneRounds):
         """Correctness on fresh inputs, twice, outputs poisoned; then the ghost replay and the trace
         checks (not for the trusted reference). Returns (evidence, input sets checked, errors)."""
         evidence = []
-        seeds = [req["seed_offset"] + s for s in range(req["seeds"])]
+        drawn = [self.seed(req, "check", s) for s in range(req["seeds"])]
         errors: dict = {}
-        checked = self.check(box, req, ref, seeds, deadline, errors, twice=True)
+        checked = self.check(box, req, ref, drawn, deadline, errors, twice=True)
         evidence.append(f"correct on {checked} fresh input sets, outputs poisoned, inputs unchanged, "
                         "identical calls agree")
         if not req.get("trusted"):
@@ -577,7 +583,7 @@ class Judge(TimingRounds, AutotuneRounds):
         self._next_step("after_check")
         evidence.append("timed calls checked against the judge's own expected outputs")
         try:  # the same process, after all the timed calls, on inputs it has never seen
-            self.check(box, req, ref, [req["seed_offset"] + AFTER_SEED], deadline)
+            self.check(box, req, ref, [self.seed(req, "after_check")], deadline)
         except Reject as r:
             if r.status == "reference_error":
                 raise
@@ -589,7 +595,7 @@ class Judge(TimingRounds, AutotuneRounds):
                 "compare": {k: v for k, v in timings.items() if k not in ("candidate", COPY)},
                 "copy": timings.get(COPY, {}), "device_name": device_name, "rounds": rounds,
                 "evidence": evidence, "kernels_seen": sorted(self.seen), "phases_s": self.phases,
-                "autotune": _recorded(tuned)}
+                "autotune": _recorded(tuned), "void": self.void}
 
     def _autotune_comparators(self, boxes: dict, req: dict, ref, deadline: float, given: dict) -> dict:
         """Each comparator's autotuned configurations, chosen as the candidate's are (their outputs
@@ -696,9 +702,9 @@ def serve() -> None:
         try:
             result = judge.evaluate(req)
         except Reject as r:
-            result = {"status": r.status, "error": _tail(r.error), **r.extra}
+            result = {"status": r.status, "error": _tail(r.error), **r.extra, "seed": req.get("seed")}
         except SandboxFailure as f:
-            result = {"status": f.status, "error": _tail(f.error)}
+            result = {"status": f.status, "error": _tail(f.error), "seed": req.get("seed")}
         except BaseException:  # noqa: BLE001 - report, never hang the parent
             result = {"status": "runtime_error", "error": _tail("the judge failed:\n" + traceback.format_exc()),
                       "restart": True}

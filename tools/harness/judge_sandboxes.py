@@ -347,6 +347,28 @@ class Sandbox:
             raise SandboxFailure(info["status"], info["error"], dead=info.get("cuda_fault", False))
         return info
 
+    def step(self, deadline: float) -> tuple[str, object]:
+        """The next word of a stepwise request (sandbox.time_calls with `steps`): ("called", None)
+        after each timed call, ("outputs", [...]) when asked for them; else the request's answer,
+        returned as ("ok", reply) or raised as a failure."""
+        self.wait_ready(deadline)
+        kind, info = self._recv(deadline)
+        if kind in ("called", "outputs"):
+            return kind, info
+        self.pending -= 1
+        if kind == "fail":
+            if info.get("cuda_fault"):
+                self.kill()
+            raise SandboxFailure(info["status"], info["error"], dead=info.get("cuda_fault", False))
+        return kind, info
+
+    def tell(self, word: str) -> None:
+        """A word to a sandbox waiting between two timed calls (sandbox.Sandbox._step)."""
+        try:
+            self.conn.send(word)
+        except (BrokenPipeError, OSError):
+            raise self._died() from None
+
     def threads(self) -> int:
         """The OS's count of the process's threads: seen from outside, whatever the kernel patched."""
         try:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from accelopt.tools.harness import confine, device_lease
+from accelopt.tools.harness import confine, device_lease, seeds
 from accelopt.tools.harness import triton_cache as carried_cache
 from accelopt.tools.harness.pool import scrubbed_env
 from accelopt.tools.task import Task, Workload
@@ -69,9 +69,10 @@ while not os.path.exists(go):
     if os.getppid() != parent or time.monotonic() - began > 3600:
         sys.exit(3)
     time.sleep(0.005)
+seed = int(open(go).read().strip() or "0")  # drawn at the go: the candidate never saw it before its import
 run = getattr(load(req["source_path"], "cand"), req["entry_point"])
 def inputs(w):
-    return ref.make_inputs(w["params"], 0, "cuda", req["dtype"])
+    return ref.make_inputs(w["params"], seed, "cuda", req["dtype"])
 if req["mode"] == "ncu":
     MARKER_NAME[(1,)](mark)
 # compile, autotune and warm up every workload outside the profiled range, before any profiled
@@ -171,7 +172,7 @@ class Profiling:
                 (self.home / "candidate.py").write_text(source)
             if triton_cache and Path(triton_cache).is_dir():  # scrubbed_env's TRITON_CACHE_DIR
                 carried_cache.copy(triton_cache, str(self.home / "triton-cache"))
-            (self.home / "go.part").write_text("go")
+            (self.home / "go.part").write_text(str(seeds.draw()))  # the profiled calls' inputs: a fresh seed
             (self.home / "go.part").rename(self.home / "go")
             try:
                 stdout, stderr = self.proc.communicate(timeout=timeout_s)

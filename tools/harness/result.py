@@ -204,6 +204,7 @@ class EvalResult(BaseModel):
     status: Status
     error: str | None = None
     device: str
+    seed: int | None = None  # the evaluation's seed: every input the judge drew derives from it (seeds.py)
     device_name: str | None = None
     timer: Timer | None = None
     workloads: dict[str, WorkloadTiming] = {}
@@ -212,6 +213,9 @@ class EvalResult(BaseModel):
     versus_kernel: dict[str, Comparison] = {}  # the same comparisons on kernel-only time (GPU, CUPTI)
     verdicts: dict[str, Verdict] = {}  # per comparator: what it says, on which timer, and why (verdict.py)
     rounds: RoundsRun | None = None  # the timing rounds the judge ran and why it stopped
+    # per comparator, why its comparison is void (its outputs wrong when timed, or its time far from
+    # its own recorded one): no verdict against it counts (verdict.void_comparisons)
+    void: dict[str, str] = {}
     flags: list[str] = []
     findings: list[Finding] = []   # static advice; travels to prompts and reports
     evidence: list[str] = []       # the runtime checks this verdict rests on, in words

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from accelopt.tools import settings
 from accelopt.tools.harness import audit as audit_mod
+from accelopt.tools.harness import seeds as seeds_mod
 from accelopt.tools.harness import verdict as verdicts
 from accelopt.tools.harness.autotune_choices import (
     autotune_evidence,
@@ -39,7 +40,6 @@ from accelopt.tools.roofline import lookup_peak, percent_of_peak
 from accelopt.tools.task import Task, TaskError, load_task
 
 SUSPICIOUS_SPEEDUP = 10.0
-FRESH_SEED_OFFSET = 1000
 # The judge's clock around back-to-back calls (no L2 flush, so warm) bounds the reported span:
 # a span this far below it is host work the cover hid (sandbox.COVER_CYCLES), or a false report.
 OUTSIDE_RATIO, OUTSIDE_SLACK_US = 3.0, 30.0
@@ -79,7 +79,7 @@ AHEAD_TIMEOUT_S = 120.0  # a compile-ahead pass at most: past it the sandbox com
 def evaluate(task: Task | str, source: str, *, device: str | None = None, timeout_s: float = 300.0,
              compare: dict[str, str] | None = None, seeds: int | None = None, rounds: int | None = None,
              rep_ms: float = 20.0, interpreter_reps: int = 3, pool=None, trusted: bool = False,
-             audit_winners: bool = True, profile: bool = False) -> EvalResult:
+             audit_winners: bool = True, profile: bool = False, seed: int | None = None) -> EvalResult:
     """Check and time `source`; `compare` maps names (parent, baseline) to verified sources that
     are timed interleaved with it, so speedups against them are decided on the same machine state.
 
@@ -94,7 +94,8 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
     while the judge is held (without ncu, torch.profiler's kernel list). A kernel that beats
     nothing gets none: profiling every verified kernel held the GPU 5-10 s more per evaluation
     (H100, FlashInfer-Bench rmsnorm and GEMM), and the planner plans from beam members, which are
-    winners but for the rare member that fills the beam without beating its parent."""
+    winners but for the rare member that fills the beam without beating its parent. `seed`: the
+    evaluation's seed (seeds.py), drawn fresh here unless given (a replay: `check --seed`)."""
     task = load_task(task) if isinstance(task, str) else task
     device = device or detect_device()
     started = time.monotonic()
@@ -129,7 +130,7 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
             Path(paths[name]).write_text(text)
         request = build_request(task, device, paths.pop("candidate"), paths, seeds=seeds, rounds=rounds,
                                 rep_ms=rep_ms, interpreter_reps=interpreter_reps,
-                                trusted=trusted)
+                                trusted=trusted, seed=seed)
         request["autotune_pins"] = chosen_before(task, device, {"candidate": source, **(compare or {})})
         if device == "cuda":  # what its sandbox compiles, for its own re-check and audit: compiled once
             request["keep_cache"] = str(Path(tmp) / "triton-cache")
@@ -236,8 +237,9 @@ def interpreter_autotune_note(result: EvalResult) -> None:
 
 def build_request(task: Task, device: str, source_path: str, compare_paths: dict[str, str], *,
                   seeds: int | None = None, rounds: int | None = None, rep_ms: float = 20.0,
-                  interpreter_reps: int = 3, trusted: bool = False) -> dict:
-    """One judge request: what to check, on which workloads and seeds, and how to time it."""
+                  interpreter_reps: int = 3, trusted: bool = False, seed: int | None = None) -> dict:
+    """One judge request: what to check, on which workloads and seeds, and how to time it. Every
+    input the judge draws derives from `seed`, drawn fresh for each request unless given."""
     dtype = task.spec.dtype_for(device)
     atol, rtol = task.spec.tolerances(dtype)
     return {
@@ -245,7 +247,7 @@ def build_request(task: Task, device: str, source_path: str, compare_paths: dict
         "reference_path": str(Path(task.root) / "reference.py"), "entry_point": task.spec.entry_point,
         "source_path": source_path, "compare": compare_paths,
         "workloads": [w.model_dump() for w in task.spec.workloads_for(device)],
-        "seeds": seeds or task.spec.seeds, "seed_offset": 0,
+        "seeds": seeds or task.spec.seeds, "seed": seeds_mod.draw() if seed is None else seed,
         # `rounds` fixes the count; else from the minimum until every comparison is decided, at most
         # the cap (judge._round_limits: on the interpreter the minimum only)
         "min_rounds": rounds or (3 if device == "cuda" else 2), "max_rounds": rounds or (15 if device == "cuda" else 2),
@@ -257,7 +259,7 @@ def build_request(task: Task, device: str, source_path: str, compare_paths: dict
 
 
 def _result(task: Task, raw: dict, device: str, dtype: str) -> EvalResult:
-    result = EvalResult(status=raw["status"], error=raw.get("error"), device=device,
+    result = EvalResult(status=raw["status"], error=raw.get("error"), device=device, seed=raw.get("seed"),
                         device_name=raw.get("device_name"), max_abs_err=raw.get("max_abs_err"),
                         max_rel_err=raw.get("max_rel_err"), evidence=raw.get("evidence", []),
                         kernels_seen=raw.get("kernels_seen", []), phases_s=raw.get("phases_s", {}),
@@ -269,12 +271,14 @@ def _result(task: Task, raw: dict, device: str, dtype: str) -> EvalResult:
         result.workloads = _with_roofline(task, raw["timings"], name, device, dtype, costs)
         _with_copy_yardstick(result.workloads, raw.get("copy") or {})
         result.compare = {k: _with_roofline(task, v, name, device, dtype, costs) for k, v in raw["compare"].items()}
+        result.void = dict(raw.get("void") or {})  # comparators the judge stopped timing: their comparison is void
         ran = raw.get("rounds")
         result.rounds = RoundsRun(**ran) if ran else None
         floor = ran["noise_floor"] if ran and ran.get("noise_floor") is not None else NOISE_FLOOR
         result.versus = {k: compare_rounds(result.workloads, v, timer=result.timer, noise_floor=floor)
                          for k, v in result.compare.items()}
         verdicts.with_verdicts(result)
+        verdicts.void_comparisons(result)  # the judge's: a comparator's outputs wrong when timed
         for name, v in result.verdicts.items():
             if v.basis == "kernel_only":
                 result.evidence.append(f"vs {name}: {v.word} on kernel-only time: {v.reason}")
@@ -294,7 +298,7 @@ def _reverify_if_too_good(task: Task, result: EvalResult, judge, request: dict, 
     if not (above or too_fast or contradicted):
         return
     # a fresh sandbox on fresh inputs, starting from the kernels the first one compiled (its own)
-    recheck = judge.request({**request, "check_only": True, "seed_offset": FRESH_SEED_OFFSET, "compare": {},
+    recheck = judge.request({**request, "check_only": True, "seed": seeds_mod.draw(), "compare": {},
                              "keep_cache": None, "triton_cache": request.get("keep_cache"),
                              "autotune_pins": {"candidate": t.pins()} if (t := result.autotune.get("candidate")) else {}},
                             timeout_s)

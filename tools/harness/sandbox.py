@@ -487,17 +487,19 @@ class Sandbox:
                 names.append(e.name)
         return names
 
-    def time_calls(self, inputs, reps: int, fresh=None) -> dict:
+    def time_calls(self, inputs, reps: int, steps: bool = False) -> dict:
         """Per call, on a cold L2, launched while the GPU spins for at least 1 ms (the cover):
         the real span on the GPU (from the end of the cover to the call's last GPU activity:
         copies, and host work the cover did not hide, as after a synchronization, included), the
         summed GPU activity (kernel-only), and CUDA events around the call (the same start, the
         default stream only).
 
-        With `fresh`, the last call runs on those values, copied into the same input buffers
-        (untimed): a result kept from an earlier call, keyed by pointer, id or a sample of the
-        values, is then either wrong or a slow call among fast ones; the judge checks both. The
-        GPU kernels seen are returned too, so every timed round is traced."""
+        With `steps`, after each call (untimed) this process tells the judge and waits for its
+        word (`_step`): the judge alone decides, once the call is over, whether to read its
+        outputs, and writes fresh values into the shared input buffers between calls when it
+        chooses. Nothing in this process knows which call will be checked or which inputs are new,
+        so no phase, counter or frame here tells a kernel when to behave. The GPU kernels seen are
+        returned too, so every timed round is traced."""
         from torch.profiler import ProfilerActivity, profile
 
         torch = self.torch
@@ -513,10 +515,6 @@ class Sandbox:
             # bracketed on the GPU timeline by two marker kernels, each after a synchronization.
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
                 for i in range(reps):
-                    if fresh is not None and i == reps - 1:
-                        for buf, new in zip(inputs, fresh):
-                            if isinstance(buf, torch.Tensor):
-                                buf.copy_(new)
                     self.flush.zero_()
                     torch.cuda.synchronize()
                     if self.mark:  # the host launches the call while the GPU spins (the cover)
@@ -528,7 +526,11 @@ class Sandbox:
                     torch.cuda.synchronize()
                     if self.marker:
                         self.mark(MARKER_CYCLES)
+                    if steps:
+                        self._step(out)
                 torch.cuda.synchronize()
+        except Failure:
+            raise
         except BaseException as exc:  # noqa: BLE001
             raise Failure(classify(exc), "while timing:\n" + traceback.format_exc(), cuda_fault(exc)) from None
         calls, names = calls_between_marks(gpu_events(prof), self.marker, reps)
@@ -538,8 +540,20 @@ class Sandbox:
         self.integrity("timing")
         return {"span_us": span, "kernel_us": busy, "kernels": names, "launched": sorted(set(self.launches.names)),
                 "known": sorted(self.launches.ever), "event_us": events, "tuned": self.autotune.ran(),
-                "complete": len(span) == reps,  # every call seen, the last one on the fresh values
-                "outputs": self._outputs(out)}
+                "complete": len(span) == reps,  # every call seen
+                "outputs": [] if steps else self._outputs(out)}
+
+    def _step(self, out) -> None:
+        """Between two timed calls (untimed): "called" to the judge, then its words: "outputs"
+        (hand this call's outputs over), "next" (go on; the inputs may hold new values now)."""
+        self.conn.send(("called", None))
+        while True:
+            word = self.conn.recv()
+            if word == "next":
+                return
+            if word != "outputs":
+                raise Failure("runtime_error", f"the judge's word {word!r} is not a timing step")
+            self.conn.send(("outputs", self._outputs(out)))
 
     def batch(self, inputs, n: int) -> dict:
         """n calls back to back and one synchronization: the judge's wall clock around this

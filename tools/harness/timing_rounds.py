@@ -21,6 +21,7 @@ import collections
 import importlib.util
 import math
 import os
+import random
 import statistics
 import sys
 import time
@@ -34,13 +35,20 @@ from typing import TYPE_CHECKING, Any
 # not timed for 600x the candidate's share. 3: the fewest whose median drops one outlier.
 MIN_REPS = 3
 MAX_REPS = 40
-TIMING_SEED = 100       # timing inputs: never among the checked seeds
 # Timing rounds: at least MIN, then until every comparison is decided (stats.decided), at most MAX.
 # The interpreter runs its minimum only: its times are a CPU emulation's wall clock, and more
 # rounds of it buy nothing.
 MIN_ROUNDS = {"cuda": 3, "cpu": 2}
 MAX_ROUNDS_GPU = 15
 WARM_BYTES = 2 << 30    # a new comparator's first calls are sent with the checks up to this much input
+# Timed calls on a GPU (_accountable_calls): the share of calls on unchanged inputs whose outputs
+# the judge reads anyway, the chance of a switch between the two input sets before each call
+# after the first change, and the inputs' size up to which the judge keeps the base set's values
+# to switch back to (beyond it, one change per round: a KernelBench input is 6 GB).
+CHECK_SHARE = 0.25
+SWITCH_SHARE = 0.3
+SWITCH_BYTES = 1 << 30
+_RNG = random.SystemRandom()  # the operating system's randomness: nothing a kernel can seed or read
 # The yardstick of memory-bound kernels: a device copy of a workload's bytes, timed beside them.
 COPY = "copy_yardstick"  # its timings' key: no comparator of a request is named so
 COPY_SOURCE = '''"""The judge's copy yardstick: half a workload's bytes read, half written."""
@@ -129,6 +137,9 @@ class TimingRounds:
                     expect: bool = True) -> Any: ...
 
         @staticmethod
+        def seed(req: dict, phase: str, index: int = 0) -> int: ...
+
+        @staticmethod
         def _foreign(req: dict, seen: list[str], launched: list[str], where: str) -> None: ...
 
         def _give_back_gpu_memory(self, req: dict) -> None: ...
@@ -168,7 +179,7 @@ class TimingRounds:
         if copy:
             half = self._copy_half(req, ref, workload)
             return self._copy_inputs(req, ref, workload)[0] if 1 <= half <= WARM_BYTES // 2 else None
-        inputs, _ = self._fresh(ref, req, workload, TIMING_SEED, expect=False)
+        inputs, _ = self._fresh(ref, req, workload, self.seed(req, "timing", 0), expect=False)
         return inputs if _nbytes(inputs) <= WARM_BYTES else None
 
     def _await_comparators(self, boxes: dict[str, Sandbox], deadline: float) -> None:
@@ -184,45 +195,103 @@ class TimingRounds:
     # -------------------------------------------------------------- the rounds
 
     def _time_round(self, box, req, ref, workload, r: int, reps: int, deadline: float, check: bool,
-                    copy: bool = False) -> dict:
-        """One function's share of round r. Every timed call of the candidate gets inputs it has
-        not seen before, and its outputs are checked (`check`): on the interpreter every call's,
-        on a GPU the last call's, whose values were copied into the buffers the earlier calls used.
-        The copy yardstick (`copy`) runs on buffers of the workload's bytes, not on its inputs."""
+                    copy: bool = False, candidate: bool = True) -> dict:
+        """One function's share of round r. `check`: its outputs are checked (the candidate's, and
+        every comparator's but the trusted ones: a comparator is someone's kernel too); on the
+        interpreter every call gets fresh inputs and is checked, on a GPU the judge checks the
+        calls it picks once they are over (`_accountable_calls`). `candidate`: its traces are
+        checked too and its checked calls poisoned. The copy yardstick (`copy`) runs on buffers of
+        the workload's bytes, not on its inputs."""
         torch = self.torch
         where = f"workload {workload['name']} timed call (round {r})"
         if req["device"] != "cuda":  # interpreter: the judge's own clock around each call
             samples = []
             for i in range(req["interpreter_reps"]):
-                inputs, expected = self._fresh(ref, req, workload, TIMING_SEED + r * req["interpreter_reps"] + i)
+                inputs, expected = self._fresh(ref, req, workload,
+                                               self.seed(req, "timed_call", r * req["interpreter_reps"] + i),
+                                               expect=check)
                 start = time.perf_counter()
                 # traced like the checked calls (every function alike): interpreter times are labelled
                 # wall clock anyway, and an untraced call is the one a kernel would cheat in
-                reply = box.request("call", deadline, inputs=list(inputs), where="timed call", poison=check,
-                                    mode=_call_mode(req))
+                reply = box.request("call", deadline, inputs=list(inputs), where="timed call",
+                                    poison=check and candidate, mode=_call_mode(req))
                 samples.append((time.perf_counter() - start) * 1e6)
                 if check:
                     _check_timed(torch, req, _owned(torch, reply["outputs"]), expected, where)
+                if check and candidate:
                     self._foreign(req, reply["trace"] or [], reply["known"], where)
             return {"primary": samples, "metric": "interpreter_wall"}
         if copy:
-            (inputs, _), (fresh, expected) = self._copy_inputs(req, ref, workload), (None, None)
-        else:
-            inputs, _ = self._fresh(ref, req, workload, TIMING_SEED + 2 * r, expect=False)
-            fresh, expected = self._fresh(ref, req, workload, TIMING_SEED + 2 * r + 1, expect=check)
-        reply = box.request("time_calls", deadline, inputs=list(inputs), reps=reps,
-                            fresh=None if fresh is None else list(fresh))
+            inputs, _ = self._copy_inputs(req, ref, workload)
+            reply = box.request("time_calls", deadline, inputs=list(inputs), reps=reps)
+            got = _primary(reply, reps)
+            return {**got, "fresh_vs_seen": None}
+        got = self._accountable_calls(box, req, ref, workload, reps, deadline, where, check,
+                                      ("timing", r) if r >= 0 else ("estimate", 0))
+        if check and candidate:
+            self._foreign(req, got["kernels"], got["known"], where)
+            self.seen.update(got["kernels"])
+        return got
+
+    def _accountable_calls(self, box, req, ref, workload, reps: int, deadline: float, where: str, check: bool,
+                           chain: tuple[str, int]) -> dict:
+        """`reps` timed calls in which no call can tell whether it is checked or whether its inputs
+        are new. The calls start on the chain's base set (its index's seed) and move to the next
+        set (index + 1) at a random call after the first, then switch between the two at random;
+        the judge writes each change into the shared input buffers itself, between calls, in its
+        own process. After each call it decides whether to read the outputs: every call whose
+        inputs changed, and a random share of the others (CHECK_SHARE). A stale output fails at a
+        change; a kernel that computes only when the values change is slow on the calls on values
+        it never saw (`fresh_vs_seen`, judged over the rounds). Inputs too large to keep a second
+        copy of (SWITCH_BYTES) change once."""
+        torch = self.torch
+        phase, index = chain
+        base, base_expected = self._fresh(ref, req, workload, self.seed(req, phase, index), expect=check)
+        fresh, fresh_expected = self._fresh(ref, req, workload, self.seed(req, phase, index + 1), expect=check)
+        pristine = None
+        if _nbytes(base) <= SWITCH_BYTES:  # the base values again, to switch back to
+            pristine = self._fresh(ref, req, workload, self.seed(req, phase, index), expect=False)[0]
+        sets = _call_sets(reps, switching=pristine is not None)
+        expected = (base_expected, fresh_expected)
+        buffers = list(base)
+        box.send("time_calls", deadline, inputs=buffers, reps=reps, steps=True)
+        try:
+            for i in range(reps):
+                self._called(box, deadline)
+                changed = sets[i] != (sets[i - 1] if i else 0)
+                if check and (changed or _RNG.random() < CHECK_SHARE):
+                    box.tell("outputs")
+                    _check_timed(torch, req, self._outputs(box, deadline), expected[sets[i]],
+                                 f"{where}, call {i + 1} of {reps}" + (" (its inputs new)" if changed else ""))
+                if i + 1 < reps and sets[i + 1] != sets[i]:
+                    source = fresh if sets[i + 1] else pristine
+                    _write(torch, buffers, source or [])
+                box.tell("next")
+            kind, reply = box.step(deadline)
+        except (Reject, SandboxFailure) as failure:
+            if isinstance(failure, Reject) or not failure.dead and box.pending:
+                box.kill()  # left between two calls: nothing more can be asked of it (a comparator's is made anew)
+            raise
+        got = _primary(reply, reps)
         spans = reply["span_us"]
-        primary = spans if len(spans) >= max(2, reps // 2) else reply["event_us"]
-        if check:
-            _check_timed(torch, req, _owned(torch, reply["outputs"]), expected, where)
-            self._foreign(req, reply["kernels"], reply["known"], where)
-            self.seen.update(reply["kernels"])
-        fresh_vs_seen = None
-        if check and reply.get("complete") and len(spans) >= 3:
-            fresh_vs_seen = (spans[-1], statistics.median(spans[:-1]))
-        return {"primary": primary, "kernel": reply["kernel_us"], "event": reply["event_us"],
-                "metric": "gpu_span" if primary is spans else "cuda_event", "fresh_vs_seen": fresh_vs_seen}
+        first = sets.index(1) if 1 in sets else -1
+        seen = [spans[i] for i in range(reps) if sets[i] == (sets[i - 1] if i else 0)] if reply.get("complete") else []
+        fresh_vs_seen = (spans[first], statistics.median(seen)) if check and first > 0 and len(seen) >= 2 else None
+        return {**got, "fresh_vs_seen": fresh_vs_seen, "kernels": reply["kernels"], "known": reply["known"],
+                "tuned": reply.get("tuned")}
+
+    @staticmethod
+    def _called(box, deadline: float) -> None:
+        kind, _ = box.step(deadline)
+        if kind != "called":
+            raise SandboxFailure("runtime_error", f"the sandbox answered {kind!r} between timed calls")
+
+    @staticmethod
+    def _outputs(box, deadline: float) -> list:
+        kind, outs = box.step(deadline)
+        if kind != "outputs":
+            raise SandboxFailure("runtime_error", f"the sandbox answered {kind!r} when asked for a call's outputs")
+        return outs
 
     def _fresh(self, ref, req, workload, seed: int, expect: bool = True):
         return self.prepare(ref, req, workload, seed, expect=expect)
@@ -254,8 +323,8 @@ class TimingRounds:
         timings, per function and workload, and what ran: {"ran", "stopped", ...}."""
         low, high = _round_limits(req)
         floor = float(req.get("noise_floor", stats.NOISE_FLOOR))
+        self.void: dict[str, str] = {}  # comparators whose comparison is void, and why
         plans = [self._plan_rounds(boxes, req, ref, workload, deadline) for workload in req["workloads"]]
-        comparators = [n for n in boxes if n not in ("candidate", COPY)]
         last = boxes["candidate"].others()
         ran, stopped = 0, "cap"
         widths: dict[int, float] = {}  # after each round: the widest interval's share of its speedup
@@ -264,6 +333,7 @@ class TimingRounds:
             for plan in plans:
                 last = self._one_round(boxes, req, ref, plan, r, deadline, last)
             ran = r + 1
+            comparators = [n for n in boxes if n not in ("candidate", COPY) and n not in self.void]
             if ran < low:
                 continue
             if req["device"] != "cuda":
@@ -279,7 +349,7 @@ class TimingRounds:
             else:
                 continue
             break
-        out: dict = {name: {} for name in boxes}
+        out: dict = {name: {} for name in boxes if name not in self.void}
         for plan in plans:
             for name, summary in self._after_rounds(boxes, req, ref, plan, deadline).items():
                 out[name][plan.workload["name"]] = summary
@@ -308,12 +378,22 @@ class TimingRounds:
         no work in another process falls between two readings. Returns the new reading."""
         names = plan.names
         for name in names[r % len(names):] + names[: r % len(names)]:
+            if name in self.void:
+                continue
             try:
                 got = self._time_round(boxes[name], req, ref, plan.workload, r, plan.reps[name], deadline,
-                                       check=name == "candidate", copy=name == COPY)
+                                       check=name == "candidate" or (name != COPY and not req.get("trusted")),
+                                       copy=name == COPY, candidate=name == "candidate")
             except SandboxFailure as f:
                 whose = "" if name == "candidate" else f" (comparator {name!r}, not the kernel under test)"
                 raise Reject(f.status, f"while timing{whose}: {f.error}") from None
+            except Reject as rj:
+                if name == "candidate" or rj.status == "reference_error":
+                    raise
+                # A comparator is someone's kernel too (an LLM-written parent, an --against kernel):
+                # wrong outputs when timed void the comparison with it, not the candidate's verdict.
+                self.void[name] = f"its outputs were wrong when timed as a comparator: {rj.error}"
+                continue
             self._give_back_gpu_memory(req)  # the round's inputs and outputs
             if name == "candidate":
                 now = boxes["candidate"].others()
@@ -324,7 +404,7 @@ class TimingRounds:
             plan.pooled[name]["metric"] = got["metric"]
             plan.rounds[name].append(statistics.median(got["primary"]))
             plan.kernel_rounds[name].append(statistics.median(got["kernel"]) if got.get("kernel") else None)
-            if got.get("fresh_vs_seen"):
+            if name == "candidate" and got.get("fresh_vs_seen"):
                 plan.fresh_vs_seen.append(got["fresh_vs_seen"])
         return last
 
@@ -359,10 +439,12 @@ class TimingRounds:
         if not req.get("trusted"):
             _same_processes((0.0, 0), (plan.child_cpu_s, plan.children), where)
         _fresh_not_slower(plan.fresh_vs_seen, where)
-        inputs = self._fresh(ref, req, plan.workload, TIMING_SEED, expect=False)[0]
+        inputs = self._fresh(ref, req, plan.workload, self.seed(req, "timing", 0), expect=False)[0]
         shape = _largest_shape(inputs)
         out = {}
         for name in plan.names:
+            if name in self.void:
+                continue
             p = plan.pooled[name]
             summary = _summary(p["primary"])
             summary.update(round_medians_us=plan.rounds[name], metric=p["metric"], input_shape=shape,
@@ -383,6 +465,38 @@ def _ratios(plans: list[_WorkloadRounds], name: str, rounds) -> list[float]:
     mine = {p.workload["name"]: rounds(p, "candidate") for p in plans}
     theirs = {p.workload["name"]: rounds(p, name) for p in plans if name in p.rounds}
     return stats.round_ratios(mine, theirs)
+
+
+def _call_sets(reps: int, switching: bool) -> list[int]:
+    """Which input set each timed call runs on (0 the base, 1 the fresh): the base first (the
+    warm-up ran on it), the fresh set from a random call on, then, `switching`, a switch before
+    each later call with probability SWITCH_SHARE. Drawn in the judge, never sent anywhere."""
+    first = _RNG.randrange(1, reps) if reps > 1 else reps
+    sets, current = [], 0
+    for i in range(reps):
+        if i == first:
+            current = 1
+        elif i > first and switching and _RNG.random() < SWITCH_SHARE:
+            current ^= 1
+        sets.append(current)
+    return sets
+
+
+def _write(torch, buffers: list, values) -> None:
+    """New values into the input buffers the sandbox shares, finished before its next call reads them."""
+    for buf, value in zip(buffers, values):
+        if isinstance(buf, torch.Tensor):
+            buf.copy_(value)
+    if any(isinstance(b, torch.Tensor) and b.is_cuda for b in buffers):
+        torch.cuda.synchronize()
+
+
+def _primary(reply: dict, reps: int) -> dict:
+    """The samples a round contributes: the spans where the trace kept most calls, else CUDA events."""
+    spans = reply["span_us"]
+    primary = spans if len(spans) >= max(2, reps // 2) else reply["event_us"]
+    return {"primary": primary, "kernel": reply["kernel_us"], "event": reply["event_us"],
+            "metric": "gpu_span" if primary is spans else "cuda_event"}
 
 
 def _comparator_failed(name: str, f: SandboxFailure) -> Reject:

@@ -15,8 +15,17 @@ verdict` on the CPU interpreter, whose times are not performance.
 
 from __future__ import annotations
 
+import math
+
 from accelopt.tools.harness import stats
 from accelopt.tools.harness.result import Basis, Comparison, EvalResult, Verdict, VerdictWord, compare_rounds
+
+# A comparator timed this much slower than in its own evaluation (geomean over workloads, on the
+# timer its verdict rests on) voids the comparison: an LLM-written parent can tell it is a
+# comparator (its calls are never the checked ones) and pad them, which made an honest kernel
+# 2.62x "faster" than its own twin on an H100. 10% is well beyond the spread between evaluations
+# of one kernel (a few percent) and far below what padding must add to matter.
+COMPARATOR_DRIFT = 1.10
 
 _WORDS: dict[str, VerdictWord] = {"faster": "faster", "slower": "slower", "equivalent": "within noise", "unclear": "undecided"}
 
@@ -125,3 +134,47 @@ def why_undecided(result: EvalResult) -> str:
     stalled = " (the last rounds no longer narrowed it)" if result.rounds and result.rounds.stopped == "stalled" else ""
     return f"undecided after {result.rounds.ran if result.rounds else '?'} rounds{stalled}, {wide}: {cause}"
 
+
+
+def void_comparisons(result: EvalResult, recorded: dict[str, dict[str, dict]] | None = None) -> EvalResult:
+    """Voids comparisons. Without `recorded`: those the judge voided (`result.void`: a comparator's
+    outputs were wrong when timed). With it (comparator -> workload -> its WorkloadTiming fields, from
+    its own evaluation): those with a comparator timed far slower here than there (COMPARATOR_DRIFT).
+    A void comparison's verdict is `undecided`, and its reason and the evidence say why."""
+    if recorded is None:
+        voided = dict(result.void)
+    else:
+        voided = {name: why for name, own in recorded.items()
+                  if name not in result.void and (why := _slowed(result, name, own))}
+        result.void.update(voided)
+    for name, why in voided.items():
+        v = result.verdicts.get(name)
+        if v is not None:
+            result.verdicts[name] = v.model_copy(update={"word": "undecided", "reason": f"void: {why}"})
+        result.evidence.append(f"vs {name}: the comparison is void: {why}")
+    return result
+
+
+def speedup_from_recorded(result: EvalResult, own: dict[str, dict]) -> float | None:
+    """The candidate against a comparator's recorded timings (geomean over workloads, on the span):
+    the figure left where the comparison timed beside it is void."""
+    pairs = [(own[w]["median_us"], t.median_us) for w, t in result.workloads.items()
+             if (own.get(w) or {}).get("median_us") and t.median_us]
+    return math.exp(sum(math.log(a / b) for a, b in pairs) / len(pairs)) if pairs else None
+
+
+def _slowed(result: EvalResult, name: str, own: dict[str, dict]) -> str | None:
+    """Why the comparator's time here contradicts its own recorded time, or None."""
+    timed, v = result.compare.get(name) or {}, result.verdicts.get(name)
+    key = "kernel_us" if v is not None and v.basis == "kernel_only" else "median_us"
+    pairs = {w: (getattr(t, key), own[w].get(key)) for w, t in timed.items() if w in own}
+    pairs = {w: (now, then) for w, (now, then) in pairs.items() if now and then}
+    if not pairs:
+        return None
+    ratio = math.exp(sum(math.log(now / then) for now, then in pairs.values()) / len(pairs))
+    if ratio <= COMPARATOR_DRIFT:
+        return None
+    figures = ", ".join(f"{w} {now:.1f} µs against {then:.1f} µs" for w, (now, then) in pairs.items())
+    timer = "kernel-only" if key == "kernel_us" else "span"
+    return (f"it ran {ratio:.2f}x slower as a comparator than in its own evaluation ({timer}: {figures}), beyond "
+            f"the {COMPARATOR_DRIFT:.2f}x two evaluations of one kernel differ by")
