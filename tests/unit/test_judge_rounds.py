@@ -32,7 +32,7 @@ class RoundsJudge(Judge):
         self.times, self.calls, self.reps = times, [], {}
         self.estimates = estimates or {}  # name -> µs a call in the calls that size the rounds
 
-    def _time_round(self, box, req, ref, workload, r, reps, deadline, check, copy=False):
+    def _time_round(self, box, req, ref, workload, r, reps, deadline, check, copy=False, candidate=True):
         us = self.estimates.get(box.name, 10.0) if r < 0 else self.times[box.name](r, workload["name"])
         if r >= 0:
             self.calls.append((r, workload["name"], box.name))
@@ -56,7 +56,7 @@ class RoundsJudge(Judge):
 def _run(times, device="cuda", names=("candidate", "baseline", COPY), deadline_s=600.0, estimates=None, **req):
     judge = RoundsJudge(times, estimates)
     boxes = {n: Box(n) for n in names}
-    request = {"device": device, "workloads": WORKLOADS, "rep_ms": 20.0, **req}
+    request = {"device": device, "workloads": WORKLOADS, "rep_ms": 20.0, "seed": 0, **req}
     timings, rounds = judge.timing(boxes, request, None, judge_mod.time.monotonic() + deadline_s)
     return judge, timings, rounds
 
@@ -131,9 +131,9 @@ def test_work_in_another_process_is_charged_to_its_workload():
     judge = RoundsJudge({"candidate": steady(10.0), "baseline": steady(20.0)})
     boxes = {"candidate": Box("candidate", child_cpu_per_call=0.1), "baseline": Box("baseline")}
     with pytest.raises(Reject, match="workload w1 timed calls: the call did work in another process"):
-        judge.timing(boxes, {"device": "cpu", "workloads": WORKLOADS}, None, judge_mod.time.monotonic() + 60)
+        judge.timing(boxes, {"device": "cpu", "workloads": WORKLOADS, "seed": 0}, None, judge_mod.time.monotonic() + 60)
     boxes["candidate"] = Box("candidate", child_cpu_per_call=0.1)
-    judge.timing(boxes, {"device": "cpu", "workloads": WORKLOADS, "trusted": True}, None,
+    judge.timing(boxes, {"device": "cpu", "workloads": WORKLOADS, "trusted": True, "seed": 0}, None,
                  judge_mod.time.monotonic() + 60)  # the task's own reference may use other processes
 
 
@@ -216,8 +216,8 @@ class HostJudge(RoundsJudge):
         super().__init__(times)
         self.kernels = kernels
 
-    def _time_round(self, box, req, ref, workload, r, reps, deadline, check, copy=False):
-        got = super()._time_round(box, req, ref, workload, r, reps, deadline, check, copy)
+    def _time_round(self, box, req, ref, workload, r, reps, deadline, check, copy=False, candidate=True):
+        got = super()._time_round(box, req, ref, workload, r, reps, deadline, check, copy, candidate)
         got["kernel"] = [self.kernels[box.name]] * 3
         return got
 
@@ -227,7 +227,7 @@ def test_host_dominated_calls_stop_once_their_kernel_only_times_decide_and_repor
     times = {"candidate": steady(10.0), "baseline": noisy, COPY: steady(5.0)}
     host = HostJudge(times, {"candidate": 3.0, "baseline": 9.0, COPY: 5.0})  # kernels fill 30% of the spans
     boxes = {n: Box(n) for n in times}
-    request = {"device": "cuda", "workloads": WORKLOADS, "rep_ms": 20.0}
+    request = {"device": "cuda", "workloads": WORKLOADS, "rep_ms": 20.0, "seed": 0}
     timings, rounds = host.timing(boxes, request, None, judge_mod.time.monotonic() + 600)
     assert (rounds["ran"], rounds["stopped"]) == (3, "decided")
     assert timings["candidate"]["w1"]["round_kernel_us"] == [3.0, 3.0, 3.0]
