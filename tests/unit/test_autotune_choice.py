@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from accelopt.tools.harness.autotune_choices import autotune_evidence, pinned_source
-from accelopt.tools.harness.autotune_rounds import central, choose, pins_of, shared_key_notes
+from accelopt.tools.harness.autotune_choices import autotune_evidence, pinned_source, pinning, pinning_evidence
+from accelopt.tools.harness.autotune_rounds import central, choose, configs_digest, pins_of, shared_key_notes
 from accelopt.tools.harness.result import AutotuneRecord, EvalResult
 from accelopt.tools.tunables import autotune_space
 from tests.conftest import FIXTURES
@@ -55,8 +55,19 @@ def test_the_cost_of_a_shared_key_is_said_with_its_figures():
 AUTOTUNED = (FIXTURES / "autotuned" / "rmsnorm_autotuned.py").read_text()
 
 
-def _record(how: str, choices: dict, default: int, configs: int = 3) -> AutotuneRecord:
+def _fields(block: int, warps: int, stages: int = 3) -> dict:
+    """A configuration of the fixture's list as the sandbox reports it (sandbox.config_fields)."""
+    return {"kwargs": {"BLOCK": block}, "num_warps": warps, "num_stages": stages, "num_ctas": 1, "maxnreg": None,
+            "ir_override": None, "pre_hook": False}
+
+
+FIELDS = [_fields(64, 2), _fields(128, 4, 2), _fields(256, 8)]  # rmsnorm_autotuned.py's list, as it runs
+
+
+def _record(how: str, choices: dict, default: int, configs: int = 3, fields: list[dict] | None = None) -> AutotuneRecord:
+    fields = FIELDS[:configs] if fields is None else fields
     return AutotuneRecord(how=how, kernels=[{"kernel": "rmsnorm_kernel", "key": ["hidden"], "configs": ["c"] * configs,
+                                             "fields": fields, "digest": configs_digest(fields),
                                              "choices": choices, "default": default}])
 
 
@@ -68,7 +79,8 @@ def test_the_chosen_configuration_is_written_into_the_source_for_a_fresh_process
     # nothing chosen by timing, two configurations chosen, or a list that does not match: unchanged
     assert pinned_source(AUTOTUNED, _record("checked", {}, 0)).text == AUTOTUNED
     assert pinned_source(AUTOTUNED, _record("timed", {"(64,)": 0, "(200,)": 2}, 0)).text == AUTOTUNED
-    assert pinned_source(AUTOTUNED, _record("timed", {}, 0, configs=4)).text == AUTOTUNED
+    assert pinned_source(AUTOTUNED, _record("timed", {}, 0, fields=[*FIELDS, _fields(512, 8)])).text == AUTOTUNED
+    assert pinned_source(AUTOTUNED, _record("timed", {}, 0, fields=[])).text == AUTOTUNED  # nothing to compare with
     assert pins_of(_record("timed", {"(64,)": 2}, 2).model_dump()) == {"rmsnorm_kernel": {"(64,)": 2, "*": 2}}
 
 
@@ -82,6 +94,14 @@ def test_the_evidence_says_which_configuration_ran_and_who_chose_it():
     assert lines[1].startswith("autotune, the kernel: rmsnorm_kernel: batch_size520128 runs")
 
 
+BOX_FIELDS = [_fields(64 << i, 4) for i in range(4)]
+
+
+def _given(choices: dict, fields: list[dict] = BOX_FIELDS) -> dict:
+    """Pins from an earlier evaluation (AutotuneRecord.given): the choices and the list they index."""
+    return {"k": {"choices": choices, "configs": configs_digest(fields)}}
+
+
 class _Box:
     """A sandbox as the judge's autotuning drives it: one autotuned kernel of four configurations
     over two workloads sharing a key, with times per (configuration, workload) like rmsnorm_h128's."""
@@ -93,7 +113,8 @@ class _Box:
 
         self.requests.append(op)
         if op == "autotuners":
-            return {"tuners": [{"kernel": "k", "key": ["hidden"], "configs": [f"c{i}" for i in range(4)], "why": None}]}
+            return {"tuners": [{"kernel": "k", "key": ["hidden"], "configs": [f"c{i}" for i in range(4)],
+                                "fields": BOX_FIELDS, "why": None}]}
         if op == "pin":
             self.pinned = args["choices"]
             return {}
@@ -160,7 +181,7 @@ def test_a_configuration_that_cannot_run_on_the_gpu_is_left_out_and_said():
 
 def test_pins_from_an_earlier_evaluation_are_pinned_as_given():
     box = _Box({"small": SMALL, "large": LARGE})
-    record = _judge().autotune(box, REQ, None, float("inf"), pins={"k": {KEY: 3, "*": 3}}, check=False)
+    record = _judge().autotune(box, REQ, None, float("inf"), pins=_given({KEY: 3, "*": 3}), check=False)
     assert record["how"] == "given" and box.pinned == {"k": {KEY: 3, "*": 3}} and "time_calls" not in box.requests
     assert "call" not in box.requests  # a comparator: nothing run before its timing
 
@@ -305,7 +326,7 @@ def test_a_kernel_the_sandbox_left_to_triton_is_recorded_so_not_as_chosen():
 
 def test_pins_given_for_the_kernel_under_test_say_what_each_workload_ran():
     box = _Box({"small": SMALL, "large": LARGE})
-    record = _judge().autotune(box, REQ, None, float("inf"), pins={"k": {KEY: 3, "*": 0}})
+    record = _judge().autotune(box, REQ, None, float("inf"), pins=_given({KEY: 3, "*": 0}))
     (kernel,) = record["kernels"]
     assert record["how"] == "given" and kernel["ran"] == {"small": 3, "large": 3} and "time_calls" not in box.requests
     assert AutotuneRecord(**record).summary() == ["k (pinned as chosen before): small: 3: c3; large: 3: c3"]
