@@ -353,3 +353,77 @@ def test_a_compiled_cache_is_kept_per_task_and_source(tmp_path):
     assert (Path(kept_a) / "kernel.cubin").read_text() == "first"
     choices.keep_compiled(a, "src", cache("again"))  # already kept: the first stays
     assert choices.compiled_before(a, "src") == kept_a and choices.compiled_before(a, "other") is None
+
+
+def test_pins_given_for_another_configuration_list_are_not_applied_and_chosen_anew():
+    """A pin names the configuration list by every field: the same kernel name and length with other
+    fields (a module that edits its configurations at import) is another list, timed anew."""
+    box = _Box({"small": SMALL, "large": LARGE})
+    other = [_fields(64 << i, 8) for i in range(4)]  # same names, same length, num_warps differs
+    record = _judge().autotune(box, REQ, None, float("inf"), pins=_given({KEY: 3, "*": 3}, other))
+    assert record["how"] == "timed" and box.requests.count("time_calls") == 3 * 4 * 2
+    assert record["kernels"][0]["choices"] == {KEY: 1}
+    assert "k: the configuration chosen before does not name this evaluation's configurations" in record["notes"][0]
+
+
+def test_a_configuration_list_that_changes_under_the_judge_is_caught_before_it_is_pinned():
+    from accelopt.tools.harness.correctness import Reject
+
+    box = _Box({"small": SMALL, "large": LARGE})
+    original, listed = box.request, []
+
+    def edited_after_listing(op, deadline, **args):
+        reply = original(op, deadline, **args)
+        if op == "autotuners" and listed:  # the second listing: configuration 1's BLOCK edited in place
+            reply["tuners"][0]["fields"] = [*BOX_FIELDS[:1], _fields(32, 4), *BOX_FIELDS[2:]]
+        listed.append(op == "autotuners")
+        return reply
+
+    box.request = edited_after_listing
+    with pytest.raises(Reject) as caught:
+        _judge().autotune(box, REQ, None, float("inf"))
+    assert caught.value.status == "cheat_suspected"
+    assert "configuration 1: BLOCK: 128 -> 32" in caught.value.error and box.pinned.get("k") != {KEY: 1, "*": 1}
+
+
+def test_a_literal_list_other_than_the_one_that_ran_is_never_written_and_is_said():
+    """The module edits its configurations at import: the judge checked and timed what ran (BLOCK 512
+    in configuration 1), never the literal entry; writing that entry in would pin an unchecked program."""
+    ran = [FIELDS[0], _fields(512, 4, 2), FIELDS[2]]
+    record = _record("timed", {"(64,)": 1, "(200,)": 1}, 1, fields=ran)
+    kept = pinning(AUTOTUNED, record)
+    assert not kept.pinned and kept.kernel.text == AUTOTUNED
+    assert "configuration 1: BLOCK: 128 -> 512" in (kept.why_not or "")
+    (line,) = pinning_evidence(AUTOTUNED, record)
+    assert line.startswith("autotune, the kernel: rmsnorm_kernel: the @triton.autotune list in the source is not the "
+                           "list its autotuner ran (source -> run: configuration 1: BLOCK: 128 -> 512)")
+    # a field the literal list leaves to Triton's default counts as well
+    other_ctas = [FIELDS[0], {**FIELDS[1], "num_ctas": 2}, FIELDS[2]]
+    assert not pinning(AUTOTUNED, _record("timed", {}, 1, fields=other_ctas)).pinned
+    assert pinning_evidence(AUTOTUNED, _record("timed", {}, 1)) == []  # the same list: nothing said
+
+
+@pytest.mark.parametrize("path", ["evals/realworld/accelopt_bests/rmsnorm_h128.py",
+                                  "evals/realworld/solutions/gpt-5_gemm_n4096_k4096_14f133.py"])
+def test_an_honest_real_world_kernels_pinned_source_is_written_as_before(path):
+    """Its literal list is the list its autotuner holds (read here from the imported module, as the
+    sandbox reports it): the chosen entry is written in exactly as tunables.write_configs writes it."""
+    import importlib.util
+
+    from triton.runtime.autotuner import Autotuner
+
+    from accelopt.tools.harness.sandbox import config_fields
+    from accelopt.tools.tunables import write_configs
+
+    source = (FIXTURES.parent.parent / path).read_text()
+    spec = importlib.util.spec_from_file_location(f"realworld_{Path(path).stem}", FIXTURES.parent.parent / path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    (tuner,) = [v for v in vars(module).values() if isinstance(v, Autotuner)]
+    fields = [config_fields(c) for c in tuner.configs]
+    last = len(fields) - 1
+    record = AutotuneRecord(how="timed", kernels=[{"kernel": tuner.base_fn.__name__, "configs": ["c"] * len(fields),
+                                                   "fields": fields, "digest": configs_digest(fields),
+                                                   "choices": {"k": last}, "default": last}])
+    assert pinning_evidence(source, record) == []
+    assert pinned_source(source, record).text == write_configs(source, [autotune_space(source).configs[last]])
