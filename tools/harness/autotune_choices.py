@@ -4,8 +4,11 @@ carried to everything that runs the same source again, so that one source has on
 - `chosen_before` / `remember_choices`: the pins the judge chose for a source, kept by this
   process and handed back for its re-check and every later evaluation (a parent timed as a
   comparator), rather than chosen anew;
-- `pinned_source`: the source with its configuration list narrowed to the choice, for a fresh
-  process that is not a sandbox (the audit under ncu, best_kernel.py);
+- `pinned_source` / `pinning`: the source with its configuration list narrowed to the choice, for a
+  fresh process that is not a sandbox (the audit under ncu, best_kernel.py, the re-check), written
+  only where the source's literal list is, field by field, the list its autotuner ran (a module may
+  edit its configurations at import: the literal entry was then never checked) and the entry
+  written reads back as the configuration chosen; `pinning_evidence` says where the lists differ;
 - `compiled_before` / `keep_compiled`: what a source's sandbox compiled, for its next evaluation;
 - `autotune_evidence`: the choice in words, for the verdict's evidence (the fixer and planner read it).
 """

@@ -21,7 +21,10 @@ Here the sandbox's autotuners time nothing (sandbox.AutotuneControl); the judge 
 - on the interpreter (no GPU to time on), every configuration's correctness on every workload,
   since a GPU's autotuner may pick any of them; the first configuration is then the one checked.
 
-What it chose is pinned for the rest of the evaluation, returned in the result, and handed back
+Configurations are named by every field (sandbox.config_fields): before pinning, the judge lists
+them again and rejects a kernel whose list changed under its calls; pins handed back from an
+earlier evaluation carry the list they index (`configs_digest`) and are chosen anew where it
+differs. What it chose is pinned for the rest of the evaluation, returned in the result, and handed back
 by the runner for the re-check, the audit, later evaluations and best_kernel.py. A kernel whose
 configuration is wrong is rejected, naming the configuration. An autotuner the judge cannot
 replay (prune_configs_by, hooks, a key of other values) keeps its own choice, and the record
