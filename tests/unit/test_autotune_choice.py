@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from accelopt.tools.harness.autotune_choices import autotune_evidence, pinned_source
-from accelopt.tools.harness.autotune_rounds import central, choose, pins_of, shared_key_notes
+from accelopt.tools.harness.autotune_choices import autotune_evidence, pinned_source, pinning, pinning_evidence
+from accelopt.tools.harness.autotune_rounds import central, choose, configs_digest, pins_of, shared_key_notes
 from accelopt.tools.harness.result import AutotuneRecord, EvalResult
 from accelopt.tools.tunables import autotune_space
 from tests.conftest import FIXTURES
@@ -55,8 +55,19 @@ def test_the_cost_of_a_shared_key_is_said_with_its_figures():
 AUTOTUNED = (FIXTURES / "autotuned" / "rmsnorm_autotuned.py").read_text()
 
 
-def _record(how: str, choices: dict, default: int, configs: int = 3) -> AutotuneRecord:
+def _fields(block: int, warps: int, stages: int = 3) -> dict:
+    """A configuration of the fixture's list as the sandbox reports it (sandbox.config_fields)."""
+    return {"kwargs": {"BLOCK": block}, "num_warps": warps, "num_stages": stages, "num_ctas": 1, "maxnreg": None,
+            "ir_override": None, "pre_hook": False}
+
+
+FIELDS = [_fields(64, 2), _fields(128, 4, 2), _fields(256, 8)]  # rmsnorm_autotuned.py's list, as it runs
+
+
+def _record(how: str, choices: dict, default: int, configs: int = 3, fields: list[dict] | None = None) -> AutotuneRecord:
+    fields = FIELDS[:configs] if fields is None else fields
     return AutotuneRecord(how=how, kernels=[{"kernel": "rmsnorm_kernel", "key": ["hidden"], "configs": ["c"] * configs,
+                                             "fields": fields, "digest": configs_digest(fields),
                                              "choices": choices, "default": default}])
 
 
@@ -68,7 +79,8 @@ def test_the_chosen_configuration_is_written_into_the_source_for_a_fresh_process
     # nothing chosen by timing, two configurations chosen, or a list that does not match: unchanged
     assert pinned_source(AUTOTUNED, _record("checked", {}, 0)).text == AUTOTUNED
     assert pinned_source(AUTOTUNED, _record("timed", {"(64,)": 0, "(200,)": 2}, 0)).text == AUTOTUNED
-    assert pinned_source(AUTOTUNED, _record("timed", {}, 0, configs=4)).text == AUTOTUNED
+    assert pinned_source(AUTOTUNED, _record("timed", {}, 0, fields=[*FIELDS, _fields(512, 8)])).text == AUTOTUNED
+    assert pinned_source(AUTOTUNED, _record("timed", {}, 0, fields=[])).text == AUTOTUNED  # nothing to compare with
     assert pins_of(_record("timed", {"(64,)": 2}, 2).model_dump()) == {"rmsnorm_kernel": {"(64,)": 2, "*": 2}}
 
 
@@ -82,6 +94,14 @@ def test_the_evidence_says_which_configuration_ran_and_who_chose_it():
     assert lines[1].startswith("autotune, the kernel: rmsnorm_kernel: batch_size520128 runs")
 
 
+BOX_FIELDS = [_fields(64 << i, 4) for i in range(4)]
+
+
+def _given(choices: dict, fields: list[dict] = BOX_FIELDS) -> dict:
+    """Pins from an earlier evaluation (AutotuneRecord.given): the choices and the list they index."""
+    return {"k": {"choices": choices, "configs": configs_digest(fields)}}
+
+
 class _Box:
     """A sandbox as the judge's autotuning drives it: one autotuned kernel of four configurations
     over two workloads sharing a key, with times per (configuration, workload) like rmsnorm_h128's."""
@@ -93,7 +113,8 @@ class _Box:
 
         self.requests.append(op)
         if op == "autotuners":
-            return {"tuners": [{"kernel": "k", "key": ["hidden"], "configs": [f"c{i}" for i in range(4)], "why": None}]}
+            return {"tuners": [{"kernel": "k", "key": ["hidden"], "configs": [f"c{i}" for i in range(4)],
+                                "fields": BOX_FIELDS, "why": None}]}
         if op == "pin":
             self.pinned = args["choices"]
             return {}
@@ -175,7 +196,7 @@ def test_a_configuration_that_cannot_run_on_the_gpu_is_left_out_and_said():
 
 def test_pins_from_an_earlier_evaluation_are_pinned_as_given():
     box = _Box({"small": SMALL, "large": LARGE})
-    record = _judge().autotune(box, REQ, None, float("inf"), pins={"k": {KEY: 3, "*": 3}}, check=False)
+    record = _judge().autotune(box, REQ, None, float("inf"), pins=_given({KEY: 3, "*": 3}), check=False)
     assert record["how"] == "given" and box.pinned == {"k": {KEY: 3, "*": 3}} and "time_calls" not in box.requests
     assert "call" not in box.requests  # a comparator: nothing run before its timing
 
@@ -320,7 +341,7 @@ def test_a_kernel_the_sandbox_left_to_triton_is_recorded_so_not_as_chosen():
 
 def test_pins_given_for_the_kernel_under_test_say_what_each_workload_ran():
     box = _Box({"small": SMALL, "large": LARGE})
-    record = _judge().autotune(box, REQ, None, float("inf"), pins={"k": {KEY: 3, "*": 0}})
+    record = _judge().autotune(box, REQ, None, float("inf"), pins=_given({KEY: 3, "*": 0}))
     (kernel,) = record["kernels"]
     assert record["how"] == "given" and kernel["ran"] == {"small": 3, "large": 3} and "time_calls" not in box.requests
     assert AutotuneRecord(**record).summary() == ["k (pinned as chosen before): small: 3: c3; large: 3: c3"]
@@ -347,3 +368,77 @@ def test_a_compiled_cache_is_kept_per_task_and_source(tmp_path):
     assert (Path(kept_a) / "kernel.cubin").read_text() == "first"
     choices.keep_compiled(a, "src", cache("again"))  # already kept: the first stays
     assert choices.compiled_before(a, "src") == kept_a and choices.compiled_before(a, "other") is None
+
+
+def test_pins_given_for_another_configuration_list_are_not_applied_and_chosen_anew():
+    """A pin names the configuration list by every field: the same kernel name and length with other
+    fields (a module that edits its configurations at import) is another list, timed anew."""
+    box = _Box({"small": SMALL, "large": LARGE})
+    other = [_fields(64 << i, 8) for i in range(4)]  # same names, same length, num_warps differs
+    record = _judge().autotune(box, REQ, None, float("inf"), pins=_given({KEY: 3, "*": 3}, other))
+    assert record["how"] == "timed" and box.requests.count("time_calls") == 3 * 4 * 2
+    assert record["kernels"][0]["choices"] == {KEY: 1}
+    assert "k: the configuration chosen before does not name this evaluation's configurations" in record["notes"][0]
+
+
+def test_a_configuration_list_that_changes_under_the_judge_is_caught_before_it_is_pinned():
+    from accelopt.tools.harness.correctness import Reject
+
+    box = _Box({"small": SMALL, "large": LARGE})
+    original, listed = box.request, []
+
+    def edited_after_listing(op, deadline, **args):
+        reply = original(op, deadline, **args)
+        if op == "autotuners" and listed:  # the second listing: configuration 1's BLOCK edited in place
+            reply["tuners"][0]["fields"] = [*BOX_FIELDS[:1], _fields(32, 4), *BOX_FIELDS[2:]]
+        listed.append(op == "autotuners")
+        return reply
+
+    box.request = edited_after_listing
+    with pytest.raises(Reject) as caught:
+        _judge().autotune(box, REQ, None, float("inf"))
+    assert caught.value.status == "cheat_suspected"
+    assert "configuration 1: BLOCK: 128 -> 32" in caught.value.error and box.pinned.get("k") != {KEY: 1, "*": 1}
+
+
+def test_a_literal_list_other_than_the_one_that_ran_is_never_written_and_is_said():
+    """The module edits its configurations at import: the judge checked and timed what ran (BLOCK 512
+    in configuration 1), never the literal entry; writing that entry in would pin an unchecked program."""
+    ran = [FIELDS[0], _fields(512, 4, 2), FIELDS[2]]
+    record = _record("timed", {"(64,)": 1, "(200,)": 1}, 1, fields=ran)
+    kept = pinning(AUTOTUNED, record)
+    assert not kept.pinned and kept.kernel.text == AUTOTUNED
+    assert "configuration 1: BLOCK: 128 -> 512" in (kept.why_not or "")
+    (line,) = pinning_evidence(AUTOTUNED, record)
+    assert line.startswith("autotune, the kernel: rmsnorm_kernel: the @triton.autotune list in the source is not the "
+                           "list its autotuner ran (source -> run: configuration 1: BLOCK: 128 -> 512)")
+    # a field the literal list leaves to Triton's default counts as well
+    other_ctas = [FIELDS[0], {**FIELDS[1], "num_ctas": 2}, FIELDS[2]]
+    assert not pinning(AUTOTUNED, _record("timed", {}, 1, fields=other_ctas)).pinned
+    assert pinning_evidence(AUTOTUNED, _record("timed", {}, 1)) == []  # the same list: nothing said
+
+
+@pytest.mark.parametrize("path", ["evals/realworld/accelopt_bests/rmsnorm_h128.py",
+                                  "evals/realworld/solutions/gpt-5_gemm_n4096_k4096_14f133.py"])
+def test_an_honest_real_world_kernels_pinned_source_is_written_as_before(path):
+    """Its literal list is the list its autotuner holds (read here from the imported module, as the
+    sandbox reports it): the chosen entry is written in exactly as tunables.write_configs writes it."""
+    import importlib.util
+
+    from triton.runtime.autotuner import Autotuner
+
+    from accelopt.tools.harness.sandbox import config_fields
+    from accelopt.tools.tunables import write_configs
+
+    source = (FIXTURES.parent.parent / path).read_text()
+    spec = importlib.util.spec_from_file_location(f"realworld_{Path(path).stem}", FIXTURES.parent.parent / path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    (tuner,) = [v for v in vars(module).values() if isinstance(v, Autotuner)]
+    fields = [config_fields(c) for c in tuner.configs]
+    last = len(fields) - 1
+    record = AutotuneRecord(how="timed", kernels=[{"kernel": tuner.base_fn.__name__, "configs": ["c"] * len(fields),
+                                                   "fields": fields, "digest": configs_digest(fields),
+                                                   "choices": {"k": last}, "default": last}])
+    assert pinning_evidence(source, record) == []
+    assert pinned_source(source, record).text == write_configs(source, [autotune_space(source).configs[last]])

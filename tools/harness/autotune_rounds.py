@@ -21,7 +21,10 @@ Here the sandbox's autotuners time nothing (sandbox.AutotuneControl); the judge 
 - on the interpreter (no GPU to time on), every configuration's correctness on every workload,
   since a GPU's autotuner may pick any of them; the first configuration is then the one checked.
 
-What it chose is pinned for the rest of the evaluation, returned in the result, and handed back
+Configurations are named by every field (sandbox.config_fields): before pinning, the judge lists
+them again and rejects a kernel whose list changed under its calls; pins handed back from an
+earlier evaluation carry the list they index (`configs_digest`) and are chosen anew where it
+differs. What it chose is pinned for the rest of the evaluation, returned in the result, and handed back
 by the runner for the re-check, the audit, later evaluations and best_kernel.py. A kernel whose
 configuration is wrong is rejected, naming the configuration. An autotuner the judge cannot
 replay (prune_configs_by, hooks, a key of other values) keeps its own choice, and the record
@@ -32,7 +35,9 @@ A mixin of the judge (judge.py `Judge`), loaded by path beside it, or imported a
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import json
 import math
 import statistics
 import sys
@@ -137,6 +142,47 @@ def shared_key_notes(kernel: str, key_names: list[str], times: dict[str, list[fl
     return notes
 
 
+def configs_digest(fields: list[dict]) -> str:
+    """A configuration list named by every field of every configuration (sandbox.config_fields), in
+    order: a pin carried to another evaluation holds only where the list it indexes is this one."""
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def field_differences(before: dict, after: dict) -> list[str]:
+    """The fields of one configuration that differ between two readings, as 'name: a -> b'."""
+    names = [*dict.fromkeys([*before, *after])]
+    out = []
+    for name in names:
+        a, b = before.get(name), after.get(name)
+        if name == "kwargs" and isinstance(a, dict) and isinstance(b, dict):
+            out += [f"{m}: {a.get(m, '(unset)')!r} -> {b.get(m, '(unset)')!r}"
+                    for m in dict.fromkeys([*a, *b]) if (type(a.get(m)), a.get(m)) != (type(b.get(m)), b.get(m))]
+        elif (type(a), a) != (type(b), b):
+            out.append(f"{name}: {a!r} -> {b!r}")
+    return out
+
+
+def list_differences(before: list[dict], after: list[dict]) -> list[str]:
+    """How a configuration list changed between two readings, configuration by configuration."""
+    if len(before) != len(after):
+        return [f"{len(before)} configurations -> {len(after)}"]
+    return [f"configuration {i}: {', '.join(d)}" for i, (a, b) in enumerate(zip(before, after))
+            if (d := field_differences(a, b))]
+
+
+def stale_pins(kernels: list[dict], given: dict) -> list[str]:
+    """Why pins given from an earlier evaluation cannot be applied: a kernel whose configuration list
+    (by every field, `configs_digest`) is not the one the pins index. Empty: they apply."""
+    notes = []
+    for k in kernels:
+        pin = given.get(k["kernel"])
+        if not isinstance(pin, dict) or pin.get("configs") != k["digest"]:
+            notes.append(f"{k['kernel']}: the configuration chosen before does not name this evaluation's "
+                         f"configurations by their fields (its autotuner lists {len(k['configs'])}, other than "
+                         "those chosen from): chosen anew")
+    return notes
+
+
 def pins_of(record: dict) -> dict[str, dict[str, int]]:
     """The sandbox's pins (sandbox.AutotuneControl.pins) from an autotune record."""
     return {k["kernel"]: {**k["choices"], "*": k["default"]} for k in record.get("kernels", []) if k.get("controlled")}
@@ -188,7 +234,9 @@ class AutotuneRounds:
     def autotune(self, box: Sandbox, req: dict, ref, deadline: float, pins: dict | None = None,
                  check: bool = True) -> dict | None:
         """Choose and pin the configuration of every autotuner of the sandbox's module. `pins`
-        (from an earlier evaluation of the same source) are pinned as given; else, on a GPU and
+        (from an earlier evaluation of the same source: per kernel its `choices` and the `configs`
+        digest of the list they index) are pinned as given where every kernel's list is that one
+        (else chosen anew, and the notes say why); else, on a GPU and
         with timing ahead, the configurations are timed, and otherwise (the interpreter, a check
         only) each is checked for correctness and the first pinned. `check`: the configurations'
         outputs are checked (the candidate's; a comparator's are trusted). Returns the record,
@@ -196,12 +244,15 @@ class AutotuneRounds:
         tuners = box.request("autotuners", deadline)["tuners"]
         if not tuners:
             return None
-        kernels = [{**t, "controlled": t["why"] is None, "choices": {}, "default": 0, "ran": {}} for t in tuners]
-        record: dict = {"kernels": kernels, "notes": [], "how": "given" if pins else None}
+        kernels = [{**t, "fields": t.get("fields") or [], "digest": configs_digest(t.get("fields") or []),
+                    "controlled": t["why"] is None, "choices": {}, "default": 0, "ran": {}} for t in tuners]
         controlled = [k for k in kernels if k["controlled"]]
+        stale = stale_pins(controlled, pins) if pins else []
+        pins = None if stale else pins
+        record: dict = {"kernels": kernels, "notes": stale, "how": "given" if pins else None}
         if pins:
             for k in controlled:
-                given = pins.get(k["kernel"], {})
+                given = pins[k["kernel"]]["choices"]
                 k["choices"] = {key: i for key, i in given.items() if key != "*"}
                 k["default"] = given.get("*", 0)
             if check:  # what each workload runs under them, said as when they were chosen
@@ -222,8 +273,20 @@ class AutotuneRounds:
             if not k["controlled"]:
                 record["notes"].append(f"{k['kernel']}: its own autotuner chooses ({k['why']}); another process may "
                                        "time another configuration")
+        self._confirm_listed(box, deadline, kernels)
         box.request("pin", deadline, choices=pins_of(record))
         return record
+
+    @staticmethod
+    def _confirm_listed(box: Sandbox, deadline: float, kernels: list[dict]) -> None:
+        """Before pinning: every configuration is still the one checked and timed, every field
+        compared. A list that changed under the judge's calls (the module swapped or edited its
+        configurations) is the kernel's doing: what was chosen is not what would run."""
+        now = {t["kernel"]: t.get("fields") or [] for t in box.request("autotuners", deadline)["tuners"]}
+        for k in kernels:
+            if k["controlled"] and (changed := list_differences(k["fields"], now.get(k["kernel"], []))):
+                raise Reject("cheat_suspected", f"{k['kernel']}: its configurations changed while the judge checked "
+                             f"and timed them ({'; '.join(changed)[:500]}): what was chosen is not what would run")
 
     def _which_ran(self, box: Sandbox, req: dict, ref, deadline: float, kernels: list[dict]) -> None:
         """One checked call per workload under the pins: the tuning key each kernel ran under, so the

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -149,6 +149,8 @@ class TunedKernel(BaseModel):
     kernel: str
     key: list[str] = []
     configs: list[str] = []        # each configuration as Triton prints it, in list order
+    fields: list[dict[str, Any]] = []  # each configuration's every field as it ran (sandbox.config_fields)
+    digest: str = ""               # the list named by those fields (autotune_rounds.configs_digest)
     controlled: bool = True        # False: its own autotuner chose (`why`)
     why: str | None = None
     choices: dict[str, int] = {}   # tuning key (as the judge names it) -> configuration index
@@ -182,6 +184,12 @@ class AutotuneRecord(BaseModel):
     def pins(self) -> dict[str, dict[str, int]]:
         """What the sandbox pins (sandbox.AutotuneControl.pins): the same choice, in another process."""
         return {k.kernel: {**k.choices, "*": k.default} for k in self.kernels if k.controlled}
+
+    def given(self) -> dict[str, dict]:
+        """The pins as handed to a later evaluation of the same source: per kernel its choices and
+        the configuration list they index, named by every field (the judge's `stale_pins`)."""
+        return {k.kernel: {"choices": {**k.choices, "*": k.default}, "configs": k.digest}
+                for k in self.kernels if k.controlled}
 
     def summary(self) -> list[str]:
         """A line per kernel: what ran on each workload and how it was chosen."""

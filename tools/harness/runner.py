@@ -26,7 +26,8 @@ from accelopt.tools.harness.autotune_choices import (
     chosen_before,
     compiled_before,
     keep_compiled,
-    pinned_source,
+    pinning,
+    pinning_evidence,
     remember_choices,
 )
 from accelopt.tools.harness.device_lease import DeviceLeaseError
@@ -154,14 +155,20 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
             result.phases_s["lease_wait"] = lease_wait
             if compiled is not None:  # off the GPU, inside lease_wait
                 result.phases_s["compile_ahead"] = compiled.seconds
+            # the judge's autotune choice written in: what a fresh process that is not a sandbox runs,
+            # and what the re-check runs, so that the program written is the program re-checked
+            pinning_ = pinning(kernel, result.autotune.get("candidate"))
+            pinned = pinning_.kernel
             if result.ok:
                 remember_choices(task, device, {"candidate": source, **(compare or {})}, result)
                 began = time.monotonic()
-                _reverify_if_too_good(task, result, judge, request, timeout_s)
+                pinned_path = _written(tmp, "pinned", pinned.text) if pinning_.pinned else request["source_path"]
+                rechecked = _reverify_if_too_good(task, result, judge, {**request, "source_path": pinned_path},
+                                                  timeout_s)
+                if result.ok and pinning_.pinned and not rechecked and _wins(result):
+                    _check_pinned(result, judge, {**request, "source_path": pinned_path}, timeout_s)
                 result.phases_s["reverify"] = round(time.monotonic() - began, 3)
             seen: ProfileRun | None = None
-            # the judge's autotune choice written in: what a fresh process that is not a sandbox runs
-            pinned = pinned_source(kernel, result.autotune.get("candidate"))
             if result.ok and auditing:
                 began = time.monotonic()
                 seen = _audit_winner(task, pinned, result, request.get("keep_cache"), ahead)
@@ -184,6 +191,7 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
     interpreter_autotune_note(result)
     if result.ok:  # which configuration each autotuned kernel ran, and what a shared tuning key costs
         result.evidence += autotune_evidence(result)
+        result.evidence += pinning_evidence(kernel, result.autotune.get("candidate"))
     result.eval_s = time.monotonic() - started
     return result
 
@@ -288,34 +296,62 @@ def _result(task: Task, raw: dict, device: str, dtype: str) -> EvalResult:
     return result
 
 
-def _reverify_if_too_good(task: Task, result: EvalResult, judge, request: dict, timeout_s: float) -> None:
+def _written(folder: str, name: str, text: str) -> str:
+    path = Path(folder) / f"{name}.py"
+    path.write_text(text)
+    return str(path)
+
+
+def _fresh_check(result: EvalResult, judge, request: dict, timeout_s: float) -> dict:
+    """The request's source (the candidate, or its pinned source) checked again in a fresh sandbox
+    on fresh inputs, starting from the kernels the first one compiled (its own), nothing timed."""
+    return judge.request({**request, "check_only": True, "seed": seeds_mod.draw(), "compare": {},
+                          "keep_cache": None, "triton_cache": request.get("keep_cache"),
+                          "autotune_pins": {"candidate": t.given()} if (t := result.autotune.get("candidate")) else {}},
+                         timeout_s)
+
+
+def _check_pinned(result: EvalResult, judge, request: dict, timeout_s: float) -> None:
+    """A winner's pinned source (its autotune list narrowed to the judge's choice), which the audit,
+    the profile and best_kernel.py run, checked as the candidate was: a source whose program changes
+    with its own list (its import code reads it) is not the program judged."""
+    recheck = _fresh_check(result, judge, request, timeout_s)
+    if recheck["status"] == "reference_error":
+        result.status, result.error = "reference_error", recheck.get("error")
+    elif recheck["status"] != "verified":
+        result.status = "cheat_suspected"
+        result.error = ("the source with the judge's autotune choice written in (what the audit and best_kernel.py "
+                        f"run) fails on fresh inputs ({recheck['status']}): {recheck.get('error')}")
+    else:
+        result.evidence.append("the source with the judge's autotune choice written in, which the audit and "
+                               "best_kernel.py run, checked correct on fresh inputs")
+
+
+def _reverify_if_too_good(task: Task, result: EvalResult, judge, request: dict, timeout_s: float) -> bool:
     """Above the roofline, over 10x the baseline, or a span the judge's own clock contradicts:
-    re-checked on fresh inputs, then rejected (an exact roofline) or flagged for the audit."""
+    re-checked on fresh inputs (the request's source: the pinned source where one is written), then
+    rejected (an exact roofline) or flagged for the audit. Returns whether it re-checked."""
     above = [n for n, t in result.workloads.items() if (t.pct_peak or 0) > 100.0]
     fast = result.versus.get("baseline")
     too_fast = fast is not None and fast.speedup > SUSPICIOUS_SPEEDUP
     contradicted = contradicted_workloads(result)
     if not (above or too_fast or contradicted):
-        return
-    # a fresh sandbox on fresh inputs, starting from the kernels the first one compiled (its own)
-    recheck = judge.request({**request, "check_only": True, "seed": seeds_mod.draw(), "compare": {},
-                             "keep_cache": None, "triton_cache": request.get("keep_cache"),
-                             "autotune_pins": {"candidate": t.pins()} if (t := result.autotune.get("candidate")) else {}},
-                            timeout_s)
+        return False
+    recheck = _fresh_check(result, judge, request, timeout_s)
     if recheck["status"] == "reference_error":  # the reference broke on the fresh inputs: not the kernel's doing
         result.status, result.error = "reference_error", recheck.get("error")
-        return
+        return True
     if recheck["status"] != "verified":
         result.status = "cheat_suspected"
         result.error = (f"passed the first check but failed on fresh inputs ({recheck['status']}): "
                         f"{recheck.get('error')}")
-        return
+        return True
     if above and task.spec.costs == "exact":
         worst = max(result.workloads[n].pct_peak or 0 for n in above)
         result.status = "cheat_suspected"
         result.error = (f"measured at {worst:.0f}% of the datasheet roofline on {', '.join(above)}: faster than "
                         "the hardware allows for the task's exact FLOPs and bytes, so the timing missed work")
-        return
+        return True
     if above:
         result.flags.append("above_estimated_roofline")
     if too_fast:
@@ -325,6 +361,7 @@ def _reverify_if_too_good(task: Task, result: EvalResult, judge, request: dict, 
         result.evidence.append("the judge's clock around back-to-back calls saw far more time per call than the "
                                f"reported span on {', '.join(contradicted)} (host work the timing's cover hid, "
                                "or a false report): the audit decides")
+    return True
 
 
 def contradicted_workloads(result: EvalResult) -> list[str]:

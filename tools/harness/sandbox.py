@@ -261,6 +261,27 @@ def _config_text(config) -> str:
     return ", ".join(p for p in str(config).split(", ") if not p.endswith(": None"))
 
 
+CONFIG_FIELDS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "ir_override")
+
+
+def _plain(value) -> Any:
+    """A value as the judge may read it: a plain number, string or None as is, anything else as
+    its type and text (the judge compares it, it never rebuilds it)."""
+    if type(value) in KEY_TYPES:
+        return value
+    return f"<{type(value).__name__}> {str(value)[:200]}"
+
+
+def config_fields(config) -> dict:
+    """Every field of a triton.Config, as the autotuner runs it: its meta-parameters (`kwargs`), its
+    launch fields, and whether it has a pre_hook. The judge pins a configuration by these, and the
+    run compares them with the source's literal list before writing one into the source."""
+    kwargs = getattr(config, "kwargs", None)
+    return {"kwargs": {str(k): _plain(v) for k, v in kwargs.items()} if isinstance(kwargs, dict) else _plain(kwargs),
+            **{name: _plain(getattr(config, name, None)) for name in CONFIG_FIELDS},
+            "pre_hook": getattr(config, "pre_hook", None) is not None}
+
+
 def why_not_controlled(tuner) -> str | None:
     """Why the judge leaves this autotuner to choose for itself (None: the judge chooses): what
     runs in its choice is the kernel's own code, which the judge cannot replay config by config."""
@@ -342,7 +363,8 @@ class AutotuneControl:
     def autotuners(self, module) -> list[dict]:
         """Every autotuner of several configurations the module defines (at its top level, or
         behind triton.heuristics) or has called: its kernel, key, configurations, and why the
-        judge leaves it alone, if it does."""
+        judge leaves it alone, if it does. `fields`: each configuration's every field
+        (config_fields), what the judge pins and the run compares with the source's list."""
         from triton.runtime.autotuner import Autotuner
 
         found: dict[str, Any] = dict(self.met)
@@ -353,7 +375,7 @@ class AutotuneControl:
             if isinstance(inner, Autotuner):
                 found.setdefault(self.kernel_name(inner), inner)
         return [{"kernel": name, "key": [str(k) for k in tuner.keys], "configs": [_config_text(c) for c in tuner.configs],
-                 "why": why_not_controlled(tuner)}
+                 "fields": [config_fields(c) for c in tuner.configs], "why": why_not_controlled(tuner)}
                 for name, tuner in found.items() if len(tuner.configs) > 1]
 
     def ran(self) -> list[list]:
