@@ -477,6 +477,13 @@ LAUNCH, HOOK = "accelopt::triton_launch", "accelopt::hook"
 _NOT_DTYPES = {"", "Scalar", "ScalarList", "TensorList", "GenericList"}
 
 
+def _all_threads():
+    """The profiler's setting that records ops on every thread, not only the one that started it."""
+    from torch._C._profiler import _ExperimentalConfig
+
+    return _ExperimentalConfig(profile_all_threads=True)
+
+
 def _op_name(e) -> str:
     """An op with the dtypes of its tensor inputs, written as a GPU kernel's template types
     (`aten::cumsum<double>`): an index op on floating-point values is compute."""
@@ -634,7 +641,8 @@ class Sandbox:
                 self._last = self._invoke(inputs, where, poison)
             return sorted({e.name() for e in prof.profiler.kineto_results.events()
                            if e.device_type() == DeviceType.CUDA})
-        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:  # shapes: input dtypes
+        # input dtypes (record_shapes); ops on every thread, the kernel's own included
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True, experimental_config=_all_threads()) as prof:
             with record_function("accelopt::call"):
                 self._last = self._invoke(inputs, where, poison)
         return host_ops(prof.events())

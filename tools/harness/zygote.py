@@ -12,7 +12,7 @@ how a sandbox ended.
 
 The template and every sandbox are child subreapers (PR_SET_CHILD_SUBREAPER): a process a
 candidate starts stays a descendant of its sandbox however it detaches (double fork, setsid), so
-the judge counts its CPU time and kills it with the sandbox (judge_sandboxes.kill_tree); one left
+the judge counts its CPU use and kills it with the sandbox (judge_sandboxes.kill_tree); one left
 by a sandbox that ended on its own is handed to the template, which kills every child that is
 not a sandbox (`_kill_orphans`).
 
