@@ -13,7 +13,9 @@ is missing, and an XPASS (the gap closed) fails until its entry is removed.
 
 from __future__ import annotations
 
+import os
 import re
+import secrets
 import shutil
 from pathlib import Path
 
@@ -48,11 +50,9 @@ PATCHING = ("patch_allclose", "patch_tensor_double", "patch_torch_softmax", "pat
             "patch_jit_run_restore", "patch_perf_counter", "patch_do_bench", "setattr_assembled_timer",
             "patch_timer", "patch_timer_dynamic", "frame_patch_compare", "sandbox_hijack")
 
-KNOWN_GAPS: dict[str, str] = {
-    "mode_sniff": "behaves whenever it is measured: every checked and timed call is traced and a probe launch "
-                  "shows the ghost replay, so torch runs only in calls nobody measures; on the interpreter no "
-                  "outside profiler exists (on a GPU the ncu audit of a would-be winner sees torch's kernels)",
-}
+# mode_sniff (torch only where no profiler runs) left this list when the trace began recording every
+# thread: torch's `_profiler_enabled()`, its probe, then reads False. Another probe may still tell.
+KNOWN_GAPS: dict[str, str] = {}
 
 
 def parse_header(path: Path) -> dict:
@@ -144,5 +144,42 @@ def test_patching_cheats_do_not_contaminate_later_candidates(task):
         assert honest.status == "verified", honest.error
         wrong = evaluate(task, WRONG, device="cpu", pool=pool, **RUN)
         assert wrong.status == "wrong_output", wrong.error
+    finally:
+        pool.close()
+
+
+def _named(comm: str) -> list[int]:
+    """Processes on this host (sandboxes' PID namespaces included) whose name is `comm`."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if Path(f"/proc/{pid}/comm").read_text().strip() == comm:
+                found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.parametrize("unconfined", [False, True], ids=["confined", "unconfined"])
+def test_nothing_outlives_its_evaluation(task, monkeypatch, unconfined):
+    """A process forked at import and detached (setsid, double fork) is gone once its evaluation
+    ends, in a warm judge that goes on to the next candidate, confined or not."""
+    from accelopt.tools.harness.pool import WorkerPool
+    from tests.scripted import BASELINE
+
+    if unconfined:
+        monkeypatch.setenv("ACCELOPT_UNCONFINED", "1")
+    elif not _confined():
+        pytest.skip("this OS gives the sandbox no namespace of its own")
+    comm = f"accsl-{secrets.token_hex(4)}"
+    source = (CHEATS_DIR / "detached_sleeper.py").read_text().replace("accsl-00000000", comm)
+    pool = WorkerPool("cpu", 1)
+    try:
+        sleeper = evaluate(task, source, device="cpu", pool=pool, **RUN)
+        assert sleeper.status == "cheat_suspected", sleeper.error
+        assert not _named(comm), "the sleeper outlived its evaluation"
+        honest = evaluate(task, BASELINE, device="cpu", pool=pool, **RUN)
+        assert honest.status == "verified", honest.error
+        assert not _named(comm), "the sleeper outlived the next evaluation"
     finally:
         pool.close()

@@ -70,7 +70,9 @@ _DATA_OPS = {
 }
 # Index setup an honest kernel does with torch before its launches (prefix sums of lengths,
 # searching segment starts, expanding indices): integer bookkeeping, not the task's compute.
-# The ghost replay still catches a task whose whole answer is one of these.
+# The ghost replay still catches a task whose whole answer is one of these. Only on integers:
+# a float cumsum is a reduction (a kernel name's template types, or the dtypes the interpreter's
+# trace writes the same way, `aten::cumsum<double>`, say which).
 _INDEX_OPS = {"cumsum", "cumsum_", "searchsorted", "repeat_interleave", "bucketize", "nonzero", "diff", "bincount"}
 _INDEX_KERNELS = re.compile(r"cub::|DeviceScan|DeviceSelect|scan_kernel|searchsorted|repeat_interleave|bucketize|"
                             r"nonzero|compute_cuda_kernel", re.IGNORECASE)
@@ -95,10 +97,45 @@ def foreign_work(device: str, seen: list[str], own: list[str] | set[str]) -> lis
     The one rule for the judge's traces and the ncu audit."""
     if device == "cuda":
         foreign = [n for n in seen if not any(n == k or n.startswith(k) for k in own)
-                   and not _DATA_KERNELS.search(n) and not _INDEX_KERNELS.search(n) and not _integer_bookkeeping(n)]
+                   and not _DATA_KERNELS.search(n) and not _integer_bookkeeping(n)
+                   and not (_INDEX_KERNELS.search(n) and not _FLOAT_TYPES.search(n))]
     else:
-        foreign = [n for n in seen if n.removeprefix("aten::") not in _DATA_OPS | _INDEX_OPS]
+        foreign = [n for n in seen if not _host_bookkeeping(n)]
     return list(dict.fromkeys(foreign))
+
+
+def _host_bookkeeping(op: str) -> bool:
+    """A host op (`aten::cumsum<long int>`: its name, then its inputs' dtypes) that moves data,
+    or sets up indices on integers."""
+    name = op.split("<", 1)[0].removeprefix("aten::")
+    return name in _DATA_OPS or (name in _INDEX_OPS and not _FLOAT_TYPES.search(op))
+
+
+# CPU a thread the kernel started may use in a call before it rejects (/proc counts 10 ms ticks)
+THREAD_CPU_S = 0.03
+
+
+def _own_threads(box, device: str, where: str) -> None:
+    """Threads the candidate started (at its import or in a call: the OS's list against the one
+    taken before its import, `_thread.start_new_thread` and native threads included) must be gone
+    after a call. On a GPU only those that used CPU: the driver may start idle helpers late."""
+    for _ in range(10):  # a thread just joined may still be leaving the OS's list
+        new = box.new_threads()
+        if device == "cuda":
+            new = {tid: cpu for tid, cpu in new.items() if cpu >= THREAD_CPU_S}
+        if not new:
+            return
+        time.sleep(0.01)
+    raise Reject("cheat_suspected", f"{where}: {len(new)} thread(s) the kernel started (at its import or in a call) "
+                 f"still running after the call, {sum(new.values()):.2f} s of CPU; work must not escape the call")
+
+
+def _same_threads(before: float, after: float, where: str) -> None:
+    """Once compiled, a call runs on its own thread: the threads the kernel started, running or
+    ended, must not have used CPU during it."""
+    if after - before > THREAD_CPU_S:
+        raise Reject("cheat_suspected", f"{where}: threads the kernel started used {after - before:.2f} s of CPU "
+                     "during the call; work must run in the kernel's own Triton launches")
 
 
 def _load_sibling(name: str, filename: str):
@@ -349,6 +386,8 @@ class Judge(TimingRounds, AutotuneRounds):
         if reply["threads"] > 0 or (threads0 > 0 and box.threads() > threads0):
             raise Reject("cheat_suspected", f"{where}: the kernel left {max(reply['threads'], 1)} thread(s) "
                                             "running after the call; work must not escape the call")
+        if not req.get("trusted"):
+            _own_threads(box, req["device"], where)
         worst = _judged(torch, outs, expected, req, where)
         if errors is not None:
             for key, value in worst.items():
@@ -369,11 +408,12 @@ class Judge(TimingRounds, AutotuneRounds):
                 if threads0 < 0:
                     threads0 = box.threads()
                 if twice and checked == 0:  # the same call again must agree with the first
-                    before = box.others()
+                    before, threads_cpu = box.others(), box.thread_cpu()
                     again = self._check_call(box, req, ref, inputs, expected, where + " (again)", deadline,
                                              threads0, None)
                     if not req.get("trusted"):
                         _same_processes(before, box.others(), where + " (again)")
+                        _same_threads(threads_cpu, box.thread_cpu(), where + " (again)")
                     try:  # allclose whatever the task's rule: two calls must agree element by element
                         correctness.AllClose(req["atol"], req["rtol"], req.get("required_matched_ratio"))(
                             self.torch, again, outs, where)

@@ -176,6 +176,7 @@ class Template:
 
     def close(self) -> None:
         if self.proc.poll() is None:
+            kill_tree(self.proc.pid)  # unconfined, no PID namespace ends the sandboxes' orphans with it
             self.proc.kill()
             self.proc.wait()
         self.control.close()
@@ -261,6 +262,7 @@ class Sandbox:
         self.pending = 0  # requests sent whose answers are not read yet
         self.autotune_record: dict | None = None  # the configurations the judge pinned in it (a comparator's, kept)
         self.started = time.monotonic()
+        self.baseline: set[int] = set()  # its threads before any candidate code ran (host tids)
 
     def stderr_tail(self, limit: int = 1200) -> str:
         try:
@@ -304,6 +306,10 @@ class Sandbox:
                 raise SandboxFailure(info.get("status", "runtime_error"),
                                      "the sandbox could not start:\n" + info.get("error", ""), dead=True)
             self.ready = True
+            # Sent before any candidate code ran, in its PID namespace's numbers; the candidate's
+            # import may already be running, so the list is its, not a reading here.
+            ns = {int(t) for t in info.get("tids", [])}
+            self.baseline = {tid for tid, inner in _thread_ids(self.proc.pid).items() if inner in ns}
 
     def load(self, source_path: str, entry_point: str, deadline: float) -> dict:
         """The kernel's source, copied into the sandbox's own folder (the only one it can read
@@ -378,21 +384,34 @@ class Sandbox:
             return -1
 
     def others(self) -> tuple[float, int]:
-        """(CPU seconds of children the sandbox has waited for, children alive now): work done
-        in another process shows here, whatever the kernel patched inside its own."""
+        """(CPU seconds of every descendant: those waited for, and those alive or not yet reaped;
+        how many of them there are now): work done in another process shows here, whatever the
+        kernel patched inside its own. The sandbox is a child subreaper (zygote.py), so a
+        double-forked, setsid grandchild is still its descendant."""
         pid = self.proc.pid
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            waited = (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")  # cutime + cstime
-        except (OSError, IndexError, ValueError):
-            waited = 0.0
-        return waited, len(_children(pid))
+        waited = _cpu_s(pid, children=True)
+        kids = _descendants(pid)
+        return waited + sum(_cpu_s(k) for k in kids), len(kids)
+
+    def new_threads(self) -> dict[int, float]:
+        """Threads alive now that were not there before the candidate's import: tid -> CPU s."""
+        if not self.baseline:
+            return {}
+        return {tid: _cpu_s(self.proc.pid, tid) for tid in _thread_ids(self.proc.pid) if tid not in self.baseline}
+
+    def thread_cpu(self) -> float:
+        """CPU seconds of the threads the candidate started, alive or ended: the process's total
+        less what its threads from before the import used."""
+        if not self.baseline:
+            return 0.0
+        return _cpu_s(self.proc.pid) - sum(_cpu_s(self.proc.pid, tid) for tid in self.baseline)
 
     def kill(self, keep_cache: str | None = None) -> None:
-        """End the process and remove its folder; `keep_cache`: first move its Triton cache there
-        (the kernels it compiled, for the same candidate's audit: compiled once)."""
+        """End the process and every process it started (`kill_tree`), and remove its folder;
+        `keep_cache`: first move its Triton cache there (the kernels it compiled, for the same
+        candidate's audit: compiled once)."""
         if self.proc.poll() is None:
+            kill_tree(self.proc.pid)
             self.proc.kill()
             self.proc.wait()
         try:
@@ -406,6 +425,69 @@ class Sandbox:
             except OSError:
                 pass
         shutil.rmtree(self.home, ignore_errors=True)
+
+
+def _cpu_s(pid: int, tid: int | None = None, children: bool = False) -> float:
+    """utime + stime of a process (all its threads, ended ones included), of one of its threads,
+    or (`children`) of the children it has waited for, from /proc."""
+    path = f"/proc/{pid}/task/{tid}/stat" if tid is not None else f"/proc/{pid}/stat"
+    try:
+        with open(path) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        first = 13 if children else 11  # cutime, cstime; else utime, stime
+        return (int(fields[first]) + int(fields[first + 1])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def _thread_ids(pid: int) -> dict[int, int]:
+    """A process's threads: the judge's tid -> the tid in the process's own PID namespace."""
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                out[int(tid)] = int(next(line.split()[-1] for line in f if line.startswith("NSpid:")))
+        except (OSError, StopIteration, ValueError):
+            continue
+    return out
+
+
+def _descendants(pid: int) -> list[int]:
+    found, todo = [], _children(pid)
+    while todo:
+        kid = todo.pop()
+        if kid not in found:
+            found.append(kid)
+            todo += _children(kid)
+    return found
+
+
+def kill_tree(pid: int) -> None:
+    """Stop `pid` and every descendant (stopped, none forks again; until none new appears), then
+    SIGKILL them all: nothing a candidate started outlives its sandbox, a setsid grandchild
+    included (the sandbox is a subreaper: its orphans stay in its tree while it lives)."""
+    import signal
+
+    stopped: set[int] = set()
+    for _ in range(100):
+        todo = [p for p in [pid, *_descendants(pid)] if p not in stopped]
+        if not todo:
+            break
+        for p in todo:
+            try:
+                os.kill(p, signal.SIGSTOP)
+            except OSError:
+                pass
+            stopped.add(p)
+    for p in stopped:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def _children(pid: int) -> list[int]:

@@ -85,6 +85,7 @@ class Launches:
         self.ever: set[str] = set()      # launched by this module so far (a CUDA graph replays them)
         self.stub = False
         self.annotate = interpreter  # the interpreter's trace tells our launches from host ops by it
+        self.hooks = Hooks(torch, annotate=interpreter)
         hook = self
 
         def run(self_fn, *args, **kwargs):
@@ -93,10 +94,17 @@ class Launches:
             hook.ever.add(name)
             if hook.stub:
                 return None
-            if not hook.annotate:
-                return hook.original(self_fn, *args, **kwargs)
-            with torch.profiler.record_function("accelopt::triton_launch"):
-                return hook.original(self_fn, *args, **kwargs)
+            pre_run = getattr(self_fn, "pre_run_hooks", None)
+            if pre_run:  # Triton calls them inside the launch: guarded for this launch
+                self_fn.pre_run_hooks = [hook.hooks.wrap(h, f"a pre-run hook of {name}") for h in pre_run]
+            try:
+                if not hook.annotate:
+                    return hook.original(self_fn, *args, **kwargs)
+                with torch.profiler.record_function(LAUNCH):
+                    return hook.original(self_fn, *args, **kwargs)
+            finally:
+                if pre_run:
+                    self_fn.pre_run_hooks = pre_run
 
         self.hook = run
         cls.run = run
@@ -115,6 +123,100 @@ class Launches:
 
     def intact(self) -> bool:
         return self.cls.run is self.hook and (self.graph_cls is None or self.graph_cls.replay is self.replay_hook)
+
+
+def _tensors(values, torch) -> list:
+    """The tensors among a hook's arguments (a dict of named arguments included)."""
+    out = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            out.append(v)
+        elif isinstance(v, dict):
+            out += _tensors(list(v.values()), torch)
+        elif isinstance(v, (list, tuple)):
+            out += _tensors(list(v), torch)
+    return out
+
+
+def _storage_bytes(torch, t):
+    """A host copy of the bytes of the whole storage under `t`: a kernel reads through pointers,
+    beyond its view too. Data movement only (set_, a device-to-host copy, numpy), so a traced call
+    shows nothing of it."""
+    whole = torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
+    return whole.cpu().numpy().copy()
+
+
+class Hooks:
+    """Candidate code Triton runs around a launch: a JITFunction's pre_run_hooks, an autotuner's
+    pre_hook and post_hook, a configuration's pre_hook, prune_configs_by (early_config_prune,
+    perf_model). Each runs under the HOOK marker (torch ops in it are compute outside the launch,
+    even where Triton calls it inside one), and in checked calls (`checking`) what it writes into
+    the memory of its tensor arguments is compared: an honest hook resets buffers (zero_, a fill
+    of -inf), the same value every call; a hook that writes values that vary computed part of the
+    answer outside Triton, in torch, numpy or plain Python alike (`wrote`)."""
+
+    def __init__(self, torch, annotate: bool):
+        self.torch, self.annotate = torch, annotate
+        self.checking = False
+        self.fills: dict[tuple[str, int], bytes] = {}  # (hook, storage) -> the value it filled with
+        self.wrote: list[str] = []                       # what hooks did in checked calls
+
+    def wrap(self, fn, what: str):
+        if fn is None or getattr(fn, "_accelopt_hook", False):
+            return fn
+        hooks = self
+
+        def guarded(*args, **kwargs):
+            return hooks.run(fn, what, args, kwargs)
+
+        guarded._accelopt_hook = True
+        return guarded
+
+    def run(self, fn, what: str, args, kwargs):
+        torch = self.torch
+        tensors = _tensors([*args, *kwargs.values()], torch) if self.checking else []
+        storages = {}
+        for t in tensors:
+            storages.setdefault(t.untyped_storage().data_ptr(), t)
+        before = [(t, _storage_bytes(torch, t)) for t in storages.values()]
+        with torch.profiler.record_function(HOOK) if self.annotate else contextlib.nullcontext():
+            out = fn(*args, **kwargs)
+        for i, (t, old) in enumerate(before):
+            self._compare(what, i, t, old, _storage_bytes(torch, t))
+        return out
+
+    def _compare(self, what: str, i: int, t, old, new) -> None:
+        import numpy as np
+
+        if old.shape != new.shape or np.array_equal(old, new):
+            return
+        size = t.element_size() if old.size % t.element_size() == 0 else 1
+        width = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}.get(size, np.uint8)
+        old, new = old.view(width), new.view(width)
+        written = new[old != new]
+        value = written[:1].tobytes()
+        if bool((written != written[0]).any()):
+            self.wrote.append(f"{what} wrote {written.size} differing values into a tensor argument")
+        elif self.fills.setdefault((what, i), value) != value:
+            self.wrote.append(f"{what} filled a tensor argument with a value that changes from call to call")
+
+    def install(self, tuner) -> list:
+        """Guard an autotuner's hooks for one call; returns what to restore."""
+        saved = [(tuner, n, getattr(tuner, n, None)) for n in ("early_config_prune", "perf_model")]
+        if getattr(tuner, "user_defined_pre_hook", False):
+            saved.append((tuner, "pre_hook", tuner.pre_hook))
+        if getattr(tuner, "user_defined_post_hook", False):
+            saved.append((tuner, "post_hook", tuner.post_hook))
+        saved += [(c, "pre_hook", c.pre_hook) for c in tuner.configs if getattr(c, "pre_hook", None)]
+        for owner, name, fn in saved:
+            if fn is not None:
+                setattr(owner, name, self.wrap(fn, f"the autotuner's {name} of {AutotuneControl.kernel_name(tuner)}"))
+        return saved
+
+    @staticmethod
+    def restore(saved: list) -> None:
+        for owner, name, fn in saved:
+            setattr(owner, name, fn)
 
 
 def watched(torch) -> dict:
@@ -314,6 +416,7 @@ class AutotuneControl:
         self.seen: dict[tuple[str, str], int | None] = {}
         self.met: dict[str, Any] = {}          # autotuners by kernel name, as first called
         self.compiled: set[tuple[int, tuple]] = set()
+        self.hooks: Hooks | None = None  # the candidate's hooks, guarded while its autotuners run
         self.original = Autotuner.run
         control = self
 
@@ -328,6 +431,13 @@ class AutotuneControl:
         return getattr(getattr(tuner, "base_fn", None), "__name__", None) or "?"
 
     def _run(self, tuner, args, kwargs):
+        saved = self.hooks.install(tuner) if self.hooks is not None else []
+        try:
+            return self._choose(tuner, args, kwargs)
+        finally:
+            Hooks.restore(saved)
+
+    def _choose(self, tuner, args, kwargs):
         name = self.kernel_name(tuner)
         self.met.setdefault(name, tuner)
         if len(tuner.configs) <= 1:
@@ -385,6 +495,44 @@ class AutotuneControl:
         return out
 
 
+LAUNCH, HOOK = "accelopt::triton_launch", "accelopt::hook"
+_NOT_DTYPES = {"", "Scalar", "ScalarList", "TensorList", "GenericList"}
+
+
+def _all_threads():
+    """The profiler's setting that records ops on every thread, not only the one that started it."""
+    from torch._C._profiler import _ExperimentalConfig
+
+    return _ExperimentalConfig(profile_all_threads=True)
+
+
+def _op_name(e) -> str:
+    """An op with the dtypes of its tensor inputs, written as a GPU kernel's template types
+    (`aten::cumsum<double>`): an index op on floating-point values is compute."""
+    dtypes = [d for d in (getattr(e, "input_dtypes", None) or []) if d not in _NOT_DTYPES]
+    return f"{e.name}<{', '.join(dict.fromkeys(dtypes))}>" if dtypes else e.name
+
+
+def host_ops(events) -> list[str]:
+    """Every host op of a traced call that is not part of a Triton launch: at any depth (under a
+    kernel's own record_function too) and on any thread. Each op is reported at its outermost
+    level (its children are its own implementation). Candidate hooks (`Hooks`) run inside a launch
+    on the interpreter: what they run counts."""
+    found: list[str] = []
+    todo = [(e, False) for e in events if e.cpu_parent is None]
+    while todo:
+        e, in_launch = todo.pop()
+        if e.name == LAUNCH:
+            in_launch = True
+        elif e.name == HOOK:
+            in_launch = False
+        elif not in_launch and not e.is_user_annotation:
+            found.append(_op_name(e))
+            continue
+        todo += [(c, in_launch) for c in e.cpu_children]
+    return found
+
+
 class Sandbox:
     def __init__(self, conn):
         import torch
@@ -398,6 +546,7 @@ class Sandbox:
         self.module = None
         self.flush = None
         self.autotune = AutotuneControl(gpu=self.device == "cuda")
+        self._start_torch_threads()
         if self.device == "cuda":
             torch.cuda.init()
             # read before any candidate exists (which also starts CUPTI while this process is a spare)
@@ -407,11 +556,22 @@ class Sandbox:
             except Exception:  # noqa: BLE001 - no CUPTI trace here: calls are timed by CUDA events alone
                 self.marker = None
 
+    def _start_torch_threads(self) -> None:
+        """Threads torch starts at first use (its intra-op pool, the profiler's own), started now,
+        before the thread list the judge takes as its baseline (`tids`): any thread that comes
+        later is the candidate's."""
+        torch = self.torch
+        torch.ones(1 << 20).add_(1).sum()
+        if self.device == "cpu":  # on a GPU marker_kernel_name's session starts the profiler
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+                torch.ones(1).add_(1)
+
     # ------------------------------------------------------------ requests
 
     def load(self, path: str, entry_point: str) -> dict:
         torch = self.torch
         self.launches = Launches(torch, interpreter=self.device == "cpu")
+        self.autotune.hooks = self.launches.hooks
         self.threads = threading.active_count()
         self.original = watched(torch)
         spec = importlib.util.spec_from_file_location("candidate", path)
@@ -473,6 +633,8 @@ class Sandbox:
         self.launches.names = []
         self.autotune.seen = {}
         self.launches.stub = mode == "ghost"
+        hooks = self.launches.hooks
+        hooks.checking, hooks.wrote = mode == "trace", []
         trace = None
         try:
             if mode == "trace":
@@ -481,15 +643,18 @@ class Sandbox:
             else:
                 out = self._invoke(inputs, where, poison)
         finally:
-            self.launches.stub = False
+            self.launches.stub = hooks.checking = False
         self.integrity(where)
+        if hooks.wrote:
+            raise Failure("cheat_suspected", f"{where}: compute outside the Triton launches, in a hook: {hooks.wrote[0]} "
+                          "(a hook may only reset buffers, to the same value every call)")
         return {"outputs": self._outputs(out), "launched": sorted(set(self.launches.names)),
                 "known": sorted(self.launches.ever), "tuned": self.autotune.ran(),
                 "threads": threading.active_count() - self.threads, "trace": trace}
 
     def _traced(self, inputs, where: str, poison: bool = True) -> list[str]:
-        """Names of what one call ran outside its Triton launches: GPU kernels on a GPU, top-level
-        host ops on the interpreter (where Triton runs on the host)."""
+        """Names of what one call ran outside its Triton launches: GPU kernels on a GPU, host ops
+        on the interpreter (where Triton runs on the host: `host_ops`)."""
         from torch.autograd import DeviceType
         from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -498,16 +663,11 @@ class Sandbox:
                 self._last = self._invoke(inputs, where, poison)
             return sorted({e.name() for e in prof.profiler.kineto_results.events()
                            if e.device_type() == DeviceType.CUDA})
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
+        # input dtypes (record_shapes); ops on every thread, the kernel's own included
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True, experimental_config=_all_threads()) as prof:
             with record_function("accelopt::call"):
                 self._last = self._invoke(inputs, where, poison)
-        events = prof.events()
-        names = []
-        for e in events:
-            parent = e.cpu_parent
-            if parent is not None and parent.name == "accelopt::call" and e.name != "accelopt::triton_launch":
-                names.append(e.name)
-        return names
+        return host_ops(prof.events())
 
     def time_calls(self, inputs, reps: int, steps: bool = False) -> dict:
         """Per call, on a cold L2, launched while the GPU spins for at least 1 ms (the cover):
@@ -684,5 +844,6 @@ def serve_fd(fd: int) -> None:
     except BaseException:  # noqa: BLE001
         conn.send(("fail", {"status": "runtime_error", "error": _tail(traceback.format_exc()), "cuda_fault": True}))
         return
-    conn.send(("ready", {"pid": os.getpid()}))
+    # the threads before any candidate code runs, as this process's PID namespace numbers them
+    conn.send(("ready", {"pid": os.getpid(), "tids": sorted(int(t) for t in os.listdir("/proc/self/task"))}))
     sandbox.serve(_tamper_check())

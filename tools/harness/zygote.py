@@ -10,6 +10,12 @@ Landlock while it is still the only thread, and serves the judge as sandbox.py. 
 reaps its children and writes each one's wait status to its pipe, which is how the judge learns
 how a sandbox ended.
 
+The template and every sandbox are child subreapers (PR_SET_CHILD_SUBREAPER): a process a
+candidate starts stays a descendant of its sandbox however it detaches (double fork, setsid), so
+the judge counts its CPU use and kills it with the sandbox (judge_sandboxes.kill_tree); one left
+by a sandbox that ended on its own is handed to the template, which kills every child that is
+not a sandbox (`_kill_orphans`).
+
 A fork costs milliseconds where a fresh interpreter costs seconds (importing torch); no
 candidate ever runs in the template, and no sandbox ever serves a second candidate.
 It imports nothing from accelopt: sibling files are loaded by path.
@@ -43,6 +49,33 @@ def _load(name: str, filename: str):
     return module
 
 
+def _subreaper() -> None:
+    """Orphaned descendants are reparented to this process, not to init: PR_SET_CHILD_SUBREAPER."""
+    import ctypes
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(36, 1)
+
+
+def _kill_orphans(children: dict[int, int]) -> None:
+    """Every child that is not a sandbox came from a sandbox that ended: killed (then reaped)."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/children") as f:
+                kids = [int(k) for k in f.read().split()]
+        except OSError:
+            continue
+        for kid in kids:
+            if kid not in children:
+                try:
+                    os.kill(kid, signal.SIGKILL)
+                except OSError:
+                    pass
+
+
 def _child(request: dict, conn_fd: int, err_fd: int, sandbox, confine) -> None:
     """The forked sandbox; never returns."""
     code = 1
@@ -54,6 +87,7 @@ def _child(request: dict, conn_fd: int, err_fd: int, sandbox, confine) -> None:
         for sig in (signal.SIGCHLD, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
         sandbox._die_with_parent()
+        _subreaper()  # what the candidate starts stays in this sandbox's tree
         sys.argv = ["sandbox"]  # not the template's: nothing of it is the sandbox's business
         os.chdir(request["home"])
         os.environ.clear()
@@ -74,7 +108,7 @@ def _child(request: dict, conn_fd: int, err_fd: int, sandbox, confine) -> None:
 
 
 def _reap(children: dict[int, int]) -> None:
-    while children:
+    while True:  # sandboxes, and orphans killed by _kill_orphans
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
@@ -109,11 +143,13 @@ def main() -> None:
     sandbox = _load("accelopt_sandbox", "sandbox.py")
     confine = _load("accelopt_confine", "confine.py")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the run decides on Ctrl-C; the judge ends us
+    _subreaper()
     children: dict[int, int] = {}
     control.sendall(b'{"ready": true}\n')
     while True:
         ready, _, _ = select.select([control], [], [], 0.2)
         _reap(children)
+        _kill_orphans(children)
         if not ready:
             continue
         try:
