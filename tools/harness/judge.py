@@ -283,15 +283,29 @@ class Judge(TimingRounds, AutotuneRounds):
         outputs on copies of them. Both are kept between requests (_ReferenceCache), keyed by the
         reference file and its mtime, device, dtype, workload params and seed; the caller always
         gets clones of kept inputs, since a kernel may write into what it is handed."""
-        path = req["reference_path"]
-        key = (path, os.stat(path).st_mtime_ns, req["device"], req["dtype"],
-               json.dumps(workload["params"], sort_keys=True), seed)
+        key = self._key(req, workload, seed)
         entry = self.prepared.get(key) or _Prepared(tuple(self.inputs(ref, req, workload, seed)))
         if expect and entry.expected is None:
             entry.expected = self.expected(ref, req, entry.inputs, where or f"workload {workload['name']} seed {seed}")
         kept = self.prepared.put(key, entry, REFERENCE_CACHE_BYTES.get(req["device"], REFERENCE_CACHE_BYTES["cpu"]))
         inputs = tuple(_copy(t) for t in entry.inputs) if kept else entry.inputs
         return inputs, (entry.expected if expect else None)
+
+    @staticmethod
+    def _key(req: dict, workload: dict, seed: int) -> tuple:
+        path = req["reference_path"]
+        return (path, os.stat(path).st_mtime_ns, req["device"], req["dtype"],
+                json.dumps(workload["params"], sort_keys=True), seed)
+
+    def _drawn_expected(self, ref, req: dict, workload: dict, seed: int, tag: str, inputs, where: str):
+        """The reference's outputs on a draw made from the task's inputs (`tag` says how), kept
+        as the task's own draws' are: a second request on the task runs no reference for it."""
+        key = (*self._key(req, workload, seed), tag)
+        entry = self.prepared.get(key)
+        if entry is None:
+            entry = _Prepared((), self.expected(ref, req, inputs, where))
+            self.prepared.put(key, entry, REFERENCE_CACHE_BYTES.get(req["device"], REFERENCE_CACHE_BYTES["cpu"]))
+        return entry.expected
 
     def check_costs(self, ref, req: dict) -> dict[str, dict[str, float]]:
         """flops() and bytes_moved() feed the roofline that can reject a kernel as too fast: each
@@ -463,7 +477,8 @@ class Judge(TimingRounds, AutotuneRounds):
             for draw in stress_draws.draws(torch, base, changed, seed, magnitude, skip=done):
                 where = f"stress draw '{draw.label}' on workload {workload['name']} seed {seed}{configuration}"
                 try:
-                    expected = self.expected(ref, req, draw.inputs, where)
+                    expected = self._drawn_expected(ref, req, workload, seed, f"{draw.kind} {magnitude:g}",
+                                                    draw.inputs, where)
                 except Reject:
                     done.add(draw.kind)  # the reference is not defined there: nothing to hold the kernel to
                     continue
