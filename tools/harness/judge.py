@@ -540,6 +540,8 @@ class Judge(TimingRounds, AutotuneRounds):
         try:
             for k in tuned:
                 for i in range(len(k["configs"])):
+                    if str(i) in (k.get("failed") or {}):
+                        continue  # cannot run on this GPU (OutOfResources): left out of the choice too
                     box.request("pin", deadline, choices={**held, k["kernel"]: {"*": i}})
                     passed = self.stress(box, req, ref, deadline, f", {self._configuration(k, i)}")
                     count += 1
