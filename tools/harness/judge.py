@@ -19,7 +19,10 @@ The evidence, in order (the first failure decides):
    computed itself; shape, dtype, NaN/Inf (unwritten outputs read as poison), the task's
    correctness rule (correctness.py: allclose, relative L2; packed fp4 bit for bit),
    inputs mutated (the judge sees the shared input memory), threads left running, the same
-   call twice must agree;
+   call twice must agree; then draws beyond the task's own where the reference is finite: signs
+   for inputs drawn >= 0 (`wider`), and on the smallest workload, for every autotuned
+   configuration, the stress draws (`stress`, stress_draws.py: large, shifted, constant and
+   one-hot rows);
 2. ghost replay: with every Triton launch stubbed out the outputs must no longer be correct;
 3. the trace of one call: no compute outside the candidate's Triton launches (GPU kernels or,
    on the interpreter, host ops that are not data movement);
