@@ -32,7 +32,7 @@ STATUSES = {"verified", "cheat_suspected", "wrong_output", "nan", "input_mutated
             "dtype_mismatch", "runtime_error", "crashed", "timeout"}
 REASONS = {"launches stubbed", "outside the Triton launches", "thread", "replaced", "not after it",
            "plain torch.Tensor", "differ between identical calls", "network", "process", "another process",
-           "not when timed", "fresh values",
+           "not when timed", "fresh values", "stress draw",
            "denied", "not permitted"}  # the confinement's refusals (Landlock: EACCES; its signal scope: EPERM)
 # Short runs: two seeds and one timing round show every cheat here.
 RUN = {"seeds": 2, "rounds": 1}

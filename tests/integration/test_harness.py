@@ -207,21 +207,21 @@ def test_results_over_10x_are_reverified_on_fresh_inputs_and_flagged(task):
 
 
 def test_a_kernel_that_stops_working_once_checked_is_caught_when_timed(task):
-    # Correct for the 9 calls before timing (2 workloads x 3 seeds, the repeated call, the ghost
-    # replay and the traced call), then replays its last output, so the timed calls do no work.
-    # The timed calls' own outputs are checked.
+    # Correct for the 13 calls before timing (2 workloads x 3 seeds, the repeated call, 4 stress
+    # draws, the ghost replay and the traced call), then replays its last output, so the timed calls
+    # do no work. The timed calls' own outputs are checked.
     source = BASELINE.replace("def run(x):\n", "def run(x):\n    run.calls = getattr(run, 'calls', 0) + 1\n"
-                                               "    if run.calls > 9:\n        return run.memo\n")
+                                               "    if run.calls > 13:\n        return run.memo\n")
     source = source.replace("    return out\n", "    run.memo = out\n    return out\n")
     result = evaluate(task, source, device="cpu")
     assert result.status == "cheat_suspected" and "not when timed" in result.error, result.error
 
 
 def test_a_kernel_that_stops_working_after_timing_is_caught(task):
-    # Honest through the timed calls (9 before timing + 2 workloads x 2 rounds x 3 reps), then
+    # Honest through the timed calls (13 before timing + 2 workloads x 2 rounds x 3 reps), then
     # replays: the check after timing, on inputs never seen, must catch it.
     source = BASELINE.replace("def run(x):\n", "def run(x):\n    run.calls = getattr(run, 'calls', 0) + 1\n"
-                                               "    if run.calls > 21:\n        return run.memo\n")
+                                               "    if run.calls > 25:\n        return run.memo\n")
     source = source.replace("    return out\n", "    run.memo = out\n    return out\n")
     result = evaluate(task, source, device="cpu")
     assert result.status == "cheat_suspected" and "correct before timing but not after it" in result.error, \

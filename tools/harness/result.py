@@ -73,6 +73,10 @@ class WorkloadTiming(BaseModel):
     # ramp-up included. pct_of_copy (memory-bound workloads): copy_us / median_us, in %.
     copy_us: float | None = None
     pct_of_copy: float | None = None
+    # What the reference's outputs take, and the copy floor: the time to write them at the copy's
+    # bandwidth (runner.copy_floor_us); a time far below it is cheat_suspected (runner.FLOOR_SHARE).
+    output_bytes: float | None = None
+    floor_us: float | None = None
     input_shape: list[int] | None = None  # the workload's largest input tensor (the judge's own inputs)
 
 

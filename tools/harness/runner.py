@@ -45,6 +45,12 @@ SUSPICIOUS_SPEEDUP = 10.0
 # a span this far below it is host work the cover hid (sandbox.COVER_CYCLES), or a false report.
 OUTSIDE_RATIO, OUTSIDE_SLACK_US = 3.0, 30.0
 HOST_COST_RATIO = 2.0  # host time a call beyond a comparator's that is still launch cost, not hidden work
+# A time below this share of the copy floor (the workload's outputs written at the bandwidth the
+# copy yardstick measured) is past physics. A kernel that only writes, with no reads to wait on,
+# came to 0.82-0.91x of that floor on an H100 (a fill against a same-bytes copy, 8 KB to 1 GB,
+# CUDA events after a cover, L2 flushed): half leaves that, another GPU's mix and the timers'
+# steps room. A kernel that skipped its writes, or times that were forged, land far below.
+FLOOR_SHARE = 0.5
 
 
 def detect_device() -> str:
@@ -277,7 +283,7 @@ def _result(task: Task, raw: dict, device: str, dtype: str) -> EvalResult:
         name = raw.get("device_name") or ""
         costs = raw.get("costs")
         result.workloads = _with_roofline(task, raw["timings"], name, device, dtype, costs)
-        _with_copy_yardstick(result.workloads, raw.get("copy") or {})
+        _with_copy_yardstick(result.workloads, raw.get("copy") or {}, raw.get("output_bytes") or {})
         result.compare = {k: _with_roofline(task, v, name, device, dtype, costs) for k, v in raw["compare"].items()}
         result.void = dict(raw.get("void") or {})  # comparators the judge stopped timing: their comparison is void
         ran = raw.get("rounds")
@@ -293,6 +299,11 @@ def _result(task: Task, raw: dict, device: str, dtype: str) -> EvalResult:
         undecided = any(v.word == "undecided" for v in result.verdicts.values())
         if result.rounds is not None and result.rounds.stopped in ("cap", "stalled") and undecided:
             result.evidence.append(verdicts.why_undecided(result))
+        past = below_copy_floor(result.workloads, raw.get("copy") or {})
+        if past:
+            result.status = "cheat_suspected"
+            result.error = ("faster than writing its outputs at the device's copy bandwidth allows (below "
+                            f"{FLOOR_SHARE:g}x the copy floor): " + "; ".join(past))
     return result
 
 
@@ -444,9 +455,11 @@ def _with_roofline(task: Task, timings: dict, device_name: str, device: str, dty
     return out
 
 
-def _with_copy_yardstick(workloads: dict[str, WorkloadTiming], copies: dict[str, dict]) -> None:
+def _with_copy_yardstick(workloads: dict[str, WorkloadTiming], copies: dict[str, dict],
+                         output_bytes: dict[str, int] | None = None) -> None:
     """Beside the size-blind roofline: a same-bytes device copy's time from the same rounds, and for
-    a memory-bound workload the share of that copy's speed the kernel reaches."""
+    a memory-bound workload the share of that copy's speed the kernel reaches; with the outputs'
+    bytes (the judge's), the copy floor: the time to write them at the copy's bandwidth."""
     for name, timing in workloads.items():
         copy = copies.get(name)
         if copy is None:
@@ -454,6 +467,48 @@ def _with_copy_yardstick(workloads: dict[str, WorkloadTiming], copies: dict[str,
         timing.copy_us = copy["median_us"]
         if timing.bound == "memory" and timing.median_us > 0:
             timing.pct_of_copy = 100.0 * copy["median_us"] / timing.median_us
+        written = (output_bytes or {}).get(name)
+        if written is not None and timing.bytes:
+            timing.output_bytes = float(written)
+            timing.floor_us = copy_floor_us(written, copied_bytes(timing.bytes), copy["median_us"])
+
+
+def copied_bytes(bytes_moved: float) -> int:
+    """What the copy yardstick moves: half a workload's bytes read, half written
+    (timing_rounds._copy_half), both counted."""
+    return 2 * (int(bytes_moved) // 2)
+
+
+def copy_floor_us(output_bytes: float, copied: float, copy_us: float) -> float:
+    """The time to write `output_bytes` at the bandwidth of a copy that moved `copied` bytes (read
+    and written) in `copy_us`. Outputs larger than the copy are held to the copy's own time: its
+    bandwidth, launch and ramp-up in it, is the bandwidth at its size, below a larger size's."""
+    if copied <= 0 or copy_us <= 0:
+        return 0.0
+    return copy_us * min(output_bytes, copied) / copied
+
+
+def below_copy_floor(workloads: dict[str, WorkloadTiming], copies: dict[str, dict]) -> list[str]:
+    """Workloads timed below FLOOR_SHARE of their copy floor, with the figures: on the span (or
+    CUDA events, the primary timer) against the copy's, and on kernel-only time against the copy's
+    kernel-only time (the timer a host-dominated verdict rests on). None on the interpreter: it
+    has no copy yardstick."""
+    out = []
+    for name, t in workloads.items():
+        copy = copies.get(name)
+        if copy is None or t.output_bytes is None or not t.bytes:
+            continue
+        copied = copied_bytes(t.bytes)
+        for timer, mine, theirs in (("span", t.median_us, copy.get("median_us")),
+                                    ("kernel-only", t.kernel_us, copy.get("kernel_us"))):
+            if mine is None or not theirs:
+                continue
+            floor = copy_floor_us(t.output_bytes, copied, theirs)
+            if mine < FLOOR_SHARE * floor:
+                out.append(f"{name}: {timer} {mine:.2f} µs against a floor of {floor:.2f} µs ({t.output_bytes:.4g} "
+                           f"bytes of outputs at {copied / theirs / 1e3:.0f} GB/s, the copy yardstick's "
+                           f"{copied:.4g} bytes in {theirs:.2f} µs)")
+    return out
 
 
 @lru_cache(maxsize=32)
