@@ -149,11 +149,13 @@ def test_patching_cheats_do_not_contaminate_later_candidates(task):
 
 
 def _named(comm: str) -> list[int]:
-    """Processes on this host (sandboxes' PID namespaces included) whose name is `comm`."""
+    """Live processes on this host (sandboxes' PID namespaces included) whose name is `comm`: a
+    zombie (killed, its parent yet to reap it) runs nothing."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if Path(f"/proc/{pid}/comm").read_text().strip() == comm:
+            if Path(f"/proc/{pid}/comm").read_text().strip() == comm and \
+                    Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
                 found.append(int(pid))
         except OSError:
             pass

@@ -121,7 +121,8 @@ def test_reference_outputs_are_computed_once_per_workload_and_seed_and_never_lea
     reference = (dst / "reference.py").read_text().replace(
         "def reference(x):\n",
         f"def reference(x):\n    with open({str(log)!r}, 'a') as f:\n"
-        "        f.write(f'{tuple(x.shape)} {float(x.double().sum())!r}\\n')\n")
+        "        w = torch.arange(1, x.numel() + 1, dtype=torch.float64).reshape(x.shape)\n"
+        "        f.write(f'{tuple(x.shape)} {float((x.double() * w).sum())!r}\\n')\n")  # where each value is, too
     (dst / "reference.py").write_text(reference)
     counted = load_task(dst)
     pool = WorkerPool("cpu", 1)  # one judge: its cache serves every request

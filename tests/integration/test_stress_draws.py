@@ -52,7 +52,7 @@ def test_every_autotuned_configuration_meets_the_stress_draws():
     assert any("each of 2 autotuned configurations" in e for e in honest.evidence), honest.evidence
     result = evaluate(SOFTMAX, AUTOTUNED, device="cpu", seeds=1)
     assert result.status == "nan", (result.status, result.error)
-    assert "stress draw 'scaled by x128" in result.error and "configuration 1 of softmax_kernel (SAFE: False" in result.error
+    assert "stress draw 'scaled by x" in result.error and "configuration 1 of softmax_kernel (SAFE: False" in result.error
 
 
 def test_plain_float_inputs_are_stressed_and_structured_ones_left_alone():
