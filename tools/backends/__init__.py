@@ -58,7 +58,7 @@ class RayTritonBackend(TritonBackend):
         self.address, self.profile = address, profile
 
     def evaluate(self, task: Task, source: str, *, device: str | None, timeout_s: float,
-                 compare: dict[str, str], trusted: bool,
+                 compare: dict[str, str], trusted: bool, seed: int | None = None,
                  on_node: Callable[[str], None] | None = None) -> EvalResult:
         """`on_node(node)`: called when the request is sent to a node's actor (again if it is re-queued)."""
         from accelopt.tools.harness.ray_pool import ClusterError, get_ray_pool
@@ -68,7 +68,7 @@ class RayTritonBackend(TritonBackend):
         except ClusterError as exc:
             return EvalResult(status="infra_error", error=str(exc), device=device or "auto")
         return pool.evaluate(task, source, timeout_s=timeout_s, compare=compare, trusted=trusted, profile=self.profile,
-                             on_node=on_node)
+                             on_node=on_node, seed=seed)
 
 
 def backend_for(name_or_task: str | Task, cluster: str | None = None, profile: bool = False) -> Backend:

@@ -442,7 +442,7 @@ def _cpu_s(pid: int, tid: int | None = None, children: bool = False) -> float:
 
 def _thread_ids(pid: int) -> dict[int, int]:
     """A process's threads: the judge's tid -> the tid in the process's own PID namespace."""
-    out = {}
+    out: dict[int, int] = {}
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:

@@ -345,12 +345,13 @@ class EvaluationActor:
         return {"node": self.node, "node_id": self.node_id, "kind": self.kind, "pid": os.getpid()}
 
     def evaluate(self, task_digest: str, task_box: list, source: str, compare: dict[str, str], device: str,
-                 timeout_s: float, trusted: bool, profile: bool, audit_winners: bool = True) -> dict:
+                 timeout_s: float, trusted: bool, profile: bool, audit_winners: bool = True,
+                 seed: int | None = None) -> dict:
         from accelopt.tools.harness.runner import evaluate
 
         task = self._task(task_digest, task_box)
         result = evaluate(task, source, device=device, timeout_s=timeout_s, compare=compare, trusted=trusted,
-                          pool=self.pool, audit_winners=audit_winners, profile=profile)
+                          pool=self.pool, audit_winners=audit_winners, profile=profile, seed=seed)
         result.node = self.node
         return result.model_dump()
 
@@ -574,7 +575,7 @@ class RayPool:
 
     def evaluate(self, task: Task, source: str, *, timeout_s: float = 300.0, compare: dict[str, str] | None = None,
                  trusted: bool = False, profile: bool = True, audit_winners: bool = True,
-                 on_node: Callable[[str], None] | None = None) -> EvalResult:
+                 on_node: Callable[[str], None] | None = None, seed: int | None = None) -> EvalResult:
         """`on_node(node)` is told where the request went (again when a lost one is re-queued): the
         live display's per-node count; it is only told, and whatever it does cannot fail the evaluation."""
         shipped = self._ship(task)
@@ -591,7 +592,7 @@ class RayPool:
                 except Exception:  # noqa: BLE001 - a progress display, not the evaluation
                     pass
             ref = slot.handle.evaluate.remote(shipped.digest, shipped.box, source, compare or {}, self.device,
-                                              timeout_s, trusted, profile, audit_winners)
+                                              timeout_s, trusted, profile, audit_winners, seed)
             try:
                 raw = ray.get(ref, timeout=3 * (timeout_s + JUDGE_MARGIN_S) + 300)
             except (*_LOSSES, ray.exceptions.GetTimeoutError) as exc:

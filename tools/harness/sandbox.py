@@ -169,13 +169,13 @@ class Hooks:
         def guarded(*args, **kwargs):
             return hooks.run(fn, what, args, kwargs)
 
-        guarded._accelopt_hook = True
+        guarded._accelopt_hook = True  # type: ignore[attr-defined]  # a function's own attribute: wrapped once
         return guarded
 
     def run(self, fn, what: str, args, kwargs):
         torch = self.torch
         tensors = _tensors([*args, *kwargs.values()], torch) if self.checking else []
-        storages = {}
+        storages: dict[int, Any] = {}
         for t in tensors:
             storages.setdefault(t.untyped_storage().data_ptr(), t)
         before = [(t, _storage_bytes(torch, t)) for t in storages.values()]
