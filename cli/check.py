@@ -52,8 +52,9 @@ def check(
                                                "interpreter: correctness, no GPU times)")] = "auto",
     timeout: Opt[float, typer.Option(callback=o.checked, help="Evaluation limit in seconds, more than 0")] = 300.0,
     as_json: Opt[bool, typer.Option("--json", help="Print the whole result as one JSON object")] = False,
-    seed: Opt[int | None, typer.Option(min=0, max=2**31 - 1, help="Draw the inputs of an earlier verdict again: "
-                                                                 "its `seed` (drawn fresh for each check by default)")] = None,
+    replay: Opt[int | None, typer.Option(min=0, max=2**31 - 1, metavar="SEED",
+                                         help="Draw the inputs of an earlier verdict again: the `seed` it printed "
+                                              "(each check draws a fresh one by default)")] = None,
 ) -> None:
     """Judge one kernel: verdict and reasons, static findings, per-workload times with spread,
     speedup against the baseline (or --against, or the PyTorch reference: eager and torch.compile),
@@ -84,7 +85,7 @@ def check(
     try:
         # naming torch.compile's mode asks for the comparison with it
         result = judge(task, kernel, against, versus_torch or compile_mode is not None, device, timeout, mode,
-                       startup=startup, seed=seed)
+                       startup=startup, seed=replay)
     except TaskError as e:
         fail(str(e))
     if as_json:
@@ -213,7 +214,7 @@ def show(result: EvalResult, kernel: Path, compile_mode: str = "default", startu
         say(console, f"  vs {name}: void: {why}")
     if result.audit is not None:
         say(console, f"  audit ({result.audit.tool}): {result.audit.note}")
-    if result.seed is not None:  # `--seed` draws the same inputs again
+    if result.seed is not None:  # `--replay SEED` draws the same inputs again
         say(console, f"  seed: {result.seed}")
     if result.phases_s:
         steps = ", ".join(f"{name} {s:.1f}" for name, s in result.phases_s.items())

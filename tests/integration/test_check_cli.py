@@ -22,6 +22,18 @@ def test_a_verified_kernel_exits_0_with_its_evidence_and_times(softmax_task, tmp
     assert set(result["versus"]) == {"baseline"}
 
 
+def test_each_check_draws_its_own_seed_and_replay_draws_a_verdicts_inputs_again(softmax_task, tmp_path):
+    """A wrong kernel's error names the seed of its failing draw; `--replay` fails the same way."""
+    kernel = tmp_path / "k.py"
+    kernel.write_text(WRONG)
+    runs = [json.loads(CliRunner().invoke(app, ["check", str(softmax_task), str(kernel), "--device", "cpu",
+                                                 "--json"]).output) for _ in range(2)]
+    assert runs[0]["seed"] != runs[1]["seed"] and runs[0]["error"] != runs[1]["error"]
+    again = CliRunner().invoke(app, ["check", str(softmax_task), str(kernel), "--device", "cpu", "--json",
+                                     "--replay", str(runs[0]["seed"])])
+    assert again.exit_code == 1 and json.loads(again.output)["error"] == runs[0]["error"]
+
+
 def test_naming_a_compile_mode_asks_for_the_torch_comparison(softmax_task, tmp_path, monkeypatch):
     """--compile-mode without --versus-torch still times the PyTorch reference (on the CPU eager
     alone: Inductor's C++ against an interpreted kernel would mean nothing)."""

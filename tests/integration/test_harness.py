@@ -108,7 +108,7 @@ def test_a_kernel_against_an_identical_copy_is_neither_faster_nor_slower(task):
 def test_reference_outputs_are_computed_once_per_workload_and_seed_and_never_leak_a_mutation(tmp_path):
     """Each evaluation draws inputs no earlier one saw (its own seed), and the reference runs once per
     workload x seed; the judge keeps inputs and outputs between requests, so a replay of a seed
-    (`check --seed`) runs no reference at all. A kernel that writes into its inputs gets clones, so
+    (`check --replay`) runs no reference at all. A kernel that writes into its inputs gets clones, so
     the replay still sees the inputs make_inputs made."""
     import shutil
 

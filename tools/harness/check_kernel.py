@@ -105,7 +105,7 @@ def judge(task: Task, kernel: Path, against: Path | None, versus_torch: bool, de
         get_pool(where, gpu_count())
         startup.judge_pool = time.monotonic() - began
     if seed is not None and not isinstance(backend, TritonBackend):
-        raise TaskError(f"--seed replays the Triton judge's inputs; the {task.spec.backend} backend draws its own")
+        raise TaskError(f"--replay draws the Triton judge's inputs; the {task.spec.backend} backend draws its own")
     replay = {"seed": seed} if seed is not None else {}
     result = backend.evaluate(task, source, device=None if device == "auto" else device,
                               timeout_s=timeout, compare=compare, trusted=False, **replay)

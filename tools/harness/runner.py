@@ -102,7 +102,7 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
     nothing gets none: profiling every verified kernel held the GPU 5-10 s more per evaluation
     (H100, FlashInfer-Bench rmsnorm and GEMM), and the planner plans from beam members, which are
     winners but for the rare member that fills the beam without beating its parent. `seed`: the
-    evaluation's seed (seeds.py), drawn fresh here unless given (a replay: `check --seed`)."""
+    evaluation's seed (seeds.py), drawn fresh here unless given (a replay: `check --replay SEED`)."""
     task = load_task(task) if isinstance(task, str) else task
     device = device or detect_device()
     started = time.monotonic()

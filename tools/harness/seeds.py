@@ -6,7 +6,7 @@ the widened and stress draws, the ghost replay, the configurations' checks and t
 rounds, the check after timing. A kernel that regenerates the judge's inputs ahead of time (the
 seeds were constants: 0, 100, 300, 500, ... until 2026-12) has nothing to regenerate from: the
 seed never enters its process, only the tensors drawn from it. A verdict records its seed, and
-`accelopt check --seed` draws the same inputs again (the judge's random choice of which timed
+`accelopt check --replay` draws the same inputs again (the judge's random choice of which timed
 calls get fresh values and which are checked is not replayed: it is not an input).
 
 Stdlib only: the judge (a script) loads it by path.
