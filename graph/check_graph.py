@@ -65,6 +65,9 @@ class CheckInput(TypedDict):
         "auto (a GPU if one is visible), cuda, or cpu (the Triton interpreter: correctness, no GPU times)"))]]
     timeout_s: NotRequired[Annotated[float, Field(description="The evaluation's limit in seconds (default 300)",
                                                    gt=0)]]
+    replay: NotRequired[Annotated[int | None, Field(description=(
+        "Draw the inputs of an earlier verdict again: the `seed` it recorded (each check draws its own by default)"),
+        ge=0, lt=2**31)]]
 
 
 class CheckOutput(TypedDict, total=False):
@@ -75,6 +78,8 @@ class CheckOutput(TypedDict, total=False):
     status: str                      # verified, or why not: compile_error, wrong_output, cheat_suspected, ...
     error: str | None
     device: str                      # where it was judged: cuda, or cpu (the interpreter)
+    seed: int | None                 # every input the judge drew derives from it (`replay` draws them again)
+    void: dict[str, str]             # per comparator: why the comparison with it is void
     device_name: str | None
     timer: str | None                # cuda_event, interpreter_wall (a CPU emulation's wall clock: not performance)
     workloads: dict[str, dict[str, Any]]   # per workload: median_us, iqr_us, kernel_us, pct_peak, ...
@@ -111,8 +116,11 @@ class CheckState(TypedDict, total=False):
     compile_mode: CompileMode
     device: str
     timeout_s: float
+    replay: int | None
     status: str
     error: str | None
+    seed: int | None
+    void: dict[str, str]
     device_name: str | None
     timer: str | None
     workloads: dict[str, dict[str, Any]]
@@ -158,6 +166,9 @@ def input_refusal(state: CheckState) -> str | None:
     refusal = setting_refusal("eval_timeout_s", timeout, shown_as="timeout_s")  # the CLI's --timeout rule
     if refusal:
         return refusal
+    replay = state.get("replay")
+    if replay is not None and (type(replay) is not int or not 0 <= replay < 2**31):
+        return f"replay {replay!r}: a verdict's seed, an integer from 0 to {2**31 - 1}"
     if not isinstance(state.get("versus_torch", False), bool):
         return f"versus_torch {state.get('versus_torch')!r}: true or false"
     if state.get("compile_mode", "default") not in COMPILE_MODES:
@@ -201,7 +212,7 @@ def check(state: CheckState) -> CheckOutput:
     try:
         result = judge(task, kernel, Path(against) if against is not None else None,
                        state.get("versus_torch", False) or "compile_mode" in state, state.get("device", "auto"),
-                       float(state.get("timeout_s", DEFAULT_TIMEOUT_S)), mode, startup=startup)
+                       float(state.get("timeout_s", DEFAULT_TIMEOUT_S)), mode, startup=startup, seed=state.get("replay"))
     except TaskError as e:  # the task cannot run here, or the source is no kernel of it
         refuse(one_line(str(e)))
     return cast(CheckOutput, verdict_record(result, mode, startup))
