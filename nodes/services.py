@@ -21,7 +21,7 @@ from accelopt.policies.replies import plan_title
 from accelopt.tools import inflight, timeline
 from accelopt.tools.backends import RayTritonBackend, backend_for
 from accelopt.tools.harness.result import user_paths
-from accelopt.tools.harness.verdict import ranked, speedup_from_recorded, void_comparisons
+from accelopt.tools.harness.verdict import ranked, void_comparisons
 from accelopt.tools.llm_spec import BudgetExceeded
 from accelopt.tools.pyparse import parse
 from accelopt.tools.runcache import RunCache, device_fingerprint, digest
@@ -171,10 +171,9 @@ def _measure(task: Task, source: str, ctx: RunContext, device: str | None, compa
     if result.profile:  # taken by the harness on the GPU that judged it (TritonBackend's `profile`)
         fields["profile"] = result.profile
     if result.ok:
-        # a comparator is someone's kernel too: timed far slower than in its own evaluation, it is void
-        recorded = {name: dict(side.get("workloads") or {}) for name, side in (("baseline", baseline), ("parent", parent))
-                    if side is not None and name in compare}
-        void_comparisons(result, {name: own for name, own in recorded.items() if own})
+        # an LLM-written parent is a candidate too: timed far slower than in its own evaluation, it is void
+        if parent is not None and "parent" in compare and parent.get("workloads"):
+            void_comparisons(result, {"parent": dict(parent["workloads"])})
         fields["void"] = dict(result.void)
         # ranked as `check` judges it: on the timer each verdict rests on (tools/harness/verdict.ranked)
         decided = ranked(result)
@@ -184,9 +183,10 @@ def _measure(task: Task, source: str, ctx: RunContext, device: str | None, compa
         fields["max_abs_err"], fields["max_rel_err"] = result.max_abs_err, result.max_rel_err
         # which configuration each autotuned kernel ran (the judge's choice): best_kernel.py is written with it
         fields["autotune_choice"] = {k: v.model_dump() for k, v in result.autotune.items()}
-        fields["speedup"] = decided["baseline"][0].speedup if "baseline" in decided else 1.0
-        if "baseline" in result.void:  # against the baseline's own recorded time instead
-            fields["speedup"] = speedup_from_recorded(result, recorded.get("baseline") or {}) or fields["speedup"]
+        if "baseline" in result.void:  # no figure a void comparison could give: it ranks last
+            fields["speedup"] = None
+        else:
+            fields["speedup"] = decided["baseline"][0].speedup if baseline is not None else 1.0
         if parent is not None:
             vs_parent = (decided.get("parent") or decided.get("baseline") or (None,))[0]
             void = "parent" in result.void or ("parent" not in compare and "baseline" in result.void)

@@ -18,7 +18,15 @@ from __future__ import annotations
 import math
 
 from accelopt.tools.harness import stats
-from accelopt.tools.harness.result import Basis, Comparison, EvalResult, Verdict, VerdictWord, compare_rounds
+from accelopt.tools.harness.result import (
+    INTERPRETER,
+    Basis,
+    Comparison,
+    EvalResult,
+    Verdict,
+    VerdictWord,
+    compare_rounds,
+)
 
 # A comparator timed this much slower than in its own evaluation (geomean over workloads, on the
 # timer its verdict rests on) voids the comparison: an LLM-written parent can tell it is a
@@ -155,16 +163,11 @@ def void_comparisons(result: EvalResult, recorded: dict[str, dict[str, dict]] | 
     return result
 
 
-def speedup_from_recorded(result: EvalResult, own: dict[str, dict]) -> float | None:
-    """The candidate against a comparator's recorded timings (geomean over workloads, on the span):
-    the figure left where the comparison timed beside it is void."""
-    pairs = [(own[w]["median_us"], t.median_us) for w, t in result.workloads.items()
-             if (own.get(w) or {}).get("median_us") and t.median_us]
-    return math.exp(sum(math.log(a / b) for a, b in pairs) / len(pairs)) if pairs else None
-
-
 def _slowed(result: EvalResult, name: str, own: dict[str, dict]) -> str | None:
-    """Why the comparator's time here contradicts its own recorded time, or None."""
+    """Why the comparator's time here contradicts its own recorded time, or None (always on the
+    interpreter, whose wall clock is no performance and drifts with the machine's load)."""
+    if result.timer == INTERPRETER:
+        return None
     timed, v = result.compare.get(name) or {}, result.verdicts.get(name)
     key = "kernel_us" if v is not None and v.basis == "kernel_only" else "median_us"
     pairs = {w: (getattr(t, key), own[w].get(key)) for w, t in timed.items() if w in own}
