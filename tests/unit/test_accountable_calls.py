@@ -172,3 +172,12 @@ def test_seeds_differ_per_evaluation_and_replay_per_seed():
     assert len(drawn) == 50 and all(0 <= s < 2**31 for s in drawn)
     assert seeds.derived(5, "check", 0) == seeds.derived(5, "check", 0)
     assert len({seeds.derived(5, phase, i) for phase in ("check", "timing", "ghost") for i in range(4)}) == 12
+
+
+def test_every_comparator_is_checked_but_the_tasks_own_reference_and_the_copy():
+    from accelopt.tools.harness.timing_rounds import COPY, _someones
+
+    req = {**REQ, "own_comparators": ["eager", "torch_compile"]}
+    assert _someones(req, "parent") and _someones(req, "baseline") and _someones(req, "against")
+    assert not _someones(req, "eager") and not _someones(req, "torch_compile") and not _someones(req, COPY)
+    assert not _someones({**req, "trusted": True}, "parent")  # a trusted request times torch comparators only

@@ -71,6 +71,11 @@ def mode_note(mode: str) -> str:
     return "" if mode == "default" else f" (mode {mode})"
 
 
+# Comparators whose source is the task's own reference (eager, or torch.compile of it): not someone's
+# kernel, so their timed outputs go unchecked (timing_rounds: every other comparator's are checked).
+OWN_COMPARATORS = ("torch_compile", "eager", "reference")
+
+
 def torch_comparators(task: Task, mode: CompileMode = "default") -> dict[str, str]:
     """What reports compare kernels with: torch.compile of the reference in `mode`, and eager PyTorch."""
     return {"torch_compile": compiled_reference_source(task, mode), "eager": reference_source(task)}

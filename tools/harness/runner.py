@@ -34,6 +34,7 @@ from accelopt.tools.harness.device_lease import DeviceLeaseError
 from accelopt.tools.harness.kernel_profile import ProfileRun, Profiling, profile_workloads, summarize
 from accelopt.tools.harness.kernel_source import KernelSource
 from accelopt.tools.harness.pool import SOURCE_PREFIX, get_pool
+from accelopt.tools.harness.reference_kernel import OWN_COMPARATORS
 from accelopt.tools.harness.result import AutotuneRecord, EvalResult, RoundsRun, WorkloadTiming, compare_rounds
 from accelopt.tools.harness.static_checks import findings
 from accelopt.tools.harness.stats import NOISE_FLOOR
@@ -268,6 +269,7 @@ def build_request(task: Task, device: str, source_path: str, compare_paths: dict
         "noise_floor": NOISE_FLOOR, "rep_ms": rep_ms,
         "interpreter_reps": interpreter_reps, "trusted": trusted,
         "copy_yardstick": device == "cuda",  # the judge times a copy of each workload's bytes beside it
+        "own_comparators": [n for n in compare_paths if n in OWN_COMPARATORS],  # the task's reference: unchecked
         "required_matched_ratio": task.spec.required_matched_ratio,
     }
 

@@ -382,7 +382,7 @@ class TimingRounds:
                 continue
             try:
                 got = self._time_round(boxes[name], req, ref, plan.workload, r, plan.reps[name], deadline,
-                                       check=name == "candidate" or (name != COPY and not req.get("trusted")),
+                                       check=name == "candidate" or _someones(req, name),
                                        copy=name == COPY, candidate=name == "candidate")
             except SandboxFailure as f:
                 whose = "" if name == "candidate" else f" (comparator {name!r}, not the kernel under test)"
@@ -465,6 +465,12 @@ def _ratios(plans: list[_WorkloadRounds], name: str, rounds) -> list[float]:
     mine = {p.workload["name"]: rounds(p, "candidate") for p in plans}
     theirs = {p.workload["name"]: rounds(p, name) for p in plans if name in p.rounds}
     return stats.round_ratios(mine, theirs)
+
+
+def _someones(req: dict, name: str) -> bool:
+    """A comparator that is someone's kernel (a baseline, a parent, an --against kernel), not the
+    copy yardstick or the task's own reference: its timed outputs are checked."""
+    return name != COPY and not req.get("trusted") and name not in (req.get("own_comparators") or ())
 
 
 def _call_sets(reps: int, switching: bool) -> list[int]:
