@@ -48,9 +48,10 @@ OUTSIDE_RATIO, OUTSIDE_SLACK_US = 3.0, 30.0
 HOST_COST_RATIO = 2.0  # host time a call beyond a comparator's that is still launch cost, not hidden work
 # A time below this share of the copy floor (the workload's outputs written at the bandwidth the
 # copy yardstick measured) is past physics. A kernel that only writes, with no reads to wait on,
-# came to 0.82-0.91x of that floor on an H100 (a fill against a same-bytes copy, 8 KB to 1 GB,
-# CUDA events after a cover, L2 flushed): half leaves that, another GPU's mix and the timers'
-# steps room. A kernel that skipped its writes, or times that were forged, land far below.
+# came to 0.82-0.91x of that floor in one probe on an H100 (a fill against a same-bytes copy, 8 KB
+# to 1 GB, CUDA events after a cover, L2 flushed; a development probe, not yet a benchmark of
+# BENCHMARKS.md): half leaves that, another GPU's mix and the timers' steps room. A kernel that
+# skipped its writes, or times that were forged, land far below.
 FLOOR_SHARE = 0.5
 
 
