@@ -7,7 +7,8 @@ and the small one, where every configuration takes about 2 µs, was tuned first.
 
 Here the sandbox's autotuners time nothing (sandbox.AutotuneControl); the judge does:
 - on a GPU, each configuration on each workload in rounds of their own (every configuration of a
-  round before the next round; its last timed output checked), one autotuned kernel after another,
+  round before the next round; its outputs checked at calls it cannot foresee, as in the timing
+  rounds: timing_rounds._accountable_calls), one autotuned kernel after another,
   the others held at their current choice;
 - per tuning key, the configuration with the least time over the workloads that share the key
   (their geometric mean, what the task's speedup is), a tie within noise going to the earlier
@@ -336,7 +337,8 @@ class AutotuneRounds:
     def _time_configs(self, box: Sandbox, req: dict, ref, deadline: float, k: dict, held: dict,
                       check: bool) -> None:
         """Each configuration on each workload in TUNE_ROUNDS rounds (a round: every configuration,
-        every workload); the candidate's last timed output of each is checked. Chooses per key."""
+        every workload); the candidate's outputs checked at calls the judge picks once they are over
+        (_accountable_calls). Chooses per key."""
         n, names = len(k["configs"]), [w["name"] for w in req["workloads"]]
         spans: dict[str, list[list[float]]] = {w: [[] for _ in range(n)] for w in names}
         kernel: dict[str, list[list[float]]] = {w: [[] for _ in range(n)] for w in names}

@@ -27,8 +27,9 @@ The evidence, in order (the first failure decides):
 3. the trace of one call: no compute outside the candidate's Triton launches (GPU kernels or,
    on the interpreter, host ops that are not data movement);
 4. timing in interleaved rounds with the comparators, on a GPU until every comparison is
-   decided (stats.py); the last timed output of each round is checked, and the judge's own
-   clock bounds what the sandbox reports;
+   decided (stats.py); the judge picks, after each timed call, whether to read its outputs, and
+   writes new inputs between calls at random (timing_rounds._accountable_calls); comparators'
+   outputs are checked too, and the judge's own clock bounds what the sandbox reports;
 5. correctness again after timing, on inputs never seen before.
 """
 

@@ -4,10 +4,12 @@ The comparators (baseline, parent, the task's own reference) and the copy yardst
 memory-bound kernels start in sandboxes of their own while the candidate is checked, and make
 their first calls then, so their kernels compile before anything is timed. Rounds are the outer
 loop: in round r every workload, each function in rotating order; on a GPU the rounds go on
-until every comparison of the candidate is decided (stats.py), at most a cap. Every timed call of
-the candidate gets inputs it has not seen before and its last output of each round is checked;
-over all its rounds, its calls on fresh values must not be slower than on values seen before,
-and no work may run in other processes. What each function's rounds gathered becomes its
+until every comparison of the candidate is decided (stats.py), at most a cap. On a GPU no timed
+call can tell whether it is checked or its inputs are new (`_accountable_calls`); on the
+interpreter every timed call gets fresh inputs and is checked. Comparators' outputs are checked
+too (a comparator wrong when timed is void, `self.void`), but the task's own reference's. Over
+all its rounds, the candidate's calls on fresh values must not be slower than on values seen
+before, and no work may run in other processes. What each function's rounds gathered becomes its
 summary: the median and spread of its samples, each round's median, the secondary figures.
 
 `TimingRounds` is a mixin of the judge (judge.py `Judge`), whose inputs, expected outputs and
