@@ -6,8 +6,8 @@ their first calls then, so their kernels compile before anything is timed. Round
 loop: in round r every workload, each function in rotating order; on a GPU the rounds go on
 until every comparison of the candidate is decided (stats.py), at most a cap. On a GPU no timed
 call can tell whether it is checked or its inputs are new (`_accountable_calls`); on the
-interpreter every timed call gets fresh inputs and is checked. Comparators' outputs are checked
-too (a comparator wrong when timed is void, `self.void`), but the task's own reference's. Over
+interpreter every timed call gets fresh inputs and is checked. Every comparator's outputs but the
+task's own reference's are checked too (a comparator wrong when timed is void, `self.void`). Over
 all its rounds, the candidate's calls on fresh values must not be slower than on values seen
 before, and no work may run in other processes. What each function's rounds gathered becomes its
 summary: the median and spread of its samples, each round's median, the secondary figures.
