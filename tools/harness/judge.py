@@ -344,7 +344,8 @@ class Judge(TimingRounds, AutotuneRounds):
 
     def _drawn_expected(self, ref, req: dict, workload: dict, seed: int, tag: str, inputs, where: str):
         """The reference's outputs on a draw made from the task's inputs (`tag` says how), kept
-        as the task's own draws' are: a second request on the task runs no reference for it."""
+        as the task's own draws' are: each configuration stressed on the draw, and a replay of
+        the evaluation's seed, run no reference for it again."""
         key = (*self._key(req, workload, seed), tag)
         entry = self.prepared.get(key)
         if entry is None:
@@ -417,11 +418,11 @@ class Judge(TimingRounds, AutotuneRounds):
                 raise Reject("input_mutated", f"{where}: input {i} was modified by the kernel")
         return outs
 
-    def check(self, box, req, ref, seeds, deadline, errors=None, twice: bool = False) -> int:
+    def check(self, box, req, ref, drawn, deadline, errors=None, twice: bool = False) -> int:
         checked = 0
         threads0 = -1
         for workload in req["workloads"]:
-            for seed in seeds:
+            for seed in drawn:  # the seeds of the input sets to check (not the seeds module)
                 where = f"workload {workload['name']} seed {seed}"
                 inputs, expected = self.prepare(ref, req, workload, seed, where)  # the reference first, on copies
                 self.output_bytes[workload["name"]] = _written_bytes(self.torch, expected)
