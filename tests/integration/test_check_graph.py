@@ -34,7 +34,7 @@ def test_a_check_through_the_graph_is_the_clis_record(softmax_task, tmp_path):
     kernel.write_text(BASELINE)
     out = graph.invoke({"task_dir": str(softmax_task), "kernel": str(kernel), "device": "cpu"})
     cli = json.loads(CliRunner().invoke(app, ["check", str(softmax_task), str(kernel), "--device", "cpu",
-                                              "--json"]).output)
+                                              "--json", "--replay", str(out["seed"])]).output)  # the same inputs
     assert set(out) == set(cli) and out["status"] == cli["status"] == "verified"
     assert out["evidence"] == cli["evidence"] and set(out["versus"]) == {"baseline"}
     assert out["before_judge_s"]["process"] is None  # not this process's start: it was running already

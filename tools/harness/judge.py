@@ -53,10 +53,13 @@ if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(
     sys.path.pop(0)
 
 RESULT_MARK = "@@ACCELOPT_RESULT@@"
-# On the widened draw, atol may grow to this multiple of the reference's own rounding against
-# float64: another order of the same arithmetic errs by about as much as the reference's order
-# does; an answer computed otherwise (abs where the reference is ReLU) by the size of the values.
-ROUNDING_SLACK = 4.0
+# On the widened and stress draws, atol may grow to this multiple of the reference's own rounding
+# against float64: another order of the same arithmetic errs by a few times what the reference's
+# order does; an answer computed otherwise (abs where the reference is ReLU) by the size of the
+# values. A chunked float32 scan of 16384 signed values (KernelBench's reverse cumsum), emulated in
+# torch over 200 draws, needed up to 8.3x, more than 4x in 5% of them: 4, the factor while the
+# signed draw's seed was a constant, rejected an honest scan on one draw in twenty.
+ROUNDING_SLACK = 16.0
 # Inputs and reference outputs kept between requests, bounded by bytes: a slow reference
 # (FlashInfer-Bench's attention references are Python loops taking seconds) runs once per
 # workload x seed, while KernelBench-sized inputs (GBs) are never kept.
