@@ -204,9 +204,13 @@ def show(result: EvalResult, kernel: Path, compile_mode: str = "default", startu
             verdict = "faster" if vs.faster else "slower" if vs.slower else "within noise"
             verdict += f" (noise floor {vs.noise_floor:.0%})" if vs.noise_floor else ""
         label = name + (mode_note(compile_mode) if name == "torch_compile" else "")
-        shown = v if v is not None and v.basis == "kernel_only" else vs
-        say(console, f"  vs {label}: {shown.speedup:.3f}x ({interval_label(vs.rounds)}: {shown.ci_low:.3f}-"
-                     f"{shown.ci_high:.3f}): {verdict}")
+        if v is not None and v.basis != "interpreter" and v.rounds_low is not None:
+            # the interval across evaluations first: it is what another evaluation's figure falls in
+            figure = (f"{v.speedup:.3f}x [{v.ci_low:.3f}, {v.ci_high:.3f}] across evaluations "
+                      f"({interval_label(vs.rounds)}: {v.rounds_low:.3f}-{v.rounds_high:.3f})")
+        else:
+            figure = f"{vs.speedup:.3f}x ({interval_label(vs.rounds)}: {vs.ci_low:.3f}-{vs.ci_high:.3f})"
+        say(console, f"  vs {label}: {figure}: {verdict}")
         if v is not None and v.basis != "interpreter" and (v.basis == "kernel_only" or v.word == "undecided"
                                                            or name in result.versus_kernel):
             say(console, f"    why: {v.reason}")

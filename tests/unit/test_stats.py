@@ -102,3 +102,27 @@ def test_an_interval_stalls_only_from_the_sixth_round_when_three_rounds_narrowed
     assert stalled({3: 0.3, 4: 0.3, 5: 0.3, 6: 0.28})                # 7% narrower in three rounds
     assert not stalled({3: 0.3, 4: 0.29, 5: 0.27, 6: 0.26})          # 13% narrower: still worth rounds
     assert not stalled({4: 0.3, 5: 0.3, 6: 0.3})                     # no figure three rounds back
+
+
+def test_one_measurement_pools_to_its_own_reported_interval():
+    from accelopt.tools.harness.stats import Interval, across, pool
+
+    one = Interval(1.286, 1.286, 1.321, 3)
+    pooled = pool([one], 0.02)
+    assert pooled.measurements == 1 and pooled.interval == across(one, 0.02)
+
+
+def test_agreeing_measurements_narrow_the_pooled_figure_and_disagreeing_ones_widen_it():
+    """Issue 65's run: the best measured 1.286x [1.286, 1.321] once; the same program measured
+    again near 1.37-1.39x. Pooled, the figure moves between them and its interval holds both, wider
+    than either alone; two agreeing measurements give a narrower interval than either."""
+    from accelopt.tools.harness.stats import Interval, across, pool
+
+    low, high = Interval(1.286, 1.286, 1.321, 3), Interval(1.39, 1.385, 1.395, 4)
+    apart = pool([low, high], 0.02)
+    assert 1.286 < apart.interval.speedup < 1.39 and apart.spread > 0.02
+    assert apart.interval.low < 1.286 and apart.interval.high > 1.39
+    a, b = Interval(1.375, 1.372, 1.378, 4), Interval(1.376, 1.373, 1.379, 4)
+    together = pool([a, b], 0.02)
+    assert together.spread == 0.0 and together.measurements == 2
+    assert together.interval.high - together.interval.low < across(a, 0.02).high - across(a, 0.02).low

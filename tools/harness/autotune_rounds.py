@@ -64,8 +64,6 @@ else:
 
 TUNE_ROUNDS = 3          # rounds per autotuned kernel; each round times every configuration once per workload
 TUNE_REPS = 5            # timed calls per configuration, workload and round
-# A configuration costs a workload "a real cost" beyond this share: the shared-key advice is given.
-SHARED_KEY_COST = 0.05
 STEP_US = 0.25           # CUPTI reports a 2 µs kernel's time in steps of 0.25 µs
 TIE_US = 0.3             # what Triton's own autotuner cannot tell apart on one workload (a step, and a bit)
 # What Triton's autotuner reports for a configuration that cannot run on this GPU; the judge leaves
@@ -114,11 +112,12 @@ def choose(times: dict[str, list[float]], keys: dict[str, str], floor: float) ->
 
 def shared_key_notes(kernel: str, key_names: list[str], times: dict[str, list[float]], keys: dict[str, str],
                      chosen: dict[str, int], floor: float, unit: dict[str, str]) -> list[str]:
-    """Where workloads share a tuning key and one of them pays for it, said with its figures: what
-    Triton's own autotuner would run on it in a process where another shape of the key comes
-    first (that shape's configurations within noise: any of them may win), and what the judge's
-    choice costs it against its own best. Advice for the kernel's author: tell the shapes apart in
-    `key`."""
+    """Wherever workloads share a tuning key, one note per workload after the first, by that rule
+    alone, so that it is said in every process or in none (a threshold on measured costs said it in
+    2 of 8 processes of one kernel). With its figures: what Triton's own autotuner may run on it in a
+    process where the first shape of the key comes first (any configuration within noise there),
+    and what the judge's choice for the key costs it against its own best. Advice for the kernel's
+    author: tell the shapes apart in `key`."""
     notes = []
     for key, index in chosen.items():
         group = [w for w, k in keys.items() if k == key and w in times]
@@ -127,19 +126,14 @@ def shared_key_notes(kernel: str, key_names: list[str], times: dict[str, list[fl
         first = group[0]
         tied = [i for i, t in enumerate(evened(times[first], floor)) if t == min(times[first])]
         for w in group[1:]:
-            best = min(times[w])
-            worst = max(times[w][i] for i in tied)
-            if worst > best * (1 + SHARED_KEY_COST) and worst < math.inf:
-                notes.append(
-                    f"{kernel}: {w} runs the configuration chosen on {first} when that shape comes first "
-                    f"(one tuning key, key={key_names}; {len(tied)} of {len(times[first])} configurations are within "
-                    f"noise on {first}): up to {worst:.1f} µs against {best:.1f} µs ({unit[w]}); add the dimension "
-                    f"that tells {first} and {w} apart to `key`")
-        for w in group:
-            best = min(times[w])
-            if times[w][index] > best * (1 + SHARED_KEY_COST):
-                notes.append(f"{kernel}: {w} runs configuration {index}, the best over the workloads sharing its key, "
-                             f"at {times[w][index]:.1f} µs against {best:.1f} µs with its own best ({unit[w]})")
+            best, worst, ran = min(times[w]), max(times[w][i] for i in tied), times[w][index]
+            costs = (f"any of the {len(tied)} of {len(times[first])} configurations within noise on {first} may run "
+                     f"on {w}: up to {worst:.1f} µs against its best {best:.1f} µs ({unit[w]})"
+                     if worst < math.inf else f"a configuration within noise on {first} cannot run on {w}")
+            notes.append(f"{kernel}: {w} shares one tuning key with {first} (key={key_names}), so Triton's autotuner "
+                         f"tunes once for both, on the shape that comes first; {costs}; the judge's choice for the "
+                         f"key, configuration {index}, runs at {ran:.1f} µs; add the dimension that tells {first} and "
+                         f"{w} apart to `key`")
     return notes
 
 

@@ -126,9 +126,11 @@ class Verdict(BaseModel):
     word: VerdictWord
     basis: Basis
     speedup: float
-    ci_low: float
+    ci_low: float      # the reported interval: the rounds' widened by the noise floor (stats.across)
     ci_high: float
     reason: str
+    rounds_low: float | None = None   # the rounds' own interval (interval_label), which the judge stops on
+    rounds_high: float | None = None  # (None in records written before it was kept apart)
 
 
 StopReason = Literal["decided", "stalled", "cap", "interpreter", "no_comparators", "time_limit"]

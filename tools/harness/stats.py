@@ -105,3 +105,57 @@ def stalled(widths: Mapping[int, float]) -> bool:
     last = max(widths)
     before = widths.get(last - STALL_LOOKBACK)
     return last >= STALL_AFTER and before is not None and widths[last] > STALL_GAIN * before
+
+
+# ---------------------------------------------------------------- across evaluations
+
+_Z95 = 1.96
+
+
+def across(iv: Interval, floor: float) -> Interval:
+    """The interval a verdict reports: the rounds' interval widened by the noise floor on each
+    side. The rounds of one evaluation share its process, its inputs' placement and its stretch of
+    the GPU's clocks, so their interval says nothing of the next evaluation's; the floor is what
+    two evaluations of one program may differ by (the reason a smaller difference is not called
+    one). So a reported interval lies above 1 exactly where the rounds clear the floor (`side`
+    "faster"), below 1 exactly where they fall under it."""
+    up = 1.0 + floor
+    return Interval(speedup=iv.speedup, low=iv.low / up, high=iv.high * up, rounds=iv.rounds)
+
+
+@dataclass(frozen=True)
+class Pooled:
+    """Several evaluations of one program against one comparator, as one figure: `interval` is
+    reported as `across` reports one evaluation's, `spread` the between-evaluation standard
+    deviation (log scale) the figures themselves showed, beyond what their rounds explain."""
+
+    interval: Interval
+    measurements: int
+    spread: float
+
+
+def pool(measured: Sequence[Interval], floor: float) -> Pooled:
+    """One figure from several evaluations' rounds' intervals (not `across`'s), by a random-effects
+    mean on the log scale (DerSimonian-Laird): each evaluation's standard error read off its
+    interval, the between-evaluation variance estimated from how far the figures disagree beyond
+    those errors, each evaluation weighted by both. The pooled interval is that mean's 95% interval,
+    widened by the floor as one evaluation's is (`across`): one measurement pools to its own
+    reported interval, and figures that disagree widen it."""
+    if not measured:
+        raise ValueError("no measurements to pool")
+    ys = [math.log(max(m.speedup, _TINY_US)) for m in measured]
+    ses = [max(math.log(max(m.high, _TINY_US) / max(m.low, _TINY_US)), 0.0) / (2 * _Z95) or 1e-6 for m in measured]
+    w = [1.0 / s ** 2 for s in ses]
+    fixed = sum(wi * y for wi, y in zip(w, ys)) / sum(w)
+    q = sum(wi * (y - fixed) ** 2 for wi, y in zip(w, ys))
+    scale = sum(w) - sum(wi ** 2 for wi in w) / sum(w)
+    tau2 = max(0.0, (q - (len(ys) - 1)) / scale) if scale > 0 else 0.0
+    w_re = [1.0 / (s ** 2 + tau2) for s in ses]
+    mean = sum(wi * y for wi, y in zip(w_re, ys)) / sum(w_re)
+    half = _Z95 * math.sqrt(1.0 / sum(w_re))
+    if len(measured) == 1:  # its own interval, asymmetric as the rounds made it
+        inner = measured[0]
+    else:
+        inner = Interval(speedup=math.exp(mean), low=math.exp(mean - half), high=math.exp(mean + half),
+                         rounds=sum(m.rounds for m in measured))
+    return Pooled(interval=across(inner, floor), measurements=len(measured), spread=math.sqrt(tau2))

@@ -8,9 +8,15 @@ candidate's or the comparator's): then host work between launches, which varies 
 round, decides the span, and the comparison is decided on kernel-only time, as FlashInfer-Bench's
 evaluator times kernels. Either way the verdict names its timer and gives both figures.
 
-A verdict is `faster` or `slower` where its interval clears the noise floor, `within noise` where
-it lies inside it, `undecided` where it straddles a bound (more rounds might tell), and `no
-verdict` on the CPU interpreter, whose times are not performance.
+A verdict is `faster` or `slower` where its rounds' interval clears the noise floor, and `no
+verdict` on the CPU interpreter, whose times are not performance. Otherwise it is a tie, `within
+noise`, where the speedup itself lies inside the floor and its interval is a figure (no wider than
+stats.DECIDED_WIDTH), and `undecided` where the speedup lies beyond the floor but its interval
+reaches inside (more rounds might tell) or the interval is too wide to be a figure. The word is a
+function of the interval and the floor alone: a kernel at a tie is `within noise` in every process,
+whether or not its rounds happen to straddle a bound. The interval it reports is the rounds' widened
+by the floor (stats.across), so that it holds another evaluation's figure: it lies above 1 exactly
+where the verdict is `faster`.
 """
 
 from __future__ import annotations
@@ -68,12 +74,32 @@ def _floor(result: EvalResult, comparator: str) -> float:
     return vs.noise_floor if vs is not None and vs.noise_floor else stats.NOISE_FLOOR
 
 
-def _side(c: Comparison) -> str:
-    return stats.side(stats.Interval(c.speedup, c.ci_low, c.ci_high, c.rounds), c.noise_floor or stats.NOISE_FLOOR)
+def _interval(c: Comparison) -> stats.Interval:
+    return stats.Interval(c.speedup, c.ci_low, c.ci_high, c.rounds)
+
+
+def word_of(c: Comparison) -> VerdictWord:
+    """The word for one comparison's rounds against its noise floor (see the module's docstring)."""
+    floor = c.noise_floor or stats.NOISE_FLOOR
+    side = stats.side(_interval(c), floor)
+    if side != "unclear":
+        return _WORDS[side]
+    tie = 1.0 / (1.0 + floor) <= c.speedup <= 1.0 + floor and stats.width(_interval(c)) <= stats.DECIDED_WIDTH
+    return "within noise" if tie else "undecided"
 
 
 def _figure(label: str, c: Comparison) -> str:
     return f"{label} {c.speedup:.3f}x [{c.ci_low:.3f}, {c.ci_high:.3f}]"
+
+
+def _said(word: VerdictWord, basis: Basis, c: Comparison, reason: str) -> Verdict:
+    """A verdict on comparison `c`, reporting the interval across evaluations (stats.across)."""
+    wide = stats.across(_interval(c), c.noise_floor or stats.NOISE_FLOOR)
+    if word == "within noise" and stats.side(_interval(c), c.noise_floor or stats.NOISE_FLOOR) == "unclear":
+        reason = (f"a tie: the speedup lies inside the {c.noise_floor or stats.NOISE_FLOOR:.0%} floor, its rounds "
+                  f"reach past it on one side without clearing it; {reason}")
+    return Verdict(word=word, basis=basis, speedup=c.speedup, ci_low=wide.low, ci_high=wide.high, reason=reason,
+                   rounds_low=c.ci_low, rounds_high=c.ci_high)
 
 
 def verdict(result: EvalResult, comparator: str) -> Verdict | None:
@@ -83,28 +109,27 @@ def verdict(result: EvalResult, comparator: str) -> Verdict | None:
         return None
     if result.timer == "interpreter_wall":
         return Verdict(word="no verdict", basis="interpreter", speedup=span.speedup, ci_low=span.ci_low,
-                       ci_high=span.ci_high, reason="the CPU interpreter's wall clock cannot tell faster from slower")
+                       ci_high=span.ci_high, reason="the CPU interpreter's wall clock cannot tell faster from slower",
+                       rounds_low=span.ci_low, rounds_high=span.ci_high)
     kernel = result.versus_kernel.get(comparator)
     host = host_dominated(result, comparator)
-    span_side, kernel_side = _side(span), _side(kernel) if kernel is not None else "unclear"
+    span_word = word_of(span)
+    kernel_word = word_of(kernel) if kernel is not None else "undecided"
     both = _figure("span", span) + (f", {_figure('kernel-only', kernel)}" if kernel is not None else "")
-    if host and kernel is not None and kernel_side != "unclear":
-        return Verdict(word=_WORDS[kernel_side], basis="kernel_only", speedup=kernel.speedup, ci_low=kernel.ci_low,
-                       ci_high=kernel.ci_high,
-                       reason=f"host-dominated calls ({'; '.join(host)}): decided on kernel-only time (CUPTI); {both}")
-    if span_side != "unclear":
+    if host and kernel is not None and kernel_word != "undecided":
+        return _said(kernel_word, "kernel_only", kernel,
+                     f"host-dominated calls ({'; '.join(host)}): decided on kernel-only time (CUPTI); {both}")
+    if span_word != "undecided":
         why = f"decided on the span; {both}"
         if host:
             why = f"host-dominated calls ({'; '.join(host)}), kernel-only time undecided: {why}"
-        return Verdict(word=_WORDS[span_side], basis="span", speedup=span.speedup, ci_low=span.ci_low,
-                       ci_high=span.ci_high, reason=why)
+        return _said(span_word, "span", span, why)
     if host:
         why = (f"host-dominated calls ({'; '.join(host)}): "
                + ("no kernel-only rounds to decide on" if kernel is None else "kernel-only time undecided too"))
     else:
         why = "no workload is host-dominated: the rounds themselves disagree"
-    return Verdict(word="undecided", basis="span", speedup=span.speedup, ci_low=span.ci_low, ci_high=span.ci_high,
-                   reason=f"{why}; {both}")
+    return _said("undecided", "span", span, f"{why}; {both}")
 
 
 def ranked(result: EvalResult) -> dict[str, tuple[Comparison, Basis]]:
