@@ -1,5 +1,6 @@
-"""`accelopt show RUN_DIR [--json]` (one run at a glance) and `accelopt runs [DIR] [--json]` (runs
-side by side). Rendering only: what a run directory holds is read by `evals/reporting/runs.py`."""
+"""`accelopt show RUN_DIR [--json] [--confirm]` (one run at a glance) and `accelopt runs [DIR]
+[--json]` (runs side by side). Rendering, and `--confirm`'s composition: what a run directory holds
+is read by `evals/reporting/runs.py`, the best's figure pooled by `tools/best_figure.py`."""
 
 from __future__ import annotations
 
@@ -23,14 +24,16 @@ SHOW_JSON_HELP = (
     "kernel | slower | interpreter), outcome_text, stop_reason, held_by, "
     "started, model, device_name, timer (cuda_event | interpreter_wall | ...), timer_label, iterations_done, "
     "iterations_planned, candidates_evaluated, tokens, cost_usd, best_id, best {speedup, ci_low, ci_high, rounds, "
-    "faster}, beam [{id, iteration, status, kind, vs_baseline}], lineage [{id, iteration, kind, parent_id, plan_id, "
+    "faster} (its own evaluation), best_figure {speedup, ci_low, ci_high, measurements, confirmed, rounds, spread, "
+    "word, basis, pooled, failed_confirmation} (what the run reports: every evaluation of its program pooled; "
+    "null on the interpreter until --confirm), not_confirmed, beam [{id, iteration, status, kind, vs_baseline}], lineage [{id, iteration, kind, parent_id, plan_id, "
     "plan_title, plan, fix_of, status, vs_baseline, vs_parent}] (baseline first, beam head last), diff (unified, "
     "baseline -> best; '' when the best is the baseline), notes")
 RUNS_JSON_HELP = (
     "Print one JSON list and nothing else, one object per run: run_dir, task, started, state, outcome and verdict "
     "(as show --json), "
-    "outcome_text, note, iterations_done, iterations_planned, best_id, best_speedup, timer, timer_label, model, "
-    "cost_usd")
+    "outcome_text, note, iterations_done, iterations_planned, best_id, best_speedup, best_interval, "
+    "best_measurements, timer, timer_label, model, cost_usd")
 
 
 INTERPRETER = "interpreter_wall"
@@ -65,20 +68,55 @@ def _say(console: Console, text: str, indent: int = 0, style: str = "") -> None:
 
 def show(run_dir: Annotated[Path, typer.Argument(help="A run directory (runs/TASK-TIME, --run-dir, or a task's folder "
                                                 "in an `accelopt eval` directory)")],
-         as_json: Annotated[bool, typer.Option("--json", help=SHOW_JSON_HELP)] = False) -> None:
+         as_json: Annotated[bool, typer.Option("--json", help=SHOW_JSON_HELP)] = False,
+         confirm: Annotated[bool, typer.Option("--confirm", help=(
+             "First evaluate the best kernel once more against the baseline, by the rules of `check` (fresh "
+             "inputs, rounds until decided), and pool it with every earlier evaluation of its program: "
+             "summary.json's best figure says how many it pools"))] = False,
+         device: Annotated[str, typer.Option(help="Where --confirm evaluates: auto, cuda or cpu")] = "auto") -> None:
     """One run at a glance: task, device and timer, outcome, the beam, how the best kernel came
     from the baseline (each step's plan and speedup), and its diff against the baseline.
-    Exit 2 when RUN_DIR is not a run directory."""
+    Exit 2 when RUN_DIR is not a run directory (or, with --confirm, a run still going)."""
     from accelopt.evals.reporting.runs import NotARunDir, load_run
 
     try:
         view = load_run(run_dir)
     except NotARunDir as e:
         fail(str(e))
+    if confirm:
+        if view.state == "running":
+            fail(f"{run_dir} is running ({view.held_by}): confirm its best once it has ended")
+        _confirm(run_dir, device)
+        view = load_run(run_dir)
     if as_json:
         typer.echo(view.model_dump_json())
         return
     _render_run(view, Console())
+
+
+def _confirm(run_dir: Path, device: str) -> None:
+    """The best confirmed once more (nodes/services.confirm), summary.json's figure pooled anew."""
+    from accelopt.evals.reporting.runs import run_candidates
+    from accelopt.nodes.context import RunContext
+    from accelopt.nodes.services import confirm
+    from accelopt.tools.best_figure import pinned_source
+    from accelopt.tools.run_record import load_summary, write_summary
+    from accelopt.tools.task import TaskError, load_task
+
+    summary = load_summary(run_dir)
+    candidates = run_candidates(run_dir)
+    if summary is None or summary.best_id not in candidates or "baseline" not in candidates:
+        fail(f"{run_dir}: no summary.json or candidates to confirm the best from")
+    if summary.best_id == "baseline":
+        fail(f"{run_dir}: its best is the baseline itself: nothing to confirm against it")
+    try:
+        task = load_task(Path(summary.task_dir))
+    except TaskError as e:
+        fail(f"{run_dir}: its task cannot be loaded to confirm the best: {e}")
+    source = pinned_source(candidates[summary.best_id])
+    got = confirm(task, source or "", candidates["baseline"]["source"], RunContext(device=device), str(run_dir),
+                  nth=len(summary.confirmations), device=None if device == "auto" else device)
+    write_summary(str(run_dir), summary.with_confirmations(candidates, [*summary.confirmations, got]), None)
 
 
 def _render_run(view: RunView, console: Console) -> None:
@@ -113,9 +151,13 @@ def _render_run(view: RunView, console: Console) -> None:
     if view.best is not None and interpreter:  # what was measured; the rule ranked it, not its speed
         head.add_row("beam head", _cell(f"{view.best_id}: {view.best.text}, the baseline's interpreter wall time "
                                         "over its own (not performance)"))
-    elif view.best is not None:
+    elif view.best is not None and view.best_figure is None:
         label = f" ({view.timer_label})" if view.timer_label else ""
         head.add_row("best kernel", _cell(f"{view.best_id}: {view.best.text} vs baseline{label}"))
+    if view.best_figure is not None:
+        head.add_row("best kernel" if not interpreter else "confirmed", _cell(_figure(view)))
+    if view.not_confirmed and not interpreter:
+        head.add_row("not confirmed", _cell(view.not_confirmed))
     for note in view.notes:
         head.add_row("note", _cell(note))
     console.print(head)
@@ -152,6 +194,20 @@ def _render_run(view: RunView, console: Console) -> None:
     elif view.best_id == "baseline":
         _say(console, "The beam's head is still the baseline: no diff." if interpreter else
              "The best kernel is still the baseline: no diff.")
+
+
+def _figure(view: RunView) -> str:
+    """The best's figure as the run reports it: pooled, with its interval across evaluations."""
+    from accelopt.evals.reporting.rows import interval_text
+
+    f = view.best_figure
+    assert f is not None
+    label = f" ({view.timer_label})" if view.timer_label else ""
+    text = (f"{view.best_id}: {f.speedup:.3f}x vs baseline{label} "
+            f"[{interval_text(f.ci_low, f.ci_high, f.rounds, f.measurements, f.confirmed)}]: {f.word}")
+    if f.failed_confirmation:
+        text += f"; a confirmation failed: {f.failed_confirmation}"
+    return text
 
 
 def runs(directory: Annotated[Path | None, typer.Argument(
@@ -196,6 +252,10 @@ def _render_runs(listed: list[RunListing], root: Path, console: Console) -> None
                         "over its own")
             else:
                 best = f"best {r.best_id}: {r.best_speedup:.3f}x vs baseline ({r.timer_label or 'timer unknown'})"
+                if r.best_interval and r.best_measurements:
+                    low, high = r.best_interval
+                    best += f" [{low:.3f}, {high:.3f} across {r.best_measurements} evaluation" + \
+                        ("s]" if r.best_measurements > 1 else "]")
             _say(console, best, 2)
         outcome = r.outcome_text + (f": {r.note}" if r.note and r.state in ("stopped", "skipped", "failed") else "")
         _say(console, outcome, 2)

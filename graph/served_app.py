@@ -68,7 +68,10 @@ def _comparison(versus: dict[str, Any], verdict: dict[str, Any] | None, timer: s
     figure = verdict if verdict else versus
     return {"speedup": round(figure["speedup"], 4),
             "interval": [round(figure["ci_low"], 4), round(figure["ci_high"], 4)],
-            "interval_is": interval_label(versus.get("rounds")),
+            "interval_is": (f"across evaluations: the {interval_label(versus.get('rounds'))} "
+                            f"({verdict['rounds_low']:.4f}-{verdict['rounds_high']:.4f}) widened by the noise floor"
+                            if verdict and verdict.get("rounds_low") is not None
+                            else interval_label(versus.get("rounds"))),
             "timer": verdict["basis"] if verdict else "span",
             "verdict": verdict["word"] if verdict else _word(versus, timer),
             **({"reason": verdict["reason"]} if verdict and verdict.get("reason") else {})}
@@ -124,8 +127,18 @@ def run_digest(state: dict[str, Any]) -> dict[str, Any]:
         "statuses": summary.get("statuses"),
     }
     versus = (best.get("versus") or {}).get("baseline")
-    if versus and best_id != state.get("baseline_id", "baseline"):
+    figure = summary.get("best_figure")
+    if figure and summary.get("best_id") == best_id:  # every evaluation of its program pooled
+        digest["versus_baseline"] = {
+            "speedup": round(figure["speedup"], 4), "interval": [round(figure["ci_low"], 4), round(figure["ci_high"], 4)],
+            "interval_is": f"across {figure['measurements']} evaluation(s) of its program, pooled, "
+                           f"{figure.get('confirmed') or 0} of them confirming it at the run's end",
+            "timer": figure.get("basis"), "verdict": figure["word"],
+            **({"failed_confirmation": figure["failed_confirmation"]} if figure.get("failed_confirmation") else {})}
+    elif versus and best_id != state.get("baseline_id", "baseline"):
         digest["versus_baseline"] = _comparison(versus, None, timer)
+    if summary.get("not_confirmed") and best_id != state.get("baseline_id", "baseline"):
+        digest["not_confirmed"] = summary["not_confirmed"]
     if state.get("fatal"):
         digest["fatal"] = state["fatal"]
     if timer == "interpreter_wall":

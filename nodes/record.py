@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from accelopt.nodes.records import Candidate, plans_of, summary_record
 from accelopt.nodes.state import RunState
-from accelopt.tools.harness.autotune_choices import pinned_source
-from accelopt.tools.harness.result import AutotuneRecord
+from accelopt.tools.best_figure import pinned_source
 from accelopt.tools.run_record import run_summary, write_summary
 from accelopt.tools.rundir import append_plans
 
@@ -22,8 +21,5 @@ def record(state: RunState) -> RunState:
 
 
 def best_kernel_source(candidate: Candidate) -> str | None:
-    """The best kernel as best_kernel.py holds it: with the configuration the judge chose for its
-    autotuned kernel written in (a user's process would otherwise tune anew, and may pick another)."""
-    source = candidate.get("source")
-    chosen = (candidate.get("autotune_choice") or {}).get("candidate")
-    return pinned_source(source, AutotuneRecord(**chosen)).text if source and chosen else source
+    """The best kernel as best_kernel.py holds it (tools/best_figure.pinned_source)."""
+    return pinned_source(candidate)

@@ -480,6 +480,9 @@ class Summary(TypedDict):
     autotune: NotRequired[AutotuneSplit | None]
     note: str | None
     versus_torch_compile: NotRequired[TorchCompileStanding | NotMeasured]
+    best_figure: NotRequired[dict[str, Any] | None]   # tools/best_figure.BestFigure: best_speedup's, pooled
+    confirmations: NotRequired[list[dict[str, Any]]]  # tools/best_figure.Confirmation each
+    not_confirmed: NotRequired[str | None]
 
 
 def summary_record(summary: RunSummary) -> Summary:

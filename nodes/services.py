@@ -4,7 +4,6 @@ profiler, autotune), and the memory store (recall, summarizer)."""
 
 from __future__ import annotations
 
-import ast
 import itertools
 from collections.abc import Callable, Mapping
 from functools import lru_cache
@@ -20,10 +19,10 @@ from accelopt.policies.interface import Kernel, PolicyError
 from accelopt.policies.replies import plan_title
 from accelopt.tools import inflight, timeline
 from accelopt.tools.backends import RayTritonBackend, backend_for
+from accelopt.tools.best_figure import Confirmation, program_key
 from accelopt.tools.harness.result import user_paths
 from accelopt.tools.harness.verdict import ranked, void_comparisons
 from accelopt.tools.llm_spec import BudgetExceeded
-from accelopt.tools.pyparse import parse
 from accelopt.tools.runcache import RunCache, device_fingerprint, digest
 from accelopt.tools.task import Task
 from accelopt.tools.tracing import traced_evaluation
@@ -137,15 +136,6 @@ def measure(task: Task, source: str, ctx: RunContext, *, baseline: Mapping[str, 
     return fields
 
 
-def program_key(source: str) -> str:
-    """What makes two sources one program: the syntax tree, not comments or layout (the source
-    itself where it does not parse)."""
-    try:
-        return digest(ast.dump(parse(source)))
-    except (SyntaxError, ValueError):
-        return digest(source)
-
-
 def _measure(task: Task, source: str, ctx: RunContext, device: str | None, compare: dict,
              baseline: Mapping[str, Any] | None, parent: Mapping[str, Any] | None, trusted: bool,
              on_node: Callable[[str], None] | None = None) -> dict:
@@ -194,6 +184,35 @@ def _measure(task: Task, source: str, ctx: RunContext, device: str | None, compa
                 fields.update(speedup_vs_parent=vs_parent.speedup, beats_parent=vs_parent.faster and not void,
                               loses_to_parent=vs_parent.slower and not void)
     return fields
+
+
+def confirm(task: Task, source: str, baseline_source: str, ctx: RunContext, run_dir: str | None = None,
+            nth: int = 0, device: str | None = None) -> Confirmation:
+    """The best once more against the baseline, by the rules of `check`: untrusted, on inputs
+    drawn afresh (a seed of its own), rounds until decided. The `nth` confirmation of a run is kept
+    in its run cache, so that a resumed run's end does not time it again, while asking again
+    (`accelopt show --confirm`) measures anew."""
+    cache = RunCache(run_dir)
+    where = device or (None if ctx.device == "auto" else ctx.device)
+    key = digest({"confirm": source, "baseline": baseline_source, "task": task.spec.model_dump(),
+                  "reference": task.reference_source, "device": device_fingerprint(where or "auto"), "nth": nth})
+    cached = cache.get("evals", key)
+    if cached is not None:
+        return Confirmation.model_validate(cached)
+    backend = backend_for(task, cluster=ctx.ray_address, profile=False)
+    result = backend.evaluate(task, source, device=where, timeout_s=ctx.eval_timeout_s,
+                              compare={"baseline": baseline_source}, trusted=False)
+    got = Confirmation(status=result.status, timer=result.timer, device_name=result.device_name, seed=result.seed,
+                       error=user_paths(result.error, "kernel.py"))
+    if result.ok and "baseline" in result.void:
+        got = got.model_copy(update={"status": "void", "error": result.void["baseline"]})
+    elif result.ok and "baseline" in result.versus:
+        comparison, basis = ranked(result)["baseline"]
+        got = got.model_copy(update={"speedup": comparison.speedup, "ci_low": comparison.ci_low,
+                                     "ci_high": comparison.ci_high, "rounds": comparison.rounds, "basis": basis})
+    if result.status != "infra_error":  # a GPU held too long elsewhere: asking again tries again
+        cache.put("evals", key, got.model_dump())
+    return got
 
 
 # ---------------------------------------------------------------- progress events

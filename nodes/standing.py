@@ -1,5 +1,6 @@
-"""standing: at the run's end, where the best kernel stands against torch.compile and eager
-PyTorch, timed interleaved in the same rounds on the run's GPU. summary.json gains
+"""standing: at the run's end, the best confirmed (evaluated once more against the baseline on fresh
+inputs, pooled with every earlier evaluation of its program: tools/best_figure.py), and where it
+stands against torch.compile and eager PyTorch, timed interleaved in the same rounds on the run's GPU. summary.json gains
 `versus_torch_compile` (the speedup, its interval and verdict, or why it was not measured) beside
 the roofline figures the record node already writes; torch_compile.json keeps the full record
 for the report. Its own node, so that every way of running the graph (CLI, `graph.invoke`,
@@ -15,9 +16,10 @@ from langgraph.runtime import Runtime
 from accelopt.nodes.common import task_of
 from accelopt.nodes.context import RunContext
 from accelopt.nodes.records import Candidate, NotMeasured, TorchCompileStanding, source_of, summary_record
-from accelopt.nodes.services import measure_against_torch
+from accelopt.nodes.services import confirm, measure_against_torch
 from accelopt.nodes.state import RunState
 from accelopt.tools import inflight
+from accelopt.tools.best_figure import pinned_source
 from accelopt.tools.harness.result import short_reason
 from accelopt.tools.run_record import RunSummary, write_summary
 
@@ -25,10 +27,31 @@ from accelopt.tools.run_record import RunSummary, write_summary
 def standing(state: RunState, runtime: Runtime[RunContext]) -> RunState:
     inflight.forget(state.get("run_dir"))  # the run ends: no later iteration collects a call in flight
     best = state["candidates"][state["beam"][0]]
-    summary = RunSummary.model_validate(state["summary"]).with_standing(
-        versus_torch_compile(state, best, runtime.context))
+    summary = confirmed(state, best, runtime.context, RunSummary.model_validate(state["summary"]))
+    summary = summary.with_standing(versus_torch_compile(state, best, runtime.context))
     write_summary(state.get("run_dir"), summary, None)
     return {"summary": summary_record(summary)}
+
+
+def confirmed(state: RunState, best: Candidate, ctx: RunContext, summary: RunSummary) -> RunSummary:
+    """The summary with the best confirmed: evaluated once more against the baseline on fresh
+    inputs (services.confirm), pooled with every earlier evaluation of its program. Where it is
+    not, the summary says why."""
+    candidates, baseline_id = state["candidates"], state["baseline_id"]
+    if best["id"] == baseline_id:
+        return summary.model_copy(update={"not_confirmed": "the best is the baseline itself"})
+    if best.get("timer") != "cuda_event":
+        return summary.model_copy(update={"not_confirmed": (
+            "timed on the CPU interpreter, whose wall clock is not performance: `accelopt show RUN_DIR --confirm` "
+            "confirms the best where a GPU is")})
+    source = pinned_source(best)
+    try:
+        got = confirm(task_of(state["task_dir"]), source_of({**best, "source": source}),
+                      candidates[baseline_id]["source"], ctx, state.get("run_dir"), nth=len(summary.confirmations))
+    except Exception as exc:  # noqa: BLE001 - the search's results are recorded; this figure must not undo them
+        return summary.model_copy(update={"not_confirmed": f"the confirmation could not run: {type(exc).__name__}: "
+                                                           f"{short_reason(str(exc), width=300)}"})
+    return summary.with_confirmations(candidates, [*summary.confirmations, got])
 
 
 def versus_torch_compile(state: RunState, best: Candidate, ctx: RunContext) -> TorchCompileStanding | NotMeasured:

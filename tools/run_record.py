@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from accelopt.tools.best_figure import BestFigure, Confirmation, best_figure
 from accelopt.tools.harness.result import NOT_EVALUATED
 from accelopt.tools.llm_spec import totals
 from accelopt.tools.rundir import atomic_write
@@ -133,12 +134,26 @@ class RunSummary(Record):
     autotune: AutotuneSummary | None = None  # added; null without --autotune
     note: str | None = None
     versus_torch_compile: Standing | None = None  # added
+    # added. best_speedup is this figure's: every evaluation of the best's program pooled, with the
+    # confirmations (tools/best_figure.py); null where the best has none (the baseline)
+    best_figure: BestFigure | None = None
+    confirmations: list[Confirmation] = []  # added: fresh evaluations of the best, the run's end's first
+    not_confirmed: str | None = None        # added: why the run's end did not confirm the best
 
     def with_standing(self, standing: Mapping[str, Any] | None) -> RunSummary:
         """The record with the standing node's torch.compile figure (unchanged given None)."""
         if standing is None:
             return self
         return RunSummary.model_validate({**self.dump(), "versus_torch_compile": standing})
+
+    def with_confirmations(self, candidates: Mapping[str, Mapping[str, Any]],
+                           confirmations: list[Confirmation], not_confirmed: str | None = None) -> RunSummary:
+        """The record with the best's figure pooled anew over the run's evaluations of its program
+        and `confirmations` (all of them: earlier ones and new)."""
+        figure = best_figure(candidates, candidates[self.best_id], confirmations)
+        return self.model_copy(update={
+            "confirmations": confirmations, "best_figure": figure, "not_confirmed": not_confirmed,
+            "best_speedup": figure.speedup if figure is not None else self.best_speedup})
 
     def dump(self) -> dict:
         """The record as summary.json holds it (and the graph's state)."""
@@ -208,9 +223,11 @@ def run_summary(state: Mapping[str, Any]) -> RunSummary:
     candidates, beam = state["candidates"], state["beam"]
     best = candidates[beam[0]]
     evaluated, statuses = candidate_counts(candidates, state["baseline_id"])
+    figure = best_figure(candidates, best)
     return RunSummary(
         task_dir=state["task_dir"], iteration=state["iteration"], stop_reason=state.get("stop_reason"),
-        best_id=best["id"], best_speedup=best.get("speedup"),
+        best_id=best["id"], best_speedup=figure.speedup if figure is not None else best.get("speedup"),
+        best_figure=figure,
         baseline_kind=candidates[state["baseline_id"]].get("kind", "kernel"),
         best_speedup_vs_parent=best.get("speedup_vs_parent"), best_parent_id=best.get("parent_id"),
         timer=best.get("timer"), device_name=best.get("device_name"), best_pct_peak=best.get("pct_peak"),

@@ -256,6 +256,10 @@ def load_row(run_dir: Path) -> TaskRow:
     # the baseline's spread in the best's rounds is not recorded (compared_us: medians only)
     base_spread = best_spread if summary.best_id == "baseline" else None
     vs = (best.get("versus") or {}).get("baseline") or {}
+    figure = summary.best_figure  # every evaluation of the best's program pooled, its confirmations too
+    if figure is not None:
+        vs = {**vs, "ci_low": figure.ci_low, "ci_high": figure.ci_high, "rounds": figure.rounds,
+              "faster": figure.word == "faster"}
     speedup = summary.best_speedup or 1.0
     timer = summary.timer
     row = TaskRow(
@@ -266,6 +270,8 @@ def load_row(run_dir: Path) -> TaskRow:
         baseline_kind=summary.baseline_kind, baseline_us=base_us, baseline_spread_pct=base_spread,
         best_us=best_us, best_spread_pct=best_spread, best_id=summary.best_id, best_kind=best.get("kind"),
         speedup=speedup, ci_low=vs.get("ci_low"), ci_high=vs.get("ci_high"), interval_rounds=vs.get("rounds"),
+        measurements=figure.measurements if figure is not None else None,
+        confirmed=figure.confirmed if figure is not None else None,
         pct_peak=summary.best_pct_peak, pct_achievable=summary.best_pct_achievable,
         pct_of_copy=summary.best_pct_of_copy, iterations=summary.iteration,
         tokens=summary.usage.input_tokens + summary.usage.output_tokens, cost_usd=summary.usage.cost_usd,
@@ -378,7 +384,8 @@ def headline(rows: list[TaskRow], figures: dict) -> tuple[list[list[str]], list[
     for r in rows:
         speedup = "-"
         if r.speedup is not None and r.correct:
-            interval = f" ({interval_text(r.ci_low, r.ci_high, r.interval_rounds)})" if r.ci_low is not None else ""
+            interval = f" ({interval_text(r.ci_low, r.ci_high, r.interval_rounds, r.measurements, r.confirmed)})" \
+                if r.ci_low is not None else ""
             speedup = f"{r.speedup:.3f}x" + (" interpreter wall time" if r.interpreter else "") + interval
         versus = "-"
         if r.vs_torch_compile is not None:

@@ -325,7 +325,8 @@ def _task_section(r: TaskRow, plots: dict[str, Plot]) -> str:
     out = [f"<h2 id='{plot_key('task', r.task)}'>Task: {html.escape(r.task)}</h2>"]
     line = f"<b class='{_label_class(r)}'>{html.escape(r.label)}</b>"
     if r.correct:
-        interval = f" [{interval_text(r.ci_low, r.ci_high, r.interval_rounds)}]" if r.ci_low is not None else ""
+        interval = (f" [{interval_text(r.ci_low, r.ci_high, r.interval_rounds, r.measurements, r.confirmed)}]"
+                    if r.ci_low is not None else "")
         if r.interpreter:  # as `accelopt show` says it: what was measured, never a speed
             line += (f": beam head {html.escape(r.best_id or '')}, {r.speedup:.3f}x the baseline's CPU interpreter "
                      f"wall time over its own{interval}: not performance")

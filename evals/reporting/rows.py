@@ -167,6 +167,8 @@ class TaskRow(BaseModel):
     ci_low: float | None = None        # the harness's interval; see interval_label
     ci_high: float | None = None
     interval_rounds: int | None = None
+    measurements: int | None = None    # evaluations the best's figure pools (tools/best_figure.py)
+    confirmed: int | None = None       # of them, confirmations at the run's end or by `show --confirm`
     pct_peak: float | None = None
     pct_achievable: float | None = None
     pct_of_copy: float | None = None  # memory-bound workloads: % of a same-size device copy's speed
@@ -250,9 +252,15 @@ def geomean(values: list[float | None] | list[float]) -> float | None:
     return math.exp(sum(map(math.log, positive)) / len(positive)) if positive else None
 
 
-def interval_text(low: float | None, high: float | None, rounds: int | None) -> str:
+def interval_text(low: float | None, high: float | None, rounds: int | None, measurements: int | None = None,
+                  confirmed: int | None = None) -> str:
+    """An interval and what it is: one evaluation's rounds, or (`measurements`) evaluations of one
+    program pooled, widened to hold another evaluation's figure (tools/best_figure.py)."""
     if low is None or high is None:
         return "–"
+    if measurements:
+        fresh = f", {confirmed} of them confirming it" if confirmed else ""
+        return f"{low:.3f}–{high:.3f}, across {measurements} evaluation{'s' if measurements > 1 else ''}{fresh}"
     return f"{low:.3f}–{high:.3f}, {interval_label(rounds)}"
 
 

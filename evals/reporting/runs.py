@@ -30,6 +30,7 @@ from pydantic import BaseModel
 
 from accelopt.evals.reporting.report import chain, lineage_steps, load_row, versus
 from accelopt.evals.reporting.rows import OUTCOMES, TIMERS, LineageStep, Speedup, TaskRow
+from accelopt.tools.best_figure import BestFigure
 from accelopt.tools.run_record import RunSummary, iterations_done, load_summary
 from accelopt.tools.rundir import LOCK_FILE, read_plans
 
@@ -100,6 +101,9 @@ class RunView(BaseModel):
     cost_usd: float = 0.0
     best_id: str | None = None
     best: Interval | None = None
+    # the figure the run reports for its best: every evaluation of its program pooled, confirmations too
+    best_figure: BestFigure | None = None
+    not_confirmed: str | None = None  # why the run's end did not confirm it
     beam: list[BeamMember] = []
     lineage: list[Step] = []       # baseline first, the best kernel (beam head) last
     diff: str | None = None        # unified diff, baseline -> best kernel ("" when the best is the baseline)
@@ -121,6 +125,8 @@ class RunListing(BaseModel):
     iterations_planned: int | None = None
     best_id: str | None = None
     best_speedup: float | None = None
+    best_interval: list[float] | None = None  # the best's figure's interval, across evaluations
+    best_measurements: int | None = None      # evaluations that figure pools
     timer: str | None = None
     timer_label: str | None = None
     model: str | None = None
@@ -358,8 +364,11 @@ def list_run(run_dir: Path) -> RunListing:
         common = _common(run)
         best_id = run.beam_ids[0] if run.beam_ids else run.row.best_id
         best = run.candidate(best_id) if best_id else None
+        figure = run.summary.best_figure if run.summary and run.summary.best_id == best_id else None
         return RunListing(**common, note=run.stop_reason, best_id=best_id,
-                          best_speedup=versus(best, "baseline").speedup if best else None,
+                          best_speedup=figure.speedup if figure else versus(best, "baseline").speedup if best else None,
+                          best_interval=[figure.ci_low, figure.ci_high] if figure else None,
+                          best_measurements=figure.measurements if figure else None,
                           cost_usd=run.usage()[1])
     finally:
         run.close()
@@ -407,8 +416,20 @@ def _view(run: _Run) -> RunView:
     evaluated = len(candidates) - 1 if candidates else sum(
         1 for p in (run.dir / "candidates").glob("*/result.json") if p.parent.name != "baseline")
     device = run.row.device_name or (beam[0].get("device_name") if beam else None)
+    figure = run.summary.best_figure if run.summary and beam and run.summary.best_id == beam[0]["id"] else None
     return RunView(**common, task_dir=run.meta.get("task_dir") or (run.summary.task_dir if run.summary else None),
                    state_text=STATES[run.state], stop_reason=run.stop_reason, held_by=run.held_by,
                    device_name=device, candidates_evaluated=max(evaluated, 0), tokens=tokens, cost_usd=cost,
                    best_id=beam[0]["id"] if beam else None, best=versus(beam[0], "baseline") if beam else None,
+                   best_figure=figure, not_confirmed=run.summary.not_confirmed if run.summary else None,
                    beam=members, lineage=lineage, diff=diff, notes=run.notes)
+
+
+def run_candidates(run_dir: Path) -> dict[str, dict]:
+    """Every candidate of a run directory: candidates/ID/result.json with its kernel.py as `source`."""
+    run = _Run(run_dir, with_checkpoint=False)
+    try:
+        folders = sorted(p.parent.name for p in (run_dir / "candidates").glob("*/result.json"))
+        return {cid: c for cid in folders if (c := run.candidate(cid)) is not None}
+    finally:
+        run.close()

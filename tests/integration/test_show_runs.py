@@ -301,3 +301,28 @@ def test_a_run_whose_planner_never_answered_shows_no_iteration_done(runs, tmp_pa
     assert view["iterations_done"] == 0 and view["iterations_planned"] == 2
     listed = CliRunner().invoke(app, ["runs", str(tmp_path), "--json"], env=WIDE)
     assert [r["iterations_done"] for r in json.loads(listed.stdout)] == [0], listed.output
+
+
+def test_show_confirm_evaluates_the_best_again_and_pools_it(runs, tmp_path):
+    """Issue 65: `show --confirm` evaluates the best once more against the baseline, by check's rules
+    (a seed of its own), and the run's figure pools it with the run's own evaluation of the program.
+    On the interpreter the figure carries no verdict. Asked again, it measures anew."""
+    run = tmp_path / "scripted"
+    shutil.copytree(runs / "scripted", run)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary.get("best_figure") is None and "interpreter" in summary["not_confirmed"]
+    first = show(str(run), "--confirm", "--device", "cpu", "--json")
+    assert first.exit_code == 0, first.output
+    figure = json.loads(first.stdout)["best_figure"]
+    assert (figure["measurements"], figure["confirmed"], figure["word"]) == (2, 1, "no verdict")
+    assert figure["pooled"] == [summary["best_id"]] and figure["ci_low"] < figure["speedup"] < figure["ci_high"]
+    again = show(str(run), "--confirm", "--device", "cpu")
+    assert again.exit_code == 0, again.output
+    assert "across 3 evaluations, 2 of them confirming it" in " ".join(again.output.split())
+    written = json.loads((run / "summary.json").read_text())
+    seeds = [c["seed"] for c in written["confirmations"]]
+    assert [c["status"] for c in written["confirmations"]] == ["verified"] * 2 and len(set(seeds)) == 2
+    assert written["best_speedup"] == pytest.approx(written["best_figure"]["speedup"])
+    listed = CliRunner().invoke(app, ["runs", str(tmp_path), "--json"], env=WIDE)
+    (entry,) = json.loads(listed.stdout)
+    assert entry["best_measurements"] == 3 and entry["best_speedup"] == pytest.approx(written["best_speedup"])
