@@ -1,5 +1,7 @@
 """`accelopt show RUN_DIR [--json]` (one run at a glance) and `accelopt runs [DIR] [--json]` (runs
-side by side). Rendering only: what a run directory holds is read by `evals/reporting/runs.py`."""
+side by side). Rendering only: what a run directory holds is read by `evals/reporting/runs.py`.
+Both, and `optimize`'s end table, read whole at 80 columns, paths on lines of their own
+(tests/integration/test_narrow_terminal.py)."""
 
 from __future__ import annotations
 
