@@ -1,6 +1,8 @@
 """`accelopt show RUN_DIR [--json] [--confirm]` (one run at a glance) and `accelopt runs [DIR]
 [--json]` (runs side by side). Rendering, and `--confirm`'s composition: what a run directory holds
-is read by `evals/reporting/runs.py`, the best's figure pooled by `tools/best_figure.py`."""
+is read by `evals/reporting/runs.py`, the best's figure pooled by `tools/best_figure.py`. Both, and
+`optimize`'s end table, read whole at 80 columns, paths on lines of their own
+(tests/integration/test_narrow_terminal.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,16 @@
 """Drive one run of the graph with a SQLite checkpoint in its run directory and a live display
-(graph/progress.py): used by `accelopt optimize`, `accelopt resume` and the suite runner (`accelopt eval`)."""
+(graph/progress.py): used by `accelopt optimize`, `accelopt resume` and the suite runner (`accelopt eval`).
+
+A finished step is never redone. It holds the run directory's lock (tools/rundir.py) for the
+process's life and uses the checkpoint thread named in run.json, so a copied directory resumes;
+where the run directory or the task moved, the paths stored in the checkpoint are rewritten
+(`_relocate`). A finished run that the selector's rule would not stop under the resumed context (a
+larger T, a fatal model error) is reopened as `record` (`_reopen_if_extended`). As each iteration's
+record lands only what a resume reads is kept (`prune_checkpoints`: the latest `KEEP_CHECKPOINTS`
+and their writes), and the file is vacuumed at the run's end: every checkpoint holds the whole
+candidate map. Every iteration's plans are in plans.jsonl (the record node), not old checkpoints.
+Plan review: `drive(..., on_plans=callable)` answers the dispatch node's interrupt; without one the
+plans run as proposed."""
 
 from __future__ import annotations
 

@@ -21,7 +21,14 @@ would start from the baseline alone and write a B-th of the kernels. With --quor
 pipeline), an iteration's branches stop waiting on their model once that share of its kernel
 replies has landed: the selector hands the attempts still in flight on (`pending_writes`), and
 `to_work` sends each into the next iteration's candidate subgraph, a kernel at the executor, a fix
-at the fixer, which collects the same call (tools/inflight.py)."""
+at the fixer, which collects the same call (tools/inflight.py).
+
+Under pipeline, a planner ahead that the budget cannot admit beside the kernels in flight records
+`planner_deferred`, not `planner_skipped` (which would end the run); an iteration whose every
+planner was deferred, or one a finished run is extended by, plans when it begins (`planned_ahead`).
+Plan review is refused under pipeline (nodes/context.settings_refusal): no pause is left between
+plans and kernels. What each iteration waited on, under any schedule, is the timeline's path
+(evals/reporting/timeline.py)."""
 
 from __future__ import annotations
 

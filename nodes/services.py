@@ -1,6 +1,10 @@
 """Services the nodes share, so that no node imports another: a policy answer that yields a
 kernel (executor, fixer), a measurement through the harness and the run cache (setup,
-profiler, autotune), and the memory store (recall, summarizer)."""
+profiler, autotune), and the memory store (recall, summarizer).
+
+`measure` skips a program already evaluated in the run (status `duplicate`), replays the run
+cache (tools/runcache.py), records the evaluation's timeline span and asks the task's backend
+(tools/backends). `emit` puts progress events on the custom stream: a no-op when nobody streams."""
 
 from __future__ import annotations
 

@@ -1,6 +1,10 @@
 """summarizer: turn this iteration's measured slow->fast (and fast->slow) pairs into insights
 and hand them to memory. A reply that is empty or malformed yields a plain insight built from
-the measurements and the diff, never a crash and never an empty lesson."""
+the measurements and the diff, never a crash and never an empty lesson.
+
+A pair teaches where the child is at least `POSITIVE` (1.04x) over its parent and beyond noise,
+or at most `NEGATIVE` (1/1.15); the pair baseline -> a new best is added whenever the best changes. Only GPU
+timings teach unless `learn_from_interpreter` is set: interpreter times are noise."""
 
 from __future__ import annotations
 

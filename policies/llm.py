@@ -5,7 +5,12 @@ through tools/llm.py (retries, ledger, replay after a crash) and reads the reply
 write it (replies.py): reasoning stripped, a reply cut off at the token limit is `truncated`,
 plans from headings, lists or JSON, a kernel out of its fences or a tool call, a lesson out of
 its last JSON object. Plans and lessons are asked for with a JSON schema where the server takes
-one, in text otherwise (structured_output.py)."""
+one, in text otherwise (structured_output.py).
+
+A planner reply with no whole plan in it (cut off at its token limit, or unreadable) is asked
+again, told why, up to `PLAN_ATTEMPTS` requests in one usage record. A reply with no kernel is
+`no_code`, or `truncated` when the model hit its token limit (the fixer is then told to write
+less); a failed call is a `PolicyError`, which the nodes turn into an `llm_error` candidate."""
 
 from __future__ import annotations
 

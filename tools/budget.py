@@ -10,7 +10,11 @@ process settled that the state does not hold yet (each call once: `once_each`, f
 reply whose record the state holds already); a call in flight there (one that outlived its
 iteration under --quorum) keeps its reservation until it settles.
 
-Projections come from the calls so far: the mean call of the same role (`Means`)."""
+Projections come from the calls so far: the mean call of the same role (`Means`). Under a budget
+a call reserves its worst case, the prompt and the longest reply it may get, which the request
+carries as its reply limit (tools/llm.read_reply reads no further); a call the budget cannot pay
+for is `not_sent`, not failed. A role whose calls failed `DEAD_AFTER` times in a row is recorded
+here like a fatal endpoint error, so every later call of the run fails at once."""
 
 from __future__ import annotations
 

@@ -235,7 +235,7 @@ def test_a_rewrite_that_hides_latency_comes_after_recalled_recipes_and_before_pl
 
 
 def test_a_rewrite_recalled_as_hurting_from_this_configuration_waits_until_after_the_plain_steps():
-    """The warm layernorm and rmsnorm runs of the fourth H200 session: a sibling's cold run had
+    """The warm layernorm and rmsnorm runs of BENCHMARKS.md's H200, 2026-11-26, 1c4fd98: a sibling's cold run had
     measured the prefetch at 0.83x from BLOCK 256, and both warm runs still spent their second
     evaluation on it there (0.81x, 0.83x). From another configuration the warning says nothing:
     at BLOCK 2048 the same prefetch won (1.34x)."""

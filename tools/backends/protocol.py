@@ -1,4 +1,10 @@
-"""What every kernel backend is: is it usable here (and why not), and evaluate a source against a task."""
+"""What every kernel backend is: is it usable here (and why not), and evaluate a source against a task.
+
+`availability()` (usable here? can it time? why not), `refuse(task, device)` (why a run of this
+task cannot happen here) and `evaluate(task, source, ...) -> EvalResult`. The backends are in
+tools/backends/__init__.py (`TritonBackend` over tools/harness, `RayTritonBackend` on a Ray
+cluster) and nki.py (`NKIBackend`); `backend_for` picks one, for nodes/services.measure. Setup
+refuses a task whose backend cannot run or time here, before any model call."""
 
 from __future__ import annotations
 
