@@ -133,12 +133,12 @@ class RunSummary(Record):
     insights: int = 0
     autotune: AutotuneSummary | None = None  # added; null without --autotune
     note: str | None = None
-    versus_torch_compile: Standing | None = None  # added
     # added. best_speedup is this figure's: every evaluation of the best's program pooled, with the
     # confirmations (tools/best_figure.py); null where the best has none (the baseline)
     best_figure: BestFigure | None = None
     confirmations: list[Confirmation] = []  # added: fresh evaluations of the best, the run's end's first
     not_confirmed: str | None = None        # added: why the run's end did not confirm the best
+    versus_torch_compile: Standing | None = None  # added
 
     def with_standing(self, standing: Mapping[str, Any] | None) -> RunSummary:
         """The record with the standing node's torch.compile figure (unchanged given None)."""

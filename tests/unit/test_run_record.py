@@ -20,7 +20,8 @@ from accelopt.tools.run_record import (
 # summary.json's keys, in the order the record node writes them (the standing node adds the last)
 KEYS = ["task_dir", "iteration", "stop_reason", "best_id", "best_speedup", "baseline_kind", "best_speedup_vs_parent",
         "best_parent_id", "timer", "device_name", "best_pct_peak", "best_pct_achievable", "best_pct_of_copy", "beam",
-        "failure", "candidates_evaluated", "statuses", "usage", "iterations", "insights", "autotune", "note"]
+        "failure", "candidates_evaluated", "statuses", "usage", "iterations", "insights", "autotune", "note",
+        "best_figure", "confirmations", "not_confirmed"]
 
 # as the first versions wrote it: no baseline_kind, best_speedup_vs_parent, best_parent_id,
 # best_pct_of_copy, failure, autotune, versus_torch_compile; usage without the per-iteration and
