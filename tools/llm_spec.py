@@ -52,6 +52,17 @@ class BudgetExceeded(LLMCallError):
     """The call was not made: its projected spend does not fit the run's token or $ budget."""
 
 
+class RateLimited(LLMCallError):
+    """The endpoint answered only 429 (busy, not broken) until the call's waits were spent: not a
+    failed call of a dead endpoint (tools/budget.RunLedger.call_failed is not told)."""
+
+
+class AskInText(LLMCallError):
+    """A request with a response schema failed in a way the schema may have caused (a context
+    overflow: a server may count the schema in the prompt): the policy asks again in text, and
+    the message already says the fix, should the text request fail the same way."""
+
+
 class ModelSpec(BaseModel):
     """One role's model. `model` may carry the provider as a prefix: 'vllm:openai/gpt-oss-120b'."""
 
