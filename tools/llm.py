@@ -33,7 +33,7 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, mess
 from langchain_core.messages.ai import UsageMetadata
 
 from accelopt.tools import endpoint_gate, inflight, timeline
-from accelopt.tools.budget import RunningCount, Spend, estimate_tokens, ledger
+from accelopt.tools.budget import KERNEL_ROLES, RunningCount, Spend, estimate_tokens, ledger
 from accelopt.tools.llm_spec import (  # noqa: F401 - re-exported: the light half of this module
     GIVEN,
     LIMIT_FIELDS,
@@ -336,7 +336,7 @@ def call_model(model: BaseChatModel, spec: ModelSpec, messages: list[BaseMessage
     # under an iteration's quorum (tools/inflight.py) the call may outlive this branch, which then
     # stops waiting (Detached); a later branch asking the same call collects it
     return inflight.start(run_dir, key, lambda: _call_once(model, spec, messages, role, candidate_id, iteration,
-                                                           retry_wait_s, run_dir, key))
+                                                           retry_wait_s, run_dir, key), label=candidate_id)
 
 
 def _call_once(model: BaseChatModel, spec: ModelSpec, messages: list[BaseMessage], role: str,
@@ -344,14 +344,17 @@ def _call_once(model: BaseChatModel, spec: ModelSpec, messages: list[BaseMessage
                key: str) -> tuple[str, dict]:
     """call_model's call of `key`: replayed from the run cache, else admitted, sent and cached."""
     cache = RunCache(run_dir)
+    run = ledger(run_dir)
+    if role in KERNEL_ROLES:
+        run.redeem()
     replayed = cache.get("llm", key)
     if replayed is not None:
         return replayed["text"], replayed["usage"]
-    run = ledger(run_dir)
     if run.fatal:
         raise FatalLLMError(run.fatal)
     prompt = estimate_tokens(_prompt_text(messages))
-    reservation, refusal = run.admit(role, prompt, spec.prices(), spec.max_tokens)
+    # refused while calls in flight hold the room: waits for them (up to one attempt's time each)
+    reservation, refusal = run.admit(role, prompt, spec.prices(), spec.max_tokens, wait_s=spec.timeout_s)
     if refusal is not None:
         raise BudgetExceeded(f"{role} model {spec.label()} not called: {refusal}")
     assert reservation is not None, "admit reserves whenever it does not refuse"
