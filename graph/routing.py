@@ -42,9 +42,10 @@ from accelopt.graph.config import budget_warnings
 from accelopt.nodes.context import RunContext
 from accelopt.nodes.measurements import measured_kernels
 from accelopt.nodes.records import LessonsDue, fixable, iteration_of, plans_after, plans_of
+from accelopt.nodes.selector import budget_reason, unseen_spend
 from accelopt.nodes.state import CandidateState, RunState, compact
 from accelopt.tools import inflight
-from accelopt.tools.budget import Limits, affordable, ledger
+from accelopt.tools.budget import Limits, Spend, affordable, ledger, next_step
 from accelopt.tools.llm_spec import totals
 
 log = logging.getLogger("accelopt")
@@ -133,13 +134,15 @@ def to_work(state: RunState, ctx: RunContext) -> Route:
     baseline = compact(state["candidates"][state["baseline_id"]])
     plans = plans_of(state.get("plans") or [], state["iteration"])
     spent, limits = totals(state.get("usage") or []), Limits(ctx.max_tokens, ctx.max_cost_usd)
-    pairs = [(j, k) for k in range(ctx.kernels_per_plan()) for j in range(len(plans))]
-    pairs = sorted(pairs[:affordable(spent, limits, "executor", len(pairs))])
-    # a failed first attempt waits for the next iteration to be fixed, except in the last
-    defer = ctx.schedule != "beam" and state["iteration"] < ctx.iterations
+    wanted = [(j, k) for k in range(ctx.kernels_per_plan()) for j in range(len(plans))]
+    paid = affordable(spent, limits, "executor", len(wanted))
+    pairs, unpaid = sorted(wanted[:paid]), sorted(wanted[paid:])
+    pending = (state.get("pending_fixes") or []) if ctx.schedule != "beam" else []
+    fixes_paid = affordable(spent, limits, "fixer", len(pending))
+    # a failed first attempt waits for the next iteration to be fixed, except in the last (T, or the budget's)
+    defer = ctx.schedule != "beam" and not last_paid(state, ctx, spent, len(pairs) + min(fixes_paid, len(pending)))
     common = {"task_dir": state["task_dir"], "run_dir": state.get("run_dir"), "iteration": state["iteration"],
               "baseline": baseline, "defer_fixes": defer}
-    pending = (state.get("pending_fixes") or []) if ctx.schedule != "beam" else []
     waiting = (state.get("pending_writes") or []) if ctx.schedule != "beam" else []
     # --quorum: once this share of the iteration's kernel replies landed, a call still in flight is no
     # longer waited on (its attempt joins the next iteration); never in the last iteration, which collects all
@@ -147,8 +150,9 @@ def to_work(state: RunState, ctx: RunContext) -> Route:
     common["quorum"] = inflight.needed(ctx.quorum, kernels) if ctx.quorum and defer else None
     fixes = [Send("candidate", {**common, "plan": p["plan"], "sample": 0, "current": p["failed"],
                                 "fixes": p["failed"].get("fix_attempt") or 0,
-                                "parent": compact(state["candidates"][p["plan"]["parent_id"]])})
-             for p in pending[:affordable(spent, limits, "fixer", len(pending))]]
+                                "parent": compact(state["candidates"][p["plan"]["parent_id"]]),
+                                **({} if n < fixes_paid else {"unpaid": unpaid_reason(limits, spent, "fixer")})})
+             for n, p in enumerate(pending)]
     # collected beside the iteration's own first attempts, asked as they were first asked (their calls
     # were admitted then): a kernel at the executor, a fix at the fixer, with the attempt it repairs
     collected = [Send("candidate", {**common, "plan": w["plan"], "sample": 0, "asked_in": w["attempt"]["asked_in"],
@@ -159,6 +163,12 @@ def to_work(state: RunState, ctx: RunContext) -> Route:
     sends = [Send("candidate", {**common, "plan": plans[j], "sample": k,
                                 "parent": compact(state["candidates"][plans[j]["parent_id"]])})
              for j, k in pairs]
+    # a plan's kernel the budget cannot pay for is recorded not_sent, with why (its branch makes no call)
+    sends += [Send("candidate", {**common, "plan": plans[j], "sample": k, "unpaid": unpaid_reason(limits, spent),
+                                 "parent": compact(state["candidates"][plans[j]["parent_id"]])})
+              for j, k in unpaid]
+    # the kernel calls of plans already made come before any plan for a later iteration (tools/budget.py)
+    ledger(state.get("run_dir")).promise(min(fixes_paid, len(pending)) + len(pairs))
     work = fixes + collected + sends
     if ctx.schedule != "pipeline":
         return work or "selector"  # every planner failed, or the budget is spent: nothing to evaluate
@@ -166,12 +176,33 @@ def to_work(state: RunState, ctx: RunContext) -> Route:
     beside = [Send("summarizer", lessons_view(state, due))] if due else []
     # the next iteration's plans, while these kernels run; not iteration 2's, from the baseline alone
     # (iteration 1's beam): those wait for iteration 1's selection, so the second is as wide as the rest
-    if work and 2 <= state["iteration"] < ctx.iterations:
+    if pairs and defer and state["iteration"] >= 2:
         beside += planner_sends(state, state["iteration"] + 1)[:affordable(spent, limits, "planner", len(state["beam"]))]
     if work:
         return [*work, *beside]
     ended: list[Send | str] = [*beside, "selector"]  # nothing to evaluate: the lessons still run
     return ended
+
+
+def last_paid(state: RunState, ctx: RunContext, spent: dict, calls: int) -> bool:
+    """The run's last iteration: T, or the last the budget pays for (after this one's `calls` kernel
+    calls, at the run's mean, the next one's would not fit). It waits for all its replies and fixes in
+    place, as the last does: no kernel it paid for is left in flight or unfixed when the run stops."""
+    if state["iteration"] >= ctx.iterations:
+        return True
+    if ctx.max_tokens is None and ctx.max_cost_usd is None:
+        return False
+    kernels, unseen = next_step(spent, planners=0, executors=calls), unseen_spend(state.get("run_dir"), spent)
+    held = Spend(kernels.tokens + unseen.tokens, kernels.cost_usd + unseen.cost_usd)
+    return budget_reason(ctx, spent, held=held) is not None
+
+
+def unpaid_reason(limits: Limits, spent: dict, role: str = "executor") -> str:
+    """Why a kernel call of this iteration was not sent: the budget left, at the role's mean call."""
+    used = spent.get("input_tokens", 0) + spent.get("output_tokens", 0)
+    left = (f"{limits.max_tokens - used:,} tokens" if limits.max_tokens is not None else
+            f"${(limits.max_cost_usd or 0.0) - spent.get('cost_usd', 0.0):.4g}")
+    return f"not sent: the budget left ({left}) does not pay for another {role} call at this run's mean call"
 
 
 def entry(state: CandidateState) -> str:

@@ -28,5 +28,8 @@ def executor(state: CandidateState, runtime: Runtime[RunContext]) -> CandidateSt
     request = WriteRequest(task=task_of(state["task_dir"]), iteration=asked_in, candidate_id=attempt["id"],
                            source=None if parent.get("kind") == "reference" else parent["source"],
                            plan=plan_draft(state["plan"]))
+    if state.get("unpaid"):  # the budget left cannot pay for the call: recorded, never sent
+        attempt.update({"status": "not_sent", "error": state["unpaid"]})
+        return {"fixes": 0, "current": attempt, "usage": []}
     policy = policy_for(runtime.context, "executor", state.get("run_dir"))
     return {"fixes": 0, **fill_within_quorum(state, attempt, asked_in, lambda: policy.write(request), counted=True)}

@@ -32,5 +32,8 @@ def fixer(state: CandidateState, runtime: Runtime[RunContext]) -> CandidateState
                          parent_source=None if parent.get("kind") == "reference" else parent["source"],
                          source=failed.get("source"), status=status, error=failed.get("error") or "",
                          findings=describe_findings(failed.get("findings") or []))
+    if state.get("unpaid"):  # the budget left cannot pay for the call: recorded, never sent
+        attempt.update({"status": "not_sent", "error": state["unpaid"]})
+        return {"fixes": fixes, "current": attempt, "usage": []}
     policy = policy_for(runtime.context, "fixer", state.get("run_dir"))
     return {"fixes": fixes, **fill_within_quorum(state, attempt, asked_in, lambda: policy.fix(request), counted=False)}

@@ -24,6 +24,7 @@ from accelopt.nodes.state import PlannerInput, RunState
 from accelopt.policies.choice import policy_for
 from accelopt.policies.interface import MeasuredKernel, PlanDraft, PlanRequest, PolicyError
 from accelopt.policies.measurement_text import describe
+from accelopt.tools.budget import planning_ahead
 from accelopt.tools.llm_spec import BudgetExceeded
 
 
@@ -36,7 +37,8 @@ def planner(state: PlannerInput, runtime: Runtime[RunContext]) -> RunState:
                           measurements=describe(member), tried=tried_before(state["tried"], state["iteration"]),
                           lessons=insights, n=ctx.plans, row=row_length(member.get("workloads")))
     try:
-        answer = policy_for(ctx, "planner", state.get("run_dir")).plan(request)
+        with planning_ahead(bool(state.get("ahead"))):  # ahead of kernels sent: those come first
+            answer = policy_for(ctx, "planner", state.get("run_dir")).plan(request)
     except PolicyError as exc:
         # not called for the budget: skipped, not failed (a run whose every planner failed failed)
         event: PlannerEventKind = "planner_failed"

@@ -25,12 +25,14 @@ from accelopt.nodes.records import (
     Usage,
     fixable,
     leads_parent,
+    plans_of,
 )
 from accelopt.nodes.state import RunState
 from accelopt.tools import inflight
-from accelopt.tools.budget import Spend, ledger, next_step
-from accelopt.tools.harness.result import NOT_EVALUATED
-from accelopt.tools.llm_spec import endpoint, totals
+from accelopt.tools.budget import Spend, call_tokens, ledger, next_step
+from accelopt.tools.harness.result import NOT_JUDGED
+from accelopt.tools.llm_spec import BudgetExceeded, endpoint, totals
+from accelopt.tools.rundir import write_candidate
 
 
 def rank(candidates: Mapping[str, Candidate], ids: list[str]) -> list[str]:
@@ -82,7 +84,9 @@ def unanswered(state: RunState, ctx: RunContext) -> str | None:
 def stop_reason(state: RunState, ctx: RunContext, best: Candidate, spent: dict) -> str | None:
     if state["iteration"] >= ctx.iterations:
         return f"reached T={ctx.iterations} iterations"
-    budget = budget_reason(ctx, spent)
+    planned = bool(plans_of(state.get("plans") or [], state["iteration"] + 1))  # the pipeline's plans ahead
+    budget = budget_reason(ctx, spent, planners=0 if planned else ctx.beams,
+                           held=unseen_spend(state.get("run_dir"), spent)) or unpaid_kernels(state)
     if budget:
         return budget
     if ctx.max_wall_s is not None and time.time() - state["started_at"] >= ctx.max_wall_s:
@@ -92,10 +96,32 @@ def stop_reason(state: RunState, ctx: RunContext, best: Candidate, spent: dict) 
     return None
 
 
-def budget_reason(ctx: RunContext, spent: dict) -> str | None:
-    """Spent, or too little left for the next iteration's planner calls and one executor call."""
-    used = Spend(spent["input_tokens"] + spent["output_tokens"], spent["cost_usd"])
-    need = next_step(spent, planners=ctx.beams, executors=1)
+def unpaid_kernels(state: RunState) -> str | None:
+    """An iteration none of whose kernels the budget paid for (each not_sent): the next could not
+    pay for its kernels either, only for plans no kernel is written for."""
+    n = state["iteration"]
+    firsts = [c for c in state["candidates"].values() if c.get("iteration") == n and not c.get("fix_of")]
+    if firsts and all(c.get("status") == "not_sent" for c in firsts):
+        return f"budget spent: no kernel of iteration {n} could be paid for ({firsts[-1].get('error')})"
+    return None
+
+
+def unseen_spend(run_dir: str | None, spent: dict) -> Spend:
+    """What the state's ledger does not hold yet (--quorum): calls that landed uncollected (the
+    run's ledger settled them) and, at the mean executor call, those still in flight."""
+    run, flying = ledger(run_dir), inflight.in_flight(run_dir)
+    landed = Spend(max(0, run.spent.tokens - spent["input_tokens"] - spent["output_tokens"]),
+                   max(0.0, run.spent.cost_usd - spent["cost_usd"]))
+    waiting = next_step(spent, planners=0, executors=flying)
+    return Spend(landed.tokens + waiting.tokens, landed.cost_usd + waiting.cost_usd)
+
+
+def budget_reason(ctx: RunContext, spent: dict, planners: int | None = None, held: Spend | None = None) -> str | None:
+    """Spent, or too little left for the next iteration's planner calls (none where its plans were
+    made ahead) and one executor call; `held`: spend the state's ledger does not hold yet."""
+    held = held or Spend()
+    used = Spend(spent["input_tokens"] + spent["output_tokens"] + held.tokens, spent["cost_usd"] + held.cost_usd)
+    need = next_step(spent, planners=ctx.beams if planners is None else planners, executors=1)
     if ctx.max_tokens is not None and (used.tokens >= ctx.max_tokens or used.tokens + need.tokens > ctx.max_tokens):
         return (f"token budget of {ctx.max_tokens:,} spent ({used.tokens:,} used; the next iteration needs about "
                 f"{need.tokens:,} more)")
@@ -121,16 +147,51 @@ def selector(state: RunState, runtime: Runtime[RunContext]) -> RunState:
                if h.get("event") == "planner_skipped" and h.get("iteration") == state["iteration"]]
     if reason is None and skipped:  # the budget could not pay for a plan: another iteration would not either
         reason = f"budget spent: {skipped[-1].get('error')}"
+    # a run stopping before T with calls in flight (--quorum) waits for them: what they spend is in its
+    # ledger, and each attempt left in flight gets its real outcome
+    landed, ended = settle_in_flight(state, reason) if reason is not None else ([], {})
+    tokens, cost = this_iteration(state.get("history") or [], totals([*state.get("usage", []), *landed]))
     record = IterationRecord(iteration=state["iteration"],
-                             evaluated=sum(candidates[c].get("status") not in NOT_EVALUATED for c in children),
+                             evaluated=sum(candidates[c].get("status") not in NOT_JUDGED for c in children),
                              verified=sum(candidates[c]["status"] == "verified" for c in children),
                              best_id=best["id"], best_speedup=best.get("speedup"), beam=beam,
-                             tokens=spent["input_tokens"] + spent["output_tokens"], cost_usd=spent["cost_usd"])
-    # a run stopping before T with calls in flight (--quorum) waits for them: what they spend is in its ledger
-    landed = [cast(Usage, u) for u in inflight.collect(state.get("run_dir"))] if reason is not None else []
+                             tokens=tokens, cost_usd=cost)
     return {"beam": beam, "history": [record], "stop_reason": reason, "fatal": fatal, "usage": landed,
+            "candidates": ended,
             "pending_fixes": pending_fixes(state, ctx, children) if reason is None else [],
             "pending_writes": pending_writes(state, children) if reason is None else []}
+
+
+def this_iteration(history: list, spent: dict) -> tuple[int, float]:
+    """The tokens and $ spent since the last iteration's record (each record holds its own)."""
+    before = [h for h in history if not h.get("event")]
+    tokens = spent["input_tokens"] + spent["output_tokens"] - sum(h.get("tokens") or 0 for h in before)
+    return max(0, tokens), max(0.0, spent["cost_usd"] - sum(h.get("cost_usd") or 0.0 for h in before))
+
+
+def settle_in_flight(state: RunState, reason: str) -> tuple[list[Usage], dict[str, Candidate]]:
+    """A run that stops: wait for its calls in flight (tools/inflight.outcomes), and give each attempt
+    still in_flight its outcome: llm_error or not_sent where its call failed or was not paid for,
+    cancelled where its reply landed (or never will: a process that was killed) unevaluated."""
+    by_attempt = {label: (record, error) for label, record, error in inflight.outcomes(state.get("run_dir"))}
+    landed = [cast(Usage, record) for record, _ in by_attempt.values() if record is not None]
+    ended: dict[str, Candidate] = {}
+    for cid, cand in state["candidates"].items():
+        if cand.get("status") != "in_flight":
+            continue
+        record, error = by_attempt.get(cid, (None, None))
+        if error is not None:
+            status = "not_sent" if isinstance(error, BudgetExceeded) else "llm_error"
+            outcome = {"status": status, "error": str(error)}
+        elif record is not None:
+            outcome = {"status": "cancelled", "error": f"its reply landed after the run stopped ({reason}): "
+                                                       "not evaluated", "tokens": call_tokens(record),
+                       "cost_usd": record.get("cost_usd")}
+        else:
+            outcome = {"status": "cancelled", "error": f"the run stopped ({reason}) before its reply was collected"}
+        ended[cid] = cast(Candidate, {**cand, **outcome})
+        write_candidate(state.get("run_dir"), ended[cid])
+    return landed, ended
 
 
 def pending_fixes(state: RunState, ctx: RunContext, children: list[str]) -> list[PendingFix]:

@@ -137,6 +137,7 @@ class CandidateState(TypedDict, total=False):
     defer_fixes: bool    # the overlap schedule: a failed attempt ends the branch, its fix runs next iteration
     quorum: int | None   # --quorum: the iteration's replies after which a call still in flight stops being waited on
     asked_in: int | None  # --quorum: a call an earlier iteration stopped waiting for, asked in that iteration
+    unpaid: str | None   # the budget could not pay for this attempt's call: recorded not_sent, with why, unsent
     candidates: Annotated[dict[str, Candidate], merge_dicts]
     usage: Annotated[list[Usage], operator.add]
 

@@ -58,7 +58,7 @@ from accelopt.policies.replies import (
 )
 from accelopt.policies.structured_output import LESSON_SCHEMA, PLANS_SCHEMA, REFUSED, TEXT_ONLY, takes_schema
 from accelopt.tools.budget import JOINED, estimate_tokens
-from accelopt.tools.llm import ROLES, LLMCallError, ModelSpec, call_model
+from accelopt.tools.llm import ROLES, AskInText, LLMCallError, ModelSpec, call_model
 from accelopt.tools.task import Task
 
 T = TypeVar("T")
@@ -108,11 +108,14 @@ class LLMPolicy:
             try:
                 reply, usage = self._ask(prompt(True), iteration, candidate_id, schema, attempt)
             except PolicyError as exc:
-                # asked again in text only when the schema was refused: a call that failed for
-                # another reason already spent its retries, and a second round of them doubles the wait
-                if not REFUSED.search(str(exc)):
+                # asked again in text only when the schema was refused, or may be why the prompt did not
+                # fit: a call that failed for another reason already spent its retries, and a second
+                # round of them doubles the wait
+                overflow = isinstance(exc.__cause__, AskInText)
+                if not overflow and not REFUSED.search(str(exc)):
                     raise
-                TEXT_ONLY.add(self._endpoint())
+                if not overflow:
+                    TEXT_ONLY.add(self._endpoint())
             else:
                 parsed = parse(reply)
                 if parsed or reply.truncated:  # a cut-off reply would be cut off in text too

@@ -4,7 +4,9 @@ chunk under `stream_options.include_usage`, as vLLM and OpenAI send them), /v1/m
 as data: each request gets the next scripted `Answer` (a status with an error body and headers, a
 raw malformed body, a reply without usage, a reply of its own cut off at the limit), then `then`
 for every later one. `fail_first=n` is n 429 answers (Retry-After: 0) before the rest.
-`ignore_max_tokens`: a server that sends the whole reply whatever limit the request carries."""
+`ignore_max_tokens`: a server that sends the whole reply whatever limit the request carries.
+`max_concurrent=n`: a server under load (vLLM's queue, a hosted API's concurrency limit) that
+serves n chat completions at a time and answers the rest 429 with `Retry-After: busy_retry_after`."""
 
 from __future__ import annotations
 
@@ -51,7 +53,7 @@ class ScriptedOpenAIServer:
                  then: Answer = OK, models: Sequence[str] = (), serve_models: bool = True,
                  api_key: str | None = None, count_tokens: bool = False,
                  model_fields: dict[str, dict] | None = None, ignore_max_tokens: bool = False,
-                 chunk_chars: int = 64):
+                 chunk_chars: int = 64, max_concurrent: int | None = None, busy_retry_after: str = "20"):
         self.reply = reply
         self.answers = [RATE_LIMITED] * fail_first + list(answers)
         self.then = then
@@ -60,6 +62,10 @@ class ScriptedOpenAIServer:
         self.count_tokens = count_tokens  # usage as a server counts it (~4 characters a token), not 100 + n
         self.ignore_max_tokens = ignore_max_tokens  # the whole reply, whatever the request's limit
         self.chunk_chars = chunk_chars   # characters per streamed chunk
+        self.max_concurrent, self.busy_retry_after = max_concurrent, busy_retry_after
+        self.serving = 0                 # chat completions being served now (under max_concurrent)
+        self.peak = 0                    # the most served at once
+        self.busy = 0                    # requests refused 429 for max_concurrent
         self.streams_left = 0            # streamed replies whose client stopped reading before the end
         self.gets_delay_s = 0.0          # seconds before answering a GET: set it to hang the model list
         self.requests: list[dict] = []   # chat completions, in order, each with its time (monotonic)
@@ -100,6 +106,21 @@ class ScriptedOpenAIServer:
                     return
                 if self.path != "/v1/chat/completions":
                     return self._send(404, {"detail": "Not Found"})
+                with server._lock:
+                    busy = server.max_concurrent is not None and server.serving >= server.max_concurrent
+                    server.busy += busy
+                    server.serving += not busy
+                    server.peak = max(server.peak, server.serving)
+                if busy:
+                    return self._send(429, _error("Too many requests: the server is at capacity"),
+                                      {"Retry-After": server.busy_retry_after})
+                try:
+                    self._answer(body, n, answer)
+                finally:
+                    with server._lock:
+                        server.serving -= 1
+
+            def _answer(self, body, n, answer):
                 time.sleep(answer.delay_s)
                 if answer.status != 200:
                     return self._send(answer.status, _error(answer.error, answer.code), answer.headers)

@@ -14,10 +14,17 @@ Projections come from the calls so far: the mean call of the same role (`Means`)
 a call reserves its worst case, the prompt and the longest reply it may get, which the request
 carries as its reply limit (tools/llm.read_reply reads no further); a call the budget cannot pay
 for is `not_sent`, not failed. A role whose calls failed `DEAD_AFTER` times in a row is recorded
-here like a fatal endpoint error, so every later call of the run fails at once."""
+here like a fatal endpoint error, so every later call of the run fails at once.
+
+A budget buys kernels before plans: each iteration promises the kernel calls of the plans already
+made (`RunLedger.promise`), and a planner that plans ahead of them (the pipeline schedule's,
+`planning_ahead`) is admitted only where those calls, at their full reservation, still fit after
+its own."""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import math
 import os
@@ -185,11 +192,26 @@ def _call_spend(tokens_in: int, tokens_out: int, prices: tuple[float, float], ou
                  tokens_in, tokens_out if held else None)
 
 
+_ahead: contextvars.ContextVar[bool] = contextvars.ContextVar("accelopt_planning_ahead", default=False)
+KERNEL_ROLES = ("executor", "fixer")  # the calls that write kernels: what a promise is kept for
+
+
+@contextlib.contextmanager
+def planning_ahead(ahead: bool = True) -> Iterator[None]:
+    """Model calls inside the block plan a later iteration: the kernels promised come first."""
+    token = _ahead.set(ahead)
+    try:
+        yield
+    finally:
+        _ahead.reset(token)
+
+
 class RunLedger:
     """One run's running spend, shared by its branches; every method is thread-safe."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._settled = threading.Condition(self._lock)  # a reservation went: a refused call may fit now
         self.limits = Limits()
         self.spent = Spend()
         self.reserved = Spend()
@@ -202,6 +224,17 @@ class RunLedger:
         # per role, the most a server's prompt count exceeded our estimate by (x): later prompts are
         # projected at it, so that a reply the server ends itself stays within its reservation
         self.input_ratio: dict[str, float] = {}
+        self.promised = 0  # kernel calls of plans already made that have not asked for admission yet
+
+    def promise(self, calls: int) -> None:
+        """An iteration's kernels are sent: `calls` kernel calls come, ahead of any plan for later."""
+        with self._lock:
+            self.promised = calls
+
+    def redeem(self) -> None:
+        """A kernel call asks (admitted, refused or replayed): one promise less to keep room for."""
+        with self._lock:
+            self.promised = max(0, self.promised - 1)
 
     def sync(self, usage: Sequence[Mapping[str, Any]], limits: Limits, fresh: bool = False) -> None:
         """At an iteration boundary: the spend is the state's ledger (exact: replies replayed from
@@ -211,7 +244,7 @@ class RunLedger:
         run's later iterations (one met after the selector stops the next); `fresh` (a run's first
         iteration) forgets one of an earlier run in this process."""
         with self._lock:
-            self.limits, self.spent, self.means = limits, Spend(), Means()
+            self.limits, self.spent, self.means, self.promised = limits, Spend(), Means(), 0
             if fresh:
                 self.fatal, self.failing, self.input_ratio, self.settled = None, {}, {}, {}
             held = {call for record in usage for call in call_ids(record)}
@@ -220,7 +253,7 @@ class RunLedger:
                 self.means.add(record)
 
     def admit(self, role: str, prompt_estimate: int, prices: tuple[float, float],
-              max_output: int | None = None) -> tuple[Spend | None, str | None]:
+              max_output: int | None = None, wait_s: float = 0.0) -> tuple[Spend | None, str | None]:
         """Reserve what this call may spend: (the reservation, None), or (None, why not).
 
         Without a budget, its projected spend (the role's mean call). With one, its worst case:
@@ -230,33 +263,61 @@ class RunLedger:
         request carries). The reply is read up to what the reservation holds for it and no further
         (`reply_tokens`: tools/llm.read_reply stops reading there), so a server that ignores the
         request's limit cannot take a run past its budget either, however many calls are in
-        flight. A call left less than half its role's mean reply is not sent: it would be cut off."""
-        with self._lock:
-            ratio = self.input_ratio.get(role, 1.0)
-            tokens_in, tokens_out = self.means.call(role, math.ceil(prompt_estimate * ratio))
-            in_flight = Spend(self.spent.tokens + self.reserved.tokens, self.spent.cost_usd + self.reserved.cost_usd)
-            short = False
-            if self.limits.max_tokens is None and self.limits.max_cost_usd is None:
-                more = _call_spend(tokens_in, tokens_out, prices)
-            else:
-                ceiling = max_output or max(OUTPUT_CEILING_MIN, OUTPUT_CEILING_CALLS * tokens_out)
-                cap = int(min(ceiling, self.limits.output_room(in_flight, tokens_in, prices)))
-                least = min(ceiling, max(MIN_OUTPUT, tokens_out // 2))  # shorter, the reply would be cut off
-                short = cap < least
-                more = _call_spend(tokens_in, max(cap, least), prices,
-                                   output_cap=cap if cap < ceiling or max_output is None else None, held=True)
-            refusal = self.limits.refusal(in_flight, more) or (
-                "the budget left cannot pay for a whole reply" if short else None)
-            if refusal is not None:
-                return None, refusal
-            self.reserved.add(more.tokens, more.cost_usd)
-            return more, None
+        flight. A call left less than half its role's mean reply is not sent: it would be cut off.
+        A call refused while others hold reservations waits (up to `wait_s` for each) for them to
+        settle and asks again: what they spend is mostly less than they hold, and the room they
+        leave may be enough."""
+        with self._settled:
+            while True:
+                more, refusal = self._admit_once(role, prompt_estimate, prices, max_output)
+                held = self.reserved.tokens > 0 or self.reserved.cost_usd > 1e-12
+                if refusal is None or not held or not self._settled.wait(wait_s):
+                    return more, refusal
+
+    def _admit_once(self, role: str, prompt_estimate: int, prices: tuple[float, float],
+                    max_output: int | None) -> tuple[Spend | None, str | None]:
+        """admit's reservation against what is spent and held now (the lock held)."""
+        ratio = self.input_ratio.get(role, 1.0)
+        tokens_in, tokens_out = self.means.call(role, math.ceil(prompt_estimate * ratio))
+        in_flight = Spend(self.spent.tokens + self.reserved.tokens, self.spent.cost_usd + self.reserved.cost_usd)
+        short = False
+        if self.limits.max_tokens is None and self.limits.max_cost_usd is None:
+            more = _call_spend(tokens_in, tokens_out, prices)
+        else:
+            ceiling = max_output or max(OUTPUT_CEILING_MIN, OUTPUT_CEILING_CALLS * tokens_out)
+            cap = int(min(ceiling, self.limits.output_room(in_flight, tokens_in, prices)))
+            least = min(ceiling, max(MIN_OUTPUT, tokens_out // 2))  # shorter, the reply would be cut off
+            short = cap < least
+            more = _call_spend(tokens_in, max(cap, least), prices,
+                               output_cap=cap if cap < ceiling or max_output is None else None, held=True)
+        refusal = self.limits.refusal(in_flight, more) or (
+            "the budget left cannot pay for a whole reply" if short else None)
+        if refusal is None and _ahead.get() and self.promised:
+            refusal = self._kernels_first(in_flight, more, prices, max_output)
+        if refusal is not None:
+            return None, refusal
+        self.reserved.add(more.tokens, more.cost_usd)
+        return more, None
+
+    def _kernels_first(self, in_flight: Spend, more: Spend, prices: tuple[float, float],
+                       max_output: int | None) -> str | None:
+        """Why a call planning ahead does not fit beside the kernels promised (each at the
+        reservation it would get alone: its role's mean prompt and longest reply), or None."""
+        tokens_in, tokens_out = self.means.call("executor", more.input_tokens)
+        ceiling = max_output or max(OUTPUT_CEILING_MIN, OUTPUT_CEILING_CALLS * tokens_out)
+        kernels = _call_spend(tokens_in * self.promised, ceiling * self.promised, prices)
+        ahead = Spend(in_flight.tokens + more.tokens, in_flight.cost_usd + more.cost_usd)
+        if self.limits.refusal(ahead, kernels) is None:
+            return None
+        return (f"the {self.promised} kernel call(s) of the plans already made come first (about "
+                f"{kernels.tokens:,} tokens held for them)")
 
     def settle(self, reservation: Spend | None, record: dict | None, prompt_estimate: int = 0) -> None:
         """A call ended: its reservation goes, its real spend (if it got a reply) comes in; the
         server's count of the prompt against our estimate of it (`prompt_estimate`) calibrates
         the role's later projections."""
-        with self._lock:
+        with self._settled:
+            self._settled.notify_all()
             if reservation is not None:
                 self.reserved.add(reservation.tokens, reservation.cost_usd, sign=-1)
             if record is not None and prompt_estimate > 0 and not record.get("estimated"):

@@ -70,6 +70,7 @@ def needed(share: float, replies: int) -> int:
 
 _quorums: dict[tuple[str | None, int], Quorum] = {}
 _calls: dict[tuple[str | None, str], Future] = {}
+_labels: dict[tuple[str | None, str], str] = {}  # the attempt each call writes (its candidate id)
 _lock = threading.Lock()
 _detach_at: contextvars.ContextVar[Quorum | None] = contextvars.ContextVar("accelopt_detach_at", default=None)
 
@@ -93,16 +94,19 @@ def detach_at(at: Quorum | None) -> Iterator[None]:
         _detach_at.reset(token)
 
 
-def start(run_dir: str | None, key: str, call: Callable[[], Any]) -> Any:
+def start(run_dir: str | None, key: str, call: Callable[[], Any], label: str | None = None) -> Any:
     """`call()`'s result. Inside `detach_at(quorum)`, the call runs in a thread of its own (in this
     context: its trace and timeline stay the branch's), and a call of the same key already in flight
-    is waited on instead of sent again; Detached when the quorum is met first. Outside, it runs here."""
+    is waited on instead of sent again; Detached when the quorum is met first. Outside, it runs here.
+    `label`: the attempt the call writes, which `outcomes` names."""
     at = _detach_at.get()
     with _lock:  # looked up and, under a quorum, registered at once: a call of one key starts once
         running = _calls.get((run_dir, key))
         fresh = running is None and at is not None
         if fresh:
             running = _calls[(run_dir, key)] = Future()
+            if label:
+                _labels[(run_dir, key)] = label
     if running is None:
         return call()
     if fresh:
@@ -113,6 +117,7 @@ def start(run_dir: str | None, key: str, call: Callable[[], Any]) -> Any:
         raise Detached("the iteration met its quorum before this reply landed")
     with _lock:
         _calls.pop((run_dir, key), None)  # collected: its usage is the collecting branch's to record
+        _labels.pop((run_dir, key), None)
     return running.result()  # (outside a quorum: waits for it, whatever it ends with)
 
 
@@ -135,26 +140,35 @@ def in_flight(run_dir: str | None) -> int:
         return sum(1 for (rd, _), f in _calls.items() if rd == run_dir and not f.done())
 
 
-def collect(run_dir: str | None) -> list[Mapping[str, Any]]:
+Outcome = tuple[str | None, Mapping[str, Any] | None, BaseException | None]  # (attempt, usage, error)
+
+
+def outcomes(run_dir: str | None) -> list[Outcome]:
     """A run that stops before its last iteration: wait for its calls still in flight (none is sent
-    again; each ends on its own, its retries bounded) and give the usage records of those that got a
-    reply, so that what the run spent is all in its ledger. They leave the registry."""
+    again; each ends on its own, its retries bounded) and give, per call, the attempt it writes and
+    its usage record (a reply) or its error, so that what the run spent is all in its ledger and
+    every attempt left in flight gets its real outcome. They leave the registry."""
     with _lock:
         mine = [k for k in _calls if k[0] == run_dir]
-    usage = []
+    ended: list[Outcome] = []
     for k in mine:
         call = _calls.get(k)
         if call is None:
             continue
+        record, error = None, None
         try:
             record = _usage_of(call.result())
-        except BaseException:  # noqa: BLE001 - a call that failed spent nothing the ledger counts
-            record = None
-        if record is not None:
-            usage.append(record)
+        except BaseException as exc:  # noqa: BLE001 - a call that failed spent nothing the ledger counts
+            error = exc
         with _lock:
             _calls.pop(k, None)
-    return usage
+            ended.append((_labels.pop(k, None), record, error))
+    return ended
+
+
+def collect(run_dir: str | None) -> list[Mapping[str, Any]]:
+    """The usage records of `outcomes`: the calls in flight that got a reply."""
+    return [record for _, record, _ in outcomes(run_dir) if record is not None]
 
 
 def forget(run_dir: str | None) -> None:
@@ -164,3 +178,4 @@ def forget(run_dir: str | None) -> None:
             del _quorums[iteration]
         for call in [k for k in _calls if k[0] == run_dir]:
             del _calls[call]
+            _labels.pop(call, None)

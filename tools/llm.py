@@ -32,19 +32,21 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, message_chunk_to_message
 from langchain_core.messages.ai import UsageMetadata
 
-from accelopt.tools import inflight, timeline
-from accelopt.tools.budget import RunningCount, Spend, estimate_tokens, ledger
+from accelopt.tools import endpoint_gate, inflight, timeline
+from accelopt.tools.budget import KERNEL_ROLES, RunningCount, Spend, estimate_tokens, ledger
 from accelopt.tools.llm_spec import (  # noqa: F401 - re-exported: the light half of this module
     GIVEN,
     LIMIT_FIELDS,
     OPENAI_URL,
     PROVIDERS,
     ROLES,
+    AskInText,
     BudgetExceeded,
     ConfigError,
     FatalLLMError,
     LLMCallError,
     ModelSpec,
+    RateLimited,
     _api_key,
     _key_names,
     _key_source,
@@ -168,10 +170,13 @@ def fatal_fix(status: int, message: str, spec: ModelSpec, code: str | None = Non
     unsupported = _unsupported_fix(message) if status in (400, 422) else None
     if unsupported:  # before the schema's benefit of the doubt: a request in text would send it again
         return unsupported
-    if status in (400, 413, 422) and (schema or _REQUEST_SPECIFIC.search(message)):
+    if status in (400, 413, 422) and _REQUEST_SPECIFIC.search(message):
         return None
+    # an overflow says its fix even for a request with a schema (tools/llm._classify: asked again in text)
     if _CONTEXT.search(message) or status == 413:
         return context_fix(message, prompt_tokens, reply_limit)
+    if status in (400, 422) and schema:
+        return None
     if status in (400, 422):
         return ("the server refused the request's settings: check max_tokens, temperature and reasoning_effort "
                 "for this model")
@@ -239,16 +244,34 @@ def _status_text(status: int, message: str) -> str:
     return f"{status} {phrase}" + (f" ({message})" if message else "")
 
 
+def _overflow(status: int, message: str) -> bool:
+    """A context overflow (not a refused parameter, whose message names max_tokens too)."""
+    return status == 413 or (status in (400, 422) and bool(_CONTEXT.search(message))
+                             and _unsupported_fix(message) is None)
+
+
+def _prompt_alone_past(message: str) -> bool:
+    """The server says the prompt alone is longer than the context: no request of it can fit."""
+    context, prompt = _number(_CONTEXT_LENGTH, message), _number(_PROMPT_LENGTH, message)
+    return context is not None and prompt is not None and prompt >= context
+
+
 def _classify(exc: BaseException, spec: ModelSpec, role: str, schema: bool, prompt_tokens: int | None = None,
               reply_limit: int | None = None) -> tuple[str, str]:
-    """(kind, text): kind 'fatal' (text: the fatal line), 'retry', 'connect' (retry, fatal when
-    the retries run out) or 'fail' (this call only); text says what happened."""
+    """(kind, text): kind 'fatal' (text: the fatal line), 'retry', 'limited' (a 429: wait, the
+    attempt not counted), 'connect' (retry, fatal when the retries run out), 'text' (a context
+    overflow of a request with a schema: asked again in text; text: the fatal line) or 'fail'
+    (this call only); text says what happened."""
     if isinstance(exc, openai.APIStatusError):
         message = _server_message(exc)
         fix = fatal_fix(exc.status_code, message, spec, exc.code, schema, prompt_tokens, reply_limit)
         what = _status_text(exc.status_code, message)
+        if fix is not None and schema and _overflow(exc.status_code, message) and not _prompt_alone_past(message):
+            return "text", fatal_line(spec, role, what, fix)  # the schema's tokens may be what overflowed
         if fix is not None:
             return "fatal", fatal_line(spec, role, what, fix)
+        if exc.status_code == 429:
+            return "limited", what
         return ("retry" if exc.status_code in _TRANSIENT_STATUS or exc.status_code >= 500 else "fail"), what
     if isinstance(exc, _TIMEOUTS):
         return "retry", f"no reply within {spec.timeout_s:.0f} s ({type(exc).__name__})"
@@ -278,6 +301,14 @@ def retry_after_s(exc: BaseException) -> float | None:
         return None
 
 
+def _limit_wait_s(exc: BaseException, initial_s: float, cap_s: float) -> float:
+    """A 429's wait: its Retry-After (up to the cap) as the floor, and jitter above it, so that the
+    calls refused together do not all come back at once."""
+    told = retry_after_s(exc)
+    floor = min(told if told is not None else initial_s, cap_s)
+    return floor + random.uniform(0, max(initial_s, floor / 4))
+
+
 def _wait_s(exc: BaseException, attempt: int, initial_s: float, cap_s: float) -> float:
     told = retry_after_s(exc)
     if told is not None:
@@ -305,7 +336,7 @@ def call_model(model: BaseChatModel, spec: ModelSpec, messages: list[BaseMessage
     # under an iteration's quorum (tools/inflight.py) the call may outlive this branch, which then
     # stops waiting (Detached); a later branch asking the same call collects it
     return inflight.start(run_dir, key, lambda: _call_once(model, spec, messages, role, candidate_id, iteration,
-                                                           retry_wait_s, run_dir, key))
+                                                           retry_wait_s, run_dir, key), label=candidate_id)
 
 
 def _call_once(model: BaseChatModel, spec: ModelSpec, messages: list[BaseMessage], role: str,
@@ -313,14 +344,17 @@ def _call_once(model: BaseChatModel, spec: ModelSpec, messages: list[BaseMessage
                key: str) -> tuple[str, dict]:
     """call_model's call of `key`: replayed from the run cache, else admitted, sent and cached."""
     cache = RunCache(run_dir)
+    run = ledger(run_dir)
+    if role in KERNEL_ROLES:
+        run.redeem()
     replayed = cache.get("llm", key)
     if replayed is not None:
         return replayed["text"], replayed["usage"]
-    run = ledger(run_dir)
     if run.fatal:
         raise FatalLLMError(run.fatal)
     prompt = estimate_tokens(_prompt_text(messages))
-    reservation, refusal = run.admit(role, prompt, spec.prices(), spec.max_tokens)
+    # refused while calls in flight hold the room: waits for them (up to one attempt's time each)
+    reservation, refusal = run.admit(role, prompt, spec.prices(), spec.max_tokens, wait_s=spec.timeout_s)
     if refusal is not None:
         raise BudgetExceeded(f"{role} model {spec.label()} not called: {refusal}")
     assert reservation is not None, "admit reserves whenever it does not refuse"
@@ -333,6 +367,8 @@ def _call_once(model: BaseChatModel, spec: ModelSpec, messages: list[BaseMessage
             ended["output_tokens"] = record.get("output_tokens")
     except FatalLLMError as exc:
         run.fail(str(exc))
+        raise
+    except (RateLimited, AskInText):  # a busy endpoint, or a schema asked again in text: not a dead one
         raise
     except LLMCallError as exc:
         run.call_failed(role, f"{role} model {spec.label()} at {endpoint(spec)}", str(exc))
@@ -371,28 +407,30 @@ def _prompt_text(messages: list[BaseMessage]) -> str:
 def _invoke(model: BaseChatModel, spec: ModelSpec, messages: list[BaseMessage], role: str,
             candidate_id: str | None, iteration: int | None, retry_wait_s: float,
             limit: dict[str, Any] | None = None, held: tuple[int, int] | None = None) -> tuple[str, dict]:
+    """One call's requests: retried on transient errors (max_attempts in all); a 429 is waited out
+    (its Retry-After the floor) without spending an attempt, and the endpoint's gate queues the
+    calls beyond what it serves at once (tools/endpoint_gate.py); within retry_total_wait_s."""
     config: Any = {"run_name": f"{role}-llm",
                    "metadata": {"role": role, "candidate_id": candidate_id, "iteration": iteration}}
     limit = limit or {}
-    waited, what = 0.0, ""
+    waited, what, attempt = 0.0, "", 1
     kinds: set[str] = set()
     # a 400 to a request with a response schema may be the schema's: the policy asks again in text
     schema = getattr(model, "response_format", None) is not None
     # what a context overflow was made of, for its one line
     prompt = estimate_tokens(_prompt_text(messages))
     sent = limit.get("max_completion_tokens") or (limit.get("extra_body") or {}).get("max_tokens") or spec.max_tokens
-    for attempt in range(1, max(1, spec.max_attempts) + 1):
+    gate = endpoint_gate.gate(endpoint(spec))
+    while True:
         try:
-            if held is None:
-                reply = model.invoke(messages, config=config, **limit)
-            elif getattr(model, "reads_replies", False):  # it reads its own model's reply through read_reply
-                reply = model.invoke(messages, config=config, read_up_to=held[0], prompt_tokens=held[1], **limit)
-            else:
-                reply = read_reply(model, messages, config, up_to=held[0], prompt_tokens=held[1], **limit)
+            with gate.slot():
+                reply = _request(model, messages, config, limit, held)
         except Exception as exc:  # noqa: BLE001 - classified: fatal, retried, or this call's failure
             kind, what = _classify(exc, spec, role, schema, prompt, sent)
             if kind == "fatal":
                 raise FatalLLMError(what) from exc
+            if kind == "text":
+                raise AskInText(what) from exc
             if kind == "fail":
                 raise LLMCallError(f"{role} model {spec.label()} at {endpoint(spec)} failed: {what}"[:800]) from exc
             kinds.add(kind)
@@ -400,19 +438,38 @@ def _invoke(model: BaseChatModel, spec: ModelSpec, messages: list[BaseMessage], 
                 raise FatalLLMError(fatal_line(spec, role, f"{what}, and {endpoint(spec)}/models did not answer "
                                                            f"within {LIVENESS_TIMEOUT_S:g} s either",
                                                "the server hangs: restart it, or check the base URL")) from exc
-            wait = _wait_s(exc, attempt, retry_wait_s, spec.retry_max_wait_s)
-            if attempt == spec.max_attempts or waited + wait > spec.retry_total_wait_s:
+            if kind == "limited":  # busy, not failing: a wait, and the calls beside it queue at the gate
+                gate.refused()
+                wait = _limit_wait_s(exc, retry_wait_s, spec.retry_max_wait_s)
+            else:
+                wait = _wait_s(exc, attempt, retry_wait_s, spec.retry_max_wait_s)
+                if attempt >= spec.max_attempts:
+                    break
+                attempt += 1
+            if waited + wait > spec.retry_total_wait_s:
                 break
             log.warning("%s model %s: %s; retrying in %.1f s (attempt %d of %d)", role, spec.label(), what, wait,
-                        attempt + 1, spec.max_attempts)
+                        attempt, spec.max_attempts)
             time.sleep(wait)
             waited += wait
             continue
+        gate.answered()
         return _text(reply), usage_record(reply, spec, role, candidate_id, iteration, messages)
     if kinds == {"connect"}:  # never reached the server: nothing later will either
         raise FatalLLMError(fatal_line(spec, role, what, _CONNECT_FIX))
-    raise LLMCallError(f"{role} model {spec.label()} at {endpoint(spec)} failed after {attempt} attempts "
-                       f"({waited:.0f} s of waiting): {what}"[:800])
+    failure = RateLimited if kinds == {"limited"} else LLMCallError
+    raise failure(f"{role} model {spec.label()} at {endpoint(spec)} failed after {attempt} attempts "
+                  f"({waited:.0f} s of waiting): {what}"[:800])
+
+
+def _request(model: BaseChatModel, messages: list[BaseMessage], config: Any, limit: dict[str, Any],
+             held: tuple[int, int] | None) -> Any:
+    """One request: read whole, or up to what the budget's reservation holds (`held`)."""
+    if held is None:
+        return model.invoke(messages, config=config, **limit)
+    if getattr(model, "reads_replies", False):  # it reads its own model's reply through read_reply
+        return model.invoke(messages, config=config, read_up_to=held[0], prompt_tokens=held[1], **limit)
+    return read_reply(model, messages, config, up_to=held[0], prompt_tokens=held[1], **limit)
 
 
 # a reply read up to its reservation and no further: response_metadata says so, and its usage

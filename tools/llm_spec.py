@@ -52,6 +52,17 @@ class BudgetExceeded(LLMCallError):
     """The call was not made: its projected spend does not fit the run's token or $ budget."""
 
 
+class RateLimited(LLMCallError):
+    """The endpoint answered only 429 (busy, not broken) until the call's waits were spent: not a
+    failed call of a dead endpoint (tools/budget.RunLedger.call_failed is not told)."""
+
+
+class AskInText(LLMCallError):
+    """A request with a response schema failed in a way the schema may have caused (a context
+    overflow: a server may count the schema in the prompt): the policy asks again in text, and
+    the message already says the fix, should the text request fail the same way."""
+
+
 class ModelSpec(BaseModel):
     """One role's model. `model` may carry the provider as a prefix: 'vllm:openai/gpt-oss-120b'."""
 
@@ -159,9 +170,17 @@ def split_model(text: str) -> tuple[str, str]:
     provider, sep, name = text.partition(":")
     if sep and "/" not in provider and not provider.startswith("http"):
         return provider, name
+    if re.match(r"https?://", text):  # an endpoint given as the model: the URL goes in --base-url
+        return _url_as_model(text)
     raise ConfigError(f"model '{text}' names no provider: write PROVIDER:NAME, e.g. openai:{text}, vllm:{text} or "
                       f"ollama:{text} (providers: {', '.join(PROVIDERS)}); only OpenAI's own families (gpt-*, o1, "
                       "o3, o4) are taken as openai's without one")
+
+
+def _url_as_model(url: str) -> tuple[str, str]:
+    raise ConfigError(f"model '{url}' is an endpoint's address, not a model: name the model and give the address "
+                      f"as the base URL, e.g. --model vllm:MODEL_NAME --base-url {url} (base_url in [models.*]); "
+                      "the server's GET /v1/models lists the names it serves")
 
 
 def given_spec(model: Any, like: ModelSpec) -> ModelSpec:

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from accelopt.tools.best_figure import BestFigure, Confirmation, best_figure
-from accelopt.tools.harness.result import NOT_EVALUATED
+from accelopt.tools.harness.result import NOT_JUDGED
 from accelopt.tools.llm_spec import totals
 from accelopt.tools.rundir import atomic_write
 
@@ -208,14 +208,15 @@ def iterations_done(history: Iterable[Mapping[str, Any]]) -> int:
 def candidate_counts(candidates: Mapping[str, Mapping[str, Any]],
                      baseline_id: str = "baseline") -> tuple[int, dict[str, int]]:
     """How many candidates were evaluated, and by status: every candidate except the baseline; what
-    summary.json, the live bar, the CLI's summary and MCP's answer all show. A call the budget did
-    not pay for (`not_sent`) and a program already evaluated (`duplicate`) are counted by status,
-    not as evaluated."""
+    summary.json, the live bar, the CLI's summary and MCP's answer all show. Only what reached the
+    judge is evaluated: a call the budget did not pay for (`not_sent`), one that failed (`llm_error`),
+    a reply without a whole kernel (`no_code`, `truncated`), one never collected (`in_flight`,
+    `cancelled`) and a program already evaluated (`duplicate`) are counted by status only."""
     statuses: dict[str, int] = {}
     for cid, cand in candidates.items():
         if cid != baseline_id and cand.get("status"):
             statuses[cand["status"]] = statuses.get(cand["status"], 0) + 1
-    return sum(n for status, n in statuses.items() if status not in NOT_EVALUATED), statuses
+    return sum(n for status, n in statuses.items() if status not in NOT_JUDGED), statuses
 
 
 def run_summary(state: Mapping[str, Any]) -> RunSummary:

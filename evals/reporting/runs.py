@@ -31,7 +31,7 @@ from pydantic import BaseModel
 from accelopt.evals.reporting.report import chain, lineage_steps, load_row, versus
 from accelopt.evals.reporting.rows import OUTCOMES, TIMERS, LineageStep, Speedup, TaskRow
 from accelopt.tools.best_figure import BestFigure
-from accelopt.tools.run_record import RunSummary, iterations_done, load_summary
+from accelopt.tools.run_record import RunSummary, candidate_counts, iterations_done, load_summary
 from accelopt.tools.rundir import LOCK_FILE, read_plans
 
 if TYPE_CHECKING:
@@ -413,8 +413,9 @@ def _view(run: _Run) -> RunView:
             f"{steps[0]['id']}/kernel.py", f"{steps[-1]['id']}/kernel.py", lineterm=""))
     tokens, cost = run.usage()
     candidates = ((run.ck or {}).get("candidates") or {}) if run.ck is not None else None
-    evaluated = len(candidates) - 1 if candidates else sum(
-        1 for p in (run.dir / "candidates").glob("*/result.json") if p.parent.name != "baseline")
+    if not candidates:  # the run's files: each candidate's result.json
+        candidates = {p.parent.name: _json(p) or {} for p in (run.dir / "candidates").glob("*/result.json")}
+    evaluated = candidate_counts(candidates)[0]  # what reached the judge, as the summary counts it
     device = run.row.device_name or (beam[0].get("device_name") if beam else None)
     figure = run.summary.best_figure if run.summary and beam and run.summary.best_id == beam[0]["id"] else None
     return RunView(**common, task_dir=run.meta.get("task_dir") or (run.summary.task_dir if run.summary else None),

@@ -276,8 +276,9 @@ def test_calls_the_budget_did_not_pay_for_are_not_counted_as_evaluated():
     from accelopt.tools.run_record import candidate_counts
 
     candidates = {"baseline": {"status": "verified"}, "a": {"status": "no_code"}, "b": {"status": "not_sent"},
-                  "c": {"status": "not_sent"}}
-    assert candidate_counts(candidates) == (1, {"no_code": 1, "not_sent": 2})
+                  "c": {"status": "not_sent"}, "d": {"status": "wrong_output"}}
+    # a reply without a kernel never reached the judge either
+    assert candidate_counts(candidates) == (1, {"no_code": 1, "not_sent": 2, "wrong_output": 1})
 
 
 @pytest.mark.parametrize("command,flag,value", [("optimize", "--max-cost", "-5"), ("optimize", "--max-tokens", "0"),

@@ -128,15 +128,64 @@ class WithSchema(BaseChatModel):
 
 def test_a_400_to_a_request_with_a_schema_is_not_fatal(tmp_path):
     """It may be the schema the server refuses: the policy asks again in text, and that 400 is fatal."""
-    context = Answer(400, "This model's maximum context length is 8192 tokens")
-    with ScriptedOpenAIServer(reply, then=context) as server:
+    refused = Answer(400, "Invalid request: 'messages' failed validation")
+    with ScriptedOpenAIServer(reply, then=refused) as server:
         spec = spec_for(server.url)
         with pytest.raises(LLMCallError) as caught:
             call_model(WithSchema(inner=build_chat_model(spec)), spec, MESSAGES, role="planner", run_dir=str(tmp_path))
         assert not isinstance(caught.value, FatalLLMError)
-        with pytest.raises(FatalLLMError, match="do not fit the model's context"):
+    assert len(server.requests) == 1
+
+
+OVERFLOW = Answer(400, "This model's maximum context length is 2048 tokens. However, you requested 2717 tokens "
+                       "(1717 in the messages, 1000 in the completion).")
+HINT = "lower max_tokens to at most 331"
+
+
+def test_a_context_overflow_with_a_schema_says_its_fix_and_is_asked_again_in_text(tmp_path):
+    """The schema's benefit of the doubt hid the hint, and the text retry never ran."""
+    from accelopt.tools.llm import AskInText
+
+    with ScriptedOpenAIServer(reply, then=OVERFLOW) as server:
+        spec = spec_for(server.url, max_tokens=1000)
+        with pytest.raises(AskInText) as caught:
+            call_model(WithSchema(inner=build_chat_model(spec)), spec, MESSAGES, role="planner", run_dir=str(tmp_path))
+        assert HINT in str(caught.value), caught.value
+        with pytest.raises(FatalLLMError, match=HINT):  # in text, the same overflow is the run's end
             call(spec, tmp_path)
     assert len(server.requests) == 2
+
+
+@pytest.mark.parametrize("answers, requests", [([OVERFLOW], 2), ([], 2)])
+def test_the_planner_asks_again_in_text_after_an_overflow_with_a_schema(answers, requests, tmp_path):
+    """Where the text request fits (answers=[OVERFLOW]: only the schema request overflowed) the plans
+    come back; where it overflows too, the run ends with the line that says how to fix it."""
+    from accelopt.policies.interface import PlanRequest, PolicyError
+    from accelopt.policies.llm import LLMPolicy
+    from accelopt.tools.task import load_task
+    from tests.conftest import TASKS
+
+    with ScriptedOpenAIServer(reply, answers=answers, then=OK if answers else OVERFLOW) as server:
+        spec = spec_for(server.url, max_tokens=1000)
+        policy = LLMPolicy(build_chat_model(spec), spec, "planner", 0.01, str(tmp_path), structured=True)
+        request = PlanRequest(task=load_task(TASKS / "softmax"), iteration=1, member_id="baseline", source=None,
+                              measurements="", tried=[], lessons=[], n=1)
+        if answers:
+            assert policy.plan(request).plans
+        else:
+            with pytest.raises(PolicyError, match=HINT):
+                policy.plan(request)
+    assert [bool(r["body"].get("response_format")) for r in server.requests] == [True, False]
+
+
+def test_a_prompt_alone_past_the_context_with_a_schema_is_fatal_at_once(tmp_path):
+    alone = Answer(400, "This model's maximum context length is 2048 tokens. However, your request has 2217 input "
+                        "tokens. Please reduce the length of the input messages.")
+    with ScriptedOpenAIServer(reply, then=alone) as server:
+        spec = spec_for(server.url)
+        with pytest.raises(FatalLLMError, match="the prompt alone is 2,217 tokens"):
+            call_model(WithSchema(inner=build_chat_model(spec)), spec, MESSAGES, role="planner", run_dir=str(tmp_path))
+    assert len(server.requests) == 1
 
 
 def test_retry_after_is_honoured_up_to_its_cap(tmp_path):

@@ -110,7 +110,9 @@ def test_a_run_that_stops_with_a_call_in_flight_waits_for_it_and_counts_what_it_
         {"task_dir": str(softmax_task), "run_dir": str(tmp_path / "run")}, {"configurable": {"thread_id": "s"}},
         context=ctx)
     assert out["stop_reason"].startswith("wall-clock budget") and out["iteration"] == 1
-    assert out["candidates"]["i1.m0.p3.k0"]["status"] == "in_flight"  # never evaluated: the run stopped
+    late = out["candidates"]["i1.m0.p3.k0"]  # never evaluated: the run stopped; its reply landed, so cancelled
+    assert late["status"] == "cancelled" and "landed after the run stopped" in late["error"]
+    assert out["history"][-1]["evaluated"] == 3  # what reached the judge
     executed = [u["candidate_id"] for u in out["usage"] if u["role"] == "executor"]
     assert sorted(executed) == ["i1.m0.p0.k0", "i1.m0.p1.k0", "i1.m0.p2.k0", "i1.m0.p3.k0"]
     assert out["summary"]["usage"]["calls"] == len(asked)  # every call the model answered, once

@@ -88,10 +88,15 @@ def test_the_samples_sent_are_those_the_budget_pays_for():
     # 900 spent of 2400: three executor calls of 500 fit, of the six asked for; one sample of every plan first
     llm = {"model": "vllm:coder"}
     sends = to_samples(state, runtime(samples=2, max_tokens=2400, **llm))
-    assert [(s.arg["plan"]["id"], s.arg["sample"]) for s in sends] == [("i2.m0.p0", 0), ("i2.m0.p1", 0),
-                                                                        ("i2.m0.p2", 0)]
+    paid = [(s.arg["plan"]["id"], s.arg["sample"]) for s in sends if not s.arg.get("unpaid")]
+    assert paid == [("i2.m0.p0", 0), ("i2.m0.p1", 0), ("i2.m0.p2", 0)]
+    # the rest are sent to be recorded not_sent, with why, and make no call: no plan's kernel is dropped unsaid
+    unpaid = [s.arg for s in sends if s.arg.get("unpaid")]
+    assert [(u["plan"]["id"], u["sample"]) for u in unpaid] == [("i2.m0.p0", 1), ("i2.m0.p1", 1), ("i2.m0.p2", 1)]
+    assert unpaid[0]["unpaid"].startswith("not sent: the budget left (1,500 tokens) does not pay for another")
+    assert ledger("budget-run").promised == 3  # the paid kernels come before any plan ahead
     assert len(to_samples(state, runtime(samples=2, **llm))) == 6
-    assert to_samples(state, runtime(samples=2, max_tokens=1300, **llm)) == "selector"
+    assert all(s.arg.get("unpaid") for s in to_samples(state, runtime(samples=2, max_tokens=1300, **llm)))
     ledger("budget-run").fail("executor model x at y: 401 Unauthorized — check the API key")
     assert to_samples(state, runtime(samples=2, **llm)) == "selector"  # a fatal error: straight to the selector
 

@@ -16,6 +16,7 @@ Status = Literal[
     "llm_error",       # the model call failed after its retries
     "not_sent",        # the model call was not made: the run's budget could not pay for it
     "in_flight",       # its reply had not landed when its iteration moved on (--quorum): a later one collects it
+    "cancelled",       # in flight when the run stopped: its reply, if one came, was never evaluated
     "duplicate",       # the same program as a kernel already evaluated in this run: not evaluated again
     "compile_error",   # syntax error, missing @triton.jit / entry point, Triton compilation failure
     "runtime_error",   # raised while running
@@ -31,7 +32,9 @@ Status = Literal[
     "infra_error",     # the evaluation itself was lost (a Ray node or actor died twice under it): not the kernel's
 ]
 # Candidates that hold no evaluation of their own: not counted as evaluated anywhere.
-NOT_EVALUATED = {"not_sent", "duplicate", "in_flight"}
+NOT_EVALUATED = {"not_sent", "duplicate", "in_flight", "cancelled"}
+# Candidates that never reached the judge: no kernel to judge (no reply, none in it) or not judged.
+NOT_JUDGED = NOT_EVALUATED | {"no_code", "truncated", "llm_error"}
 FIXABLE = {"no_code", "truncated", "compile_error", "runtime_error", "crashed", "timeout", "wrong_output", "nan",
            "shape_mismatch", "dtype_mismatch", "input_mutated", "cheat_suspected"}
 
