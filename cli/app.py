@@ -161,7 +161,7 @@ def optimize(
         claim_new_run_dir(run_dir, task.root)
     except RunDirError as e:
         fail(str(e))
-    write_run_meta(run_dir, task.root, ctx.to_json())
+    write_run_meta(run_dir, task.root, ctx.to_json(), ctx.sources())
     _drive(ctx, run_dir, {"task_dir": task.root, "run_dir": str(run_dir.resolve())})
 
 

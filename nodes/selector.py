@@ -137,7 +137,7 @@ def pending_fixes(state: RunState, ctx: RunContext, children: list[str]) -> list
     """The schedules that overlap: this iteration's failed attempts the fix loop would send to the fixer
     but that ended their branch (graph/routing.after_profiler), with their plans, to be fixed beside
     the next iteration's first attempts. None under the beam schedule (every fix ran in place)."""
-    if ctx.schedule == "beam":
+    if not ctx.schedule.defers_fixes:
         return []
     candidates, plans = state["candidates"], known_plans(state)
     fixed = {c.get("fix_of") for c in candidates.values() if c.get("fix_of")}

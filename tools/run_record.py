@@ -167,15 +167,22 @@ def write_summary(run_dir: str | None, summary: RunSummary, best_source: str | N
 
 
 def run_failure(state: Mapping[str, Any]) -> str | None:
-    """One line when the run failed: a fatal model error stopped it, or every planner call failed
-    so that nothing was ever evaluated; None for a run that searched."""
+    """One line when the run failed: a fatal model error stopped it, setup stopped it (the task did
+    not load, or cannot run here: no beam), every planner call failed, or the budget was spent,
+    so that nothing was ever evaluated; None for a run that searched (every door says it alike:
+    the CLI exits 1, graph/doors.py raises RunFailed)."""
     if state.get("fatal"):
         return str(state["fatal"])
+    stop = state.get("stop_reason")
+    if stop and not state.get("beam"):
+        return str(stop)
     failed = [h for h in state.get("history") or [] if h.get("event") == "planner_failed"]
     searched = any(c.get("iteration") for c in (state.get("candidates") or {}).values())
     if failed and not searched:
         return (f"every planner call failed ({len(failed)} calls), so nothing was evaluated; "
                 f"the last: {failed[-1].get('error')}")
+    if str(stop or "").startswith("budget spent") and not searched:
+        return f"{stop}, before any candidate was evaluated"
     return None
 
 

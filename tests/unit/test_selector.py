@@ -100,7 +100,7 @@ def test_overlap_leaves_the_fixes_its_branches_deferred_to_the_next_iteration():
     pending = pending_fixes(state, ctx, list(candidates))
     assert [(p["failed"]["id"], p["plan"]["id"]) for p in pending] == [("i1.m0.p1.k0.f1", "i1.m0.p1"),
                                                                        ("i2.m0.p0.k0", "i2.m0.p0")]
-    assert pending_fixes(state, RunContext(fixes=2, model="vllm:coder"), list(candidates)) == []
+    assert pending_fixes(state, RunContext(fixes=2, model="vllm:coder", schedule="beam"), list(candidates)) == []
 
 
 def test_attempts_in_flight_are_handed_on_with_their_plans_and_a_fix_with_what_it_repairs():
