@@ -369,7 +369,7 @@ def _report(state: dict, run_dir: Path, use_memory: bool = True, tuner: bool = T
 
     from accelopt.graph.progress import interpreter_rule
     from accelopt.tools.llm_spec import totals
-    from accelopt.tools.run_record import RunSummary, run_failure, run_summary
+    from accelopt.tools.run_record import RunSummary, counts_text, run_failure, run_summary
 
     candidates = state.get("candidates") or {}
     if not state.get("beam"):  # setup stopped the run: no task baseline, or a broken one
@@ -402,8 +402,7 @@ def _report(state: dict, run_dir: Path, use_memory: bool = True, tuner: bool = T
         table.add_row("checked", "; ".join(best["evidence"][:3]))
     summary = run_summary(state)  # counted as the live bar and MCP count (run_record.candidate_counts)
     statuses = summary.statuses
-    table.add_row("candidates", f"{summary.candidates_evaluated} evaluated" + (": " if statuses else "")
-                  + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())) + " (baseline not counted)")
+    table.add_row("candidates", counts_text(summary.candidates_evaluated, statuses) + " (baseline not counted)")
     if summary.autotune:
         tuned = summary.autotune
         table.add_row("autotune", f"{tuned.variants} configurations over {tuned.rewrites_tuned} kernels; best = "

@@ -86,6 +86,7 @@ def _render_run(view: RunView, console: Console) -> None:
     wrap, the diff's lines printed as they are (never wrapped into lines that are no diff). On the
     CPU interpreter the kept kernel is the beam's head and its figure a ratio of wall times."""
     from accelopt.cli.interrupt import resume_command
+    from accelopt.tools.run_record import counts_text
 
     interpreter = view.timer == INTERPRETER
     _say(console, f"accelopt run: {view.run_dir}")
@@ -108,7 +109,7 @@ def _render_run(view: RunView, console: Console) -> None:
     head.add_row("device", _cell(view.device_name))
     head.add_row("timer", _cell(_timer(view.timer, view.timer_label)))
     head.add_row("iterations", _cell(f"{view.iterations_done} / {view.iterations_planned or '?'}"))
-    head.add_row("candidates", _cell(f"{view.candidates_evaluated} evaluated (baseline not counted)"))
+    head.add_row("candidates", _cell(counts_text(view.candidates_evaluated, view.statuses) + " (baseline not counted)"))
     head.add_row("tokens / cost", _cell(f"{view.tokens:,} / ${view.cost_usd:.4f}"))
     if view.best is not None and interpreter:  # what was measured; the rule ranked it, not its speed
         head.add_row("beam head", _cell(f"{view.best_id}: {view.best.text}, the baseline's interpreter wall time "

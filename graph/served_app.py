@@ -52,6 +52,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from accelopt.nodes.context import run_setting_names
 from accelopt.tools.harness.result import interval_label
+from accelopt.tools.run_record import split_statuses
 
 log = logging.getLogger("accelopt.served")
 
@@ -127,7 +128,9 @@ def run_digest(state: dict[str, Any]) -> dict[str, Any]:
         "timer": timer,
         "iterations": state.get("iteration"),
         "candidates_evaluated": summary.get("candidates_evaluated"),
-        "statuses": summary.get("statuses"),
+        # the evaluated ones' statuses add up to candidates_evaluated; a duplicate was never evaluated
+        "statuses": split_statuses(summary.get("statuses") or {})[0],
+        "not_evaluated": split_statuses(summary.get("statuses") or {})[1],
     }
     versus = (best.get("versus") or {}).get("baseline")
     if versus and best_id != state.get("baseline_id", "baseline"):

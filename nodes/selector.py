@@ -35,8 +35,10 @@ from accelopt.tools.llm_spec import endpoint, totals
 
 def rank(candidates: Mapping[str, Candidate], ids: list[str]) -> list[str]:
     """Verified candidates (audited where flagged), fastest first. A child that is not faster than its parent beyond
-    noise ranks just below that parent, whatever its median says: noise is not a win. On the interpreter, where
-    nothing is faster beyond noise, a child leads only with a difference in work (records.leads_parent).
+    noise ranks just below that parent, whatever its median says: noise is not a win; one that is ranks at least just
+    above it, whatever its own run against the baseline says (the two were timed in the same rounds: what the live
+    display says, "beats its parent", is what the ranking does). On the interpreter, where nothing is faster beyond
+    noise, a child leads only with a difference in work (records.leads_parent).
     "Below its parent" is below the parent's own rank: a parent that did not lead its own parent ranks below
     that one, and so does its child (capped by the parent's median instead, a child within noise of a parent
     that itself ranks below the baseline outranked the baseline; the best was then a kernel that led nobody)."""
@@ -48,8 +50,9 @@ def rank(candidates: Mapping[str, Candidate], ids: list[str]) -> list[str]:
         cand = candidates[cid]
         value = ranked[cid] = cand.get("speedup") or 0.0  # (set first: a cycle of parents ends here)
         parent_id = cand.get("parent_id") or ""
-        if parent_id in candidates and not leads_parent(cand):
-            value = min(value, effective(parent_id) - 1e-9)
+        if parent_id in candidates:
+            parent = effective(parent_id)
+            value = max(value, parent + 1e-9) if leads_parent(cand) else min(value, parent - 1e-9)
         ranked[cid] = value
         return value
 

@@ -210,6 +210,23 @@ def candidate_counts(candidates: Mapping[str, Mapping[str, Any]],
     return sum(n for status, n in statuses.items() if status not in NOT_EVALUATED), statuses
 
 
+def split_statuses(statuses: Mapping[str, int]) -> tuple[dict[str, int], dict[str, int]]:
+    """The statuses of candidates evaluated (they add up to `candidates_evaluated`), and of those
+    never evaluated (a duplicate, a call not sent, one still in flight)."""
+    done = {k: v for k, v in sorted(statuses.items()) if k not in NOT_EVALUATED}
+    return done, {k: v for k, v in sorted(statuses.items()) if k in NOT_EVALUATED}
+
+
+def counts_text(evaluated: int, statuses: Mapping[str, int]) -> str:
+    """`5 evaluated: verified 5; 1 not evaluated: duplicate 1`: the evaluated statuses add up to the
+    count, and a program never evaluated is not among them (the CLI's summary and `show`)."""
+    done, skipped = split_statuses(statuses)
+    text = f"{evaluated} evaluated" + (": " + ", ".join(f"{k} {v}" for k, v in done.items()) if done else "")
+    if skipped:
+        text += f"; {sum(skipped.values())} not evaluated: " + ", ".join(f"{k} {v}" for k, v in skipped.items())
+    return text
+
+
 def run_summary(state: Mapping[str, Any]) -> RunSummary:
     """The run record as of the state's last iteration."""
     candidates, beam = state["candidates"], state["beam"]
