@@ -163,7 +163,7 @@ _RUN_PATH = re.compile(r"^(/threads/[^/]+)?/runs(/stream|/wait|/batch)?/?$")
 def run_request_fields() -> frozenset[str]:
     """The fields a run request may have: the server's OpenAPI schema's, and the SDK's."""
     try:
-        from langgraph_api.validation import openapi
+        from langgraph_api.validation import openapi  # type: ignore[import-untyped]
 
         schemas = openapi["components"]["schemas"]
         published = {k for name in ("RunCreateStateful", "RunCreateStateless") for k in schemas[name]["properties"]}
