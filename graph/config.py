@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from accelopt.nodes.context import RunContext, refuse, run_setting_names, settings_refusal
-from accelopt.nodes.schedule import Schedule
+from accelopt.nodes.schedule import DEFAULT_SCHEDULE
 from accelopt.tools import settings
 from accelopt.tools.llm_spec import (
     ROLES,
@@ -160,15 +160,15 @@ def _layers(config_file: Path | None) -> _Layers:
 
 
 def _context(layers: _Layers) -> RunContext:
-    """The context the layers make, with its sources. The schedule's default yields to a plan review
-    asked for: pipeline leaves no pause to review plans in, so such a run takes beam's."""
+    """The context the layers make, with its sources (a plan review without a schedule named runs
+    beam: RunContext's own rule, said here as the schedule's source)."""
     default = dict(layers.default)
     ctx = RunContext(model=default.pop("model", "tuner"), base_url=default.pop("base_url", None),
                      role_models={**({"default": default} if default else {}), **layers.role_models},
                      prices=layers.prices, **layers.values)
     sources = dict(layers.sources)
-    if sources["schedule"] == "default" and ctx.review_plans is True and not ctx.schedule.allows_review:
-        ctx.schedule, sources["schedule"] = Schedule.BEAM, "default (review_plans: beam)"
+    if sources["schedule"] == "default" and ctx.schedule != DEFAULT_SCHEDULE:
+        sources["schedule"] = f"default (review_plans: {ctx.schedule})"
     return ctx.with_sources(sources)
 
 

@@ -186,9 +186,13 @@ _generated_init = RunContext.__init__
 
 @functools.wraps(_generated_init)
 def _init_noting_given(self: RunContext, **given: Any) -> None:
-    """The dataclass's own __init__, noting which fields the caller named (RunContext.given_fields)."""
+    """The dataclass's own __init__, noting which fields the caller named (RunContext.given_fields).
+    The schedule's default yields to a plan review asked for: pipeline leaves no pause between plans
+    and kernels, so a review without a schedule named runs beam, wherever the context is built."""
     _generated_init(self, **given)
     self.__dict__["_given"] = frozenset(given)
+    if "schedule" not in given and self.review_plans is True and not self.schedule.allows_review:
+        self.schedule = Schedule.BEAM
 
 
 RunContext.__init__ = _init_noting_given  # type: ignore[method-assign]
