@@ -81,16 +81,14 @@ class _Watch:
         self.single = isinstance(mode, str)
         modes = [mode] if self.single else list(mode)
         self.added = "values" not in modes
-        self.v2, self.subgraphs = kwargs.get("version") == "v2", bool(kwargs.get("subgraphs"))
-        self.kwargs = {**kwargs, "stream_mode": modes + (["values"] if self.added else [])}
-        if self.v2 and self.single and not self.added:
-            self.kwargs["stream_mode"] = mode  # v2's parts name their mode: nothing to add or reshape
+        self.subgraphs = bool(kwargs.get("subgraphs"))
+        self.kwargs = {**kwargs, "stream_mode": modes + (["values"] if self.added else [])}  # always a list
         self.last: Any = None
 
     def see(self, chunk: Any) -> tuple[bool, Any]:
         """Whether the caller asked for this chunk, and the chunk as the caller's modes shape it."""
-        if self.v2:
-            mode, ns, data, out = chunk.get("type"), chunk.get("ns") or (), chunk.get("data"), chunk
+        if isinstance(chunk, dict) and {"type", "data"} <= chunk.keys():  # v2's parts name their mode
+            mode, ns, data, out = chunk["type"], chunk.get("ns") or (), chunk["data"], chunk
         elif self.subgraphs:
             ns, mode, data = chunk
             out = (ns, data) if self.single else chunk
