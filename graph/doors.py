@@ -87,6 +87,7 @@ class _Watch:
 
     def see(self, chunk: Any) -> tuple[bool, Any]:
         """Whether the caller asked for this chunk, and the chunk as the caller's modes shape it."""
+        out: Any
         if isinstance(chunk, dict) and {"type", "data"} <= chunk.keys():  # v2's parts name their mode
             mode, ns, data, out = chunk["type"], chunk.get("ns") or (), chunk["data"], chunk
         elif self.subgraphs:
