@@ -24,6 +24,11 @@ it to the tool's arguments as the server publishes the context schema, and tools
 the run's context, checked where every run's context is (graph/builder.ServedGraph for unknown
 keys, setup's context_refusal for the values): a refusal is the run's error, in the CLI's words.
 
+Unknown keys are refused in each door's word before the server acts on them: a run request's field
+(POST .../runs, /runs/wait, /runs/stream, /runs/batch: `contxt` ran a default run) with 422 and one
+line, a tool call's argument (`setings`) as the tool's error. The server's worker logs a refused or
+failed run once, in one line (`OneLineRefusals`), not twice with a traceback.
+
 Everything else (initialize, ping, other assistants' tools) is the built-in's. Nothing here reads
 the built-in's internals: the JSON-RPC messages of the MCP protocol and the SDK's client only.
 
