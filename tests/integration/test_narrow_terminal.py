@@ -87,11 +87,13 @@ def test_optimize_on_the_interpreter_reads_whole_in_a_pipe_at_80_columns(tmp_pat
     assert proc.returncode == 0, proc.stdout + proc.stderr
     live, _, table = proc.stdout.partition("accelopt run:")
     assert "…" not in live and "iteration 1/1 done: beam head" in live and "done: best" not in live
-    # the report's path and the next commands: whole, on one line, however long (pasted, they run)
-    whole = [line for line in table.splitlines() if line.startswith(f"report: {run_dir}") or "accelopt " in line]
-    _fits(table, whole=whole)
+    # the report's path: whole, on one line, however long; the next commands within 80 columns, each
+    # wrapped with line continuations (pasted, they run: test_cli_next_steps)
+    from tests.integration.test_cli_next_steps import _pasted
+
+    _fits(table, whole=[line for line in table.splitlines() if line.startswith(f"report: {run_dir}")])
     assert f"report: {run_dir / 'report.html'}" in table.splitlines()
-    assert any(line.startswith("  on a GPU: ") and line.endswith("--device cuda") for line in whole), table
+    assert _pasted(proc.stdout)["on a GPU"] == f"accelopt optimize {ROOT / 'evals/tasks/rmsnorm'} --device cuda", table
 
 
 # ---------------------------------------------------------------- show and runs
