@@ -161,7 +161,7 @@ def optimize(
         claim_new_run_dir(run_dir, task.root)
     except RunDirError as e:
         fail(str(e))
-    write_run_meta(run_dir, task.root, ctx.to_json())
+    write_run_meta(run_dir, task.root, ctx.to_json(), ctx.sources())
     _drive(ctx, run_dir, {"task_dir": task.root, "run_dir": str(run_dir.resolve())})
 
 
@@ -297,6 +297,7 @@ def doctor() -> None:
     memory's embedder, or the model settings (the profilers and NKI alone are optional)."""
     import shutil
 
+    from accelopt.cli.layout import fold_at_slashes
     from accelopt.graph.config import load_context
     from accelopt.tools.backends import BACKENDS, backend_for
     from accelopt.tools.llm_spec import ConfigError
@@ -304,10 +305,16 @@ def doctor() -> None:
     table = Table(title="accelopt doctor")
     for column in ("component", "usable", "detail"):
         table.add_column(column, overflow="fold")  # a path folds at 80 columns, never cut with an ellipsis
+    # the detail's width: the rest of the screen beside the longest component, "usable", the borders
+    width = max(20, console.width - len("candidate confinement") - len("usable") - 10)
+
+    def add(component: str, usable: str, detail: str) -> None:  # a path folds between its folders
+        table.add_row(component, usable, fold_at_slashes(detail, width))
+
     broken: list[str] = []
     backends = {name: backend_for(name).availability() for name in BACKENDS}
     for name, found in backends.items():
-        table.add_row(f"backend {name}", "yes" if found.usable else "no",
+        add(f"backend {name}", "yes" if found.usable else "no",
                       found.detail if found.can_time else f"{found.detail} (cannot time kernels here)")
     if not any(found.usable for found in backends.values()):
         broken.append("no kernel backend is usable")
@@ -315,42 +322,42 @@ def doctor() -> None:
 
     reason = confine.refusal()
     if reason:
-        table.add_row("candidate confinement", "no", confine.refusal_message(reason))
+        add("candidate confinement", "no", confine.refusal_message(reason))
         broken.append("the candidates' confinement")
     elif confine.unconfined():
-        table.add_row("candidate confinement", "OFF", f"{confine.UNCONFINED_ENV}=1: candidate kernels run unconfined")
+        add("candidate confinement", "OFF", f"{confine.UNCONFINED_ENV}=1: candidate kernels run unconfined")
     else:
-        table.add_row("candidate confinement", "yes", f"bubblewrap namespaces + Landlock ABI {confine.landlock_abi()}: "
+        add("candidate confinement", "yes", f"bubblewrap namespaces + Landlock ABI {confine.landlock_abi()}: "
                       "each candidate writes only beneath its own folder")
     for tool, use in (("ncu", "GPU kernel profiles for the planner"), ("neuron-profile", "Trainium profiles")):
         path = shutil.which(tool)
-        table.add_row(tool, "yes" if path else "no", f"{path}: {use}" if path else f"not on PATH ({use})")
+        add(tool, "yes" if path else "no", f"{path}: {use}" if path else f"not on PATH ({use})")
     try:
         from accelopt.memory.embedder import model_path
 
-        table.add_row("memory embedder", "yes", model_path("all-MiniLM-L6-v2"))
+        add("memory embedder", "yes", model_path("all-MiniLM-L6-v2"))
     except MemoryStoreError as e:
-        table.add_row("memory embedder", "no", str(e))
+        add("memory embedder", "no", str(e))
         broken.append("the memory embedder (or run with --no-memory)")
     try:
         ctx, configured = load_context(None)
-        table.add_row("models", "yes", ctx.model_spec("planner").label() if configured
+        add("models", "yes", ctx.model_spec("planner").label() if configured
                       else "no LLM endpoint configured: the tuner policy (no LLM)")
     except ConfigError as e:
-        table.add_row("models", "no", str(e))
+        add("models", "no", str(e))
         broken.append("the model settings")
     else:
         if ctx.ray_address:  # [cluster] / ACCELOPT_RAY_ADDRESS: nodes, GPUs by kind, evaluation actors alive
             refusal = o.cluster_refusal(ctx.ray_address)
             if refusal:
-                table.add_row("ray cluster", "no", refusal)
+                add("ray cluster", "no", refusal)
                 broken.append("the Ray cluster")
             else:
                 from accelopt.tools.harness.ray_pool import cluster_summary
 
                 c = cluster_summary(ctx.ray_address)
                 gpus = ", ".join(f"{n}x {k}" for k, n in c["gpus"].items()) or "no GPU (interpreter checks only)"
-                table.add_row("ray cluster", "yes", f"{ctx.ray_address}: {len(c['nodes'])} node(s) "
+                add("ray cluster", "yes", f"{ctx.ray_address}: {len(c['nodes'])} node(s) "
                               f"({', '.join(c['nodes'])}), {c['cpus']} CPUs, {gpus}; evaluation actors alive: "
                               f"{c['actors_alive'] if c['actors_alive'] >= 0 else 'unknown (no dashboard)'}")
     console.print(table)
@@ -369,7 +376,7 @@ def _report(state: dict, run_dir: Path, use_memory: bool = True, tuner: bool = T
 
     from accelopt.graph.progress import interpreter_rule
     from accelopt.tools.llm_spec import totals
-    from accelopt.tools.run_record import RunSummary, run_failure, run_summary
+    from accelopt.tools.run_record import RunSummary, counts_text, run_failure, run_summary
 
     candidates = state.get("candidates") or {}
     if not state.get("beam"):  # setup stopped the run: no task baseline, or a broken one
@@ -402,8 +409,7 @@ def _report(state: dict, run_dir: Path, use_memory: bool = True, tuner: bool = T
         table.add_row("checked", "; ".join(best["evidence"][:3]))
     summary = run_summary(state)  # counted as the live bar and MCP count (run_record.candidate_counts)
     statuses = summary.statuses
-    table.add_row("candidates", f"{summary.candidates_evaluated} evaluated" + (": " if statuses else "")
-                  + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())) + " (baseline not counted)")
+    table.add_row("candidates", counts_text(summary.candidates_evaluated, statuses) + " (baseline not counted)")
     if summary.autotune:
         tuned = summary.autotune
         table.add_row("autotune", f"{tuned.variants} configurations over {tuned.rewrites_tuned} kernels; best = "
@@ -422,24 +428,25 @@ def _report(state: dict, run_dir: Path, use_memory: bool = True, tuner: bool = T
     console.print(Text(f"accelopt run: {run_dir}"))
     console.print(table)
     console.print(Text(f"{'beam head' if interpreter else 'best kernel'}: {run_dir / 'best_kernel.py'}"))
-    if interpreter:  # an offline first run: the next step, each command one line however long (soft_wrap):
-        # a terminal folds it, and pasted it runs (rich broke a long one at a blank, into two commands)
-        console.print(Text("next:\n" + "\n".join(f"  {line}" for line in
-                                                 _next_steps(state.get("task_dir", "TASK_DIR"), run_dir,
-                                                             tuner).splitlines())), soft_wrap=True)
+    if interpreter:  # an offline first run: the next steps, each command wrapped with line continuations
+        # to the width (a terminal's split mid-option broke a paste), so that pasted it runs as one
+        from accelopt.cli.layout import shell_command
+
+        steps = _next_steps(state.get("task_dir", "TASK_DIR"), run_dir, tuner)
+        lines = [line for label, words in steps for line in (f"  {label}:", *shell_command(words, console.width))]
+        console.print(Text("\n".join(["next:", *lines])), soft_wrap=True)
     _html_report(run_dir)
     failure = run_failure(state)  # summary.json is written: the run's record stays, the exit says it failed
     if failure:
         fail(failure, code=1)
 
 
-def _next_steps(task_dir: str, run_dir: Path, tuner: bool) -> str:
+def _next_steps(task_dir: str, run_dir: Path, tuner: bool) -> list[tuple[str, list[str]]]:
     """After an offline run: the GPU, and an LLM only if the run had none (a run that used one was
-    told its --model; the hint would tell it to start over with a placeholder), then the run itself.
-    Each line works pasted into the shell the run came from: the CLI named as it was invoked when
-    that was by its path and PATH finds another or none (`make demo` runs `.venv/bin/accelopt`,
-    the venv not activated), else `accelopt`."""
-    import shlex
+    told its --model; the hint would tell it to start over with a placeholder), then the run itself;
+    each a label and the command's words. Each command works pasted into the shell the run came
+    from: the CLI named as it was invoked when that was by its path and PATH finds another or none
+    (`make demo` runs `.venv/bin/accelopt`, the venv not activated), else `accelopt`."""
     import shutil
     import sys
 
@@ -448,14 +455,14 @@ def _next_steps(task_dir: str, run_dir: Path, tuner: bool) -> str:
     if "/" in invoked and Path(invoked).name == "accelopt" and Path(invoked).is_file():
         found = shutil.which("accelopt")
         if not (found and Path(found).resolve() == Path(invoked).resolve()):
-            command = shlex.quote(invoked)
-    task, run = shlex.quote(str(task_dir)), shlex.quote(str(run_dir))
+            command = invoked
+    task, run = str(task_dir), str(run_dir)
     if tuner:
-        return (f"on a GPU: {command} optimize {task} --device cuda\n"
-                f"with an LLM: {command} optimize {task} --model vllm:MODEL --base-url URL\n"
-                f"what it tried: {command} show {run}")
-    return (f"on a GPU: {command} optimize {task} --device cuda, with the same model settings\n"
-            f"what the model tried: {command} show {run}")
+        return [("on a GPU", [command, "optimize", task, "--device", "cuda"]),
+                ("with an LLM", [command, "optimize", task, "--model", "vllm:MODEL", "--base-url", "URL"]),
+                ("what it tried", [command, "show", run])]
+    return [("on a GPU, with the same model settings", [command, "optimize", task, "--device", "cuda"]),
+            ("what the model tried", [command, "show", run])]
 
 
 def _html_report(run_dir: Path) -> None:

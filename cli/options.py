@@ -14,6 +14,9 @@ from typing import Any, Literal
 
 import typer
 
+from accelopt.nodes.schedule import DEFAULT_SCHEDULE
+from accelopt.nodes.schedule import Schedule as ScheduleType
+
 DeviceName = Literal["auto", "cuda", "cpu"]
 
 # Every value a RunContext field bounds (B, N, K, F, T, budgets, the evaluation limit) is checked as
@@ -97,14 +100,14 @@ Cluster = Opt[Literal["local", "ray"] | None, typer.Option(
 RayAddress = Opt[str | None, typer.Option(help="Ray cluster to evaluate on: auto, ray://HOST:10001 or HOST:6379 "
                                                   "(implies --cluster ray)")]
 
-# The search's schedule (graph/routing.py): AccelOpt's published one, or iterations that overlap.
-ScheduleName = Literal["beam", "overlap", "pipeline"]
-Schedule = Opt[ScheduleName | None, typer.Option(
-    show_default="beam", help="beam: each iteration waits for its fixes and lessons, as AccelOpt publishes; "
-                              "overlap: fixes run beside the next iteration's first attempts and lessons beside "
-                              "its planners (the next iteration starts sooner; the last one fixes in place); "
-                              "pipeline: overlap, and from the second iteration on the next one is planned while this "
-                              "one's kernels run (from the beam this one began with; not with --review-plans)")]
+# The search's schedule (nodes/schedule.py, one type for the CLI and the graph): light, no heavy imports.
+Schedule = Opt[ScheduleType | None, typer.Option(
+    show_default=DEFAULT_SCHEDULE.value,
+    help="pipeline (the default, the fastest that finds beam's best): overlap, and from the second iteration "
+         "on the next one is planned while this one's kernels run (from the beam this one began with; "
+         "--review-plans without --schedule runs beam); beam: each iteration waits for its fixes and lessons, "
+         "as AccelOpt publishes (deterministic call for call); overlap: fixes run beside the next iteration's "
+         "first attempts and lessons beside its planners (the last one fixes in place)")]
 Quorum = Opt[float | None, typer.Option(callback=checked, show_default="off: wait for every reply", help=(
     "overlap and pipeline: an iteration moves on once this share (0 to 1) of its kernel replies has landed; a "
     "kernel or fix still in flight joins the next iteration's selection when it lands (the last iteration waits for all)"))]
@@ -130,7 +133,7 @@ SeedCapture = Opt[Path | None, typer.Option(
 
 # The defaults shown above, as RunContext has them (a unit test compares the two).
 SHOWN_DEFAULTS = {"beams": 2, "plans": 2, "samples": 2, "fixes": 2, "iterations": 3, "autotune": 0,
-                  "schedule": "beam", "device": "auto", "embedder": "all-MiniLM-L6-v2", "eval_timeout_s": 300.0}
+                  "schedule": DEFAULT_SCHEDULE.value, "device": "auto", "embedder": "all-MiniLM-L6-v2", "eval_timeout_s": 300.0}
 
 
 def context_flags(*, memory: Path | None, no_memory: bool, no_preflight: bool, max_cost: float | None,

@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from accelopt.cli.memory import fail
+from accelopt.cli.options import DeviceName, device_refusal
 
 if TYPE_CHECKING:
     from accelopt.evals.reporting.runs import RunListing, RunView
@@ -75,7 +76,9 @@ def show(run_dir: Annotated[Path, typer.Argument(help="A run directory (runs/TAS
              "First evaluate the best kernel once more against the baseline, by the rules of `check` (fresh "
              "inputs, rounds until decided), and pool it with every earlier evaluation of its program: "
              "summary.json's best figure says how many it pools"))] = False,
-         device: Annotated[str, typer.Option(help="Where --confirm evaluates: auto, cuda or cpu")] = "auto") -> None:
+         device: Annotated[DeviceName, typer.Option(help=(
+             "Where --confirm evaluates: auto, cuda (refused where no GPU is visible) or cpu (the Triton "
+             "interpreter: its figure carries no verdict)"))] = "auto") -> None:
     """One run at a glance: task, device and timer, outcome, the beam, how the best kernel came
     from the baseline (each step's plan and speedup), and its diff against the baseline.
     Exit 2 when RUN_DIR is not a run directory (or, with --confirm, a run still going)."""
@@ -86,6 +89,8 @@ def show(run_dir: Annotated[Path, typer.Argument(help="A run directory (runs/TAS
     except NotARunDir as e:
         fail(str(e))
     if confirm:
+        if (refusal := device_refusal(device)) is not None:
+            fail(refusal)
         if view.state == "running":
             fail(f"{run_dir} is running ({view.held_by}): confirm its best once it has ended")
         _confirm(run_dir, device)
@@ -96,7 +101,7 @@ def show(run_dir: Annotated[Path, typer.Argument(help="A run directory (runs/TAS
     _render_run(view, Console())
 
 
-def _confirm(run_dir: Path, device: str) -> None:
+def _confirm(run_dir: Path, device: DeviceName) -> None:
     """The best confirmed once more (nodes/services.confirm), summary.json's figure pooled anew."""
     from accelopt.evals.reporting.runs import run_candidates
     from accelopt.nodes.context import RunContext
@@ -126,6 +131,7 @@ def _render_run(view: RunView, console: Console) -> None:
     wrap, the diff's lines printed as they are (never wrapped into lines that are no diff). On the
     CPU interpreter the kept kernel is the beam's head and its figure a ratio of wall times."""
     from accelopt.cli.interrupt import resume_command
+    from accelopt.tools.run_record import counts_text
 
     interpreter = view.timer == INTERPRETER
     _say(console, f"accelopt run: {view.run_dir}")
@@ -148,7 +154,7 @@ def _render_run(view: RunView, console: Console) -> None:
     head.add_row("device", _cell(view.device_name))
     head.add_row("timer", _cell(_timer(view.timer, view.timer_label)))
     head.add_row("iterations", _cell(f"{view.iterations_done} / {view.iterations_planned or '?'}"))
-    head.add_row("candidates", _cell(f"{view.candidates_evaluated} evaluated (baseline not counted)"))
+    head.add_row("candidates", _cell(counts_text(view.candidates_evaluated, view.statuses) + " (baseline not counted)"))
     head.add_row("tokens / cost", _cell(f"{view.tokens:,} / ${view.cost_usd:.4f}"))
     if view.best is not None and interpreter:  # what was measured; the rule ranked it, not its speed
         head.add_row("beam head", _cell(f"{view.best_id}: {view.best.text}, the baseline's interpreter wall time "

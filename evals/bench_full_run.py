@@ -261,6 +261,8 @@ def bench_task(task: str, args: argparse.Namespace, out: Path) -> dict[str, Any]
 
 
 def main(argv: list[str] | None = None) -> None:
+    from accelopt.nodes.schedule import Schedule
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--tasks", default="rmsnorm_h128",
@@ -270,7 +272,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("-K", "--samples", type=int, default=2)
     parser.add_argument("-F", "--fixes", type=int, default=2)
     parser.add_argument("-T", "--iterations", type=int, default=16)
-    parser.add_argument("--schedule", default="beam", choices=["beam", "overlap", "pipeline"], help="the search's (--schedule)")
+    parser.add_argument("--schedule", default="beam", choices=[s.value for s in Schedule],
+                        help="the search's (--schedule); beam here, as the recorded rows ran")
     parser.add_argument("--quorum", type=float, default=None,
                         help="the search's (--quorum): an iteration moves on at this share of its replies")
     parser.add_argument("--profile", default="gpt-oss-120b", help="the replay server's latency model")

@@ -87,6 +87,8 @@ def run_row(task: str, out: Path, args: argparse.Namespace, best_text: str) -> d
 
 
 def main() -> None:
+    from accelopt.nodes.schedule import Schedule
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--tasks", default="rmsnorm_h128")
@@ -96,7 +98,8 @@ def main() -> None:
     parser.add_argument("-K", "--samples", type=int, default=2)
     parser.add_argument("-F", "--fixes", type=int, default=1)
     parser.add_argument("-T", "--iterations", type=int, default=2)
-    parser.add_argument("--schedule", default="beam", choices=["beam", "overlap", "pipeline"], help="the search's (--schedule)")
+    parser.add_argument("--schedule", default="beam", choices=[s.value for s in Schedule],
+                        help="the search's (--schedule); beam here, as the recorded rows ran")
     parser.add_argument("--quorum", type=float, default=None, help="the search's (--quorum)")
     parser.add_argument("--time-scale", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)

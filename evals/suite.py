@@ -101,7 +101,7 @@ def run_suite(suite: Path, out: Path, ctx: RunContext, tasks: list[Path], consol
         doing = f"extending to T={ctx.iterations}" if extend else "resuming" if resuming else "optimizing"
         console.print(f"{head}: {doing}")
         if not resuming:
-            write_run_meta(run_dir, task.root, ctx.to_json())
+            write_run_meta(run_dir, task.root, ctx.to_json(), ctx.sources())
         elif extend:  # run.json's T, as `accelopt resume -T` keeps it
             meta = read_run_meta(run_dir)
             save_run_meta(run_dir, {**meta, "context": {**meta["context"], "iterations": ctx.iterations}})

@@ -234,6 +234,24 @@ class ServedCheckGraph(CheckedGraph):
     def refuses_input(self, given: Mapping[str, Any]) -> str | None:
         return input_refusal(cast(CheckState, given))
 
+    def refuses_context(self, keys: list[str]) -> str | None:
+        return context_refusal(keys)
+
+
+def context_refusal(keys: list[str]) -> str | None:
+    """The check graph has no run context: every setting of a check is an input key. A context key
+    (`{"beams": -1}`, or `device` given there) would be dropped and the check run without it:
+    refused in one line, as the optimizer refuses a context key it lacks; or None."""
+    if not keys:
+        return None
+    inputs = list(CheckInput.__annotations__)
+    first = sorted(keys)[0]
+    if first in inputs:
+        return (f"'{first}' is an input key of the check graph, not a context key: pass it in the input "
+                f"(its input keys are {', '.join(inputs)})")
+    return (f"unknown context key{'s' if len(keys) > 1 else ''} {', '.join(repr(k) for k in sorted(keys))} of the "
+            f"check graph: it takes no context; a check's settings are its input keys: {', '.join(inputs)}")
+
 
 graph: CompiledStateGraph[CheckState, None, CheckInput, CheckOutput] = checked(
     build_check_graph().compile(name="check"), ServedCheckGraph)

@@ -18,12 +18,12 @@ annotation, ServerRuntime, as an object to know what to pass it.)
 
 import difflib
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
-from typing import Any, ClassVar
+from typing import Any
 
 from langgraph.graph.state import CompiledStateGraph
 from langgraph_sdk.runtime import ServerRuntime
 
-from accelopt.nodes.context import refuse, run_setting_names, unknown_keys_refusal
+from accelopt.nodes.context import refuse, run_setting_names
 
 # What LangGraph's server itself may put in a run's context beside RunContext's fields (a run given
 # `config.configurable` instead of `context` has its configurable taken as the context).
@@ -56,39 +56,120 @@ def input_keys_refusal(given: Mapping, known: Iterable[str], graph_name: str) ->
             f"keys are {', '.join(known)}")
 
 
+class RunFailed(RuntimeError):
+    """A run that ended on a fatal cause (a model endpoint that failed, a budget spent before any
+    candidate, a task that cannot load or run here): what `graph.invoke` raises once the run is
+    recorded, and the error a server's run ends with (the SDK's `error` status, MCP's isError).
+    Carries the whole stop reason and the run directory; its message is one line."""
+
+    def __init__(self, failure: str, run_dir: str | None = None, stop_reason: str | None = None):
+        self.failure, self.run_dir, self.stop_reason = failure, run_dir, stop_reason or failure
+        line = " ".join(failure.split())  # a baseline's error may run over lines
+        super().__init__(f"{line} (run directory: {run_dir})" if run_dir else line)
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled whole, as its fields
+        return RunFailed, (self.failure, self.run_dir, self.stop_reason)
+
+
+class _Watch:
+    """A stream with the run's last root state seen: "values" is added to the modes asked for (and
+    its chunks left out of what the caller gets), so that the run's end can be judged whatever
+    the caller streams. Chunks are given back in the shape the caller's stream_mode asks for."""
+
+    def __init__(self, kwargs: dict[str, Any], default_mode: Any):
+        mode = kwargs.get("stream_mode") or default_mode
+        self.single = isinstance(mode, str)
+        modes = [mode] if self.single else list(mode)
+        self.added = "values" not in modes
+        self.subgraphs = bool(kwargs.get("subgraphs"))
+        self.kwargs = {**kwargs, "stream_mode": modes + (["values"] if self.added else [])}  # always a list
+        self.last: Any = None
+
+    def see(self, chunk: Any) -> tuple[bool, Any]:
+        """Whether the caller asked for this chunk, and the chunk as the caller's modes shape it."""
+        out: Any
+        if isinstance(chunk, dict) and {"type", "data"} <= chunk.keys():  # v2's parts name their mode
+            mode, ns, data, out = chunk["type"], chunk.get("ns") or (), chunk["data"], chunk
+        elif self.subgraphs:
+            ns, mode, data = chunk
+            out = (ns, data) if self.single else chunk
+        else:
+            (mode, data), ns = chunk, ()
+            out = data if self.single else chunk
+        if mode == "values" and not ns:
+            self.last = data
+        return not (self.added and mode == "values"), out
+
+
 class CheckedGraph(CompiledStateGraph[Any, Any, Any, Any]):
     """A compiled graph that refuses, before it runs, input keys its input schema lacks, input its
     `refuses_input` refuses (run on the input as given: on a thread, state from an earlier run must
-    not fill a key this run left out), and, with `checks_context`, context keys RunContext lacks."""
-
-    checks_context: ClassVar[bool] = False
+    not fill a key this run left out), and context its `refuses_context` refuses; that resolves
+    the context it runs with (`resolved`); and that raises RunFailed where `failure` says the run
+    it finished failed."""
 
     def refuses_input(self, given: Mapping[str, Any]) -> str | None:
         """The graph's own rule for its input as given, in one line, or None."""
+        return None
+
+    def refuses_context(self, keys: list[str]) -> str | None:
+        """The graph's rule for the caller's context keys, in one line, or None."""
+        return None
+
+    def resolved(self, context: Any) -> Any:
+        """The context the run gets, from what its caller gave."""
+        return context
+
+    def failure(self, values: Mapping[str, Any]) -> str | None:
+        """Why a finished run failed, in words, or None."""
         return None
 
     def _refuse(self, given: Any, context: Any) -> None:
         if isinstance(given, Mapping):  # None resumes a thread, a Command answers an interrupt
             refuse(input_keys_refusal(given, self.builder.input_schema.__annotations__, self.name))
             refuse(self.refuses_input(given))
-        if self.checks_context and isinstance(context, Mapping):
-            refuse(unknown_keys_refusal(own_keys(context)))
+        if isinstance(context, Mapping):
+            refuse(self.refuses_context(own_keys(context)))
+
+    def _raise_failure(self, values: Any) -> None:
+        why = self.failure(values) if isinstance(values, Mapping) else None
+        if why:
+            raise RunFailed(why, values.get("run_dir"), values.get("stop_reason"))
 
     def __call__(self, runtime: ServerRuntime) -> "CheckedGraph":
         """`langgraph dev` calls a callable graph as a factory for every use, a run's with its
         context as the caller gave it (before the server filters it by the context schema)."""
         context = getattr(runtime, "context", None)
-        if self.checks_context and isinstance(context, Mapping):
-            refuse(unknown_keys_refusal(own_keys(context)))
+        if isinstance(context, Mapping):
+            refuse(self.refuses_context(own_keys(context)))
         return self
 
-    def stream(self, input: Any = None, *args: Any, **kwargs: Any) -> Iterator[Any]:  # invoke's too
+    def _watch(self, input: Any, kwargs: dict[str, Any]) -> _Watch:
         self._refuse(input, kwargs.get("context"))
-        return super().stream(input, *args, **kwargs)
+        kwargs = {**kwargs, "context": self.resolved(kwargs.get("context"))}
+        return _Watch(kwargs, self.stream_mode)
+
+    def stream(self, input: Any = None, *args: Any, **kwargs: Any) -> Iterator[Any]:  # invoke's too
+        watch = self._watch(input, kwargs)  # refused now, not at the first chunk
+        return self._stream(watch, super().stream(input, *args, **watch.kwargs))
+
+    def _stream(self, watch: _Watch, chunks: Iterator[Any]) -> Iterator[Any]:
+        for chunk in chunks:
+            asked, out = watch.see(chunk)
+            if asked:
+                yield out
+        self._raise_failure(watch.last)
 
     def astream(self, input: Any = None, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:  # ainvoke's, the server's
-        self._refuse(input, kwargs.get("context"))
-        return super().astream(input, *args, **kwargs)
+        watch = self._watch(input, kwargs)
+        return self._astream(watch, super().astream(input, *args, **watch.kwargs))
+
+    async def _astream(self, watch: _Watch, chunks: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        async for chunk in chunks:
+            asked, out = watch.see(chunk)
+            if asked:
+                yield out
+        self._raise_failure(watch.last)
 
 
 def checked(compiled: CompiledStateGraph[Any, Any, Any, Any], kind: type[CheckedGraph]) -> CheckedGraph:

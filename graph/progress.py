@@ -218,7 +218,7 @@ class RunView:
             self.iteration = values.get("iteration", self.iteration)
             self.branches, self.samples = {}, {}
             # pipeline: from the third iteration on, its plans were made beside the last one's kernels
-            made_ahead = self.ctx.schedule == "pipeline" and self.plans_ahead > 0
+            made_ahead = self.ctx.schedule.plans_ahead and self.plans_ahead > 0
             self.plans, self.plans_ahead = (self.plans_ahead if made_ahead else 0), 0
             self.phase = "candidates" if made_ahead else "planning"
         elif node == "planner":
@@ -226,7 +226,7 @@ class RunView:
             mine = plans_of(plans, self.iteration)
             self.plans += len(mine)
             self.plans_ahead += len(plans) - len(mine)
-        elif node == "dispatch" and (self.ctx.schedule != "pipeline" or self.phase in ("planning", "resuming")):
+        elif node == "dispatch" and (not self.ctx.schedule.plans_ahead or self.phase in ("planning", "resuming")):
             # (under the pipeline schedule, not the dispatch after the planners ahead)
             if "plans" in values:  # a reviewed list replaces the proposed one
                 self.plans = len(_plain(values["plans"]) or [])
@@ -242,7 +242,7 @@ class RunView:
             self.beam = list(values.get("beam") or self.beam)
             self.stopping = values.get("stop_reason")
             # the schedules that overlap distill an iteration's lessons beside the next one
-            self.phase = "summarizing" if self.ctx.schedule == "beam" or self.stopping else "recording"
+            self.phase = "summarizing" if self.ctx.schedule.lessons == "after_selection" or self.stopping else "recording"
             return [self._iteration_line()]
         elif node == "summarizer":
             self.phase = "recording"

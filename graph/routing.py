@@ -65,11 +65,11 @@ def to_planners(state: RunState, runtime: Runtime[RunContext]) -> Route:
             log.warning(warning)
     ledger(state.get("run_dir")).sync(state.get("usage") or [], Limits(ctx.max_tokens, ctx.max_cost_usd),
                                       fresh=state["iteration"] == 1)
-    if ctx.schedule == "pipeline" and planned_ahead(state):
+    if ctx.schedule.plans_ahead and planned_ahead(state):
         return to_work(state, ctx)
     sends = planner_sends(state, state["iteration"])
     due = state.get("lessons_due")
-    if ctx.schedule == "overlap" and due:  # the last iteration's lessons, beside this one's planners
+    if ctx.schedule.lessons == "beside_planners" and due:  # the last iteration's lessons, beside this one's planners
         sends.append(Send("summarizer", lessons_view(state, due)))
     return sends
 
@@ -118,7 +118,7 @@ def to_samples(state: RunState, runtime: Runtime[RunContext]) -> Route:
     after the planners that planned the next iteration beside this one's kernels: the selector
     waits for those kernels, and the next iteration's recall sends its work."""
     ctx = runtime.context
-    if ctx.schedule == "pipeline" and (plans_after(state.get("plans") or [], state["iteration"]) or any(
+    if ctx.schedule.plans_ahead and (plans_after(state.get("plans") or [], state["iteration"]) or any(
             c.get("iteration") == state["iteration"] for c in state["candidates"].values())):
         return END
     return to_work(state, ctx)
@@ -137,13 +137,14 @@ def to_work(state: RunState, ctx: RunContext) -> Route:
     wanted = [(j, k) for k in range(ctx.kernels_per_plan()) for j in range(len(plans))]
     paid = affordable(spent, limits, "executor", len(wanted))
     pairs, unpaid = sorted(wanted[:paid]), sorted(wanted[paid:])
-    pending = (state.get("pending_fixes") or []) if ctx.schedule != "beam" else []
+    pending = (state.get("pending_fixes") or []) if ctx.schedule.defers_fixes else []
     fixes_paid = affordable(spent, limits, "fixer", len(pending))
     # a failed first attempt waits for the next iteration to be fixed, except in the last (T, or the budget's)
-    defer = ctx.schedule != "beam" and not last_paid(state, ctx, spent, len(pairs) + min(fixes_paid, len(pending)))
+    defer = ctx.schedule.defers_fixes and not last_paid(state, ctx, spent,
+                                                         len(pairs) + min(fixes_paid, len(pending)))
     common = {"task_dir": state["task_dir"], "run_dir": state.get("run_dir"), "iteration": state["iteration"],
               "baseline": baseline, "defer_fixes": defer}
-    waiting = (state.get("pending_writes") or []) if ctx.schedule != "beam" else []
+    waiting = (state.get("pending_writes") or []) if ctx.schedule.allows_quorum else []
     # --quorum: once this share of the iteration's kernel replies landed, a call still in flight is no
     # longer waited on (its attempt joins the next iteration); never in the last iteration, which collects all
     kernels = len(pairs) + sum(1 for w in waiting if not w.get("failed"))
@@ -170,13 +171,13 @@ def to_work(state: RunState, ctx: RunContext) -> Route:
     # the kernel calls of plans already made come before any plan for a later iteration (tools/budget.py)
     ledger(state.get("run_dir")).promise(min(fixes_paid, len(pending)) + len(pairs))
     work = fixes + collected + sends
-    if ctx.schedule != "pipeline":
+    if not ctx.schedule.plans_ahead and ctx.schedule.lessons != "beside_kernels":
         return work or "selector"  # every planner failed, or the budget is spent: nothing to evaluate
-    due = state.get("lessons_due")
+    due = state.get("lessons_due") if ctx.schedule.lessons == "beside_kernels" else None
     beside = [Send("summarizer", lessons_view(state, due))] if due else []
     # the next iteration's plans, while these kernels run; not iteration 2's, from the baseline alone
     # (iteration 1's beam): those wait for iteration 1's selection, so the second is as wide as the rest
-    if pairs and defer and state["iteration"] >= 2:
+    if ctx.schedule.plans_ahead and pairs and defer and state["iteration"] >= 2:
         beside += planner_sends(state, state["iteration"] + 1)[:affordable(spent, limits, "planner", len(state["beam"]))]
     if work:
         return [*work, *beside]
@@ -227,17 +228,18 @@ def after_profiler(state: CandidateState, runtime: Runtime[RunContext]) -> str:
 def after_selector(state: RunState, runtime: Runtime[RunContext]) -> str:
     """beam: the iteration's lessons now. overlap and pipeline: beside the next iteration's planners
     or kernels, unless the run ends here."""
-    return "summarizer" if runtime.context.schedule == "beam" or state.get("stop_reason") else "record"
+    lessons = runtime.context.schedule.lessons
+    return "summarizer" if lessons == "after_selection" or state.get("stop_reason") else "record"
 
 
 def after_lessons(state: RunState, runtime: Runtime[RunContext]) -> str:
     """beam, or the run's last lessons: record the iteration. overlap: the summarizer ran beside the
     planners, and the plans go on to be dispatched. pipeline: it ran beside the kernels, and the
     selector waits for those."""
-    schedule = runtime.context.schedule
-    if schedule == "beam" or state.get("stop_reason"):
+    lessons = runtime.context.schedule.lessons
+    if lessons == "after_selection" or state.get("stop_reason"):
         return "record"
-    return "dispatch" if schedule == "overlap" else END
+    return "dispatch" if lessons == "beside_planners" else END
 
 
 def after_record(state: RunState) -> str:

@@ -24,6 +24,11 @@ it to the tool's arguments as the server publishes the context schema, and tools
 the run's context, checked where every run's context is (graph/builder.ServedGraph for unknown
 keys, setup's context_refusal for the values): a refusal is the run's error, in the CLI's words.
 
+Unknown keys are refused in each door's word before the server acts on them: a run request's field
+(POST .../runs, /runs/wait, /runs/stream, /runs/batch: `contxt` ran a default run) with 422 and one
+line, a tool call's argument (`setings`) as the tool's error. The server's worker logs a refused or
+failed run once, in one line (`OneLineRefusals`), not twice with a traceback.
+
 Everything else (initialize, ping, other assistants' tools) is the built-in's. Nothing here reads
 the built-in's internals: the JSON-RPC messages of the MCP protocol and the SDK's client only.
 
@@ -37,7 +42,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import difflib
+import functools
 import json
+import logging
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -47,7 +55,11 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from accelopt.nodes.context import run_setting_names
 from accelopt.tools.harness.result import interval_label
+from accelopt.tools.run_record import split_statuses
+
+log = logging.getLogger("accelopt.served")
 
 EVIDENCE_CHARS = 200  # an evidence line past this is cut (they are one sentence each)
 # Request headers not passed on to the in-process client's calls (it sets its own).
@@ -124,7 +136,9 @@ def run_digest(state: dict[str, Any]) -> dict[str, Any]:
         "timer": timer,
         "iterations": state.get("iteration"),
         "candidates_evaluated": summary.get("candidates_evaluated"),
-        "statuses": summary.get("statuses"),
+        # the evaluated ones' statuses add up to candidates_evaluated; a duplicate was never evaluated
+        "statuses": split_statuses(summary.get("statuses") or {})[0],
+        "not_evaluated": split_statuses(summary.get("statuses") or {})[1],
     }
     versus = (best.get("versus") or {}).get("baseline")
     figure = summary.get("best_figure")
@@ -154,11 +168,79 @@ SETTINGS_DESCRIPTION = ("The run's settings, its context (RunContext, as Studio'
                         "budgets and the rest; each optional, checked as the CLI checks its flags")
 
 
+# ---------------------------------------------------------------- unknown keys, in the door's word
+
+# A run request's fields besides the server's published schema (RunCreateStateful/-Stateless):
+# those langgraph_sdk's client sends and the server reads.
+_SDK_RUN_FIELDS = {"checkpoint_id", "langsmith_tracer", "on_disconnect", "on_completion", "cancel_on_disconnect",
+                   "strict_resume", "if_not_exists", "multitask_strategy", "durability"}
+_RUN_PATH = re.compile(r"^(/threads/[^/]+)?/runs(/stream|/wait|/batch)?/?$")
+
+
+@functools.cache
+def run_request_fields() -> frozenset[str]:
+    """The fields a run request may have: the server's OpenAPI schema's, and the SDK's."""
+    try:
+        from langgraph_api.validation import openapi  # type: ignore[import-untyped]
+
+        schemas = openapi["components"]["schemas"]
+        published = {k for name in ("RunCreateStateful", "RunCreateStateless") for k in schemas[name]["properties"]}
+    except (ImportError, KeyError):  # another server version: its own validation answers
+        return frozenset()
+    return frozenset(published | _SDK_RUN_FIELDS)
+
+
+def unknown_refusal(given: list[str], known: list[str], word: str, of: str) -> str | None:
+    """The first key not known, in one line: named, the nearest known one offered, in the door's
+    word (`field` of a run request at the HTTP door, `argument` of a tool at MCP); or None."""
+    unknown = [k for k in given if k not in known]
+    if not unknown:
+        return None
+    close = difflib.get_close_matches(unknown[0], known, n=1, cutoff=0.6)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    names = ", ".join(f"'{k}'" for k in unknown)
+    return (f"unknown {word}{'s' if len(unknown) > 1 else ''} {names} of {of}{hint}: its {word}s are "
+            f"{', '.join(known)}")
+
+
+def request_refusal(path: str, body: bytes) -> str | None:
+    """A run request (POST .../runs, /runs/wait, /runs/stream, /runs/batch) with a field the server
+    does not know: the server ignores it (`contxt` ran a default run; `inptu` got "Received no input
+    for __start__"), so it is refused here, naming it."""
+    known = run_request_fields()
+    if not known or not _RUN_PATH.match(path):
+        return None
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return None  # not JSON: the server's own error
+    for request in payload if isinstance(payload, list) else [payload]:
+        if isinstance(request, dict):
+            refusal = unknown_refusal(list(request), sorted(known), "field", "a run request")
+            if refusal:
+                return refusal
+    return None
+
+
+def arguments_refusal(arguments: dict[str, Any], known: list[str], tool: str) -> str | None:
+    """A tool call's argument the tool lacks, in MCP's word; a run setting given beside `settings`
+    says where it goes."""
+    first = next((k for k in arguments if k not in known), None)
+    if first is not None and "settings" in known and first in run_setting_names():
+        return (f"'{first}' is a run setting, not an argument of the {tool} tool: give it inside the `settings` "
+                f"argument ({{\"settings\": {{\"{first}\": ...}}}})")
+    return unknown_refusal(list(arguments), known, "argument", f"the {tool} tool")
+
+
 # ---------------------------------------------------------------- the middleware
 
 def tool_name(name: str) -> str:
     """An assistant's name as an MCP tool name (`^[a-zA-Z0-9_\\-.]{1,128}$`), as the server makes it."""
     return re.sub(r"[^a-zA-Z0-9_\-.]", "", re.sub(r"\s+", "_", name.strip()))[:128]
+
+
+def _is_run_post(scope: Scope) -> bool:
+    return scope["type"] == "http" and scope["method"] == "POST" and bool(_RUN_PATH.match(scope["path"]))
 
 
 def _is_mcp_post(scope: Scope) -> bool:
@@ -219,6 +301,9 @@ class ConciseTools:
         return self._client
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if _is_run_post(scope):
+            await self._run_request(scope, receive, send)
+            return
         if not _is_mcp_post(scope):
             await self.app(scope, receive, send)
             return
@@ -240,6 +325,16 @@ class ConciseTools:
             await self._list(scope, replay, send)
             return
         await self.app(scope, replay, send)
+
+    async def _run_request(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A run request with an unknown field: 422 with its one line (logged as one line)."""
+        body = await _body(receive)
+        refusal = request_refusal(scope["path"], body)
+        if refusal is None:
+            await self.app(scope, _replayed(body, receive), send)
+            return
+        log.warning("refused %s %s: %s", scope["method"], scope["path"], refusal)
+        await _send_json(send, {"detail": refusal}, status=422)
 
     def _headers(self, scope: Scope) -> dict[str, str]:
         return {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", [])
@@ -263,6 +358,10 @@ class ConciseTools:
         if not isinstance(arguments, dict) or not isinstance(context, dict):
             return None  # not what a tool call sends: the built-in answers it
         arguments, context = dict(arguments), dict(context)
+        refusal = arguments_refusal(arguments, await self._arguments(scope, assistant), tool_name(assistant["name"]))
+        if refusal:
+            log.warning("refused tools/call %s: %s", name, refusal)
+            return _text_result({"error": "ConfigError", "message": refusal}, error=True)
         if assistant["graph_id"] in WITH_SETTINGS and "settings" in arguments:
             settings = arguments.pop("settings")
             if settings is not None and not isinstance(settings, dict):
@@ -283,6 +382,12 @@ class ConciseTools:
             return _text_result({"error": "UnexpectedOutput", "message": f"the run returned {type(value).__name__}"},
                                 error=True)
         return _text_result(DIGESTS[assistant["graph_id"]](value), error=False)
+
+    async def _arguments(self, scope: Scope, assistant: dict[str, Any]) -> list[str]:
+        """The tool's arguments: its graph's input keys, and `settings` where it takes them."""
+        schemas = await self.client().assistants.get_schemas(assistant["assistant_id"], headers=self._headers(scope))
+        known = list((schemas.get("input_schema") or {}).get("properties") or {})
+        return known + (["settings"] if assistant["graph_id"] in WITH_SETTINGS else [])
 
     async def _list(self, scope: Scope, replay: Receive, send: Send) -> None:
         """The built-in's tools/list, with `settings` added to the arguments of WITH_SETTINGS's tools."""
@@ -330,6 +435,43 @@ class ConciseTools:
                                                                   "description": SETTINGS_DESCRIPTION}
 
 
+# The worker's logger: it logs a run's error twice, each time with a traceback.
+_WORKER_LOGGER = "langgraph_api.worker"
+
+
+class OneLineRefusals(logging.Filter):
+    """The server's worker logs a run's error twice, each with a full traceback (64 tracebacks in
+    one short tour). For accelopt's own one-line errors, a refusal (ConfigError) and a failed run
+    (RunFailed), the traceback says nothing the line does not: one log line each, the second left
+    out. Records are structlog's event dicts (langgraph_api/logging.py: the traceback is already
+    text, under `exception`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from accelopt.graph.doors import RunFailed
+        from accelopt.tools.llm_spec import ConfigError
+
+        self.classes = tuple(str(c) for c in (ConfigError, RunFailed))  # "<class 'accelopt....'>"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        event = record.msg if isinstance(record.msg, dict) else None
+        text = str(event.get("event", "")) if event is not None else record.getMessage()
+        ours = next((c for c in self.classes if c in text), None)
+        if ours is None:
+            return True
+        if text.startswith("Background run failed"):
+            return False  # said once already, by "Run encountered an error"
+        kind = ours.split("'")[1].rsplit(".", 1)[-1]
+        line = f"run ended: {kind}: {text.split(ours, 1)[1].strip('()')}"
+        if event is not None:
+            event.pop("exception", None)
+            event["event"] = line
+        else:
+            record.msg, record.args = line, ()
+        record.exc_info = record.exc_text = None
+        return True
+
+
 @contextlib.asynccontextmanager
 async def lifespan(_app: Starlette) -> AsyncIterator[None]:
     """At the server's start, the loop's default executor as wide as a superstep (an async run's
@@ -339,7 +481,10 @@ async def lifespan(_app: Starlette) -> AsyncIterator[None]:
     from accelopt.graph.threads import widen_default_executor
 
     widen_default_executor(asyncio.get_running_loop())
+    quiet = OneLineRefusals()
+    logging.getLogger(_WORKER_LOGGER).addFilter(quiet)
     yield
+    logging.getLogger(_WORKER_LOGGER).removeFilter(quiet)
     from accelopt.tools.harness.pool import close_pools
 
     await asyncio.to_thread(close_pools)  # kills and waits: off the event loop

@@ -17,14 +17,17 @@ MCP's settings, accelopt.toml).
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
+from enum import EnumType
 from functools import cache
 from typing import Any, Literal, get_type_hints
 
 from pydantic import TypeAdapter, ValidationError
 from pydantic.json_schema import SkipJsonSchema
 
+from accelopt.nodes.schedule import DEFAULT_SCHEDULE, Schedule, schedules_with
 from accelopt.tools.harness.reference_kernel import CompileMode
 from accelopt.tools.llm_spec import GIVEN, ROLES, ConfigError, ModelSpec, given_spec, split_model, validate_spec
 
@@ -43,13 +46,14 @@ class RunContext:
     samples: int = field(default=2, metadata={"description": "K: kernels written per plan (the tuner writes 1)", "ge": 1})
     fixes: int = field(default=2, metadata={"description": "F: fix attempts per failed kernel", "ge": 0})
     iterations: int = field(default=3, metadata={"description": "T: iterations", "ge": 1})
-    schedule: Literal["beam", "overlap", "pipeline"] = field(default="beam", metadata={
-        "description": "beam: each iteration waits for its fixes and lessons (AccelOpt's published schedule); "
-                       "overlap: an iteration's fixes run beside the next iteration's first attempts and its "
-                       "lessons beside the next planners, so the next iteration starts from the beam of the "
-                       "first attempts (the last iteration fixes in place); pipeline: overlap, and from the "
-                       "second iteration on the next iteration's planners run beside this one's kernels, from "
-                       "the beam this iteration began with (no plan review)"})
+    schedule: Schedule = field(default=DEFAULT_SCHEDULE, metadata={
+        "description": "pipeline (the default): overlap, and from the second iteration on the next iteration's "
+                       "planners run beside this one's kernels, from the beam this iteration began with (the "
+                       "fastest schedule that finds beam's best; no plan review: review_plans without a schedule "
+                       "runs beam); beam: each iteration waits for its fixes and lessons (AccelOpt's published "
+                       "schedule, deterministic call for call); overlap: an iteration's fixes run beside the next "
+                       "iteration's first attempts and its lessons beside the next planners (the last iteration "
+                       "fixes in place)"})
     quorum: float | None = field(default=None, metadata={
         "description": "overlap and pipeline: an iteration moves on once this share of its first attempts' replies "
                        "(and of those it collects) have landed; a reply still in flight (a kernel's or a fix's) then "
@@ -128,6 +132,26 @@ class RunContext:
         "description": "An Inductor capture made earlier on a GPU (accelopt seed --capture-out), used instead of "
                        "compiling here"})
 
+    def __post_init__(self) -> None:
+        # a schedule given by name (JSON, a form, run.json) becomes the type that owns its behaviour;
+        # an unknown name stays as given, for settings_refusal to refuse in one line
+        if not isinstance(self.schedule, Schedule) and self.schedule in Schedule._value2member_map_:
+            self.schedule = Schedule(self.schedule)
+
+    def with_sources(self, sources: dict[str, str]) -> RunContext:
+        """This context, resolved: where each setting came from (graph/config.py), for run.json."""
+        self.__dict__["_sources"] = dict(sources)
+        return self
+
+    def sources(self) -> dict[str, str]:
+        """Where each setting came from; empty for a context no door has resolved yet."""
+        return dict(self.__dict__.get("_sources") or {})
+
+    def given_fields(self) -> frozenset[str]:
+        """The fields this context was built with by name (what its caller set; the rest are defaults
+        that accelopt.toml and the environment may fill: graph/config.resolve_context)."""
+        return self.__dict__.get("_given", frozenset(f.name for f in fields(self)))
+
     def to_json(self) -> dict:
         """The context as plain data (run.json), whichever door built it: every field but the
         code-only chat models, K as the run uses it (kernels_per_plan: 1 under the tuner)."""
@@ -155,6 +179,23 @@ class RunContext:
         if price and spec.input_price is None and spec.output_price is None:
             spec = spec.model_copy(update={"input_price": price[0], "output_price": price[1]})
         return spec
+
+
+_generated_init = RunContext.__init__
+
+
+@functools.wraps(_generated_init)
+def _init_noting_given(self: RunContext, **given: Any) -> None:
+    """The dataclass's own __init__, noting which fields the caller named (RunContext.given_fields).
+    The schedule's default yields to a plan review asked for: pipeline leaves no pause between plans
+    and kernels, so a review without a schedule named runs beam, wherever the context is built."""
+    _generated_init(self, **given)
+    self.__dict__["_given"] = frozenset(given)
+    if "schedule" not in given and self.review_plans is True and not self.schedule.allows_review:
+        self.schedule = Schedule.BEAM
+
+
+RunContext.__init__ = _init_noting_given  # type: ignore[method-assign]
 
 
 def inherit(model: str, base_url: str | None, default: dict, own: dict) -> ModelSpec:
@@ -231,8 +272,8 @@ def setting_refusal(name: str, value: Any, shown_as: str | None = None) -> str |
 def _type_refusal(name: str, value: Any) -> str | None:
     """A value of the wrong type for its field (JSON from a form or the SDK: '2' for 2, 'tpu'), or
     None. Strict: a string is not read as a number, a float not as an int."""
-    try:
-        _adapter(name).validate_python(value, strict=True)
+    try:  # an enum (the schedule) by its name, as JSON gives it
+        _adapter(name).validate_python(value, strict=not isinstance(_field_types()[name], EnumType))
     except ValidationError as e:
         error = e.errors()[0]
         where = f" at {'.'.join(str(p) for p in error['loc'])}" if error["loc"] else ""
@@ -266,13 +307,14 @@ def settings_refusal(ctx: RunContext) -> str | None:
         refusal = _type_refusal(f.name, value) or setting_refusal(f.name, value)
         if refusal:
             return refusal
-    if ctx.quorum is not None and ctx.schedule == "beam":
-        return ("quorum: schedule 'beam' waits for every branch of an iteration, as AccelOpt publishes; an "
-                "iteration that moves on at a quorum of replies needs schedule 'overlap' or 'pipeline'")
-    if ctx.schedule == "pipeline" and ctx.review_plans:
-        return ("schedule 'pipeline' makes each iteration's plans while the last one's kernels run, so no pause "
-                "between plans and kernels is left to review them in: review plans under schedule 'beam' or "
-                "'overlap'")
+    if ctx.quorum is not None and not ctx.schedule.allows_quorum:
+        return (f"quorum: schedule '{ctx.schedule}' waits for every branch of an iteration, as AccelOpt publishes; "
+                f"an iteration that moves on at a quorum of replies needs schedule "
+                f"{' or '.join(repr(s) for s in schedules_with('allows_quorum'))}")
+    if ctx.review_plans and not ctx.schedule.allows_review:
+        return (f"schedule '{ctx.schedule}' makes each iteration's plans while the last one's kernels run, so no "
+                "pause between plans and kernels is left to review them in: review plans under schedule "
+                f"{' or '.join(repr(s) for s in schedules_with('allows_review'))}")
     return model_refusal(ctx)
 
 

@@ -45,6 +45,6 @@ def recall(state: RunState, runtime: Runtime[RunContext]) -> dict:
     n = state["iteration"]
     plans = state.get("plans") or []
     due = (LessonsDue(iteration=n, plans=plans_of(plans, n), beam=list(state["beam"]))
-           if ctx.schedule != "beam" and n > 0 else None)
-    ahead = plans_after(plans, n) if ctx.schedule == "pipeline" else []
+           if ctx.schedule.lessons != "after_selection" and n > 0 else None)
+    ahead = plans_after(plans, n) if ctx.schedule.plans_ahead else []
     return {"iteration": n + 1, "recalled": recalled, "plans": Overwrite(ahead), "lessons_due": due}

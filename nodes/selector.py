@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import cast
+from typing import Any, cast
 
 from langgraph.runtime import Runtime
 
@@ -37,8 +37,10 @@ from accelopt.tools.rundir import write_candidate
 
 def rank(candidates: Mapping[str, Candidate], ids: list[str]) -> list[str]:
     """Verified candidates (audited where flagged), fastest first. A child that is not faster than its parent beyond
-    noise ranks just below that parent, whatever its median says: noise is not a win. On the interpreter, where
-    nothing is faster beyond noise, a child leads only with a difference in work (records.leads_parent).
+    noise ranks just below that parent, whatever its median says: noise is not a win; one that is ranks at least just
+    above it, whatever its own run against the baseline says (the two were timed in the same rounds: what the live
+    display says, "beats its parent", is what the ranking does). On the interpreter, where nothing is faster beyond
+    noise, a child leads only with a difference in work (records.leads_parent).
     "Below its parent" is below the parent's own rank: a parent that did not lead its own parent ranks below
     that one, and so does its child (capped by the parent's median instead, a child within noise of a parent
     that itself ranks below the baseline outranked the baseline; the best was then a kernel that led nobody)."""
@@ -50,8 +52,9 @@ def rank(candidates: Mapping[str, Candidate], ids: list[str]) -> list[str]:
         cand = candidates[cid]
         value = ranked[cid] = cand.get("speedup") or 0.0  # (set first: a cycle of parents ends here)
         parent_id = cand.get("parent_id") or ""
-        if parent_id in candidates and not leads_parent(cand):
-            value = min(value, effective(parent_id) - 1e-9)
+        if parent_id in candidates:
+            parent = effective(parent_id)
+            value = max(value, parent + 1e-9) if leads_parent(cand) else min(value, parent - 1e-9)
         ranked[cid] = value
         return value
 
@@ -180,6 +183,7 @@ def settle_in_flight(state: RunState, reason: str) -> tuple[list[Usage], dict[st
         if cand.get("status") != "in_flight":
             continue
         record, error = by_attempt.get(cid, (None, None))
+        outcome: dict[str, Any]
         if error is not None:
             status = "not_sent" if isinstance(error, BudgetExceeded) else "llm_error"
             outcome = {"status": status, "error": str(error)}
@@ -198,7 +202,7 @@ def pending_fixes(state: RunState, ctx: RunContext, children: list[str]) -> list
     """The schedules that overlap: this iteration's failed attempts the fix loop would send to the fixer
     but that ended their branch (graph/routing.after_profiler), with their plans, to be fixed beside
     the next iteration's first attempts. None under the beam schedule (every fix ran in place)."""
-    if ctx.schedule == "beam":
+    if not ctx.schedule.defers_fixes:
         return []
     candidates, plans = state["candidates"], known_plans(state)
     fixed = {c.get("fix_of") for c in candidates.values() if c.get("fix_of")}

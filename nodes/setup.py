@@ -76,7 +76,8 @@ def setup(state: RunState, runtime: Runtime[RunContext]) -> RunState:
     run_dir = state.get("run_dir") or str(new_default_run_dir(task.name))
     if not (Path(run_dir) / "run.json").is_file():  # the CLI wrote its own; a graph run's is written here
         Path(run_dir).mkdir(parents=True, exist_ok=True)
-        write_run_meta(Path(run_dir), str(Path(state["task_dir"]).resolve()), runtime.context.to_json())
+        write_run_meta(Path(run_dir), str(Path(state["task_dir"]).resolve()), runtime.context.to_json(),
+                       runtime.context.sources())
     baseline = baseline_candidate(reference_source(task) if task.baseline_source is None else task.baseline_source,
                                   from_scratch)
     emit({"event": "step", "text": f"measuring the {'reference' if from_scratch else 'baseline'} of {task.name}"})

@@ -44,10 +44,12 @@ def confirmed(state: RunState, best: Candidate, ctx: RunContext, summary: RunSum
         return summary.model_copy(update={"not_confirmed": (
             "timed on the CPU interpreter, whose wall clock is not performance: `accelopt show RUN_DIR --confirm` "
             "confirms the best where a GPU is")})
-    source = pinned_source(best)
+    source, baseline = pinned_source(best), candidates[baseline_id].get("source")
+    if source is None or baseline is None:
+        return summary.model_copy(update={"not_confirmed": "the best or the baseline has no source to evaluate"})
     try:
-        got = confirm(task_of(state["task_dir"]), source_of({**best, "source": source}),
-                      candidates[baseline_id]["source"], ctx, state.get("run_dir"), nth=len(summary.confirmations))
+        got = confirm(task_of(state["task_dir"]), source, baseline, ctx, state.get("run_dir"),
+                      nth=len(summary.confirmations))
     except Exception as exc:  # noqa: BLE001 - the search's results are recorded; this figure must not undo them
         return summary.model_copy(update={"not_confirmed": f"the confirmation could not run: {type(exc).__name__}: "
                                                            f"{short_reason(str(exc), width=300)}"})

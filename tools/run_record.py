@@ -182,15 +182,22 @@ def write_summary(run_dir: str | None, summary: RunSummary, best_source: str | N
 
 
 def run_failure(state: Mapping[str, Any]) -> str | None:
-    """One line when the run failed: a fatal model error stopped it, or every planner call failed
-    so that nothing was ever evaluated; None for a run that searched."""
+    """One line when the run failed: a fatal model error stopped it, setup stopped it (the task did
+    not load, or cannot run here: no beam), every planner call failed, or the budget was spent,
+    so that nothing was ever evaluated; None for a run that searched (every door says it alike:
+    the CLI exits 1, graph/doors.py raises RunFailed)."""
     if state.get("fatal"):
         return str(state["fatal"])
+    stop = state.get("stop_reason")
+    if stop and not state.get("beam"):
+        return str(stop)
     failed = [h for h in state.get("history") or [] if h.get("event") == "planner_failed"]
     searched = any(c.get("iteration") for c in (state.get("candidates") or {}).values())
     if failed and not searched:
         return (f"every planner call failed ({len(failed)} calls), so nothing was evaluated; "
                 f"the last: {failed[-1].get('error')}")
+    if str(stop or "").startswith("budget spent") and not searched:
+        return f"{stop}, before any candidate was evaluated"
     return None
 
 
@@ -217,6 +224,24 @@ def candidate_counts(candidates: Mapping[str, Mapping[str, Any]],
         if cid != baseline_id and cand.get("status"):
             statuses[cand["status"]] = statuses.get(cand["status"], 0) + 1
     return sum(n for status, n in statuses.items() if status not in NOT_JUDGED), statuses
+
+
+def split_statuses(statuses: Mapping[str, int]) -> tuple[dict[str, int], dict[str, int]]:
+    """The statuses of candidates evaluated (they add up to `candidates_evaluated`), and of those
+    that never reached the judge (`candidate_counts`: a duplicate, a call not sent or failed, a reply
+    without a whole kernel, one never collected)."""
+    done = {k: v for k, v in sorted(statuses.items()) if k not in NOT_JUDGED}
+    return done, {k: v for k, v in sorted(statuses.items()) if k in NOT_JUDGED}
+
+
+def counts_text(evaluated: int, statuses: Mapping[str, int]) -> str:
+    """`5 evaluated: verified 5; 1 not evaluated: duplicate 1`: the evaluated statuses add up to the
+    count, and a program never evaluated is not among them (the CLI's summary and `show`)."""
+    done, skipped = split_statuses(statuses)
+    text = f"{evaluated} evaluated" + (": " + ", ".join(f"{k} {v}" for k, v in done.items()) if done else "")
+    if skipped:
+        text += f"; {sum(skipped.values())} not evaluated: " + ", ".join(f"{k} {v}" for k, v in skipped.items())
+    return text
 
 
 def run_summary(state: Mapping[str, Any]) -> RunSummary:

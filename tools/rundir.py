@@ -29,12 +29,14 @@ class RunDirError(ValueError):
     """A run directory that cannot be resumed as it is; the message says what to do."""
 
 
-def write_run_meta(run_dir: Path, task_dir: str, context: dict) -> None:
-    """run.json of a new run: its task (folder and content fingerprint), its context, the
+def write_run_meta(run_dir: Path, task_dir: str, context: dict, sources: dict[str, str] | None = None) -> None:
+    """run.json of a new run: its task (folder and content fingerprint), its context and where each
+    setting came from (`sources`: default, a config file, $ACCELOPT_..., flag or context), the
     checkpoint thread, named once here so that a copied or moved run directory still finds it, and
     its provenance (when it started, and the software it ran with: what the report shows)."""
     save_run_meta(run_dir, {"format": RUN_FORMAT, "task_dir": str(task_dir), "task": task_fingerprint(task_dir),
                             "thread_id": Path(run_dir).resolve().name, "context": context,
+                            **({"sources": sources} if sources else {}),
                             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "environment": environment()})
 
 

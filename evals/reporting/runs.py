@@ -97,6 +97,7 @@ class RunView(BaseModel):
     iterations_done: int = 0
     iterations_planned: int | None = None  # T
     candidates_evaluated: int = 0
+    statuses: dict[str, int] = {}  # by status, as summary.json counts them (run_record.candidate_counts)
     tokens: int = 0
     cost_usd: float = 0.0
     best_id: str | None = None
@@ -389,6 +390,16 @@ def load_run(run_dir: Path) -> RunView:
         run.close()
 
 
+def _counts(run: _Run, candidates: dict | None) -> tuple[int, dict[str, int]]:
+    """Candidates evaluated and by status, as summary.json and the CLI count them (a duplicate is
+    never evaluated): the checkpoint's, else summary.json's, else the candidate folders'."""
+    if candidates:
+        return candidate_counts(candidates)
+    if run.summary is not None:
+        return run.summary.candidates_evaluated, dict(run.summary.statuses)
+    return candidate_counts({p.parent.name: _json(p) or {} for p in run.dir.glob("candidates/*/result.json")})
+
+
 def _view(run: _Run) -> RunView:
     common = _common(run)
     beam = [c for c in (run.candidate(cid) for cid in run.beam_ids) if c]
@@ -413,14 +424,12 @@ def _view(run: _Run) -> RunView:
             f"{steps[0]['id']}/kernel.py", f"{steps[-1]['id']}/kernel.py", lineterm=""))
     tokens, cost = run.usage()
     candidates = ((run.ck or {}).get("candidates") or {}) if run.ck is not None else None
-    if not candidates:  # the run's files: each candidate's result.json
-        candidates = {p.parent.name: _json(p) or {} for p in (run.dir / "candidates").glob("*/result.json")}
-    evaluated = candidate_counts(candidates)[0]  # what reached the judge, as the summary counts it
+    evaluated, statuses = _counts(run, candidates)
     device = run.row.device_name or (beam[0].get("device_name") if beam else None)
     figure = run.summary.best_figure if run.summary and beam and run.summary.best_id == beam[0]["id"] else None
     return RunView(**common, task_dir=run.meta.get("task_dir") or (run.summary.task_dir if run.summary else None),
                    state_text=STATES[run.state], stop_reason=run.stop_reason, held_by=run.held_by,
-                   device_name=device, candidates_evaluated=max(evaluated, 0), tokens=tokens, cost_usd=cost,
+                   device_name=device, candidates_evaluated=evaluated, statuses=statuses, tokens=tokens, cost_usd=cost,
                    best_id=beam[0]["id"] if beam else None, best=versus(beam[0], "baseline") if beam else None,
                    best_figure=figure, not_confirmed=run.summary.not_confirmed if run.summary else None,
                    beam=members, lineage=lineage, diff=diff, notes=run.notes)

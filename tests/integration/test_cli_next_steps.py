@@ -39,26 +39,30 @@ def finished(monkeypatch):
 
 def test_only_a_tuner_run_is_told_to_try_an_llm(finished, softmax_task, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no ./accelopt.toml
-    tuner = finished(softmax_task, tmp_path / "tuner")
-    assert "with an LLM: accelopt optimize" in tuner and "--model vllm:MODEL --base-url URL" in tuner
-    llm = finished(softmax_task, tmp_path / "llm", "--model", "vllm:coder", "--base-url", "http://127.0.0.1:9/v1")
-    assert "with an LLM" not in llm and "--model vllm:MODEL" not in llm
-    assert f"accelopt show {tmp_path / 'llm'}" in llm and "with the same model settings" in llm
+    tuner = _pasted(finished(softmax_task, tmp_path / "tuner"))
+    assert tuner["with an LLM"] == f"accelopt optimize {softmax_task} --model vllm:MODEL --base-url URL"
+    llm = _pasted(finished(softmax_task, tmp_path / "llm", "--model", "vllm:coder", "--base-url",
+                           "http://127.0.0.1:9/v1"))
+    assert set(llm) == {"on a GPU, with the same model settings", "what the model tried"}
+    assert llm["what the model tried"] == f"accelopt show {tmp_path / 'llm'}"
 
 
 # ---------------------------------------------------------------- pasted after `make demo`
 
-MARKS = ("on a GPU", "with an LLM", "what it tried", "what the model tried")
-
-
 def _pasted(output: str) -> dict[str, str]:
-    """Each next-step line of the closing table: its mark and the command after it."""
-    found = {}
-    for line in output.splitlines():
-        for mark in MARKS:
-            if f"{mark}: " in line:
-                found[mark] = line.split(f"{mark}: ", 1)[1].split("│")[0].strip()
-    return found
+    """The closing next steps: each label (`  on a GPU:`) and its command as a shell reads the
+    lines under it (a backslash-newline joins them: cli/layout.shell_command)."""
+    block = output.split("\nnext:\n", 1)[1]
+    found: dict[str, list[str]] = {}
+    for line in block.splitlines():
+        command = list(found.values())[-1] if found else None
+        if line.startswith("  ") and not line.startswith("   ") and line.endswith(":"):
+            found[line.strip()[:-1]] = []
+        elif command is not None and (not command or command[-1].endswith("\\")):
+            command.append(line)  # the command's first line, or one its last continues
+        else:
+            break
+    return {label: " ".join(shlex.split("\n".join(lines).replace("\\\n", ""))) for label, lines in found.items()}
 
 
 def _cli_word(command: str) -> str:

@@ -3,6 +3,7 @@ short tuner optimization through langgraph_sdk, the way Studio does; checks thro
 graph, the second answered by the judge the first started; and both graphs as MCP tools at /mcp,
 driven by the `mcp` package's client as a coding agent would (graph/served_app.py)."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -39,17 +40,22 @@ def readme_flags() -> list[str]:
     return line.split("#")[0].split("langgraph dev", 1)[1].split()
 
 
-@pytest.fixture(scope="module")
-def dev_server(tmp_path_factory):
-    """One server for the file's tests (it starts in seconds; each test's runs use threads of their own)."""
-    tmp_path = tmp_path_factory.mktemp("dev")
+def resolved_setting(name: str) -> bool:
+    """A variable the run settings resolve from (graph/config.py): only the test's own reach the server."""
+    return name == "ACCELOPT_CONFIG" or (name.startswith("ACCELOPT_") and name.endswith(("_MODEL", "_BASE_URL")))
+
+
+@contextlib.contextmanager
+def serving(tmp_path: Path, **env_vars: str):
+    """`langgraph dev` started as the README says, on a free port, with `env_vars` in its environment."""
     from tests.conftest import descendants, still_alive
 
     port = free_port()
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("LANGSMITH", "LANGCHAIN"))},
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("LANGSMITH", "LANGCHAIN")) and not resolved_setting(k)},
            "LANGGRAPH_CLI_NO_ANALYTICS": "1",  # offline: no analytics ping
            "CUDA_VISIBLE_DEVICES": "",  # no GPU for the server's runs, also on a machine that has one
-           "ACCELOPT_RUNS_DIR": str(tmp_path / "runs")}  # where a run given no run_dir goes (default ./runs)
+           "PYTHONUNBUFFERED": "1",  # its log lines in the file as they are written
+           "ACCELOPT_RUNS_DIR": str(tmp_path / "runs"), **env_vars}  # where a run given no run_dir goes
     log = (tmp_path / "dev.log").open("w")
     proc = subprocess.Popen([str(LANGGRAPH), "dev", *readme_flags(), "--host", "127.0.0.1", "--port", str(port)],
                             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -76,6 +82,13 @@ def dev_server(tmp_path_factory):
     # leaves no process and no judge home behind (graph/served_app.py's lifespan closes the pools)
     assert still_alive(left, 10.0) == []
     assert not list(Path(tempfile.gettempdir()).glob(f"accelopt-judge-*-p{proc.pid}-*"))
+
+
+@pytest.fixture(scope="module")
+def dev_server(tmp_path_factory):
+    """One server for the file's tests (it starts in seconds; each test's runs use threads of their own)."""
+    with serving(tmp_path_factory.mktemp("dev")) as server:
+        yield server
 
 
 def optimizer(client) -> str:
@@ -390,12 +403,13 @@ class Doors:
             assert "\n" not in str(e)
             return "refused", str(e)
 
-    def dev(self, graph_id: str, given: dict, context: dict | None = None) -> tuple[str, object]:
+    def dev(self, graph_id: str, given: dict, context: dict | None = None,
+            error: str = "ConfigError") -> tuple[str, object]:
         thread = self.client.threads.create()["thread_id"]
         run = self.client.runs.create(thread, graph_id, input=given, context=context)
         answer = self.client.runs.join(thread, run["run_id"])
         if self.client.runs.get(thread, run["run_id"])["status"] == "error":
-            assert answer["__error__"]["error"] == "ConfigError", answer
+            assert answer["__error__"]["error"] == error, answer
             return "refused", answer["__error__"]["message"]
         return "ran", answer
 
@@ -435,6 +449,7 @@ def test_every_door_gives_one_outcome_in_the_callers_own_words(dev_server, tmp_p
            "out of range": ({"task_dir": task}, {**shape, "beams": -1}, "beams -1: must be at least 1"),
            "missing": ({}, shape, "no task_dir in the run's input"),
            "setting as input": ({"task_dir": task, "beams": 1}, shape, "'beams' is a run setting, not an input key")}
+    mcp_words = {"setting as input": "'beams' is a run setting, not an argument of the accelopt tool"}  # MCP's word
     cli = {"unknown key": (["optimize", task, *flags, "--beems", "2"], "no such option: --beems"),
            "wrong type": (["optimize", task, *flags[2:], "--beams", "two"], "invalid value for '--beams'"),
            "out of range": (["optimize", task, *flags[2:], "--beams", "-1"], "--beams -1: must be at least 1"),
@@ -446,7 +461,8 @@ def test_every_door_gives_one_outcome_in_the_callers_own_words(dev_server, tmp_p
         for case, (given, context, expected) in api.items():
             for door in (doors.invoke, doors.dev, doors.mcp):
                 outcome, message = door("accelopt", given, context)
-                assert outcome == "refused" and str(message).startswith(expected), (case, door.__name__, message)
+                said = mcp_words.get(case, expected) if door == doors.mcp else expected
+                assert outcome == "refused" and str(message).startswith(said), (case, door.__name__, message)
                 assert "--" not in str(message).split(":")[0], (case, door.__name__, message)  # not the CLI's name
         for case, (_, expected) in cli.items():
             outcome, message = cli_answers[case].result()
@@ -487,7 +503,9 @@ def test_every_door_gives_one_outcome_in_the_callers_own_words(dev_server, tmp_p
         for case, (given, expected) in api_checks.items():
             for door in (doors.invoke, doors.dev, doors.mcp):
                 outcome, message = door("check", given)
-                assert outcome == "refused" and str(message).startswith(expected), (case, door.__name__, message)
+                said = ("unknown argument 'kernal' of the check tool (did you mean 'kernel'?)"  # MCP's word
+                        if door == doors.mcp and case == "unknown key" else expected)
+                assert outcome == "refused" and str(message).startswith(said), (case, door.__name__, message)
         for case, (_, expected) in cli_checks.items():
             outcome, message = cli_answers[case].result()
             assert outcome == "refused" and expected in message, (case, message)
@@ -515,3 +533,103 @@ def test_a_check_on_a_thread_never_judges_the_last_checks_kernel(dev_server, tmp
         answer = client.runs.join(thread, run["run_id"])
         assert client.runs.get(thread, run["run_id"])["status"] == "error", answer
         assert answer["__error__"]["message"].startswith(expected), answer
+
+
+# ---------------------------------------------------------------- settings from the server's environment; failure is failure
+
+SHAPE = {"beams": 1, "plans": 1, "iterations": 1, "device": "cpu", "use_memory": False, "llm_retry_wait_s": 0}
+
+
+def test_the_servers_environment_names_the_model_and_a_failed_run_is_an_error_at_every_door(tmp_path, monkeypatch):
+    """`ACCELOPT_MODEL` in the server's environment (as .env puts it there) is the model of a run
+    that names none, at the SDK and MCP doors and in graph.invoke, and run.json says where it came
+    from; a run whose model endpoint fails (it lists the model and answers 500) is an error at
+    every door, not a finished run with the baseline as its result; a model the caller names
+    wins over the environment's."""
+    import asyncio
+
+    from mcp import Client
+
+    from accelopt.graph.builder import graph
+    from accelopt.graph.doors import RunFailed
+    from tests.openai_server import Answer, ScriptedOpenAIServer
+
+    task = str(TASKS / "rmsnorm")
+    with ScriptedOpenAIServer(lambda _: "no", then=Answer(500, "the model fell over"), models=["scripted"]) as llm:
+        model = {"ACCELOPT_MODEL": "vllm:scripted", "ACCELOPT_BASE_URL": llm.url}
+        with serving(tmp_path, **model) as (url, log, _):
+            doors = Doors(url)
+            outcome, answer = doors.dev("accelopt", {"task_dir": task, "run_dir": str(tmp_path / "dev")}, SHAPE,
+                                        error="RunFailed")
+            assert outcome == "refused" and "the model fell over" in answer and str(tmp_path / "dev") in answer
+
+            async def agent():
+                async with Client(f"{url}/mcp", read_timeout_seconds=600) as client:
+                    return await client.call_tool("accelopt", {"task_dir": task, "run_dir": str(tmp_path / "mcp"),
+                                                               "settings": SHAPE})
+
+            failed = asyncio.run(agent())
+            text = json.loads(failed.content[0].text)
+            assert failed.is_error and text["error"] == "RunFailed" and "\n" not in text["message"], text
+            assert "the model fell over" in text["message"]
+            # the caller's model wins over the environment's
+            ran = doors.dev("accelopt", {"task_dir": task, "run_dir": str(tmp_path / "tuner")}, {**SHAPE, "model": "tuner"})
+            assert ran[0] == "ran" and ran[1]["stop_reason"] == "reached T=1 iterations"
+            assert "Traceback" not in log.read_text()  # a failed run is one log line
+        monkeypatch.setenv("ACCELOPT_MODEL", "vllm:scripted")  # graph.invoke, in this process's environment
+        monkeypatch.setenv("ACCELOPT_BASE_URL", llm.url)
+        with pytest.raises(RunFailed) as raised:
+            graph.invoke({"task_dir": task, "run_dir": str(tmp_path / "invoke")}, context=SHAPE)
+        assert raised.value.run_dir == str(tmp_path / "invoke")
+        assert raised.value.stop_reason.startswith("model endpoint failed: ")
+        assert sum(r["path"] == "/v1/chat/completions" for r in llm.requests) >= 3  # each door called it
+    for door in ("dev", "mcp", "invoke"):
+        meta = json.loads((tmp_path / door / "run.json").read_text())
+        assert meta["context"]["model"] == "vllm:scripted" and meta["context"]["base_url"] == llm.url, door
+        assert meta["sources"]["model"] == "$ACCELOPT_MODEL" and meta["sources"]["beams"] == "context", door
+        assert meta["sources"]["fixes"] == "default"
+    tuner = json.loads((tmp_path / "tuner" / "run.json").read_text())
+    assert tuner["context"]["model"] == "tuner" and tuner["sources"]["model"] == "context"
+
+
+def test_unknown_keys_are_refused_in_each_doors_word_and_logged_in_one_line(dev_server, tmp_path):
+    """The HTTP door: a run request's misspelt field (`contxt` ran a default run, `inptu` got
+    "Received no input for __start__") is refused, 422, naming it and the field meant. MCP: a
+    misspelt argument names the argument meant. The check graph refuses a context at the Python
+    and SDK doors. Each refusal is one log line, with no traceback."""
+    import asyncio
+
+    from mcp import Client
+
+    url, log, _ = dev_server
+    start = log.stat().st_size
+    task = {"task_dir": str(TASKS / "softmax")}
+    for body, word, meant in [({"assistant_id": "accelopt", "input": task, "contxt": {"beams": -1}}, "contxt", "context"),
+                              ({"assistant_id": "accelopt", "inptu": task}, "inptu", "input")]:
+        for path in ("/runs/wait", "/runs", f"/threads/{Doors(url).client.threads.create()['thread_id']}/runs/stream"):
+            answer = httpx.post(f"{url}{path}", json=body, timeout=30)
+            assert answer.status_code == 422, (path, answer.text)
+            assert answer.json()["detail"].startswith(f"unknown field '{word}' of a run request (did you mean "
+                                                      f"'{meant}'?)"), answer.text
+
+    async def agent():
+        async with Client(f"{url}/mcp", read_timeout_seconds=600) as client:
+            return await client.call_tool("accelopt", {**task, "setings": {"beams": 1}})
+
+    misspelt = asyncio.run(agent())
+    message = json.loads(misspelt.content[0].text)["message"]
+    assert misspelt.is_error and message.startswith("unknown argument 'setings' of the accelopt tool (did you mean "
+                                                    "'settings'?): its arguments are task_dir, run_dir, settings")
+    check = {**task, "kernel": str(TASKS / "softmax" / "baseline.py"), "device": "cpu"}
+    expected = "unknown context key 'beams' of the check graph: it takes no context"
+    for door in (Doors.invoke, Doors(url).dev):
+        outcome, answer = door("check", check, {"beams": -1})
+        assert outcome == "refused" and str(answer).startswith(expected), (door, answer)
+    for _ in range(20):  # the server's last log lines
+        written = log.read_bytes()[start:].decode(errors="replace")  # st_size counts bytes
+        if written.count("run ended: ConfigError") >= 1:
+            break
+        time.sleep(0.5)
+    assert "Traceback" not in written
+    assert written.count("refused POST") == 6 and written.count("refused tools/call") == 1
+    assert written.count("run ended: ConfigError") == 1

@@ -25,8 +25,9 @@ def _cand(cid: str, status: str, **fields) -> dict:
 
 
 def _ctx(**settings) -> RunContext:
+    """The display's context: beam's phases (summarizing after each selection) unless a test names another."""
     return RunContext(**{"beams": 1, "plans": 2, "samples": 1, "fixes": 1, "iterations": 2, "device": "cpu",
-                         "model": "tuner", "use_memory": False, **settings})
+                         "model": "tuner", "use_memory": False, "schedule": "beam", **settings})
 
 
 def _text(lines) -> str:

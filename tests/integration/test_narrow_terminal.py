@@ -54,11 +54,15 @@ def test_the_end_of_run_table_reads_whole_at_80_columns(timer, softmax_task, tmp
     out = CliRunner().invoke(cli_app.app, ["optimize", str(softmax_task), "--device", "cpu", "--no-memory",
                                            "--no-preflight", "--run-dir", str(run_dir)])
     assert out.exit_code == 0, out.output
-    commands = [line for line in out.output.splitlines() if " accelopt " in f" {line.split(': ', 1)[-1]}"
-                or "accelopt optimize" in line]  # next steps: one line each, however long (pasted, they run)
-    lines = _fits(out.output, whole=commands)
-    if timer == "interpreter_wall":  # next steps printed: the command naming the long run dir is one line
-        assert any(line.endswith(f" show {run_dir}") for line in commands), out.output
+    lines = _fits(out.output)  # the next steps too: each command wrapped, with line continuations
+    if timer == "interpreter_wall":  # next steps printed: pasted, each runs as the one command it is
+        from tests.integration.test_cli_next_steps import _pasted
+
+        assert _pasted(out.output)["what it tried"] == f"accelopt show {run_dir}", out.output
+        block = out.output.split("what it tried:\n", 1)[1]
+        ran = subprocess.run(["bash", "-c", block.replace("accelopt", "printf '%s|'", 1)], capture_output=True,
+                             text=True, timeout=30)
+        assert ran.stdout == f"show|{run_dir}|", (ran.stdout, block)
     # the paths are whole: on lines of their own, a path wider than the screen folded, never cut
     joined = "".join(lines).replace(" ", "")  # (these paths hold no blank)
     assert f"acceloptrun:{run_dir}" in joined and f"{run_dir / 'best_kernel.py'}" in joined
@@ -83,11 +87,13 @@ def test_optimize_on_the_interpreter_reads_whole_in_a_pipe_at_80_columns(tmp_pat
     assert proc.returncode == 0, proc.stdout + proc.stderr
     live, _, table = proc.stdout.partition("accelopt run:")
     assert "…" not in live and "iteration 1/1 done: beam head" in live and "done: best" not in live
-    # the report's path and the next commands: whole, on one line, however long (pasted, they run)
-    whole = [line for line in table.splitlines() if line.startswith(f"report: {run_dir}") or "accelopt " in line]
-    _fits(table, whole=whole)
+    # the report's path: whole, on one line, however long; the next commands within 80 columns, each
+    # wrapped with line continuations (pasted, they run: test_cli_next_steps)
+    from tests.integration.test_cli_next_steps import _pasted
+
+    _fits(table, whole=[line for line in table.splitlines() if line.startswith(f"report: {run_dir}")])
     assert f"report: {run_dir / 'report.html'}" in table.splitlines()
-    assert any(line.startswith("  on a GPU: ") and line.endswith("--device cuda") for line in whole), table
+    assert _pasted(proc.stdout)["on a GPU"] == f"accelopt optimize {ROOT / 'evals/tasks/rmsnorm'} --device cuda", table
 
 
 # ---------------------------------------------------------------- show and runs
@@ -130,6 +136,15 @@ def test_report_and_doctor_read_whole_at_80_columns(runs):  # noqa: F811 - the f
                               capture_output=True, text=True, timeout=300)
         assert done.stdout.strip(), done.stderr[-2000:]
         _fits(done.stdout)
+    # issue 67: the embedder's path folded between its folders, not mid-name (`pyth` / `on3.11`)
+    lines = done.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if "memory embedder" in line)
+    parts = [lines[at].split("│")[3].strip()]
+    for line in lines[at + 1:]:
+        if line.count("│") != 4 or line.split("│")[1].strip():
+            break
+        parts.append(line.split("│")[3].strip())
+    assert "yes" in lines[at] and all(part.endswith("/") for part in parts[:-1]), parts
     page = (runs / "report-narrow" / "report.html").read_text()  # an interpreter run: no kernel called best
     assert "Lineage of the beam head" in page and "Lineage of the best kernel" not in page  # as the CLI says
     assert "the run's best" not in page

@@ -97,7 +97,12 @@ def test_a_run_killed_mid_iteration_resumes_without_losing_or_repeating_an_evalu
     assert planned and planned <= set(read_plans(run_dir)) and {p[:2] for p in planned} == {"i1", "i2"}
 
 
-def test_resume_runs_a_failed_iteration_again_from_its_cached_replies_counting_each_call_once(tmp_path):
+# Under pipeline (and overlap) the rerun's dispatch finds the failed attempt's candidates of the same
+# iteration and takes itself for the dispatch after the planners ahead (graph/routing.to_samples):
+# it sends no kernel, and the resumed run ends at once, exit 0, with the old failure (issue 67).
+@pytest.mark.parametrize("schedule", ["beam", pytest.param("pipeline", marks=pytest.mark.xfail(
+    strict=True, reason="to_samples ends a rerun iteration's dispatch: the failed attempt's candidates"))])
+def test_resume_runs_a_failed_iteration_again_from_its_cached_replies_counting_each_call_once(tmp_path, schedule):
     """A fixer endpoint that fails ends iteration 1; `accelopt resume` runs it again. Its planner
     reply replays from the run cache (the same question: not one that includes the kernels the
     failed iteration measured), and a replayed reply whose record the state holds already is
@@ -117,7 +122,8 @@ def test_resume_runs_a_failed_iteration_again_from_its_cached_replies_counting_e
         config.write_text(f'[run]\nllm_retry_wait_s = 0.01\n[models.default]\nmodel = "vllm:coder"\n'
                           f'base_url = "{main.url}"\nmax_attempts = 2\n[models.fixer]\nbase_url = "{fixer.url}"\n')
         done = accelopt("optimize", str(TASKS / "softmax"), "--device", "cpu", "--no-memory", "-T", "1", "-B", "1",
-                        "-N", "2", "-K", "1", "-F", "1", "--run-dir", str(run_dir), "--config", str(config))
+                        "-N", "2", "-K", "1", "-F", "1", "--run-dir", str(run_dir), "--config", str(config),
+                        "--schedule", schedule)
         assert done.returncode != 0 and "fixer model vllm:coder" in done.stdout + done.stderr, done.stderr[-2000:]
         refused = len(fixer.requests)  # each a 503: no reply, no ledger record
         fixer.then = OK

@@ -10,7 +10,8 @@ from accelopt.nodes.context import RunContext
 
 
 def runtime(**kw):
-    return SimpleNamespace(context=RunContext(**kw))
+    """A node's runtime; beam unless a test names its schedule (pipeline is the default)."""
+    return SimpleNamespace(context=RunContext(**{"schedule": "beam", **kw}))
 
 
 def cand(cid, status="verified", parent=None):
@@ -259,3 +260,27 @@ def test_a_quorum_counts_kernel_replies_and_the_next_iteration_collects_each_cal
     assert {s.arg["quorum"] for s in last} == {None}  # the last iteration waits for every reply
     beam = to_samples(state, runtime(samples=2, model="vllm:coder", iterations=4))
     assert len(beam) == 4  # AccelOpt's schedule collects nothing: it never moves on without a reply
+
+
+def test_every_schedule_states_every_behaviour_and_nothing_branches_on_its_name():
+    """A schedule is one type (nodes/schedule.py): each member states each trait (a Traits has no
+    defaults), and no module compares a schedule's name, so a new schedule cannot take another's
+    behaviour through a `!= "beam"` test."""
+    import dataclasses
+    import re
+
+    from accelopt.nodes import schedule
+    from tests.conftest import ROOT
+
+    assert set(schedule._TRAITS) == set(schedule.Schedule)
+    assert all(f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+               for f in dataclasses.fields(schedule.Traits))
+    for member in schedule.Schedule:  # every behaviour answers for every member
+        for trait in dataclasses.fields(schedule.Traits):
+            assert getattr(member, trait.name) == getattr(schedule._TRAITS[member], trait.name)
+    compared = re.compile(r"schedule\s*[!=]=\s*[\"'](beam|overlap|pipeline)[\"']")
+    for folder in ("graph", "nodes", "cli", "tools", "policies"):
+        for path in (ROOT / folder).rglob("*.py"):
+            assert not compared.search(path.read_text()), path
+    assert RunContext().schedule is schedule.Schedule.PIPELINE  # the default
+    assert RunContext(schedule="beam").schedule is schedule.Schedule.BEAM  # a name, as JSON gives it

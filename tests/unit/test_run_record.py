@@ -147,3 +147,19 @@ def test_an_iteration_whose_planners_never_answered_is_not_done():
     assert iterations_done([searched, {**failed, "iteration": 2}, {**nothing, "iteration": 2}]) == 1
     # an iteration whose kernels were all copies of earlier ones still searched, its planners answered
     assert iterations_done([searched, {**nothing, "iteration": 2}]) == 2
+
+
+def test_counts_add_up_and_a_duplicate_is_never_called_evaluated():
+    """Issue 67: a summary said "5 evaluated: duplicate 1, verified 5". The evaluated statuses add
+    up to the count, in the CLI's summary and `show` (counts_text) and in MCP's answer."""
+    from accelopt.graph.served_app import run_digest
+    from accelopt.tools.run_record import candidate_counts, counts_text
+
+    candidates = {"baseline": {"status": "verified"}, **{f"k{i}": {"status": "verified"} for i in range(5)},
+                  "d": {"status": "duplicate"}}
+    evaluated, statuses = candidate_counts(candidates)
+    assert counts_text(evaluated, statuses) == "5 evaluated: verified 5; 1 not evaluated: duplicate 1"
+    assert counts_text(0, {}) == "0 evaluated"
+    digest = run_digest({"summary": {"candidates_evaluated": evaluated, "statuses": statuses}})
+    assert sum(digest["statuses"].values()) == digest["candidates_evaluated"] == 5
+    assert digest["not_evaluated"] == {"duplicate": 1}

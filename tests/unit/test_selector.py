@@ -100,7 +100,7 @@ def test_overlap_leaves_the_fixes_its_branches_deferred_to_the_next_iteration():
     pending = pending_fixes(state, ctx, list(candidates))
     assert [(p["failed"]["id"], p["plan"]["id"]) for p in pending] == [("i1.m0.p1.k0.f1", "i1.m0.p1"),
                                                                        ("i2.m0.p0.k0", "i2.m0.p0")]
-    assert pending_fixes(state, RunContext(fixes=2, model="vllm:coder"), list(candidates)) == []
+    assert pending_fixes(state, RunContext(fixes=2, model="vllm:coder", schedule="beam"), list(candidates)) == []
 
 
 def test_attempts_in_flight_are_handed_on_with_their_plans_and_a_fix_with_what_it_repairs():
@@ -120,3 +120,23 @@ def test_attempts_in_flight_are_handed_on_with_their_plans_and_a_fix_with_what_i
     handed = pending_writes(state, [c for c, v in candidates.items() if v["iteration"] == 2])
     assert [(w["attempt"]["id"], w["plan"]["id"], w.get("failed", {}).get("id")) for w in handed] == [
         ("i1.m0.p0.k0.f1", "i1.m0.p0", "i1.m0.p0.k0"), ("i2.m0.p1.k0", "i2.m0.p1", None)]
+
+
+def test_a_child_that_ranks_above_its_parent_in_the_display_ranks_above_it_in_the_beam():
+    """Issue 67: the live line said "i2.m0.p1.k0 … 1.35x · ranks above its parent" (every round had
+    it more than 1.25x ahead of its parent), yet the beam, summary, show and report kept the parent
+    (1.49x against the baseline, in rounds of its own) as the head. What a line says is what the
+    ranking does, on the interpreter and on a GPU (`beats its parent`)."""
+    from accelopt.graph.progress import candidate_line
+
+    def interp(cid, speedup, parent, low, high):
+        vs = {"speedup": low, "ci_low": low, "ci_high": high, "rounds": 2, "faster": False, "slower": False}
+        return cid, {"id": cid, "speedup": speedup, "parent_id": parent, "beats_parent": False, "status": "verified",
+                     "timer": "interpreter_wall", "versus": {"parent": vs}}
+
+    cands = dict([cand("baseline", 1.0), interp("i1.m0.p0.k0", 1.49, "baseline", 1.3, 1.6),
+                  interp("i2.m0.p1.k0", 1.35, "i1.m0.p0.k0", 1.3, 1.4)])
+    assert "ranks above its parent" in candidate_line(cands["i2.m0.p1.k0"]).plain
+    assert rank(cands, list(cands)) == ["i2.m0.p1.k0", "i1.m0.p0.k0", "baseline"]
+    gpu = dict([cand("baseline", 1.0), cand("a", 1.49, "baseline", beats=True), cand("b", 1.35, "a", beats=True)])
+    assert "beats its parent" in candidate_line(gpu["b"]).plain and rank(gpu, list(gpu))[0] == "b"
