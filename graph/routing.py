@@ -118,10 +118,20 @@ def to_samples(state: RunState, runtime: Runtime[RunContext]) -> Route:
     after the planners that planned the next iteration beside this one's kernels: the selector
     waits for those kernels, and the next iteration's recall sends its work."""
     ctx = runtime.context
-    if ctx.schedule.plans_ahead and (plans_after(state.get("plans") or [], state["iteration"]) or any(
-            c.get("iteration") == state["iteration"] for c in state["candidates"].values())):
+    if ctx.schedule.plans_ahead and planners_ahead_ran(state):
         return END
     return to_work(state, ctx)
+
+
+def planners_ahead_ran(state: RunState) -> bool:
+    """This dispatch follows the planners of a later iteration: their plans are here, or what
+    became of them (failed, empty, skipped, deferred) is in the history. Not the candidates of this
+    iteration: an iteration a model failure cut short runs again on resume, beside its first
+    attempt's records, and must send its kernels again."""
+    n = state["iteration"]
+    return bool(plans_after(state.get("plans") or [], n)) or any(
+        (h.get("iteration") or 0) > n and str(h.get("event") or "").startswith("planner_")
+        for h in state.get("history") or [])
 
 
 def to_work(state: RunState, ctx: RunContext) -> Route:

@@ -97,11 +97,9 @@ def test_a_run_killed_mid_iteration_resumes_without_losing_or_repeating_an_evalu
     assert planned and planned <= set(read_plans(run_dir)) and {p[:2] for p in planned} == {"i1", "i2"}
 
 
-# Under pipeline (and overlap) the rerun's dispatch finds the failed attempt's candidates of the same
-# iteration and takes itself for the dispatch after the planners ahead (graph/routing.to_samples):
-# it sends no kernel, and the resumed run ends at once, exit 0, with the old failure (issue 67).
-@pytest.mark.parametrize("schedule", ["beam", pytest.param("pipeline", marks=pytest.mark.xfail(
-    strict=True, reason="to_samples ends a rerun iteration's dispatch: the failed attempt's candidates"))])
+# Under pipeline the rerun's dispatch once found the failed attempt's candidates of the same iteration
+# and took itself for the dispatch after the planners ahead: the resumed run ended at once (issue 67).
+@pytest.mark.parametrize("schedule", ["beam", "pipeline"])
 def test_resume_runs_a_failed_iteration_again_from_its_cached_replies_counting_each_call_once(tmp_path, schedule):
     """A fixer endpoint that fails ends iteration 1; `accelopt resume` runs it again. Its planner
     reply replays from the run cache (the same question: not one that includes the kernels the
