@@ -11,7 +11,8 @@ from tests.conftest import ROOT
 # memory (insights, their store and recall) imports nothing of ours but itself: the ground floor
 FLOORS = {"cli": 6, "evals": 5, "graph": 4, "nodes": 3, "policies": 2, "tools": 1, "memory": 0}
 # modules of the node layer that are not nodes: types, helpers and services every node may use
-NODE_HELPERS = {"common", "context", "state", "records", "services", "measurements", "seeding", "preflight"}
+NODE_HELPERS = {"common", "context", "state", "records", "services", "measurements", "seeding", "preflight",
+                "schedule"}
 
 
 def _modules():
