@@ -3,16 +3,23 @@ per tuning key the least geometric-mean time over the workloads sharing it, a ti
 floor to the earlier configuration, and the cost of a shared key said with its figures; the choice
 carried to a fresh process as a pinned source (tools/harness/autotune_choices.py)."""
 
+import json
 import math
+import re
+import subprocess
+import sys
+import typing
 from pathlib import Path
 
 import pytest
 
 from accelopt.tools.harness.autotune_choices import autotune_evidence, pinned_source, pinning, pinning_evidence
-from accelopt.tools.harness.autotune_rounds import central, choose, configs_digest, pins_of, shared_key_notes
-from accelopt.tools.harness.result import AutotuneRecord, EvalResult
+from accelopt.tools.harness import autotune_record
+from accelopt.tools.harness.autotune_record import configs_digest, pins
+from accelopt.tools.harness.autotune_rounds import central, choose, shared_key_notes
+from accelopt.tools.harness.result import AutotuneRecord, EvalResult, TunedKernel
 from accelopt.tools.tunables import autotune_space
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, ROOT
 
 # AccelOpt's rmsnorm_h128 best on FlashInfer-Bench's two workloads, as measured on an H100: every
 # configuration ~2 µs on batch 1088; 172 µs or 317 µs on batch 520128 depending on the configuration.
@@ -86,7 +93,7 @@ def test_the_chosen_configuration_is_written_into_the_source_for_a_fresh_process
     assert pinned_source(AUTOTUNED, _record("timed", {"(64,)": 0, "(200,)": 2}, 0)).text == AUTOTUNED
     assert pinned_source(AUTOTUNED, _record("timed", {}, 0, fields=[*FIELDS, _fields(512, 8)])).text == AUTOTUNED
     assert pinned_source(AUTOTUNED, _record("timed", {}, 0, fields=[])).text == AUTOTUNED  # nothing to compare with
-    assert pins_of(_record("timed", {"(64,)": 2}, 2).model_dump()) == {"rmsnorm_kernel": {"(64,)": 2, "*": 2}}
+    assert pins(_record("timed", {"(64,)": 2}, 2).record()) == {"rmsnorm_kernel": {"(64,)": 2, "*": 2}}
 
 
 def test_the_evidence_says_which_configuration_ran_and_who_chose_it():
@@ -201,7 +208,7 @@ def test_a_configuration_that_cannot_run_on_the_gpu_is_left_out_and_said():
 
 def test_pins_from_an_earlier_evaluation_are_pinned_as_given():
     box = _Box({"small": SMALL, "large": LARGE})
-    record = _judge().autotune(box, REQ, None, float("inf"), pins=_given({KEY: 3, "*": 3}), check=False)
+    record = _judge().autotune(box, REQ, None, float("inf"), given=_given({KEY: 3, "*": 3}), check=False)
     assert record["how"] == "given" and box.pinned == {"k": {KEY: 3, "*": 3}} and "time_calls" not in box.requests
     assert "call" not in box.requests  # a comparator: nothing run before its timing
 
@@ -346,7 +353,7 @@ def test_a_kernel_the_sandbox_left_to_triton_is_recorded_so_not_as_chosen():
 
 def test_pins_given_for_the_kernel_under_test_say_what_each_workload_ran():
     box = _Box({"small": SMALL, "large": LARGE})
-    record = _judge().autotune(box, REQ, None, float("inf"), pins=_given({KEY: 3, "*": 0}))
+    record = _judge().autotune(box, REQ, None, float("inf"), given=_given({KEY: 3, "*": 0}))
     (kernel,) = record["kernels"]
     assert record["how"] == "given" and kernel["ran"] == {"small": 3, "large": 3} and "time_calls" not in box.requests
     assert AutotuneRecord(**record).summary() == ["k (pinned as chosen before): small: 3: c3; large: 3: c3"]
@@ -380,7 +387,7 @@ def test_pins_given_for_another_configuration_list_are_not_applied_and_chosen_an
     fields (a module that edits its configurations at import) is another list, timed anew."""
     box = _Box({"small": SMALL, "large": LARGE})
     other = [_fields(64 << i, 8) for i in range(4)]  # same names, same length, num_warps differs
-    record = _judge().autotune(box, REQ, None, float("inf"), pins=_given({KEY: 3, "*": 3}, other))
+    record = _judge().autotune(box, REQ, None, float("inf"), given=_given({KEY: 3, "*": 3}, other))
     assert record["how"] == "timed" and box.requests.count("time_calls") == 3 * 4 * 2
     assert record["kernels"][0]["choices"] == {KEY: 1}
     assert "k: the configuration chosen before does not name this evaluation's configurations" in record["notes"][0]
