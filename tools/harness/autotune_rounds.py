@@ -53,20 +53,15 @@ def _load_sibling(name: str, filename: str):
 
 correctness = _load_sibling("accelopt_correctness", "correctness.py")
 stats = _load_sibling("accelopt_stats", "stats.py")
-autotune_record = _load_sibling("accelopt_autotune_record", "autotune_record.py")  # the record's one type
 judge_sandboxes = _load_sibling("accelopt_judge_sandboxes", "judge_sandboxes.py")
 if TYPE_CHECKING:
-    from accelopt.tools.harness.autotune_record import (AutotuneRecord, GivenPin, Pins, TunedKernel, checked_all,
-                                                        left_to_triton, pinned_as_given, pins, ran_under,
-                                                        stale, timed_choice, tuned_kernel)
+    from accelopt.tools.harness import autotune_record
+    from accelopt.tools.harness.autotune_record import AutotuneRecord, GivenPin, Pins, TunedKernel, pins
     from accelopt.tools.harness.correctness import Reject
     from accelopt.tools.harness.judge_sandboxes import Sandbox, SandboxFailure, _call_mode, _owned
 else:
-    AutotuneRecord = autotune_record.AutotuneRecord
-    checked_all, left_to_triton, pinned_as_given = (
-        autotune_record.checked_all, autotune_record.left_to_triton, autotune_record.pinned_as_given)
-    pins, ran_under, stale = autotune_record.pins, autotune_record.ran_under, autotune_record.stale
-    timed_choice, tuned_kernel = autotune_record.timed_choice, autotune_record.tuned_kernel
+    autotune_record = _load_sibling("accelopt_autotune_record", "autotune_record.py")  # the record, typed once
+    AutotuneRecord, pins = autotune_record.AutotuneRecord, autotune_record.pins  # its one pins reader
     Reject = correctness.Reject
     Sandbox, SandboxFailure = judge_sandboxes.Sandbox, judge_sandboxes.SandboxFailure
     _call_mode, _owned = judge_sandboxes._call_mode, judge_sandboxes._owned
@@ -224,14 +219,14 @@ class AutotuneRounds:
         tuners = box.request("autotuners", deadline)["tuners"]
         if not tuners:
             return None
-        kernels = [tuned_kernel(t) for t in tuners]
+        kernels = [autotune_record.tuned_kernel(t) for t in tuners]
         controlled = [k for k in kernels if k["controlled"]]
-        notes = stale(controlled, given) if given else []
+        notes = autotune_record.stale(controlled, given) if given else []
         given = None if notes else given
         record = AutotuneRecord(kernels=kernels, notes=notes, how="given" if given else None)
         if given:
             for k in controlled:
-                pinned_as_given(k, given[k["kernel"]])
+                autotune_record.pinned_as_given(k, given[k["kernel"]])
             if check:  # what each workload runs under them, said as when they were chosen
                 box.request("pin", deadline, choices=pins(record))
                 self._which_ran(box, req, ref, deadline, controlled)
@@ -275,7 +270,7 @@ class AutotuneRounds:
             for k in kernels:
                 key = _ran_key(reply, k)
                 if key is not None and key is not _OWN_CHOICE:
-                    ran_under(k, workload["name"], key)
+                    autotune_record.ran_under(k, workload["name"], key)
 
     def _checked_call(self, box: Sandbox, req: dict, ref, deadline: float, workload: dict, where: str) -> dict:
         """One call on the workload's first input set, its outputs checked and its trace too (no
@@ -305,10 +300,10 @@ class AutotuneRounds:
                                            f"workload {workload['name']}, {self._configuration(k, i)}")
                 key = _ran_key(reply, k)
                 if key is _OWN_CHOICE:
-                    left_to_triton(k, UNNAMED_KEY)
+                    autotune_record.left_to_triton(k, UNNAMED_KEY)
                     return
                 keys.setdefault(workload["name"], key or "?")
-        checked_all(k, keys=keys)
+        autotune_record.checked_all(k, keys=keys)
 
     def _time_configs(self, box: Sandbox, req: dict, ref, deadline: float, k: TunedKernel, held: Pins,
                       check: bool) -> list[str]:
@@ -334,7 +329,7 @@ class AutotuneRounds:
                         break
                     span, busy, key = got
                     if key is _OWN_CHOICE:
-                        left_to_triton(k, UNNAMED_KEY)
+                        autotune_record.left_to_triton(k, UNNAMED_KEY)
                         return []
                     spans[workload["name"]][i] += span
                     kernel[workload["name"]][i] += busy
@@ -354,7 +349,7 @@ class AutotuneRounds:
         keys = {w: keys.get(w, "?") for w in names}
         floor = float(req.get("noise_floor", stats.NOISE_FLOOR))
         chosen = choose(times, keys, floor)
-        timed_choice(k, choices=chosen, default=_default(chosen, keys), keys=keys,
+        autotune_record.timed_choice(k, choices=chosen, default=_default(chosen, keys), keys=keys,
                      times_us={w: [round(t, 3) if t < math.inf else None for t in times[w]] for w in names},
                      timer={w: "kernel_only" if unit[w].startswith("kernel") else "span" for w in names},
                      failed={str(i): e[:300] for i, e in failures.items()})
