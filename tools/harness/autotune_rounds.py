@@ -24,8 +24,8 @@ Here the sandbox's autotuners time nothing (sandbox.AutotuneControl); the judge 
 
 Configurations are named by every field (sandbox.config_fields): before pinning, the judge lists
 them again and rejects a kernel whose list changed under its calls; pins handed back from an
-earlier evaluation carry the list they index (autotune_record.configs_digest) and are chosen anew where it
-differs. What it chose is pinned for the rest of the evaluation, returned in the result, and handed back
+earlier evaluation carry the list they index (autotune_record.configs_digest) and are chosen
+anew where it differs. What it chose is pinned for the rest of the evaluation, returned in the result, and handed back
 by the runner for the re-check, the audit, later evaluations and best_kernel.py. A kernel whose
 configuration is wrong is rejected, naming the configuration. An autotuner the judge cannot
 replay (prune_configs_by, hooks, a key of other values) keeps its own choice, and the record
@@ -210,8 +210,8 @@ class AutotuneRounds:
                  check: bool = True) -> AutotuneRecord | None:
         """Choose and pin the configuration of every autotuner of the sandbox's module. `given` pins
         (from an earlier evaluation of the same source, autotune_record.given: per kernel its
-        `choices` and the `configs` digest of the list they index) are pinned as given where every kernel's list is that one
-        (else chosen anew, and the notes say why); else, on a GPU and
+        `choices` and the `configs` digest of the list they index) are pinned as given where every
+        kernel's list is that one (else chosen anew, and the notes say why); else, on a GPU and
         with timing ahead, the configurations are timed, and otherwise (the interpreter, a check
         only) each is checked for correctness and the first pinned. `check`: the configurations'
         outputs are checked (the candidate's; a comparator's are trusted). Returns the record,
@@ -349,10 +349,11 @@ class AutotuneRounds:
         keys = {w: keys.get(w, "?") for w in names}
         floor = float(req.get("noise_floor", stats.NOISE_FLOOR))
         chosen = choose(times, keys, floor)
-        autotune_record.timed_choice(k, choices=chosen, default=_default(chosen, keys), keys=keys,
-                     times_us={w: [round(t, 3) if t < math.inf else None for t in times[w]] for w in names},
-                     timer={w: "kernel_only" if unit[w].startswith("kernel") else "span" for w in names},
-                     failed={str(i): e[:300] for i, e in failures.items()})
+        autotune_record.timed_choice(
+            k, choices=chosen, default=_default(chosen, keys), keys=keys,
+            times_us={w: [round(t, 3) if t < math.inf else None for t in times[w]] for w in names},
+            timer={w: "kernel_only" if unit[w].startswith("kernel") else "span" for w in names},
+            failed={str(i): e[:300] for i, e in failures.items()})
         return shared_key_notes(k["kernel"], k["key"], times, keys, chosen, floor, unit)
 
     def _time_one(self, box: Sandbox, req: dict, ref, deadline: float, k: TunedKernel, i: int, workload: dict, r: int,

@@ -168,7 +168,8 @@ confine = _load_sibling("accelopt_confine", "confine.py")
 # what the next two load from the judge's sys.modules (they load nothing by path themselves)
 _load_sibling("accelopt_stats", "stats.py")
 _load_sibling("accelopt_triton_cache", "triton_cache.py")
-autotune_record = _load_sibling("accelopt_autotune_record", "autotune_record.py")  # the autotune record, typed once
+# the autotune record, typed once, with its one pins reader (autotune_rounds too takes it from sys.modules)
+autotune_record = _load_sibling("accelopt_autotune_record", "autotune_record.py")
 judge_sandboxes = _load_sibling("accelopt_judge_sandboxes", "judge_sandboxes.py")  # the sandboxes it drives
 timing_rounds = _load_sibling("accelopt_timing_rounds", "timing_rounds.py")  # the comparators and timing rounds
 autotune_rounds = _load_sibling("accelopt_autotune_rounds", "autotune_rounds.py")  # who chooses a configuration
