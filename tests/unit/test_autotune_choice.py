@@ -3,16 +3,23 @@ per tuning key the least geometric-mean time over the workloads sharing it, a ti
 floor to the earlier configuration, and the cost of a shared key said with its figures; the choice
 carried to a fresh process as a pinned source (tools/harness/autotune_choices.py)."""
 
+import json
 import math
+import re
+import subprocess
+import sys
+import typing
 from pathlib import Path
 
 import pytest
 
+from accelopt.tools.harness import autotune_record
 from accelopt.tools.harness.autotune_choices import autotune_evidence, pinned_source, pinning, pinning_evidence
-from accelopt.tools.harness.autotune_rounds import central, choose, configs_digest, pins_of, shared_key_notes
-from accelopt.tools.harness.result import AutotuneRecord, EvalResult
+from accelopt.tools.harness.autotune_record import configs_digest, pins
+from accelopt.tools.harness.autotune_rounds import central, choose, shared_key_notes
+from accelopt.tools.harness.result import AutotuneRecord, EvalResult, TunedKernel
 from accelopt.tools.tunables import autotune_space
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, ROOT
 
 # AccelOpt's rmsnorm_h128 best on FlashInfer-Bench's two workloads, as measured on an H100: every
 # configuration ~2 µs on batch 1088; 172 µs or 317 µs on batch 520128 depending on the configuration.
@@ -86,7 +93,7 @@ def test_the_chosen_configuration_is_written_into_the_source_for_a_fresh_process
     assert pinned_source(AUTOTUNED, _record("timed", {"(64,)": 0, "(200,)": 2}, 0)).text == AUTOTUNED
     assert pinned_source(AUTOTUNED, _record("timed", {}, 0, fields=[*FIELDS, _fields(512, 8)])).text == AUTOTUNED
     assert pinned_source(AUTOTUNED, _record("timed", {}, 0, fields=[])).text == AUTOTUNED  # nothing to compare with
-    assert pins_of(_record("timed", {"(64,)": 2}, 2).model_dump()) == {"rmsnorm_kernel": {"(64,)": 2, "*": 2}}
+    assert pins(_record("timed", {"(64,)": 2}, 2).record()) == {"rmsnorm_kernel": {"(64,)": 2, "*": 2}}
 
 
 def test_the_evidence_says_which_configuration_ran_and_who_chose_it():
@@ -201,7 +208,7 @@ def test_a_configuration_that_cannot_run_on_the_gpu_is_left_out_and_said():
 
 def test_pins_from_an_earlier_evaluation_are_pinned_as_given():
     box = _Box({"small": SMALL, "large": LARGE})
-    record = _judge().autotune(box, REQ, None, float("inf"), pins=_given({KEY: 3, "*": 3}), check=False)
+    record = _judge().autotune(box, REQ, None, float("inf"), given=_given({KEY: 3, "*": 3}), check=False)
     assert record["how"] == "given" and box.pinned == {"k": {KEY: 3, "*": 3}} and "time_calls" not in box.requests
     assert "call" not in box.requests  # a comparator: nothing run before its timing
 
@@ -346,7 +353,7 @@ def test_a_kernel_the_sandbox_left_to_triton_is_recorded_so_not_as_chosen():
 
 def test_pins_given_for_the_kernel_under_test_say_what_each_workload_ran():
     box = _Box({"small": SMALL, "large": LARGE})
-    record = _judge().autotune(box, REQ, None, float("inf"), pins=_given({KEY: 3, "*": 0}))
+    record = _judge().autotune(box, REQ, None, float("inf"), given=_given({KEY: 3, "*": 0}))
     (kernel,) = record["kernels"]
     assert record["how"] == "given" and kernel["ran"] == {"small": 3, "large": 3} and "time_calls" not in box.requests
     assert AutotuneRecord(**record).summary() == ["k (pinned as chosen before): small: 3: c3; large: 3: c3"]
@@ -380,7 +387,7 @@ def test_pins_given_for_another_configuration_list_are_not_applied_and_chosen_an
     fields (a module that edits its configurations at import) is another list, timed anew."""
     box = _Box({"small": SMALL, "large": LARGE})
     other = [_fields(64 << i, 8) for i in range(4)]  # same names, same length, num_warps differs
-    record = _judge().autotune(box, REQ, None, float("inf"), pins=_given({KEY: 3, "*": 3}, other))
+    record = _judge().autotune(box, REQ, None, float("inf"), given=_given({KEY: 3, "*": 3}, other))
     assert record["how"] == "timed" and box.requests.count("time_calls") == 3 * 4 * 2
     assert record["kernels"][0]["choices"] == {KEY: 1}
     assert "k: the configuration chosen before does not name this evaluation's configurations" in record["notes"][0]
@@ -447,3 +454,100 @@ def test_an_honest_real_world_kernels_pinned_source_is_written_as_before(path):
                                                    "choices": {"k": last}, "default": last}])
     assert pinning_evidence(source, record) == []
     assert pinned_source(source, record).text == write_configs(source, [autotune_space(source).configs[last]])
+
+
+# ---------------------------------------------------------------- the record, typed once (autotune_record.py)
+
+def test_the_pins_have_one_reader_that_the_judge_and_the_result_both_call(monkeypatch):
+    """Issue 68: the judge pins and a later process pins with one function (autotune_record.pins),
+    so the two cannot read a record apart; the result's AutotuneRecord.pins and .given call it."""
+    from accelopt.tools.harness import autotune_rounds, judge
+
+    assert autotune_rounds.pins is autotune_record.pins and judge.pins is autotune_record.pins
+    assert not hasattr(autotune_rounds, "pins_of")
+    record = _record("timed", {"(64,)": 2, "(200,)": 1}, 2)
+    read = []
+
+    def spy(r):
+        read.append(r)
+        return {"rmsnorm_kernel": {"spied": 7}}
+
+    monkeypatch.setattr(autotune_record, "pins", spy)
+    assert record.pins() == {"rmsnorm_kernel": {"spied": 7}}
+    assert record.given() == {"rmsnorm_kernel": {"choices": {"spied": 7}, "configs": record.kernels[0].digest}}
+    assert len(read) == 2 and read[0] == record.model_dump()
+
+
+_PIN_READER = re.compile(r"""["']\*["']\s*:\s*[\w.\[\]"']*default""")  # {..., "*": k.default}: a pins reader
+
+
+def test_no_other_module_reads_pins_from_a_record():
+    """Every reader of a record's pins is autotune_record.pins: no module of ours builds a pin
+    (a kernel's choices with its default under "*") from a record itself."""
+    readers = [f"{path.relative_to(ROOT)}:{n}" for top in ("tools", "nodes", "policies", "evals", "graph", "cli")
+               for path in (ROOT / top).rglob("*.py") if path.name != "autotune_record.py"
+               for n, line in enumerate(path.read_text().splitlines(), 1) if _PIN_READER.search(line)]
+    assert readers == []
+    assert _PIN_READER.search('{**k["choices"], "*": k["default"]}') and _PIN_READER.search('"*": k.default}')
+
+
+def test_the_results_model_is_the_judges_record_type():
+    """The pydantic models hold the judge's record's keys, of the same types, and read back exactly
+    what the judge sent (a record that fills every key)."""
+    judged = typing.get_type_hints(autotune_record.TunedKernel)
+    assert {name: field.annotation for name, field in TunedKernel.model_fields.items()} == judged
+    assert set(AutotuneRecord.model_fields) == set(typing.get_type_hints(autotune_record.AutotuneRecord))
+    assert AutotuneRecord.model_fields["how"].annotation == typing.get_type_hints(autotune_record.AutotuneRecord)["how"]
+    # the keys a path may leave out are those the result defaults
+    optional = autotune_record.TunedKernel.__optional_keys__
+    assert optional == {"keys", "timed", "checked", "times_us", "timer", "failed"}
+    assert all(not TunedKernel.model_fields[name].is_required() for name in optional)
+    record = _judge().autotune(_Box({"small": SMALL, "large": LARGE}), REQ, None, float("inf"))
+    assert set(record["kernels"][0]) == set(judged) - {"checked"}  # timed: every key but the interpreter's
+    read = AutotuneRecord(**record).record()
+    assert read["kernels"][0].pop("checked") == 0 and read == record
+    assert AutotuneRecord(**record).pins() == pins(record) == {"k": {KEY: 1, "*": 1}}
+
+
+_BY_PATH = """
+import json, runpy, sys
+judge = runpy.run_path(sys.argv[1])
+record_module = sys.modules["accelopt_autotune_record"]
+assert judge["autotune_record"] is record_module and record_module.__file__ == sys.argv[2]
+assert judge["pins"] is record_module.pins and judge["autotune_rounds"].pins is record_module.pins
+
+
+class Box:  # a comparator on the interpreter: its configurations listed, the first pinned
+    pinned = None
+
+    def request(self, op, deadline, **args):
+        if op == "pin":
+            self.pinned = args["choices"]
+            return {}
+        return {"tuners": [{"kernel": "k", "key": ["n"], "configs": ["c0", "c1"], "fields": [{"BLOCK": 1}, {"BLOCK": 2}],
+                            "why": None}, {"kernel": "own", "key": ["n"], "configs": ["a", "b"], "fields": [],
+                            "why": "prune_configs_by"}]}
+
+
+box = Box()
+given = {"k": {"choices": {"x": 1, "*": 0}, "configs": record_module.configs_digest([{"BLOCK": 1}, {"BLOCK": 2}])}}
+Judge = judge["Judge"]
+record = Judge.__new__(Judge).autotune(box, {"device": "cpu", "workloads": []}, None, 0.0, given=given, check=False)
+assert "accelopt" not in sys.modules and not any(m.startswith("accelopt.") for m in sys.modules)
+print(json.dumps({"record": record, "pinned": box.pinned, "given": given}))
+"""
+
+
+def test_the_judge_loads_the_record_by_path_without_the_package():
+    """The judge, run as a script in an isolated interpreter (no PYTHONPATH, outside the checkout),
+    loads autotune_record.py by path beside it; the record it builds there reads back in the
+    result with the same pins the judge pinned."""
+    harness = ROOT / "tools" / "harness"
+    done = subprocess.run([sys.executable, "-I", "-c", _BY_PATH, str(harness / "judge.py"),
+                           str(harness / "autotune_record.py")], capture_output=True, text=True, cwd="/")
+    assert done.returncode == 0, done.stderr
+    sent = json.loads(done.stdout)
+    assert sent["pinned"] == {"k": {"x": 1, "*": 0}}
+    assert sent["record"]["how"] == "given" and [k["controlled"] for k in sent["record"]["kernels"]] == [True, False]
+    assert AutotuneRecord(**sent["record"]).pins() == sent["pinned"]
+    assert AutotuneRecord(**sent["record"]).given() == sent["given"]  # handed back as it was given

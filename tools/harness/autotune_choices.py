@@ -25,6 +25,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 
+from accelopt.tools.harness.autotune_record import GivenPin
 from accelopt.tools.harness.autotune_rounds import list_differences
 from accelopt.tools.harness.kernel_source import KernelSource
 from accelopt.tools.harness.result import AutotuneRecord, EvalResult, TunedKernel
@@ -34,7 +35,7 @@ from accelopt.tools.tunables import AutotuneSpace, ConfigEntry, write_configs
 # The configurations the judge chose for sources this process evaluated, so that their re-check,
 # audit and every later evaluation (a parent timed as a comparator) run the same ones: keyed by
 # task folder, device and the source's digest; the oldest forgotten first.
-_CHOSEN: collections.OrderedDict[tuple[str, str, str], dict[str, dict]] = collections.OrderedDict()
+_CHOSEN: collections.OrderedDict[tuple[str, str, str], dict[str, GivenPin]] = collections.OrderedDict()
 CHOSEN_KEPT = 256
 _LOCK = threading.Lock()  # the graph evaluates candidates on several threads of one process
 
@@ -43,7 +44,7 @@ def _chosen_key(task: Task, device: str, source: str) -> tuple[str, str, str]:
     return str(task.root), device, hashlib.sha256(source.encode()).hexdigest()
 
 
-def chosen_before(task: Task, device: str, sources: dict[str, str]) -> dict[str, dict[str, dict]]:
+def chosen_before(task: Task, device: str, sources: dict[str, str]) -> dict[str, dict[str, GivenPin]]:
     """Per timed function, the pins the judge chose when this process last evaluated its source
     (AutotuneRecord.given: each kernel's choices and the configuration list they index)."""
     out = {}

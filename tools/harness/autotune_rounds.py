@@ -24,21 +24,21 @@ Here the sandbox's autotuners time nothing (sandbox.AutotuneControl); the judge 
 
 Configurations are named by every field (sandbox.config_fields): before pinning, the judge lists
 them again and rejects a kernel whose list changed under its calls; pins handed back from an
-earlier evaluation carry the list they index (`configs_digest`) and are chosen anew where it
-differs. What it chose is pinned for the rest of the evaluation, returned in the result, and handed back
+earlier evaluation carry the list they index (autotune_record.configs_digest) and are chosen
+anew where it differs. What it chose is pinned for the rest of the evaluation, returned in the result, and handed back
 by the runner for the re-check, the audit, later evaluations and best_kernel.py. A kernel whose
 configuration is wrong is rejected, naming the configuration. An autotuner the judge cannot
 replay (prune_configs_by, hooks, a key of other values) keeps its own choice, and the record
 says why.
+
+The record is autotune_record.py's type, built and read (its pins) with its functions alone.
 
 A mixin of the judge (judge.py `Judge`), loaded by path beside it, or imported as part of the package.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
-import json
 import math
 import statistics
 import sys
@@ -55,9 +55,13 @@ correctness = _load_sibling("accelopt_correctness", "correctness.py")
 stats = _load_sibling("accelopt_stats", "stats.py")
 judge_sandboxes = _load_sibling("accelopt_judge_sandboxes", "judge_sandboxes.py")
 if TYPE_CHECKING:
+    from accelopt.tools.harness import autotune_record
+    from accelopt.tools.harness.autotune_record import AutotuneRecord, GivenPin, Pins, TunedKernel, pins
     from accelopt.tools.harness.correctness import Reject
     from accelopt.tools.harness.judge_sandboxes import Sandbox, SandboxFailure, _call_mode, _owned
 else:
+    autotune_record = _load_sibling("accelopt_autotune_record", "autotune_record.py")  # the record, typed once
+    AutotuneRecord, pins = autotune_record.AutotuneRecord, autotune_record.pins  # its one pins reader
     Reject = correctness.Reject
     Sandbox, SandboxFailure = judge_sandboxes.Sandbox, judge_sandboxes.SandboxFailure
     _call_mode, _owned = judge_sandboxes._call_mode, judge_sandboxes._owned
@@ -137,12 +141,6 @@ def shared_key_notes(kernel: str, key_names: list[str], times: dict[str, list[fl
     return notes
 
 
-def configs_digest(fields: list[dict]) -> str:
-    """A configuration list named by every field of every configuration (sandbox.config_fields), in
-    order: a pin carried to another evaluation holds only where the list it indexes is this one."""
-    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
 def field_differences(before: dict, after: dict) -> list[str]:
     """The fields of one configuration that differ between two readings, as 'name: a -> b'."""
     names = [*dict.fromkeys([*before, *after])]
@@ -165,24 +163,6 @@ def list_differences(before: list[dict], after: list[dict]) -> list[str]:
             if (d := field_differences(a, b))]
 
 
-def stale_pins(kernels: list[dict], given: dict) -> list[str]:
-    """Why pins given from an earlier evaluation cannot be applied: a kernel whose configuration list
-    (by every field, `configs_digest`) is not the one the pins index. Empty: they apply."""
-    notes = []
-    for k in kernels:
-        pin = given.get(k["kernel"])
-        if not isinstance(pin, dict) or pin.get("configs") != k["digest"]:
-            notes.append(f"{k['kernel']}: the configuration chosen before does not name this evaluation's "
-                         f"configurations by their fields (its autotuner lists {len(k['configs'])}, other than "
-                         "those chosen from): chosen anew")
-    return notes
-
-
-def pins_of(record: dict) -> dict[str, dict[str, int]]:
-    """The sandbox's pins (sandbox.AutotuneControl.pins) from an autotune record."""
-    return {k["kernel"]: {**k["choices"], "*": k["default"]} for k in record.get("kernels", []) if k.get("controlled")}
-
-
 def _default(chosen: dict[str, int], keys: dict[str, str]) -> int:
     """The configuration for a key no workload showed (a seed that changes a key's value): the one
     most workloads run, the earlier of equals."""
@@ -194,7 +174,7 @@ UNNAMED_KEY = "a tuning key whose values are not plain numbers or strings (the j
 _OWN_CHOICE = "<its own choice>"
 
 
-def _ran_key(reply: dict, k: dict) -> str | None:
+def _ran_key(reply: dict, k: TunedKernel) -> str | None:
     """The tuning key the kernel ran under in this call; _OWN_CHOICE where the sandbox left the
     choice to Triton (a key it cannot name); None where the kernel was not called."""
     for name, key, index in reply.get("tuned") or []:
@@ -226,12 +206,12 @@ class AutotuneRounds:
         @staticmethod
         def _foreign(req: dict, seen: list[str], launched: list[str], where: str) -> None: ...
 
-    def autotune(self, box: Sandbox, req: dict, ref, deadline: float, pins: dict | None = None,
-                 check: bool = True) -> dict | None:
-        """Choose and pin the configuration of every autotuner of the sandbox's module. `pins`
-        (from an earlier evaluation of the same source: per kernel its `choices` and the `configs`
-        digest of the list they index) are pinned as given where every kernel's list is that one
-        (else chosen anew, and the notes say why); else, on a GPU and
+    def autotune(self, box: Sandbox, req: dict, ref, deadline: float, given: dict[str, GivenPin] | None = None,
+                 check: bool = True) -> AutotuneRecord | None:
+        """Choose and pin the configuration of every autotuner of the sandbox's module. `given` pins
+        (from an earlier evaluation of the same source, autotune_record.given: per kernel its
+        `choices` and the `configs` digest of the list they index) are pinned as given where every
+        kernel's list is that one (else chosen anew, and the notes say why); else, on a GPU and
         with timing ahead, the configurations are timed, and otherwise (the interpreter, a check
         only) each is checked for correctness and the first pinned. `check`: the configurations'
         outputs are checked (the candidate's; a comparator's are trusted). Returns the record,
@@ -239,29 +219,27 @@ class AutotuneRounds:
         tuners = box.request("autotuners", deadline)["tuners"]
         if not tuners:
             return None
-        kernels = [{**t, "fields": t.get("fields") or [], "digest": configs_digest(t.get("fields") or []),
-                    "controlled": t["why"] is None, "choices": {}, "default": 0, "ran": {}} for t in tuners]
+        kernels = [autotune_record.tuned_kernel(t) for t in tuners]
         controlled = [k for k in kernels if k["controlled"]]
-        stale = stale_pins(controlled, pins) if pins else []
-        pins = None if stale else pins
-        record: dict = {"kernels": kernels, "notes": stale, "how": "given" if pins else None}
-        if pins:
+        notes = autotune_record.stale(controlled, given) if given else []
+        given = None if notes else given
+        record = AutotuneRecord(kernels=kernels, notes=notes, how="given" if given else None)
+        if given:
             for k in controlled:
-                given = pins[k["kernel"]]["choices"]
-                k["choices"] = {key: i for key, i in given.items() if key != "*"}
-                k["default"] = given.get("*", 0)
+                autotune_record.pinned_as_given(k, given[k["kernel"]])
             if check:  # what each workload runs under them, said as when they were chosen
-                box.request("pin", deadline, choices=pins_of(record))
+                box.request("pin", deadline, choices=pins(record))
                 self._which_ran(box, req, ref, deadline, controlled)
         elif req["device"] == "cuda" and not req.get("check_only"):
             record["how"] = "timed"
+            advice = []  # what shared keys cost, said once every kernel is timed
             for k in controlled:
-                self._time_configs(box, req, ref, deadline, k, pins_of(record), check)
-            record["notes"] += [n for k in controlled for n in k.pop("advice", [])]
+                advice += self._time_configs(box, req, ref, deadline, k, pins(record), check)
+            record["notes"] += advice
         elif check:
             record["how"] = "checked"
             for k in controlled:
-                self._check_configs(box, req, ref, deadline, k, pins_of(record))
+                self._check_configs(box, req, ref, deadline, k, pins(record))
         else:  # a comparator with nothing timed (the interpreter): verified already, its first configuration
             record["how"] = "first"
         for k in kernels:  # left to Triton from the start, or found so on its first call
@@ -269,11 +247,11 @@ class AutotuneRounds:
                 record["notes"].append(f"{k['kernel']}: its own autotuner chooses ({k['why']}); another process may "
                                        "time another configuration")
         self._confirm_listed(box, deadline, kernels)
-        box.request("pin", deadline, choices=pins_of(record))
+        box.request("pin", deadline, choices=pins(record))
         return record
 
     @staticmethod
-    def _confirm_listed(box: Sandbox, deadline: float, kernels: list[dict]) -> None:
+    def _confirm_listed(box: Sandbox, deadline: float, kernels: list[TunedKernel]) -> None:
         """Before pinning: every configuration is still the one checked and timed, every field
         compared. A list that changed under the judge's calls (the module swapped or edited its
         configurations) is the kernel's doing: what was chosen is not what would run."""
@@ -283,7 +261,7 @@ class AutotuneRounds:
                 raise Reject("cheat_suspected", f"{k['kernel']}: its configurations changed while the judge checked "
                              f"and timed them ({'; '.join(changed)[:500]}): what was chosen is not what would run")
 
-    def _which_ran(self, box: Sandbox, req: dict, ref, deadline: float, kernels: list[dict]) -> None:
+    def _which_ran(self, box: Sandbox, req: dict, ref, deadline: float, kernels: list[TunedKernel]) -> None:
         """One checked call per workload under the pins: the tuning key each kernel ran under, so the
         record says which configuration each workload ran."""
         for workload in req["workloads"]:
@@ -292,8 +270,7 @@ class AutotuneRounds:
             for k in kernels:
                 key = _ran_key(reply, k)
                 if key is not None and key is not _OWN_CHOICE:
-                    k.setdefault("keys", {})[workload["name"]] = key
-                    k["ran"][workload["name"]] = k["choices"].get(key, k["default"])
+                    autotune_record.ran_under(k, workload["name"], key)
 
     def _checked_call(self, box: Sandbox, req: dict, ref, deadline: float, workload: dict, where: str) -> dict:
         """One call on the workload's first input set, its outputs checked and its trace too (no
@@ -309,10 +286,10 @@ class AutotuneRounds:
         self._give_back_gpu_memory(req)
         return reply
 
-    def _configuration(self, k: dict, i: int) -> str:
+    def _configuration(self, k: TunedKernel, i: int) -> str:
         return f"configuration {i} of {k['kernel']} ({k['configs'][i]})"
 
-    def _check_configs(self, box: Sandbox, req: dict, ref, deadline: float, k: dict, held: dict) -> None:
+    def _check_configs(self, box: Sandbox, req: dict, ref, deadline: float, k: TunedKernel, held: Pins) -> None:
         """Every configuration's outputs on every workload, one input set each: on the interpreter
         nothing is timed, and a GPU's autotuner may pick any of them. The first is pinned."""
         keys: dict[str, str] = {}
@@ -323,16 +300,16 @@ class AutotuneRounds:
                                            f"workload {workload['name']}, {self._configuration(k, i)}")
                 key = _ran_key(reply, k)
                 if key is _OWN_CHOICE:
-                    k.update(controlled=False, why=UNNAMED_KEY)
+                    autotune_record.left_to_triton(k, UNNAMED_KEY)
                     return
                 keys.setdefault(workload["name"], key or "?")
-        k.update(checked=len(k["configs"]), choices={}, default=0, keys=keys, ran={w: 0 for w in keys})
+        autotune_record.checked_all(k, keys=keys)
 
-    def _time_configs(self, box: Sandbox, req: dict, ref, deadline: float, k: dict, held: dict,
-                      check: bool) -> None:
+    def _time_configs(self, box: Sandbox, req: dict, ref, deadline: float, k: TunedKernel, held: Pins,
+                      check: bool) -> list[str]:
         """Each configuration on each workload in TUNE_ROUNDS rounds (a round: every configuration,
         every workload); the candidate's outputs checked at calls the judge picks once they are over
-        (_accountable_calls). Chooses per key."""
+        (_accountable_calls). Chooses per key; returns what a shared key costs (shared_key_notes)."""
         n, names = len(k["configs"]), [w["name"] for w in req["workloads"]]
         spans: dict[str, list[list[float]]] = {w: [[] for _ in range(n)] for w in names}
         kernel: dict[str, list[list[float]]] = {w: [[] for _ in range(n)] for w in names}
@@ -352,8 +329,8 @@ class AutotuneRounds:
                         break
                     span, busy, key = got
                     if key is _OWN_CHOICE:
-                        k.update(controlled=False, why=UNNAMED_KEY)
-                        return
+                        autotune_record.left_to_triton(k, UNNAMED_KEY)
+                        return []
                     spans[workload["name"]][i] += span
                     kernel[workload["name"]][i] += busy
                     if key is not None:
@@ -372,14 +349,14 @@ class AutotuneRounds:
         keys = {w: keys.get(w, "?") for w in names}
         floor = float(req.get("noise_floor", stats.NOISE_FLOOR))
         chosen = choose(times, keys, floor)
-        k.update(choices=chosen, default=_default(chosen, keys), timed=True,
-                 ran={w: chosen[keys[w]] for w in names}, keys=keys,
-                 times_us={w: [round(t, 3) if t < math.inf else None for t in times[w]] for w in names},
-                 timer={w: "kernel_only" if unit[w].startswith("kernel") else "span" for w in names},
-                 failed={str(i): e[:300] for i, e in failures.items()},
-                 advice=shared_key_notes(k["kernel"], k["key"], times, keys, chosen, floor, unit))
+        autotune_record.timed_choice(
+            k, choices=chosen, default=_default(chosen, keys), keys=keys,
+            times_us={w: [round(t, 3) if t < math.inf else None for t in times[w]] for w in names},
+            timer={w: "kernel_only" if unit[w].startswith("kernel") else "span" for w in names},
+            failed={str(i): e[:300] for i, e in failures.items()})
+        return shared_key_notes(k["kernel"], k["key"], times, keys, chosen, floor, unit)
 
-    def _time_one(self, box: Sandbox, req: dict, ref, deadline: float, k: dict, i: int, workload: dict, r: int,
+    def _time_one(self, box: Sandbox, req: dict, ref, deadline: float, k: TunedKernel, i: int, workload: dict, r: int,
                   check: bool) -> tuple[list[float], list[float], str | None] | str:
         """(the spans, the kernel-only times, the key the kernel ran under) of one configuration's
         timed calls on one workload in round r; a string: why it cannot run on this GPU (left out)."""

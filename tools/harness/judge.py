@@ -168,17 +168,21 @@ confine = _load_sibling("accelopt_confine", "confine.py")
 # what the next two load from the judge's sys.modules (they load nothing by path themselves)
 _load_sibling("accelopt_stats", "stats.py")
 _load_sibling("accelopt_triton_cache", "triton_cache.py")
+# the autotune record, typed once, with its one pins reader (autotune_rounds too takes it from sys.modules)
+autotune_record = _load_sibling("accelopt_autotune_record", "autotune_record.py")
 judge_sandboxes = _load_sibling("accelopt_judge_sandboxes", "judge_sandboxes.py")  # the sandboxes it drives
 timing_rounds = _load_sibling("accelopt_timing_rounds", "timing_rounds.py")  # the comparators and timing rounds
 autotune_rounds = _load_sibling("accelopt_autotune_rounds", "autotune_rounds.py")  # who chooses a configuration
 stress_draws = _load_sibling("accelopt_stress_draws", "stress_draws.py")  # inputs where float arithmetic breaks
 # Every verdict the judge returns, raised by the correctness rules too: one class, correctness.py's.
 if TYPE_CHECKING:  # how mypy names them (the judge, a script, loads the files by path)
+    from accelopt.tools.harness.autotune_record import AutotuneRecord, pins
     from accelopt.tools.harness.autotune_rounds import AutotuneRounds
     from accelopt.tools.harness.correctness import Reject
     from accelopt.tools.harness.judge_sandboxes import Sandbox, Sandboxes, SandboxFailure, _call_mode, _owned, _tail
     from accelopt.tools.harness.timing_rounds import COPY, TimingRounds, _nbytes, _same_processes
 else:
+    AutotuneRecord, pins = autotune_record.AutotuneRecord, autotune_record.pins
     AutotuneRounds = autotune_rounds.AutotuneRounds
     Reject = correctness.Reject
     Sandbox, Sandboxes, SandboxFailure = (
@@ -579,15 +583,16 @@ class Judge(TimingRounds, AutotuneRounds):
         finally:
             self._give_back_gpu_memory(req)
 
-    def stress_configurations(self, box, req, ref, deadline: float, record: dict | None) -> tuple[list[str], int]:
+    def stress_configurations(self, box, req, ref, deadline: float,
+                              record: AutotuneRecord | None) -> tuple[list[str], int]:
         """The stress draws for every configuration of every autotuned kernel the judge chose
         among (checked on the interpreter, timed on a GPU: any of them may run elsewhere), the
         others held at their choice; then the choice pinned again. Without such a choice, the
         draws once, as pinned. Returns (the draws passed, configurations stressed)."""
-        tuned = [k for k in (record or {}).get("kernels", []) if k.get("controlled") and len(k["configs"]) > 1]
-        if not tuned or (record or {}).get("how") not in ("checked", "timed"):
+        tuned = [k for k in record["kernels"] if k["controlled"] and len(k["configs"]) > 1] if record else []
+        if not record or not tuned or record["how"] not in ("checked", "timed"):
             return self.stress(box, req, ref, deadline), 0
-        held = autotune_rounds.pins_of(record)
+        held = pins(record)
         passed, count = [], 0
         try:
             for k in tuned:
@@ -709,7 +714,7 @@ class Judge(TimingRounds, AutotuneRounds):
                 f"{time.monotonic() - self.step_began:.1f} s; finished steps: {done}")
 
     def _checks(self, box: Sandbox, req: dict, ref, deadline: float,
-                tuned: dict | None = None) -> tuple[list[str], int, dict]:
+                tuned: AutotuneRecord | None = None) -> tuple[list[str], int, dict]:
         """Correctness on fresh inputs, twice, outputs poisoned; the signed and stress draws (every
         autotuned configuration chosen among: `tuned`, the candidate's record); then the ghost
         replay and the trace checks (not for the trusted reference). Returns (evidence, input sets
@@ -739,7 +744,7 @@ class Judge(TimingRounds, AutotuneRounds):
             raise Reject(f.status, f.error) from None
         self._next_step("autotune")
         given = req.get("autotune_pins") or {}
-        tuned = {"candidate": self.autotune(box, req, ref, deadline, pins=given.get("candidate"))}
+        tuned = {"candidate": self.autotune(box, req, ref, deadline, given=given.get("candidate"))}
         self._next_step("checks")
         # The comparators load and make their first calls (compiling their kernels) while the
         # candidate is checked: nothing is timed until every one of them has answered.
@@ -772,17 +777,18 @@ class Judge(TimingRounds, AutotuneRounds):
                 "evidence": evidence, "kernels_seen": sorted(self.seen), "phases_s": self.phases,
                 "autotune": _recorded(tuned), "void": self.void, "output_bytes": self.output_bytes}
 
-    def _autotune_comparators(self, boxes: dict, req: dict, ref, deadline: float, given: dict) -> dict:
+    def _autotune_comparators(self, boxes: dict, req: dict, ref, deadline: float,
+                              given: dict) -> dict[str, AutotuneRecord | None]:
         """Each comparator's autotuned configurations, chosen as the candidate's are (their outputs
         trusted, not checked); a comparator's sandbox kept from an earlier request keeps its choice."""
-        out = {}
+        out: dict[str, AutotuneRecord | None] = {}
         for name, other in boxes.items():
             if name in ("candidate", COPY):
                 continue
             record = getattr(other, "autotune_record", None) if given.get(name) is None else None
             if record is None:
                 try:
-                    record = self.autotune(other, req, ref, deadline, pins=given.get(name), check=False)
+                    record = self.autotune(other, req, ref, deadline, given=given.get(name), check=False)
                 except SandboxFailure as f:
                     raise Reject(f.status, f"comparator {name!r} (not the kernel under test): {f.error}") from None
                 other.autotune_record = record
@@ -790,7 +796,7 @@ class Judge(TimingRounds, AutotuneRounds):
         return out
 
 
-def _recorded(tuned: dict) -> dict:
+def _recorded(tuned: dict[str, AutotuneRecord | None]) -> dict[str, AutotuneRecord]:
     """The autotune records of the functions that have autotuned kernels."""
     return {name: record for name, record in tuned.items() if record}
 

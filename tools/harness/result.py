@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel
 
-from accelopt.tools.harness import stats
+from accelopt.tools.harness import autotune_record, stats
+from accelopt.tools.harness.autotune_record import How as AutotuneHow
 
 Status = Literal[
     "verified",        # correct on every workload and seed, and timed
@@ -153,13 +154,15 @@ class RoundsRun(BaseModel):
 
 class TunedKernel(BaseModel):
     """One `@triton.autotune` kernel as the judge ran it (autotune_rounds.py): its configurations,
-    which one each tuning key and each workload ran, and how that was decided."""
+    which one each tuning key and each workload ran, and how that was decided. The judge's record
+    of it is autotune_record.TunedKernel: the same keys, of the same types (a key the judge leaves
+    out reads as its default here, as do keys of records written before it was kept)."""
 
     kernel: str
     key: list[str] = []
     configs: list[str] = []        # each configuration as Triton prints it, in list order
     fields: list[dict[str, Any]] = []  # each configuration's every field as it ran (sandbox.config_fields)
-    digest: str = ""               # the list named by those fields (autotune_rounds.configs_digest)
+    digest: str = ""               # the list named by those fields (autotune_record.configs_digest)
     controlled: bool = True        # False: its own autotuner chose (`why`)
     why: str | None = None
     choices: dict[str, int] = {}   # tuning key (as the judge names it) -> configuration index
@@ -177,28 +180,32 @@ class TunedKernel(BaseModel):
         return None if index is None or index >= len(self.configs) else f"{index}: {self.configs[index]}"
 
 
-AutotuneHow = Literal["timed", "checked", "given", "first"]
-
-
 class AutotuneRecord(BaseModel):
     """Who chose each autotuned configuration of one timed function (the candidate or a
     comparator): `timed` by the judge on the GPU, `checked` (every configuration's correctness, no
     GPU: the first runs), `given` (pinned from an earlier evaluation of the same source), `first`
-    (a comparator on the interpreter). `notes`: what the choice costs, said with figures."""
+    (a comparator on the interpreter). `notes`: what the choice costs, said with figures. The
+    judge's record, as it sends it back, is autotune_record.AutotuneRecord; its pins are read
+    with that module's readers alone (`record`: this record as that type)."""
 
     kernels: list[TunedKernel] = []
     notes: list[str] = []
     how: AutotuneHow | None = None
 
-    def pins(self) -> dict[str, dict[str, int]]:
-        """What the sandbox pins (sandbox.AutotuneControl.pins): the same choice, in another process."""
-        return {k.kernel: {**k.choices, "*": k.default} for k in self.kernels if k.controlled}
+    def record(self) -> autotune_record.AutotuneRecord:
+        """This record as the judge's type: every key of it present (the defaults filled in)."""
+        return cast(autotune_record.AutotuneRecord, self.model_dump())
 
-    def given(self) -> dict[str, dict]:
+    def pins(self) -> autotune_record.Pins:
+        """What the sandbox pins (sandbox.AutotuneControl.pins): the same choice, in another process
+        (autotune_record.pins, the reader the judge pins with)."""
+        return autotune_record.pins(self.record())
+
+    def given(self) -> dict[str, autotune_record.GivenPin]:
         """The pins as handed to a later evaluation of the same source: per kernel its choices and
-        the configuration list they index, named by every field (the judge's `stale_pins`)."""
-        return {k.kernel: {"choices": {**k.choices, "*": k.default}, "configs": k.digest}
-                for k in self.kernels if k.controlled}
+        the configuration list they index, named by every field (autotune_record.given; the judge
+        reads them back with autotune_record.stale)."""
+        return autotune_record.given(self.record())
 
     def summary(self) -> list[str]:
         """A line per kernel: what ran on each workload and how it was chosen."""
