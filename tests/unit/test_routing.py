@@ -224,8 +224,13 @@ def test_pipeline_plans_the_next_iteration_beside_this_ones_kernels():
     # the dispatch after the planners ahead sends nothing: the selector waits for the kernels
     with_ahead = {**two, "plans": two["plans"] + [{"id": "i3.m0.p0", "parent_id": "a", "text": "z"}]}
     assert to_samples(with_ahead, runtime(**llm)) == END
-    ran = {**two, "candidates": {**two["candidates"], "i2.m0.p0.k0": {**cand("i2.m0.p0.k0"), "iteration": 2}}}
+    ran = {**two, "candidates": {**two["candidates"], "i2.m0.p0.k0": {**cand("i2.m0.p0.k0"), "iteration": 2}},
+           "history": [{"iteration": 3, "event": "planner_failed", "error": "x"}]}
     assert to_samples(ran, runtime(**llm)) == END  # every planner ahead failed: still nothing to send again
+    # an iteration a model failure cut short, run again on resume beside its first attempt's records:
+    # no planner of a later iteration ran, so this is its own dispatch, and it sends its kernels again
+    rerun = {**ran, "history": []}
+    assert [s.node for s in to_samples(rerun, runtime(**llm))] == ["candidate", "planner"]
     assert after_lessons({}, runtime(**llm)) == END
 
 
