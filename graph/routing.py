@@ -42,7 +42,16 @@ from langgraph.types import Send
 from accelopt.graph.config import budget_warnings
 from accelopt.nodes.context import RunContext
 from accelopt.nodes.measurements import measured_kernels
-from accelopt.nodes.records import LessonsDue, fixable, iteration_of, plans_after, plans_of
+from accelopt.nodes.records import (
+    LessonsDue,
+    PendingFix,
+    PendingWrite,
+    Plan,
+    fixable,
+    iteration_of,
+    plans_after,
+    plans_of,
+)
 from accelopt.nodes.selector import budget_reason, unseen_spend
 from accelopt.nodes.state import CandidateState, RunState, compact
 from accelopt.tools import inflight
@@ -170,7 +179,7 @@ class Admitted:
 
     pairs: list[tuple[int, int]]
     unpaid: list[tuple[int, int]]
-    pending: list[dict]
+    pending: list[PendingFix]
     fixes_paid: int
     defer: bool
 
@@ -189,7 +198,7 @@ def admitted(state: RunState, ctx: RunContext, n_plans: int, spent: dict, limits
     return Admitted(pairs, unpaid, pending, fixes_paid, defer)
 
 
-def quorum_size(ctx: RunContext, paid: Admitted, waiting: list[dict]) -> int | None:
+def quorum_size(ctx: RunContext, paid: Admitted, waiting: list[PendingWrite]) -> int | None:
     """--quorum: once this many of the iteration's kernel replies landed, a call still in flight is
     no longer waited on (its attempt joins the next iteration); never in the last iteration, which
     collects all. Its kernels: the plans' paid samples and the kernel calls collected from the last."""
@@ -207,7 +216,7 @@ def fix_sends(state: RunState, common: dict, paid: Admitted, limits: Limits, spe
             for n, p in enumerate(paid.pending)]
 
 
-def collected_sends(state: RunState, common: dict, waiting: list[dict]) -> list[Send]:
+def collected_sends(state: RunState, common: dict, waiting: list[PendingWrite]) -> list[Send]:
     """Attempts whose reply an earlier iteration stopped waiting for (--quorum), collected beside the
     iteration's own first attempts, asked as they were first asked (their calls were admitted then):
     a kernel at the executor, a fix at the fixer, with the attempt it repairs."""
@@ -218,7 +227,7 @@ def collected_sends(state: RunState, common: dict, waiting: list[dict]) -> list[
             for w in waiting]
 
 
-def plan_sends(state: RunState, common: dict, plans: list[dict], paid: Admitted, limits: Limits,
+def plan_sends(state: RunState, common: dict, plans: list[Plan], paid: Admitted, limits: Limits,
                spent: dict) -> list[Send]:
     """A branch per paid (plan, sample); a plan's kernel the budget cannot pay for is recorded
     not_sent, with why (its branch makes no call)."""
