@@ -33,6 +33,7 @@ from accelopt.memory.embedder import MemoryStoreError
 if TYPE_CHECKING:
     from accelopt.nodes.context import RunContext
     from accelopt.tools.run_record import NotMeasured, TorchCompileStanding
+    from accelopt.tools.task import Task
 
 fit_help_to_terminal()  # --help at the terminal's width: names whole, text wrapped at words (cli/help_layout.py)
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False,
@@ -112,9 +113,7 @@ def optimize(
 ) -> None:
     """Optimize the kernel of TASK_DIR and write a run directory."""
     from accelopt.graph.config import load_context
-    from accelopt.tools.backends import run_refusal
     from accelopt.tools.llm_spec import ConfigError
-    from accelopt.tools.rundir import RunDirError, claim_new_run_dir, default_run_dir, write_run_meta
     from accelopt.tools.task import TaskError, load_task
 
     try:
@@ -134,10 +133,20 @@ def optimize(
             review_plans=True if review_plans else None))
     except (TaskError, ConfigError) as e:
         fail(str(e))
+    _refuse_what_cannot_run(task, ctx, seed_capture)
+    _ready_models_and_memory(ctx, configured, create_memory)
+    run_dir = _claimed_run_dir(task, ctx, run_dir)
+    _drive(ctx, run_dir, {"task_dir": task.root, "run_dir": str(run_dir.resolve())})
+
+
+def _refuse_what_cannot_run(task: Task, ctx: RunContext, seed_capture: Path | None) -> None:
+    """Before any setup, one line for a run that could not start: a missing --seed-capture file,
+    nothing to start from, a device or cluster not there, a backend this machine lacks."""
+    from accelopt.nodes.seeding import nothing_to_start_from
+    from accelopt.tools.backends import run_refusal
+
     if seed_capture is not None and not seed_capture.is_file():
         fail(f"--seed-capture {seed_capture}: no such file")
-    from accelopt.nodes.seeding import nothing_to_start_from
-
     refusal = nothing_to_start_from(task, ctx)  # before any setup (setup says the same to graph.invoke)
     if refusal:
         fail(refusal)
@@ -147,6 +156,11 @@ def optimize(
     refusal = run_refusal(task, ctx.device)
     if refusal:
         fail(f"task {task.name} needs the {task.spec.backend} backend. {refusal}")
+
+
+def _ready_models_and_memory(ctx: RunContext, configured: bool, create_memory: bool) -> None:
+    """Which policy runs (no endpoint: the local tuner), the endpoints checked, then the memory
+    store: after the preflight, since loading its embedding model takes seconds and a refusal none."""
     if not configured:
         console.print("No LLM endpoint configured: using the local tuner policy (no LLM). "
                       "Set --model or ACCELOPT_MODEL to use one.")
@@ -156,13 +170,19 @@ def optimize(
     else:
         _check_memory(ctx, create_memory, "pass an existing store, add --create-memory to start one there, or run "
                                           "with --no-memory")
+
+
+def _claimed_run_dir(task: Task, ctx: RunContext, run_dir: Path | None) -> Path:
+    """The run's directory (default: runs/TASK-TIME), claimed for this run alone, with its run.json."""
+    from accelopt.tools.rundir import RunDirError, claim_new_run_dir, default_run_dir, write_run_meta
+
     run_dir = run_dir or default_run_dir(task.name)
     try:
         claim_new_run_dir(run_dir, task.root)
     except RunDirError as e:
         fail(str(e))
     write_run_meta(run_dir, task.root, ctx.to_json(), ctx.sources())
-    _drive(ctx, run_dir, {"task_dir": task.root, "run_dir": str(run_dir.resolve())})
+    return run_dir
 
 
 def _drive(ctx: RunContext, run_dir: Path, inputs: dict | None) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 from typing import Annotated as Opt  # an import alias: mypy takes `Opt = Annotated` for a variable
 
 import typer
@@ -15,6 +16,9 @@ from rich.text import Text
 from accelopt.cli import options as o
 from accelopt.cli.interrupt import continue_hint_on_interrupt, rerun_command
 from accelopt.cli.memory import fail
+
+if TYPE_CHECKING:
+    from accelopt.nodes.context import RunContext
 
 console = Console()
 import_app = typer.Typer(no_args_is_help=True, help="Import a task from a peer benchmark's format.")
@@ -67,11 +71,9 @@ def eval_suite(
 
     Exit 0 when every task ran (a task skipped with its reason included), 1 when any failed or
     stopped at setup (e.g. a baseline that fails its own check), after the table; 2 for bad usage."""
-    from accelopt.evals.reporting.report import build_report, load_rows
-    from accelopt.evals.suite import resolve_suite, run_suite, suite_tasks
+    from accelopt.evals.suite import resolve_suite, suite_tasks
     from accelopt.graph.config import load_context
-    from accelopt.nodes.preflight import preflight_context
-    from accelopt.tools.llm_spec import ConfigError, FatalLLMError
+    from accelopt.tools.llm_spec import ConfigError
     from accelopt.tools.task import TaskError
 
     try:
@@ -90,6 +92,17 @@ def eval_suite(
             seed_mode=seed_mode, torch_compile_mode=compile_mode, versus_torch_compile=None if torch_compile else False))
     except (TaskError, ConfigError) as e:
         fail(str(e))
+    _check_suite_context(ctx, configured)
+    out = out or Path("runs") / f"eval-{suite_dir.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    _run_and_report(suite_dir, out, ctx, chosen)
+
+
+def _check_suite_context(ctx: RunContext, configured: bool) -> None:
+    """Before the first task: a device or cluster not there, and a dead endpoint, stop the suite
+    (not one failed task at a time); no endpoint runs the local tuner policy, said."""
+    from accelopt.nodes.preflight import preflight_context
+    from accelopt.tools.llm_spec import ConfigError, FatalLLMError
+
     refusal = o.cluster_refusal(ctx.ray_address) if ctx.ray_address else o.device_refusal(ctx.device)
     if refusal:
         fail(refusal)
@@ -99,7 +112,14 @@ def eval_suite(
         preflight_context(ctx)
     except (FatalLLMError, ConfigError) as e:
         fail(str(e))
-    out = out or Path("runs") / f"eval-{suite_dir.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def _run_and_report(suite_dir: Path, out: Path, ctx: RunContext, chosen: list[Path]) -> None:
+    """Run the chosen tasks into `out` (Ctrl-C says how to resume), write the report, print the
+    headline of the tasks run; exit 1 naming each task that did not run (RAN)."""
+    from accelopt.evals.reporting.report import build_report, load_rows
+    from accelopt.evals.suite import run_suite
+
     with continue_hint_on_interrupt(rerun_command(out), console):
         run_suite(suite_dir, out, ctx, chosen, console)
     page = build_report(out)
@@ -263,12 +283,21 @@ def import_kernelbench(
     force: Force = False,
 ) -> None:
     """A KernelBench problem as an accelopt task (run(*inputs, *state)), or a whole level as a suite."""
-    from accelopt.evals.interop.kernelbench import import_problem
-    from accelopt.evals.interop.kernelbench_repo import import_level, level_problems, problem_file, task_name
-    from accelopt.tools.task import TaskError
+    params = _interpreter_params(interpreter_param)
+    _check_kernelbench_args(problem, level, problem_id, repo, dtype)
+    if problem is None and problem_id is None:  # a whole level: one suite folder
+        assert level is not None and repo is not None, "no problem file: --level and --repo (checked above)"
+        if params or baseline is not None:
+            fail("--interpreter-param and --baseline apply to one problem: add --problem")
+        _import_kernelbench_level(repo, level, out, force, dtype)
+        return
+    _import_kernelbench_problem(problem, level, problem_id, repo, out, force, dtype, params, baseline)
 
+
+def _interpreter_params(items: list[str] | None) -> dict[str, int | float]:
+    """--interpreter-param NAME=NUMBER, repeatable: an int where the value is one, else a float."""
     params: dict[str, int | float] = {}
-    for item in interpreter_param or []:
+    for item in items or []:
         key, sep, value = item.partition("=")
         try:
             params[key] = int(value) if value.lstrip("-").isdigit() else float(value)
@@ -276,6 +305,12 @@ def import_kernelbench(
             sep = ""
         if not sep:
             fail(f"--interpreter-param {item!r}: expected NAME=NUMBER")
+    return params
+
+
+def _check_kernelbench_args(problem: Path | None, level: int | None, problem_id: int | None, repo: Path | None,
+                            dtype: str) -> None:
+    """The dtype, and one way to name what to import: a problem file, or --level (--problem) with --repo."""
     if dtype not in ("float32", "float16", "bfloat16"):
         fail(f"--dtype {dtype}: use float32, float16 or bfloat16")
     if problem is not None and (level is not None or problem_id is not None or repo is not None):
@@ -284,30 +319,44 @@ def import_kernelbench(
         fail("give a problem file, or --level (and --problem) with --repo")
     if problem_id is not None and level is None:
         fail("--problem needs --level")
-    if problem is None and problem_id is None:  # a whole level: one suite folder
-        assert level is not None and repo is not None, "no problem file: --level and --repo (checked above)"
-        if params or baseline is not None:
-            fail("--interpreter-param and --baseline apply to one problem: add --problem")
-        try:
-            level_problems(repo, level)  # a wrong repo or level is said before anything about --out
-        except TaskError as e:
-            fail(str(e))
-        target = _fresh_out(out, force)
-        try:
-            result = import_level(repo, level, target, dtype=dtype)
-        except TaskError as e:
-            _discard(target, out)
-            fail(str(e))
-        if not result.imported:
-            _discard(target, out)
-        else:
-            _replace_out(target, out)
-        for failed, reason in result.failures.items():
-            console.print(f"[yellow]not imported: {failed}: {reason}[/yellow]", highlight=False)
-        if not result.imported:
-            fail(f"no problem of level {level} could be imported")
-        console.print(f"suite written: {out} ({len(result.imported)} tasks, {len(result.failures)} not imported)")
-        return
+
+
+def _import_kernelbench_level(repo: Path, level: int, out: Path, force: bool, dtype: str) -> None:
+    """Every problem of a level into one suite folder; those that cannot be imported are said, and
+    a level none of whose problems could be imported fails, leaving --out as it was."""
+    from accelopt.evals.interop.kernelbench_repo import import_level, level_problems
+    from accelopt.tools.task import TaskError
+
+    try:
+        level_problems(repo, level)  # a wrong repo or level is said before anything about --out
+    except TaskError as e:
+        fail(str(e))
+    target = _fresh_out(out, force)
+    try:
+        result = import_level(repo, level, target, dtype=dtype)
+    except TaskError as e:
+        _discard(target, out)
+        fail(str(e))
+    if not result.imported:
+        _discard(target, out)
+    else:
+        _replace_out(target, out)
+    for failed, reason in result.failures.items():
+        console.print(f"[yellow]not imported: {failed}: {reason}[/yellow]", highlight=False)
+    if not result.imported:
+        fail(f"no problem of level {level} could be imported")
+    console.print(f"suite written: {out} ({len(result.imported)} tasks, {len(result.failures)} not imported)")
+
+
+def _import_kernelbench_problem(problem: Path | None, level: int | None, problem_id: int | None,
+                                repo: Path | None, out: Path, force: bool, dtype: str,
+                                params: dict[str, int | float], baseline: Path | None) -> None:
+    """One problem, from its file or by --level/--problem in --repo (then named for its level), as
+    a task in --out, with --baseline as its baseline.py where given."""
+    from accelopt.evals.interop.kernelbench import import_problem
+    from accelopt.evals.interop.kernelbench_repo import problem_file, task_name
+    from accelopt.tools.task import TaskError
+
     if problem is None:  # a wrong repo, level or problem id is said before anything about --out
         assert level is not None and repo is not None and problem_id is not None, "checked above"
         try:

@@ -400,7 +400,7 @@ def merge(reports: list[Path], out: Path) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", action="append", help="a pair name, or a substring of names (repeatable)")
     parser.add_argument("--out", type=Path, default=Path("bench_realworld.json"), help="the JSON report")
@@ -414,7 +414,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shard", help="K/N: run only every N-th pair starting at the K-th (1-based)")
     parser.add_argument("--merge", nargs="+", type=Path, metavar="REPORT",
                         help="merge the reports of several shards into --out, print the table, run nothing")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     if args.merge:
         return merge(args.merge, args.out)
 
@@ -427,31 +431,63 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("no CUDA GPU visible: this benchmark needs one", file=sys.stderr)
         return 2
-    pairs = pick(load_manifest(), args.only)
-    if args.shard:
-        k, n = (int(x) for x in args.shard.split("/"))
-        pairs = pairs[k - 1::n]
+    pairs = _chosen_pairs(args)
     if not pairs:
         print(f"no pair matches {args.only}", file=sys.stderr)
         return 2
     ncu = shutil.which("ncu")
+    env = _environment(args, torch, triton, ncu)
+    print(json.dumps(env), flush=True)
+    pool = get_pool("cuda", gpu_count())
+    started = time.monotonic()
+    results: list[dict] = []
+    phases: dict[str, float] = {}
+
+    def save() -> None:
+        """The report so far, rewritten after each step: a run cut short keeps what it measured."""
+        args.out.write_text(json.dumps({"environment": env, "summary": summary(results, time.monotonic() - started,
+                                                                               phases), "results": results},
+                                       indent=2, default=str))
+
+    jobs = _harness_pairs(pairs, args, pool, started, results, save)
+    phases["harness"] = time.monotonic() - started
+    if jobs and not args.no_independent:
+        _do_bench_probes(jobs, results, args, started, phases)
+        save()
+        _ncu_probes(jobs, results, args, ncu, started, phases)
+    save()
+    report = json.loads(args.out.read_text())
+    print()
+    print(table(results))
+    print()
+    print(json.dumps(report["summary"], indent=1))
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _chosen_pairs(args) -> list[dict]:
+    """The manifest's pairs that --only names, narrowed to this --shard's."""
+    pairs = pick(load_manifest(), args.only)
+    if args.shard:
+        k, n = (int(x) for x in args.shard.split("/"))
+        pairs = pairs[k - 1::n]
+    return pairs
+
+
+def _environment(args, torch, triton, ncu: str | None) -> dict:
+    """What the numbers were measured on and with: the GPU, the versions, ncu, the run's settings."""
     env = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "triton": triton.__version__,
            "python": platform.python_version(), "ncu": ncu, "workloads_per_task": args.workloads,
            "seeds": args.seeds, "rounds": args.rounds, "agree_pct": AGREE_PCT, "agree_above_us": AGREE_ABOVE_US}
     if ncu:
         env["ncu_version"] = _last_line(subprocess.run([ncu, "--version"], capture_output=True, text=True).stdout)
-    print(json.dumps(env), flush=True)
-    pool = get_pool("cuda", gpu_count())
-    started = time.monotonic()
+    return env
 
-    def save(results, phases):
-        args.out.write_text(json.dumps({"environment": env, "summary": summary(results, time.monotonic() - started,
-                                                                               phases), "results": results},
-                                       indent=2, default=str))
 
-    results: list[dict] = []
+def _harness_pairs(pairs: list[dict], args, pool, started: float, results: list[dict], save) -> list[dict]:
+    """Step 1: the harness on each pair, into `results` (a broken pair recorded as bench_error, and
+    the run goes on), the report saved after each; returns the probe jobs of the verified pairs."""
     jobs: list[dict] = []
-    phases: dict[str, float] = {}
     for i, pair in enumerate(pairs, 1):
         try:
             r, job = harness_pair(pair, args, pool)
@@ -463,46 +499,47 @@ def main(argv: list[str] | None = None) -> int:
             jobs.append(job)
         print(f"[harness {i}/{len(pairs)} {time.monotonic() - started:5.0f}s] {r['name']}: {r['status']}"
               + (f" ({r['error']})" if r.get("error") else "") + f" [{r.get('harness_s', 0):.0f}s]", flush=True)
-        save(results, phases)
-    phases["harness"] = time.monotonic() - started
+        save()
+    return jobs
 
+
+def _do_bench_probes(jobs: list[dict], results: list[dict], args, started: float, phases: dict[str, float]) -> None:
+    """Step 2's first clock: do_bench on each job's largest workload, its agreement with the
+    harness's span (and the attention references, timed here rather than in the harness)."""
     by_name = {r["name"]: r for r in results}
-    if jobs and not args.no_independent:
+    t0 = time.monotonic()
+    timed = run_probes(jobs, "do_bench", args.timeout)
+    for job in jobs:
+        r, got = by_name[job["name"]], timed.get(job["name"], {"error": "no result"})
+        harness = r["workloads"][r["largest_workload"]]
+        if "reference_us" in got:  # the attention references, timed here instead of in the harness
+            harness["reference_us"] = got.pop("reference_us")
+            harness["speedup_vs_reference"] = harness["reference_us"] / harness["median_us"]
+        r["independent"] = {"workload": r["largest_workload"],
+                            "do_bench": {**got, **agreement(harness["median_us"], got.get("us"))}}
+    phases["do_bench"] = time.monotonic() - t0
+    print(f"[do_bench {time.monotonic() - started:5.0f}s] {len(timed)} pairs", flush=True)
+
+
+def _ncu_probes(jobs: list[dict], results: list[dict], args, ncu: str | None, started: float,
+                phases: dict[str, float]) -> None:
+    """Step 2's second clock: ncu on each job, against the harness's kernel-only time (its span
+    where it has none); where it does not run (--no-ncu, or not on PATH), each pair says why."""
+    by_name = {r["name"]: r for r in results}
+    if ncu and not args.no_ncu:
         t0 = time.monotonic()
-        timed = run_probes(jobs, "do_bench", args.timeout)
+        profiled = run_probes(jobs, "ncu", args.timeout)
         for job in jobs:
-            r, got = by_name[job["name"]], timed.get(job["name"], {"error": "no result"})
+            r, got = by_name[job["name"]], profiled.get(job["name"], {"error": "no result"})
             harness = r["workloads"][r["largest_workload"]]
-            if "reference_us" in got:  # the attention references, timed here instead of in the harness
-                harness["reference_us"] = got.pop("reference_us")
-                harness["speedup_vs_reference"] = harness["reference_us"] / harness["median_us"]
-            r["independent"] = {"workload": r["largest_workload"],
-                                "do_bench": {**got, **agreement(harness["median_us"], got.get("us"))}}
-        phases["do_bench"] = time.monotonic() - t0
-        print(f"[do_bench {time.monotonic() - started:5.0f}s] {len(timed)} pairs", flush=True)
-        save(results, phases)
-        if ncu and not args.no_ncu:
-            t0 = time.monotonic()
-            profiled = run_probes(jobs, "ncu", args.timeout)
-            for job in jobs:
-                r, got = by_name[job["name"]], profiled.get(job["name"], {"error": "no result"})
-                harness = r["workloads"][r["largest_workload"]]
-                against = "kernel_us" if harness.get("kernel_us") is not None else "median_us"
-                r["independent"]["ncu"] = {**got, **agreement(harness[against], got.get("us")), "compared_with": against}
-            phases["ncu"] = time.monotonic() - t0
-            print(f"[ncu {time.monotonic() - started:5.0f}s] {len(profiled)} pairs", flush=True)
-        else:
-            for job in jobs:
-                by_name[job["name"]]["independent"]["ncu"] = {"error": "skipped (--no-ncu)" if args.no_ncu
-                                                              else "ncu not on PATH"}
-    save(results, phases)
-    report = json.loads(args.out.read_text())
-    print()
-    print(table(results))
-    print()
-    print(json.dumps(report["summary"], indent=1))
-    print(f"wrote {args.out}")
-    return 0
+            against = "kernel_us" if harness.get("kernel_us") is not None else "median_us"
+            r["independent"]["ncu"] = {**got, **agreement(harness[against], got.get("us")), "compared_with": against}
+        phases["ncu"] = time.monotonic() - t0
+        print(f"[ncu {time.monotonic() - started:5.0f}s] {len(profiled)} pairs", flush=True)
+    else:
+        for job in jobs:
+            by_name[job["name"]]["independent"]["ncu"] = {"error": "skipped (--no-ncu)" if args.no_ncu
+                                                          else "ncu not on PATH"}
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ plans and kernels. What each iteration waited on, under any schedule, is the tim
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from langgraph.graph import END
 from langgraph.runtime import Runtime
@@ -41,7 +42,16 @@ from langgraph.types import Send
 from accelopt.graph.config import budget_warnings
 from accelopt.nodes.context import RunContext
 from accelopt.nodes.measurements import measured_kernels
-from accelopt.nodes.records import LessonsDue, fixable, iteration_of, plans_after, plans_of
+from accelopt.nodes.records import (
+    LessonsDue,
+    PendingFix,
+    PendingWrite,
+    Plan,
+    fixable,
+    iteration_of,
+    plans_after,
+    plans_of,
+)
 from accelopt.nodes.selector import budget_reason, unseen_spend
 from accelopt.nodes.state import CandidateState, RunState, compact
 from accelopt.tools import inflight
@@ -141,10 +151,43 @@ def to_work(state: RunState, ctx: RunContext) -> Route:
     next iteration's planners."""
     if ledger(state.get("run_dir")).fatal:
         return "selector"  # a planner met a fatal model error: the selector ends the run
-    baseline = compact(state["candidates"][state["baseline_id"]])
     plans = plans_of(state.get("plans") or [], state["iteration"])
     spent, limits = totals(state.get("usage") or []), Limits(ctx.max_tokens, ctx.max_cost_usd)
-    wanted = [(j, k) for k in range(ctx.kernels_per_plan()) for j in range(len(plans))]
+    paid = admitted(state, ctx, len(plans), spent, limits)
+    common = {"task_dir": state["task_dir"], "run_dir": state.get("run_dir"), "iteration": state["iteration"],
+              "baseline": compact(state["candidates"][state["baseline_id"]]), "defer_fixes": paid.defer}
+    waiting = (state.get("pending_writes") or []) if ctx.schedule.allows_quorum else []
+    common["quorum"] = quorum_size(ctx, paid, waiting)
+    work = (fix_sends(state, common, paid, limits, spent) + collected_sends(state, common, waiting)
+            + plan_sends(state, common, plans, paid, limits, spent))
+    # the kernel calls of plans already made come before any plan for a later iteration (tools/budget.py)
+    ledger(state.get("run_dir")).promise(min(paid.fixes_paid, len(paid.pending)) + len(paid.pairs))
+    if not ctx.schedule.plans_ahead and ctx.schedule.lessons != "beside_kernels":
+        return work or "selector"  # every planner failed, or the budget is spent: nothing to evaluate
+    beside = lessons_and_planners_ahead(state, ctx, paid, spent, limits)
+    if work:
+        return [*work, *beside]
+    ended: list[Send | str] = [*beside, "selector"]  # nothing to evaluate: the lessons still run
+    return ended
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """What the budget left admits of an iteration's work: the (plan, sample) pairs sent and those
+    recorded unpaid, the pending fixes and how many of them are paid, and whether a failed first
+    attempt waits for the next iteration to be fixed (`defer`)."""
+
+    pairs: list[tuple[int, int]]
+    unpaid: list[tuple[int, int]]
+    pending: list[PendingFix]
+    fixes_paid: int
+    defer: bool
+
+
+def admitted(state: RunState, ctx: RunContext, n_plans: int, spent: dict, limits: Limits) -> Admitted:
+    """Budget admission: the first samples of every plan first, then the pending fixes (overlap
+    schedules); the iteration defers its fixes unless it is the last one paid for."""
+    wanted = [(j, k) for k in range(ctx.kernels_per_plan()) for j in range(n_plans)]
     paid = affordable(spent, limits, "executor", len(wanted))
     pairs, unpaid = sorted(wanted[:paid]), sorted(wanted[paid:])
     pending = (state.get("pending_fixes") or []) if ctx.schedule.defers_fixes else []
@@ -152,47 +195,61 @@ def to_work(state: RunState, ctx: RunContext) -> Route:
     # a failed first attempt waits for the next iteration to be fixed, except in the last (T, or the budget's)
     defer = ctx.schedule.defers_fixes and not last_paid(state, ctx, spent,
                                                          len(pairs) + min(fixes_paid, len(pending)))
-    common = {"task_dir": state["task_dir"], "run_dir": state.get("run_dir"), "iteration": state["iteration"],
-              "baseline": baseline, "defer_fixes": defer}
-    waiting = (state.get("pending_writes") or []) if ctx.schedule.allows_quorum else []
-    # --quorum: once this share of the iteration's kernel replies landed, a call still in flight is no
-    # longer waited on (its attempt joins the next iteration); never in the last iteration, which collects all
-    kernels = len(pairs) + sum(1 for w in waiting if not w.get("failed"))
-    common["quorum"] = inflight.needed(ctx.quorum, kernels) if ctx.quorum and defer else None
-    fixes = [Send("candidate", {**common, "plan": p["plan"], "sample": 0, "current": p["failed"],
-                                "fixes": p["failed"].get("fix_attempt") or 0,
-                                "parent": compact(state["candidates"][p["plan"]["parent_id"]]),
-                                **({} if n < fixes_paid else {"unpaid": unpaid_reason(limits, spent, "fixer")})})
-             for n, p in enumerate(pending)]
-    # collected beside the iteration's own first attempts, asked as they were first asked (their calls
-    # were admitted then): a kernel at the executor, a fix at the fixer, with the attempt it repairs
-    collected = [Send("candidate", {**common, "plan": w["plan"], "sample": 0, "asked_in": w["attempt"]["asked_in"],
-                                    "parent": compact(state["candidates"][w["plan"]["parent_id"]]),
-                                    **({"current": w["failed"], "fixes": w["attempt"]["fix_attempt"] - 1}
-                                       if w.get("failed") else {"current": w["attempt"]})})
-                 for w in waiting]
+    return Admitted(pairs, unpaid, pending, fixes_paid, defer)
+
+
+def quorum_size(ctx: RunContext, paid: Admitted, waiting: list[PendingWrite]) -> int | None:
+    """--quorum: once this many of the iteration's kernel replies landed, a call still in flight is
+    no longer waited on (its attempt joins the next iteration); never in the last iteration, which
+    collects all. Its kernels: the plans' paid samples and the kernel calls collected from the last."""
+    kernels = len(paid.pairs) + sum(1 for w in waiting if not w.get("failed"))
+    return inflight.needed(ctx.quorum, kernels) if ctx.quorum and paid.defer else None
+
+
+def fix_sends(state: RunState, common: dict, paid: Admitted, limits: Limits, spent: dict) -> list[Send]:
+    """The last iteration's pending fixes, entering at the fixer with their failed attempt; those
+    past the budget's fixer calls are recorded unpaid."""
+    return [Send("candidate", {**common, "plan": p["plan"], "sample": 0, "current": p["failed"],
+                               "fixes": p["failed"].get("fix_attempt") or 0,
+                               "parent": compact(state["candidates"][p["plan"]["parent_id"]]),
+                               **({} if n < paid.fixes_paid else {"unpaid": unpaid_reason(limits, spent, "fixer")})})
+            for n, p in enumerate(paid.pending)]
+
+
+def collected_sends(state: RunState, common: dict, waiting: list[PendingWrite]) -> list[Send]:
+    """Attempts whose reply an earlier iteration stopped waiting for (--quorum), collected beside the
+    iteration's own first attempts, asked as they were first asked (their calls were admitted then):
+    a kernel at the executor, a fix at the fixer, with the attempt it repairs."""
+    return [Send("candidate", {**common, "plan": w["plan"], "sample": 0, "asked_in": w["attempt"]["asked_in"],
+                               "parent": compact(state["candidates"][w["plan"]["parent_id"]]),
+                               **({"current": w["failed"], "fixes": w["attempt"]["fix_attempt"] - 1}
+                                  if w.get("failed") else {"current": w["attempt"]})})
+            for w in waiting]
+
+
+def plan_sends(state: RunState, common: dict, plans: list[Plan], paid: Admitted, limits: Limits,
+               spent: dict) -> list[Send]:
+    """A branch per paid (plan, sample); a plan's kernel the budget cannot pay for is recorded
+    not_sent, with why (its branch makes no call)."""
     sends = [Send("candidate", {**common, "plan": plans[j], "sample": k,
                                 "parent": compact(state["candidates"][plans[j]["parent_id"]])})
-             for j, k in pairs]
-    # a plan's kernel the budget cannot pay for is recorded not_sent, with why (its branch makes no call)
+             for j, k in paid.pairs]
     sends += [Send("candidate", {**common, "plan": plans[j], "sample": k, "unpaid": unpaid_reason(limits, spent),
                                  "parent": compact(state["candidates"][plans[j]["parent_id"]])})
-              for j, k in unpaid]
-    # the kernel calls of plans already made come before any plan for a later iteration (tools/budget.py)
-    ledger(state.get("run_dir")).promise(min(fixes_paid, len(pending)) + len(pairs))
-    work = fixes + collected + sends
-    if not ctx.schedule.plans_ahead and ctx.schedule.lessons != "beside_kernels":
-        return work or "selector"  # every planner failed, or the budget is spent: nothing to evaluate
+              for j, k in paid.unpaid]
+    return sends
+
+
+def lessons_and_planners_ahead(state: RunState, ctx: RunContext, paid: Admitted, spent: dict,
+                               limits: Limits) -> list[Send]:
+    """What runs beside the kernels: the last iteration's lessons (pipeline), and the next
+    iteration's planners, as many as the budget admits; not iteration 2's, from the baseline alone
+    (iteration 1's beam): those wait for iteration 1's selection, so the second is as wide as the rest."""
     due = state.get("lessons_due") if ctx.schedule.lessons == "beside_kernels" else None
     beside = [Send("summarizer", lessons_view(state, due))] if due else []
-    # the next iteration's plans, while these kernels run; not iteration 2's, from the baseline alone
-    # (iteration 1's beam): those wait for iteration 1's selection, so the second is as wide as the rest
-    if ctx.schedule.plans_ahead and pairs and defer and state["iteration"] >= 2:
+    if ctx.schedule.plans_ahead and paid.pairs and paid.defer and state["iteration"] >= 2:
         beside += planner_sends(state, state["iteration"] + 1)[:affordable(spent, limits, "planner", len(state["beam"]))]
-    if work:
-        return [*work, *beside]
-    ended: list[Send | str] = [*beside, "selector"]  # nothing to evaluate: the lessons still run
-    return ended
+    return beside
 
 
 def last_paid(state: RunState, ctx: RunContext, spent: dict, calls: int) -> bool:

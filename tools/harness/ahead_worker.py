@@ -103,23 +103,16 @@ class Counter:
             frame = frame.f_back
 
 
-def install_driver(triton, torch, target, props: dict, used: Counter) -> None:
-    """Triton's active driver: the GPU's target, device 0, stream 0; no launch, no benchmark.
-    A plain class (Tritons differ in DriverBase's abstract methods): what JITFunction.run, the
-    autotuner, compile and triton.testing ask of a driver."""
-    try:
-        from triton.backends.nvidia.driver import ty_to_cpp
-    except ImportError:  # an older layout: not needed to compile
-        ty_to_cpp = str
-    capability = (target.arch // 10, target.arch % 10)
-    properties = {"max_shared_mem": props["max_shared_mem"], "max_num_regs": 65536,
-                  "multiprocessor_count": props.get("multiprocessor_count") or 0, "warpSize": 32,
-                  "sm_clock_rate": 1_980_000, "mem_clock_rate": 2_619_000, "mem_bus_width": 5120}
+def _refuse(what: str):
+    """A driver call that needs the GPU: it raises, naming what was asked of it."""
+    def call(*args, **kwargs):
+        raise RuntimeError(f"{what}: the compile-ahead process has no GPU")
+    return call
 
-    def refuse(what):
-        def call(*args, **kwargs):
-            raise RuntimeError(f"{what}: the compile-ahead process has no GPU")
-        return call
+
+def _stand_in_utils(capability: tuple[int, int], properties: dict, used: Counter):
+    """The driver's `utils`: device 0's properties and capability, stream 0; loading a cubin,
+    launching and TMA descriptors refused (nothing here may touch a GPU)."""
 
     class Utils:
         def get_device_properties(self, device=0):
@@ -144,18 +137,37 @@ def install_driver(triton, torch, target, props: dict, used: Counter) -> None:
         def set_printf_fifo_size(self, size):
             pass
 
-        load_binary = staticmethod(refuse("loading a cubin"))
-        launch = staticmethod(refuse("launching a kernel"))
+        load_binary = staticmethod(_refuse("loading a cubin"))
+        launch = staticmethod(_refuse("launching a kernel"))
         unload_module = staticmethod(lambda *a, **k: None)
-        cuOccupancyMaxActiveClusters = staticmethod(refuse("cuOccupancyMaxActiveClusters"))
-        fill_tma_descriptor_tiled = staticmethod(refuse("filling a TMA descriptor"))
-        fill_tma_descriptor_im2col = staticmethod(refuse("filling a TMA descriptor"))
+        cuOccupancyMaxActiveClusters = staticmethod(_refuse("cuOccupancyMaxActiveClusters"))
+        fill_tma_descriptor_tiled = staticmethod(_refuse("filling a TMA descriptor"))
+        fill_tma_descriptor_im2col = staticmethod(_refuse("filling a TMA descriptor"))
+
+    return Utils()
+
+
+def _bench_once(used: Counter):
+    """triton.testing's benchmarks, and the driver's benchmarker, as one call that compiles."""
+
+    def bench_once(fn, *args, quantiles=None, return_mode="mean", **kwargs):
+        """A benchmark compiles (one call, every launch a warmup) and times nothing."""
+        used("benchmark (triton.testing.do_bench)")
+        fn()
+        return [1.0] * len(quantiles) if quantiles else 1.0
+
+    return bench_once
+
+
+def _stand_in_driver(torch, target, capability: tuple[int, int], utils, bench_once, ty_to_cpp):
+    """The driver object Triton asks: the GPU's target, device 0, stream 0, torch.cuda as its
+    device interface, `bench_once` as its benchmarker; building a launcher refused."""
 
     class StandInDriver:
-        launcher_cls = staticmethod(refuse("building a launcher"))
+        launcher_cls = staticmethod(_refuse("building a launcher"))
 
         def __init__(self):
-            self.utils = Utils()
+            self.utils = utils
 
         @classmethod
         def is_active(cls):
@@ -194,23 +206,32 @@ def install_driver(triton, torch, target, props: dict, used: Counter) -> None:
         def clear_cache(self, cache):
             pass
 
-    def bench_once(fn, *args, quantiles=None, return_mode="mean", **kwargs):
-        """A benchmark compiles (one call, every launch a warmup) and times nothing."""
-        used("benchmark (triton.testing.do_bench)")
-        fn()
-        return [1.0] * len(quantiles) if quantiles else 1.0
+    return StandInDriver()
 
-    triton.runtime.driver.set_active(StandInDriver())
+
+def install_driver(triton, torch, target, props: dict, used: Counter) -> None:
+    """Triton's active driver: the GPU's target, device 0, stream 0; no launch, no benchmark.
+    A plain class (Tritons differ in DriverBase's abstract methods): what JITFunction.run, the
+    autotuner, compile and triton.testing ask of a driver."""
+    try:
+        from triton.backends.nvidia.driver import ty_to_cpp
+    except ImportError:  # an older layout: not needed to compile
+        ty_to_cpp = str
+    capability = (target.arch // 10, target.arch % 10)
+    properties = {"max_shared_mem": props["max_shared_mem"], "max_num_regs": 65536,
+                  "multiprocessor_count": props.get("multiprocessor_count") or 0, "warpSize": 32,
+                  "sm_clock_rate": 1_980_000, "mem_clock_rate": 2_619_000, "mem_bus_width": 5120}
+    bench_once = _bench_once(used)
+    utils = _stand_in_utils(capability, properties, used)
+    triton.runtime.driver.set_active(_stand_in_driver(torch, target, capability, utils, bench_once, ty_to_cpp))
     testing = importlib.import_module("triton.testing")
     for name in ("do_bench", "do_bench_cudagraph"):
         if hasattr(testing, name):
             setattr(testing, name, bench_once)
 
 
-def stub_torch_cuda(torch, props: dict, used: Counter) -> None:
-    """torch.cuda's Python API as the GPU would answer it, doing nothing (CPU torch has no CUDA)."""
-    cuda = torch.cuda
-    capability = tuple(props["capability"])
+def _stand_in_properties(props: dict, capability: tuple[int, ...]):
+    """torch.cuda.get_device_properties' answer: the GPU's name, capability, SMs, memory and L2."""
 
     class Properties:
         name = props["name"]
@@ -228,6 +249,12 @@ def stub_torch_cuda(torch, props: dict, used: Counter) -> None:
         def __repr__(self):
             return f"_CudaDeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, " \
                    f"multi_processor_count={self.multi_processor_count}) [stand-in]"
+
+    return Properties
+
+
+def _stand_in_streams(torch, used: Counter):
+    """torch.cuda's Stream, Event and CUDAGraph: constructed (and counted), doing nothing."""
 
     class Stream:
         cuda_stream = 0
@@ -292,23 +319,25 @@ def stub_torch_cuda(torch, props: dict, used: Counter) -> None:
         def capture_end(self):
             pass
 
-    class Context:
-        def __init__(self, *args, **kwargs):
-            pass
+    return Stream, Event, Graph
 
-        def __enter__(self):
-            return self
 
-        def __exit__(self, *exc):
-            return False
+class Context:
+    """torch.cuda.stream(), torch.cuda.device() and torch.cuda.graph(): a context that does nothing."""
 
-    def counted(name, fn):
-        def call(*args, **kwargs):
-            used(f"torch.cuda.{name}")
-            return fn(*args, **kwargs)
-        return call
+    def __init__(self, *args, **kwargs):
+        pass
 
-    stubs = {
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _cuda_functions(props: dict, capability: tuple[int, ...], Properties, Stream) -> dict:
+    """torch.cuda's functions as one GPU would answer them, with all its memory free."""
+    return {
         "is_available": lambda: True, "device_count": lambda: 1, "current_device": lambda: 0,
         "set_device": lambda device=None: None, "synchronize": lambda device=None: None,
         "is_initialized": lambda: True, "init": lambda: None,
@@ -323,7 +352,22 @@ def stub_torch_cuda(torch, props: dict, used: Counter) -> None:
         "get_arch_list": lambda: [f"sm_{capability[0]}{capability[1]}"],
         "is_bf16_supported": lambda *a, **k: capability >= (8, 0),
     }
-    for name, fn in stubs.items():
+
+
+def stub_torch_cuda(torch, props: dict, used: Counter) -> None:
+    """torch.cuda's Python API as the GPU would answer it, doing nothing (CPU torch has no CUDA)."""
+    cuda = torch.cuda
+    capability = tuple(props["capability"])
+    Properties = _stand_in_properties(props, capability)
+    Stream, Event, Graph = _stand_in_streams(torch, used)
+
+    def counted(name, fn):
+        def call(*args, **kwargs):
+            used(f"torch.cuda.{name}")
+            return fn(*args, **kwargs)
+        return call
+
+    for name, fn in _cuda_functions(props, capability, Properties, Stream).items():
         setattr(cuda, name, counted(name, fn))
     cuda._lazy_init = lambda: None
     for name, cls in (("Stream", Stream), ("Event", Event), ("CUDAGraph", Graph), ("ExternalStream", Stream)):
@@ -376,27 +420,12 @@ def as_cuda_mode(torch, backing: str, used: Counter):
 
 # ---------------------------------------------------------------- compile, never launch
 
-def compile_only(triton, events: Events, threads: int) -> dict:
-    """Every launch a warmup; an autotuner compiles all its pruned configurations and runs none."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from triton.runtime.autotuner import Autotuner
-    from triton.runtime.jit import JITFunction
-
-    try:
-        from triton.runtime._async_compile import AsyncCompileMode
-    except ImportError:  # an older Triton: the configurations compile one after another
-        AsyncCompileMode = None
-    import triton.compiler as compiler
-
-    state = {"launched": {}, "configs": 0, "failed_configs": 0, "failures": 0}
-    lock = threading.Lock()
-    original_run = JITFunction.run
+def _count_compile_failures(triton, compiler, events: Events, state: dict, lock: threading.Lock) -> None:
+    """Triton's compile (JITFunction's binder takes it from triton.compiler), its failures
+    counted: an autotuner's configuration that does not compile is out, on the GPU too."""
     original_compile = compiler.compile
 
     def compile_counted(src, *args, **kwargs):
-        """Triton's compile (JITFunction's binder takes it from triton.compiler), its failures
-        counted: an autotuner's configuration that does not compile is out, on the GPU too."""
         try:
             return original_compile(src, *args, **kwargs)
         except Exception as exc:
@@ -408,12 +437,24 @@ def compile_only(triton, events: Events, threads: int) -> dict:
     compiler.compile = compile_counted
     triton.compile = compile_counted
 
+
+def _warmup_every_launch(JITFunction, state: dict) -> None:
+    """JITFunction.run compiles and launches nothing (a warmup), counting the launches asked for."""
+    original_run = JITFunction.run
+
     def run(self, *args, grid=None, warmup=False, **kwargs):
         name = getattr(self, "__name__", "?")
         state["launched"][name] = state["launched"].get(name, 0) + 1
         return original_run(self, *args, grid=grid, warmup=True, **kwargs)
 
     JITFunction.run = run
+
+
+def _compile_every_config(Autotuner, AsyncCompileMode, events: Events, state: dict, lock: threading.Lock,
+                          threads: int) -> None:
+    """Autotuner.run compiles every pruned configuration at once (in a pool of `threads`, where
+    this Triton has AsyncCompileMode) and runs none; the first stands as its choice."""
+    from concurrent.futures import ThreadPoolExecutor
 
     def tune(self, *args, **kwargs):
         key_args = {k: v for k, v in {**dict(zip(self.arg_names, args)), **kwargs}.items() if k in self.arg_names}
@@ -450,6 +491,24 @@ def compile_only(triton, events: Events, threads: int) -> dict:
         return None
 
     Autotuner.run = tune
+
+
+def compile_only(triton, events: Events, threads: int) -> dict:
+    """Every launch a warmup; an autotuner compiles all its pruned configurations and runs none."""
+    from triton.runtime.autotuner import Autotuner
+    from triton.runtime.jit import JITFunction
+
+    try:
+        from triton.runtime._async_compile import AsyncCompileMode
+    except ImportError:  # an older Triton: the configurations compile one after another
+        AsyncCompileMode = None
+    import triton.compiler as compiler
+
+    state = {"launched": {}, "configs": 0, "failed_configs": 0, "failures": 0}
+    lock = threading.Lock()
+    _count_compile_failures(triton, compiler, events, state, lock)
+    _warmup_every_launch(JITFunction, state)
+    _compile_every_config(Autotuner, AsyncCompileMode, events, state, lock, threads)
 
     def listener(*, src, metadata, metadata_group, times, cache_hit, **_):
         name = getattr(src, "name", "?")

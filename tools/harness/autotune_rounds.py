@@ -310,51 +310,45 @@ class AutotuneRounds:
         """Each configuration on each workload in TUNE_ROUNDS rounds (a round: every configuration,
         every workload); the candidate's outputs checked at calls the judge picks once they are over
         (_accountable_calls). Chooses per key; returns what a shared key costs (shared_key_notes)."""
+        timed = self._timing_rounds(box, req, ref, deadline, k, held, check)
+        if timed is None:
+            autotune_record.left_to_triton(k, UNNAMED_KEY)
+            return []
+        spans, kernel, keys, failures = timed
+        _none_runs(k, failures)
+        names = [w["name"] for w in req["workloads"]]
+        times, unit = _timer_per_workload(names, spans, kernel, set(failures))
+        return _record_choice(k, req, names, times, unit, {w: keys.get(w, "?") for w in names}, failures)
+
+    def _timing_rounds(self, box: Sandbox, req: dict, ref, deadline: float, k: TunedKernel, held: Pins, check: bool
+                       ) -> tuple[dict[str, list[list[float]]], dict[str, list[list[float]]], dict[str, str],
+                                  dict[int, str]] | None:
+        """The timing: per workload and configuration its spans and kernel-only times over the rounds,
+        the tuning key each workload ran under, and why each configuration left out cannot run on this
+        GPU (its first failure; it is timed no more). None where the sandbox left the choice to Triton."""
         n, names = len(k["configs"]), [w["name"] for w in req["workloads"]]
         spans: dict[str, list[list[float]]] = {w: [[] for _ in range(n)] for w in names}
         kernel: dict[str, list[list[float]]] = {w: [[] for _ in range(n)] for w in names}
         keys: dict[str, str] = {}
-        out: set[int] = set()
         failures: dict[int, str] = {}
         for r in range(TUNE_ROUNDS):
             for i in range(n):
-                if i in out:
+                if i in failures:
                     continue
                 box.request("pin", deadline, choices={**held, k["kernel"]: {"*": i}})
                 for workload in req["workloads"]:
                     got = self._time_one(box, req, ref, deadline, k, i, workload, r, check)
                     if isinstance(got, str):
-                        out.add(i)
                         failures[i] = got
                         break
                     span, busy, key = got
                     if key is _OWN_CHOICE:
-                        autotune_record.left_to_triton(k, UNNAMED_KEY)
-                        return []
+                        return None
                     spans[workload["name"]][i] += span
                     kernel[workload["name"]][i] += busy
                     if key is not None:
                         keys.setdefault(workload["name"], key)
-        if len(out) == n:
-            raise Reject("runtime_error", f"no configuration of {k['kernel']} runs on this GPU: "
-                         + "; ".join(f"{i}: {e}" for i, e in failures.items()))
-        times, unit = {}, {}
-        for w in names:
-            med = [central(s) if s and i not in out else math.inf for i, s in enumerate(spans[w])]
-            kmed = [central(s) if s and i not in out else math.inf for i, s in enumerate(kernel[w])]
-            runnable = [i for i in range(n) if i not in out]
-            host = stats.host_bound(statistics.median(kmed[i] for i in runnable),
-                                    statistics.median(med[i] for i in runnable))
-            times[w], unit[w] = (kmed, "kernel-only: host-dominated calls") if host else (med, "span")
-        keys = {w: keys.get(w, "?") for w in names}
-        floor = float(req.get("noise_floor", stats.NOISE_FLOOR))
-        chosen = choose(times, keys, floor)
-        autotune_record.timed_choice(
-            k, choices=chosen, default=_default(chosen, keys), keys=keys,
-            times_us={w: [round(t, 3) if t < math.inf else None for t in times[w]] for w in names},
-            timer={w: "kernel_only" if unit[w].startswith("kernel") else "span" for w in names},
-            failed={str(i): e[:300] for i, e in failures.items()})
-        return shared_key_notes(k["kernel"], k["key"], times, keys, chosen, floor, unit)
+        return spans, kernel, keys, failures
 
     def _time_one(self, box: Sandbox, req: dict, ref, deadline: float, k: TunedKernel, i: int, workload: dict, r: int,
                   check: bool) -> tuple[list[float], list[float], str | None] | str:
@@ -374,3 +368,45 @@ class AutotuneRounds:
         key = _ran_key(got, k)
         self._give_back_gpu_memory(req)
         return list(spans), list(busy), key
+
+
+# ---------------------------------------------------------------- the timing's outcome (pure)
+
+
+def _none_runs(k: TunedKernel, failures: dict[int, str]) -> None:
+    """The failures: a kernel none of whose configurations runs on this GPU is rejected, with each one's reason."""
+    if len(failures) == len(k["configs"]):
+        raise Reject("runtime_error", f"no configuration of {k['kernel']} runs on this GPU: "
+                     + "; ".join(f"{i}: {e}" for i, e in failures.items()))
+
+
+def _timer_per_workload(names: list[str], spans: dict[str, list[list[float]]], kernel: dict[str, list[list[float]]],
+                        out: set[int]) -> tuple[dict[str, list[float]], dict[str, str]]:
+    """Span against kernel-only: per workload each configuration's central time (inf: left out) on
+    the span, or on kernel-only time where the runnable configurations' calls are host-dominated;
+    and which of the two it is, in words."""
+    times, unit = {}, {}
+    for w in names:
+        n = len(spans[w])
+        med = [central(s) if s and i not in out else math.inf for i, s in enumerate(spans[w])]
+        kmed = [central(s) if s and i not in out else math.inf for i, s in enumerate(kernel[w])]
+        runnable = [i for i in range(n) if i not in out]
+        host = stats.host_bound(statistics.median(kmed[i] for i in runnable),
+                                statistics.median(med[i] for i in runnable))
+        times[w], unit[w] = (kmed, "kernel-only: host-dominated calls") if host else (med, "span")
+    return times, unit
+
+
+def _record_choice(k: TunedKernel, req: dict, names: list[str], times: dict[str, list[float]],
+                   unit: dict[str, str], keys: dict[str, str], failures: dict[int, str]) -> list[str]:
+    """The choice: per tuning key the configuration chosen (choose), the default for a key no
+    workload showed, what each workload ran, its times and timer, and the failures, written into
+    the kernel's record `k`; returns the advice on a shared key (shared_key_notes)."""
+    floor = float(req.get("noise_floor", stats.NOISE_FLOOR))
+    chosen = choose(times, keys, floor)
+    autotune_record.timed_choice(
+        k, choices=chosen, default=_default(chosen, keys), keys=keys,
+        times_us={w: [round(t, 3) if t < math.inf else None for t in times[w]] for w in names},
+        timer={w: "kernel_only" if unit[w].startswith("kernel") else "span" for w in names},
+        failed={str(i): e[:300] for i, e in failures.items()})
+    return shared_key_notes(k["kernel"], k["key"], times, keys, chosen, floor, unit)

@@ -16,6 +16,7 @@ import tempfile
 import time
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from accelopt.tools import settings
 from accelopt.tools.harness import audit as audit_mod
@@ -40,6 +41,9 @@ from accelopt.tools.harness.static_checks import findings
 from accelopt.tools.harness.stats import NOISE_FLOOR
 from accelopt.tools.roofline import lookup_peak, percent_of_peak
 from accelopt.tools.task import Task, TaskError, load_task
+
+if TYPE_CHECKING:
+    from accelopt.tools.harness.compile_ahead import AheadPass, AheadResult
 
 SUSPICIOUS_SPEEDUP = 10.0
 # The judge's clock around back-to-back calls (no L2 flush, so warm) bounds the reported span:
@@ -108,15 +112,10 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
     task = load_task(task) if isinstance(task, str) else task
     device = device or detect_device()
     started = time.monotonic()
-    try:
-        task.spec.workloads_for(device)
-    except TaskError as e:  # a GPU-only task on the interpreter: nothing a kernel could change
-        return EvalResult(status="reference_error", error=str(e), device=device)
-    kernel = KernelSource.parse(source)  # parsed once: the static checks, the audit and the autotune choice read it
-    if kernel.syntax_error:
-        return EvalResult(status="compile_error", error=kernel.syntax_error, device=device)
-    advice = [] if trusted else findings(kernel, task.spec.entry_point)
-
+    prepared = _prepared(task, source, device, trusted)
+    if isinstance(prepared, EvalResult):
+        return prepared
+    kernel, advice = prepared
     dtype = task.spec.dtype_for(device)
     pool = pool or get_pool(device, gpu_count())
     auditing = device == "cuda" and audit_winners and not trusted
@@ -133,75 +132,135 @@ def evaluate(task: Task | str, source: str, *, device: str | None = None, timeou
         return EvalResult(status="infra_error", error=str(exc), device=device, eval_s=time.monotonic() - started)
     with held, tempfile.TemporaryDirectory(prefix=f"{SOURCE_PREFIX}p{os.getpid()}-") as tmp:
         lease_wait = round(time.monotonic() - waited, 3)  # another evaluation held the judge (and its GPU)
-        paths = {}
-        for name, text in {"candidate": source, **(compare or {})}.items():
-            paths[name] = str(Path(tmp) / f"{name}.py")
-            Path(paths[name]).write_text(text)
+        sources = {"candidate": source, **(compare or {})}
+        paths = {name: _written(tmp, name, text) for name, text in sources.items()}
         request = build_request(task, device, paths.pop("candidate"), paths, seeds=seeds, rounds=rounds,
                                 rep_ms=rep_ms, interpreter_reps=interpreter_reps,
                                 trusted=trusted, seed=seed)
-        request["autotune_pins"] = chosen_before(task, device, {"candidate": source, **(compare or {})})
-        if device == "cuda":  # what its sandbox compiles, for its own re-check and audit: compiled once
-            request["keep_cache"] = str(Path(tmp) / "triton-cache")
-        compiled = compiling.take() if compiling is not None else None
-        if compiled is not None:  # its kernels compiled while it waited: its sandbox starts from them
-            request["triton_cache"] = compiled.cache_dir
-        elif device == "cuda" and (kept := compiled_before(task, kernel.text)) is not None:
-            request["triton_cache"] = kept  # this process judged the same source before (a served check again)
+        compiled = _seeded(request, task, device, kernel, sources, tmp, compiling)
         # the audit's process starts now, beside the judge, on the judge's GPU; it waits, running
         # nothing of the candidate, until a winner needs it (audit.start)
         ahead = audit_mod.start(task, source, judge.gpu) if auditing else None
         try:
-            asked = time.monotonic()
-            raw = judge.request(request, timeout_s)
-            result = _result(task, raw, device, dtype)
-            result.findings = advice
-            result.gpu = judge.gpu if device == "cuda" else None
-            # where the seconds went beyond the judge's own steps: waiting for the lease (another
-            # evaluation on its GPU), for the judge (its start), the re-check on fresh inputs, the audit
-            result.phases_s["judge_wait"] = round(max(0.0, time.monotonic() - asked - sum(result.phases_s.values())), 3)
-            result.phases_s["lease_wait"] = lease_wait
-            if compiled is not None:  # off the GPU, inside lease_wait
-                result.phases_s["compile_ahead"] = compiled.seconds
-            # the judge's autotune choice written in: what a fresh process that is not a sandbox runs,
-            # and what the re-check runs, so that the program written is the program re-checked
-            pinning_ = pinning(kernel, result.autotune.get("candidate"))
-            pinned = pinning_.kernel
-            if result.ok:
-                remember_choices(task, device, {"candidate": source, **(compare or {})}, result)
-                began = time.monotonic()
-                pinned_path = _written(tmp, "pinned", pinned.text) if pinning_.pinned else request["source_path"]
-                rechecked = _reverify_if_too_good(task, result, judge, {**request, "source_path": pinned_path},
-                                                  timeout_s)
-                if result.ok and pinning_.pinned and not rechecked and _wins(result):
-                    _check_pinned(result, judge, {**request, "source_path": pinned_path}, timeout_s)
-                result.phases_s["reverify"] = round(time.monotonic() - began, 3)
+            result = _judged(task, judge, request, device, dtype, timeout_s, advice, lease_wait, compiled)
+            pinned = _pinned_and_rechecked(task, device, kernel, sources, result, judge, request, tmp, timeout_s)
             seen: ProfileRun | None = None
             if result.ok and auditing:
-                began = time.monotonic()
-                seen = _audit_winner(task, pinned, result, request.get("keep_cache"), ahead)
+                seen = _audited(task, pinned, result, request, ahead)
                 ahead = None if seen is not None else ahead  # the audit used it
-                result.phases_s["audit"] = round(time.monotonic() - began, 3)
             elif result.ok and result.flags:
                 result.flags.append("unaudited")  # not audited: the interpreter, or auditing turned off
             if result.ok and profiling and _wins(result):
-                began = time.monotonic()
-                seen = seen or profile_workloads(task, pinned.text, None, timeout_s=audit_mod.TIMEOUT_S,
-                                                 triton_cache=request.get("keep_cache"), gpu=judge.gpu)
-                result.profile = planner_profile(seen)
-                result.phases_s["profile"] = round(time.monotonic() - began, 3)
+                _profiled(task, pinned, result, request, judge, seen)
         finally:
             if ahead is not None:
                 ahead.cancel()
         if device == "cuda" and result.status not in ("infra_error", "timeout"):
             keep_compiled(task, kernel.text, request.get("keep_cache"))
-    interpreter_dtype_note(task, result)
-    interpreter_autotune_note(result)
-    if result.ok:  # which configuration each autotuned kernel ran, and what a shared tuning key costs
-        result.evidence += autotune_evidence(result)
-        result.evidence += pinning_evidence(kernel, result.autotune.get("candidate"))
+    _notes(task, kernel, result)
     result.eval_s = time.monotonic() - started
     return result
+
+
+def _prepared(task: Task, source: str, device: str, trusted: bool) -> tuple[KernelSource, list] | EvalResult:
+    """Before any judge: a task with no workloads for this device, or a source that does not parse,
+    is a verdict already; else the source parsed once (the static checks, the audit and the autotune
+    choice read it) and its static advice (none for the task's own, trusted, reference)."""
+    try:
+        task.spec.workloads_for(device)
+    except TaskError as e:  # a GPU-only task on the interpreter: nothing a kernel could change
+        return EvalResult(status="reference_error", error=str(e), device=device)
+    kernel = KernelSource.parse(source)
+    if kernel.syntax_error:
+        return EvalResult(status="compile_error", error=kernel.syntax_error, device=device)
+    return kernel, [] if trusted else findings(kernel, task.spec.entry_point)
+
+
+def _seeded(request: dict, task: Task, device: str, kernel: KernelSource, sources: dict[str, str], tmp: str,
+            compiling: AheadPass | None) -> AheadResult | None:
+    """What the request's sandboxes start from: the autotune choices made for these sources before,
+    and on a GPU a Triton cache: the candidate's kernels compiled while it waited (returned), or
+    those this process compiled for the same source before; and where its own compile is kept, for
+    its re-check and audit (compiled once)."""
+    request["autotune_pins"] = chosen_before(task, device, sources)
+    if device == "cuda":  # what its sandbox compiles, for its own re-check and audit: compiled once
+        request["keep_cache"] = str(Path(tmp) / "triton-cache")
+    compiled = compiling.take() if compiling is not None else None
+    if compiled is not None:  # its kernels compiled while it waited: its sandbox starts from them
+        request["triton_cache"] = compiled.cache_dir
+    elif device == "cuda" and (kept := compiled_before(task, kernel.text)) is not None:
+        request["triton_cache"] = kept  # this process judged the same source before (a served check again)
+    return compiled
+
+
+def _judged(task: Task, judge, request: dict, device: str, dtype: str, timeout_s: float, advice: list,
+            lease_wait: float, compiled: AheadResult | None) -> EvalResult:
+    """The judge's verdict on the request, with the static advice, the judge's GPU, and where the
+    seconds went beyond the judge's own steps: waiting for the lease (another evaluation on its
+    GPU), for the judge (its start), and the compile-ahead (off the GPU, inside lease_wait)."""
+    asked = time.monotonic()
+    raw = judge.request(request, timeout_s)
+    result = _result(task, raw, device, dtype)
+    result.findings = advice
+    result.gpu = judge.gpu if device == "cuda" else None
+    result.phases_s["judge_wait"] = round(max(0.0, time.monotonic() - asked - sum(result.phases_s.values())), 3)
+    result.phases_s["lease_wait"] = lease_wait
+    if compiled is not None:
+        result.phases_s["compile_ahead"] = compiled.seconds
+    return result
+
+
+def _pinned_and_rechecked(task: Task, device: str, kernel: KernelSource, sources: dict[str, str],
+                          result: EvalResult, judge, request: dict, tmp: str, timeout_s: float) -> KernelSource:
+    """The judge's autotune choice written in: what a fresh process that is not a sandbox runs, and
+    what the re-check runs, so that the program written is the program re-checked. A verified
+    result's choices are remembered, and it is re-checked on fresh inputs where too good
+    (_reverify_if_too_good), or where it wins with a pinned source (_check_pinned). Returns the
+    pinned source (the audit and the profile run it)."""
+    pinning_ = pinning(kernel, result.autotune.get("candidate"))
+    pinned = pinning_.kernel
+    if result.ok:
+        remember_choices(task, device, sources, result)
+        began = time.monotonic()
+        pinned_path = _written(tmp, "pinned", pinned.text) if pinning_.pinned else request["source_path"]
+        rechecked = _reverify_if_too_good(task, result, judge, {**request, "source_path": pinned_path},
+                                          timeout_s)
+        if result.ok and pinning_.pinned and not rechecked and _wins(result):
+            _check_pinned(result, judge, {**request, "source_path": pinned_path}, timeout_s)
+        result.phases_s["reverify"] = round(time.monotonic() - began, 3)
+    return pinned
+
+
+def _audited(task: Task, pinned: KernelSource, result: EvalResult, request: dict,
+             ahead: Profiling | None) -> ProfileRun | None:
+    """A verified result's audit (_audit_winner) in the process started ahead, timed as its phase;
+    what ncu saw, or None where no audit ran (the process started ahead is then still to cancel)."""
+    began = time.monotonic()
+    seen = _audit_winner(task, pinned, result, request.get("keep_cache"), ahead)
+    result.phases_s["audit"] = round(time.monotonic() - began, 3)
+    return seen
+
+
+def _profiled(task: Task, pinned: KernelSource, result: EvalResult, request: dict, judge,
+              seen: ProfileRun | None) -> None:
+    """A winner's profile for the planner: what its audit saw, else a profiling run of its own on the
+    judge's GPU, timed as its phase."""
+    began = time.monotonic()
+    seen = seen or profile_workloads(task, pinned.text, None, timeout_s=audit_mod.TIMEOUT_S,
+                                     triton_cache=request.get("keep_cache"), gpu=judge.gpu)
+    result.profile = planner_profile(seen)
+    result.phases_s["profile"] = round(time.monotonic() - began, 3)
+
+
+def _notes(task: Task, kernel: KernelSource, result: EvalResult) -> None:
+    """What the result says beside its verdict: the interpreter's dtype and autotune notes on a
+    failure; on success, which configuration each autotuned kernel ran, and what a shared tuning
+    key costs."""
+    interpreter_dtype_note(task, result)
+    interpreter_autotune_note(result)
+    if result.ok:
+        result.evidence += autotune_evidence(result)
+        result.evidence += pinning_evidence(kernel, result.autotune.get("candidate"))
 
 
 @contextlib.contextmanager
