@@ -93,6 +93,14 @@ def softmax_task(tmp_path) -> Path:
     return dst
 
 
+def changed_parses() -> list[str]:
+    """The kept parses (tools/pyparse.program) whose tree is no longer the text's: the start of each text."""
+    from accelopt.tools import pyparse
+
+    return [p.text[:60] for p in list(pyparse._PROGRAMS.values())
+            if p.tree is not None and ast.dump(p.tree) != ast.dump(pyparse.parse(p.text))]
+
+
 @pytest.fixture(autouse=True)
 def shared_parses_stay_unchanged():
     """Every reader of a kernel's text shares its one parse (tools/pyparse.program): after each test,
@@ -100,9 +108,8 @@ def shared_parses_stay_unchanged():
     not copy the nodes it transforms, would hand every later reader a program the text is not)."""
     from accelopt.tools import pyparse
 
-    pyparse._PROGRAMS.clear()
+    pyparse.forget()
     yield
-    changed = [p.text[:60] for p in list(pyparse._PROGRAMS.values())
-               if p.tree is not None and ast.dump(p.tree) != ast.dump(pyparse.parse(p.text))]
-    pyparse._PROGRAMS.clear()
+    changed = changed_parses()
+    pyparse.forget()
     assert not changed, f"a shared parse was changed in place by a reader: {changed}"

@@ -48,7 +48,10 @@ def _parse(source: str, filename: str, mode: str) -> Any:
 # taken before every measurement, the tunables every planner, measurement and summary reads, and
 # the source rewrites all read a kernel's text through `program`
 _PROGRAMS: OrderedDict[str, Program] = OrderedDict()
-_KEEP = 256  # programs kept, the least recently read dropped first: a run's beam and its children
+# the least recently read dropped first past either bound: a tree takes about 30 bytes a character
+# of its text (0.3 MB for a 10 KB kernel), so the cache holds at most some 60 MB of trees
+_KEEP, _KEEP_CHARS = 128, 2_000_000
+_kept_chars = 0
 
 
 @dataclass(frozen=True, eq=False)
@@ -82,6 +85,7 @@ def source_digest(text: str) -> str:
 def program(text: str) -> Program:
     """The text's one parse (module mode), shared: parsed on the first call, then read from the
     cache. The tree is not to be changed (see Program)."""
+    global _kept_chars
     key = source_digest(text)
     with _LOCK:
         found = _PROGRAMS.get(key)
@@ -93,9 +97,18 @@ def program(text: str) -> Program:
         except (SyntaxError, ValueError) as exc:
             found = Program(text, key, None, exc.with_traceback(None))
         _PROGRAMS[key] = found
-        while len(_PROGRAMS) > _KEEP:
-            _PROGRAMS.popitem(last=False)
+        _kept_chars += len(text)
+        while len(_PROGRAMS) > 1 and (len(_PROGRAMS) > _KEEP or _kept_chars > _KEEP_CHARS):
+            _kept_chars -= len(_PROGRAMS.popitem(last=False)[1].text)
         return found
+
+
+def forget() -> None:
+    """Drop every kept parse (tests start from none)."""
+    global _kept_chars
+    with _LOCK:
+        _PROGRAMS.clear()
+        _kept_chars = 0
 
 
 def parsed(text: str) -> ast.Module:
