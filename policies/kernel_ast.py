@@ -46,9 +46,10 @@ def imports(tree: ast.Module, module: str) -> bool:
 
 def triton_module(source: str) -> ast.Module | None:
     """The source's tree where it parses and imports triton, every rewrite's first condition; None
-    otherwise."""
+    otherwise. The tree is the text's shared parse (pyparse.parsed): a rewrite changes copies of
+    the nodes it takes (copy.deepcopy), never the tree itself."""
     try:
-        tree = pyparse.parse(source)
+        tree = pyparse.parsed(source)
     except SyntaxError:
         return None
     return tree if imports(tree, "triton") else None

@@ -197,7 +197,7 @@ def code_from_tool_calls(calls: tuple[dict, ...] | list[dict], entry_point: str 
 
 def is_complete_python(source: str) -> bool:
     try:
-        pyparse.parse(source)
+        pyparse.parsed(source)
     except (SyntaxError, ValueError):
         return False
     return True

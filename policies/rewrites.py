@@ -121,7 +121,7 @@ def _max_init(acc: str) -> re.Pattern[str]:
 def chunkwise_online_softmax(source: str) -> str | None:
     """Every element-wise online-softmax combine in a loop, made chunk-wise; None where there is none."""
     try:
-        tree = pyparse.parse(source)
+        tree = pyparse.parsed(source)
     except SyntaxError:
         return None
     lines = source.splitlines(keepends=True)
@@ -320,7 +320,7 @@ def chain_between(parent: str, child: str) -> tuple[list[str], str] | None:
     Decided by applying them: the child must be that program with its own launch configuration,
     node for node."""
     try:
-        target = ast.dump(pyparse.parse(child))
+        target = pyparse.program(child).dump
     except SyntaxError:
         return None
     knobs = set(config_of(child))
@@ -331,7 +331,7 @@ def chain_between(parent: str, child: str) -> tuple[list[str], str] | None:
         for names, source in level:
             if set(config_of(source)) == knobs:
                 try:
-                    if ast.dump(pyparse.parse(apply_config(source, config_of(child)))) == target:
+                    if pyparse.program(apply_config(source, config_of(child))).dump == target:
                         return names, source
                 except SyntaxError:
                     pass

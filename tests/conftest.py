@@ -1,3 +1,4 @@
+import ast
 import os
 import shutil
 import time
@@ -90,3 +91,25 @@ def softmax_task(tmp_path) -> Path:
     dst = tmp_path / "softmax"
     shutil.copytree(TASKS / "softmax", dst)
     return dst
+
+
+def changed_parses() -> list[str]:
+    """The kept parses (tools/pyparse.program) whose tree is no longer the text's: the start of each text."""
+    from accelopt.tools import pyparse
+
+    return [p.text[:60] for p in list(pyparse._PROGRAMS.values())
+            if p.tree is not None and ast.dump(p.tree) != ast.dump(pyparse.parse(p.text))]
+
+
+@pytest.fixture(autouse=True)
+def shared_parses_stay_unchanged():
+    """Every reader of a kernel's text shares its one parse (tools/pyparse.program): after each test,
+    each tree it parsed is still the text's (a reader that changed one in place, a rewrite that did
+    not copy the nodes it transforms, would hand every later reader a program the text is not)."""
+    from accelopt.tools import pyparse
+
+    pyparse.forget()
+    yield
+    changed = changed_parses()
+    pyparse.forget()
+    assert not changed, f"a shared parse was changed in place by a reader: {changed}"

@@ -11,7 +11,6 @@ that pin one configuration of one kernel are one program.
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,7 +19,7 @@ from pydantic import BaseModel, ConfigDict
 from accelopt.tools.harness import stats
 from accelopt.tools.harness.autotune_choices import pinned_source as _pinned
 from accelopt.tools.harness.result import INTERPRETER, AutotuneRecord
-from accelopt.tools.pyparse import parse
+from accelopt.tools.pyparse import program
 from accelopt.tools.runcache import digest
 
 
@@ -65,7 +64,7 @@ def program_key(source: str) -> str:
     """What makes two sources one program: the syntax tree, not comments or layout (the source
     itself where it does not parse)."""
     try:
-        return digest(ast.dump(parse(source)))
+        return digest(program(source).dump)
     except (SyntaxError, ValueError):
         return digest(source)
 

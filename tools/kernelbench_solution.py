@@ -60,7 +60,7 @@ def _bound(body: list[ast.stmt]) -> set[str]:
 def is_solution(source: str, entry_point: str) -> bool:
     """A KernelBench solution: ModelNew defined, the task's entry point not."""
     try:
-        names = _bound(pyparse.parse(source).body)
+        names = _bound(pyparse.parsed(source).body)
     except (SyntaxError, ValueError):  # the harness reports it
         return False
     return "ModelNew" in names and entry_point not in names

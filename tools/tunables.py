@@ -435,7 +435,7 @@ def autotune_space(source: str | ast.Module) -> AutotuneSpace | None:
     """The source's @triton.autotune config list as a search space (None: no autotuned kernel).
     Read without importing anything; what cannot be read safely comes back with a `reason`."""
     try:
-        tree = pyparse.parse(source) if isinstance(source, str) else source
+        tree = pyparse.parsed(source) if isinstance(source, str) else source
     except SyntaxError:
         return None
     decorated = _autotune_decorators(tree)
@@ -613,7 +613,7 @@ def find_knobs(source: str) -> dict[str, Knob]:
     `autotune_space`), then any launch keyword the list does not set. Empty if the source does not
     parse, or if an autotuned kernel's config list cannot be read (`why_untunable` says why)."""
     try:
-        tree = pyparse.parse(source)
+        tree = pyparse.parsed(source)
     except SyntaxError:
         return {}
     knobs: dict[str, Knob] = {}

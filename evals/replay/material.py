@@ -215,7 +215,7 @@ UNDEFINED_VALUES = ("n_cols", "num_rows", "row_stride", "hidden_size", "seq_len"
 def undefined_name(source: str, which: float) -> str | None:
     """One use of a @triton.jit parameter replaced by a name nothing defines: the wrapper's
     variable (`n_cols`, `BLOCK_SIZE`) used inside the kernel. None when there is no such use."""
-    tree = pyparse.parse(source)
+    tree = pyparse.parsed(source)  # read, never changed: the shared parse
     uses: list[ast.Name] = []
     for fn in _jit_functions(tree):
         params = {a.arg for a in fn.args.args}
@@ -242,7 +242,7 @@ WRONG_KEYWORDS = {"axis": "dim", "keep_dims": "keepdim", "other": "fill_value", 
 def wrong_keyword(source: str, which: float) -> str | None:
     """One keyword of a `tl.*` call in a @triton.jit function (else of a kernel launch) written
     as Triton does not take it. None when there is none to misspell."""
-    tree = pyparse.parse(source)
+    tree = pyparse.parsed(source)  # read, never changed: the shared parse
     sites: list[ast.keyword] = []
     for fn in _jit_functions(tree):
         for node in ast.walk(fn):

@@ -3,8 +3,10 @@
 invalid configuration. Interpreter times check the pipeline, not GPU performance; these tests
 assert behaviour, never timings."""
 
+import ast
 import json
 import shutil
+from collections import Counter
 
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
@@ -16,6 +18,7 @@ from accelopt.memory.store import InsightStore
 from accelopt.nodes.context import RunContext
 from accelopt.nodes.records import Candidate
 from accelopt.policies import rewrites
+from accelopt.tools import pyparse
 from accelopt.tools.tunables import config_of
 from tests.conftest import TASKS
 
@@ -47,7 +50,15 @@ def test_tuner_optimizes_autotunes_learns_and_a_later_run_recalls(tmp_path, monk
     # timings puts its changed source in the best's lineage, and a pair whose sources differ by
     # more than the launch records no recipe, so what a later run could recall would hang on timing.
     monkeypatch.setattr(rewrites, "REWRITES", ())
+    parses, real_parse = Counter(), ast.parse  # each kernel module the run's process parses (tools/pyparse)
+    monkeypatch.setattr(pyparse.ast, "parse", lambda text, *a, **kw: parses.update(
+        [text] if isinstance(text, str) and "import triton" in text and kw.get("mode", "exec") == "exec" else [])
+        or real_parse(text, *a, **kw))
     out = run(long_rows(tmp_path, "rmsnorm"), tmp_path, "first", iterations=2, autotune=2, learn_from_interpreter=True)
+    monkeypatch.setattr(pyparse.ast, "parse", real_parse)
+    # A program is parsed once: planners, the judge's reading, measurements, autotune, lessons and
+    # the record all read its one parse (tests/unit/test_parsed_once.py follows one kernel)
+    assert len(parses) > 4 and set(parses.values()) == {1}
     cands = out["candidates"]
     planned_kernels = [c for c in cands.values() if c.get("plan_title") and c.get("kind") != "autotuned"]
     variants = [c for c in cands.values() if c.get("kind") == "autotuned"]

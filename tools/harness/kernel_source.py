@@ -35,8 +35,9 @@ class KernelSource:
 
     @classmethod
     def parse(cls, text: str) -> KernelSource:
+        """The text's shared parse (pyparse.program): its tree is read, never changed."""
         try:
-            return cls(text, pyparse.parse(text))
+            return cls(text, pyparse.parsed(text))
         except SyntaxError as e:
             line = (e.text or "").strip()
             return cls(text, None, f"SyntaxError: {e.msg} (line {e.lineno}: {line})")
