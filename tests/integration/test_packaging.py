@@ -91,7 +91,10 @@ def test_make_demo_installs_only_what_the_cli_needs_and_make_test_everything(tmp
     installs = _installs(test)
     assert any('-e ".[dev,ray]"' in c for c in installs) and any("flashinfer-bench" in c for c in installs), installs
     ordered = [c for c in test if " pip install " in f" {c} " or "pytest" in c or c.endswith("ruff check .")]
-    assert ordered[-1].endswith("--durations=15") and "pytest" in ordered[-1]  # the tests run after every install
+    assert "pytest -q" in ordered[-1] and "--durations=15" in ordered[-1]  # the tests run after every install
+    # mypy runs beside them, and either failing fails the target
+    assert any(c.startswith(".venv/bin/mypy > ") and c.rstrip().endswith("\\") for c in test)
+    assert test[-1].startswith("wait $types") and test[-1].endswith("exit $(( tests != 0 || typed != 0 ))")
 
 
 EXTRAS = ("ray", "pytest", "_pytest", "xdist", "pytest_timeout", "mypy", "ruff", "langgraph_cli", "langgraph_api",
