@@ -1,10 +1,10 @@
-"""standing: at the run's end, the best confirmed (evaluated once more against the baseline on fresh
-inputs, pooled with every earlier evaluation of its program: tools/best_figure.py), and where it
-stands against torch.compile and eager PyTorch, timed interleaved in the same rounds on the run's GPU. summary.json gains
-`versus_torch_compile` (the speedup, its interval and verdict, or why it was not measured) beside
-the roofline figures the record node already writes; torch_compile.json keeps the full record
-for the report. Its own node, so that every way of running the graph (CLI, `graph.invoke`,
-Studio) ends with the same summary."""
+"""standing: at the run's end, the best confirmed (evaluated once more against the baseline on
+fresh inputs, pooled with every earlier evaluation of its program: tools/best_figure.py), and
+where it stands against torch.compile and eager PyTorch, timed interleaved in the same rounds on
+the run's GPU. summary.json gains the pooled figure, and `versus_torch_compile` (the speedup, its
+interval and verdict, or why it was not measured) beside the roofline figures the record node
+already writes; torch_compile.json keeps the full record for the report. Its own node, so that
+every way of running the graph (CLI, `graph.invoke`, Studio) ends with the same summary."""
 
 from __future__ import annotations
 
@@ -40,10 +40,13 @@ def confirmed(state: RunState, best: Candidate, ctx: RunContext, summary: RunSum
     candidates, baseline_id = state["candidates"], state["baseline_id"]
     if best["id"] == baseline_id:
         return summary.model_copy(update={"not_confirmed": "the best is the baseline itself"})
-    if best.get("timer") != "cuda_event":
+    if best.get("timer") == "interpreter_wall":
         return summary.model_copy(update={"not_confirmed": (
             "timed on the CPU interpreter, whose wall clock is not performance: `accelopt show RUN_DIR --confirm` "
             "confirms the best where a GPU is")})
+    if best.get("timer") != "cuda_event":
+        return summary.model_copy(update={"not_confirmed": f"timed by {best.get('timer')}: the run's end confirms "
+                                                           "GPU timings only"})
     source, baseline = pinned_source(best), candidates[baseline_id].get("source")
     if source is None or baseline is None:
         return summary.model_copy(update={"not_confirmed": "the best or the baseline has no source to evaluate"})
