@@ -136,10 +136,9 @@ def run_digest(state: dict[str, Any]) -> dict[str, Any]:
         "timer": timer,
         "iterations": state.get("iteration"),
         "candidates_evaluated": summary.get("candidates_evaluated"),
-        # the evaluated ones' statuses add up to candidates_evaluated; a duplicate was never evaluated
-        "statuses": split_statuses(summary.get("statuses") or {})[0],
-        "not_evaluated": split_statuses(summary.get("statuses") or {})[1],
     }
+    # the evaluated ones' statuses add up to candidates_evaluated; a duplicate was never evaluated
+    digest["statuses"], digest["not_evaluated"] = split_statuses(summary.get("statuses") or {})
     versus = (best.get("versus") or {}).get("baseline")
     figure = summary.get("best_figure")
     if figure and summary.get("best_id") == best_id:  # every evaluation of its program pooled

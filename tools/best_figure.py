@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict
 from accelopt.tools.harness import stats
 from accelopt.tools.harness.autotune_choices import pinned_source as _pinned
 from accelopt.tools.harness.result import INTERPRETER, AutotuneRecord
+from accelopt.tools.harness.verdict import word_for
 from accelopt.tools.pyparse import program
 from accelopt.tools.runcache import digest
 
@@ -83,17 +84,21 @@ def _measured(versus: Mapping[str, Any] | None) -> stats.Interval | None:
     return stats.Interval(versus["speedup"], versus["ci_low"], versus["ci_high"], versus.get("rounds") or 0)
 
 
+def _versus_baseline(candidate: Mapping[str, Any]) -> Mapping[str, Any]:
+    return (candidate.get("versus") or {}).get("baseline") or {}
+
+
 def measurements(candidates: Mapping[str, Mapping[str, Any]], best: Mapping[str, Any]) -> dict[str, stats.Interval]:
     """Per candidate of the run that is the best's program, verified, and measured against the
     baseline on the timer the best's own figure rests on: its rounds' interval."""
     source = pinned_source(best)
-    basis = ((best.get("versus") or {}).get("baseline") or {}).get("basis")
+    basis = _versus_baseline(best).get("basis")
     if source is None:
         return {}
     key = program_key(source)
     out = {}
     for cid, c in candidates.items():
-        vs = (c.get("versus") or {}).get("baseline") or {}
+        vs = _versus_baseline(c)
         if c.get("status") != "verified" or vs.get("basis") != basis or (iv := _measured(vs)) is None:
             continue
         if cid == best.get("id") or ((s := pinned_source(c)) is not None and program_key(s) == key):
@@ -114,22 +119,11 @@ def best_figure(candidates: Mapping[str, Mapping[str, Any]], best: Mapping[str, 
     pooled = list(runs.values()) + [iv for _, iv in fresh]
     if not pooled:
         return None
-    floor = ((best.get("versus") or {}).get("baseline") or {}).get("noise_floor") or stats.NOISE_FLOOR
+    vs = _versus_baseline(best)
+    floor = vs.get("noise_floor") or stats.NOISE_FLOOR
     p = stats.pool(pooled, floor)
     failed = next((f"{c.status}: {c.error}" for c in confirmations if c.status != "verified"), None)
     return BestFigure(speedup=p.interval.speedup, ci_low=p.interval.low, ci_high=p.interval.high,
                       measurements=p.measurements, confirmed=len(fresh), rounds=p.interval.rounds,
-                      spread=p.spread, word="no verdict" if interpreter else pooled_word(p.interval, floor),
-                      basis=((best.get("versus") or {}).get("baseline") or {}).get("basis"),
-                      pooled=list(runs), failed_confirmation=failed)
-
-
-def pooled_word(reported: stats.Interval, floor: float) -> str:
-    """A verdict's word for a pooled figure (reported as stats.across reports one): faster where
-    its interval lies above 1, slower below; else a tie (the figure inside the floor) is within
-    noise, and a figure beyond the floor whose interval reaches 1 is undecided."""
-    if reported.low > 1.0:
-        return "faster"
-    if reported.high < 1.0:
-        return "slower"
-    return "within noise" if 1.0 / (1.0 + floor) <= reported.speedup <= 1.0 + floor else "undecided"
+                      spread=p.spread, word="no verdict" if interpreter else word_for(p.inner, floor),
+                      basis=vs.get("basis"), pooled=list(runs), failed_confirmation=failed)

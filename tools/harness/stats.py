@@ -132,6 +132,7 @@ class Pooled:
     interval: Interval
     measurements: int
     spread: float
+    inner: Interval  # the mean's own interval, before the floor's widening (what a word is decided on)
 
 
 def pool(measured: Sequence[Interval], floor: float) -> Pooled:
@@ -158,4 +159,4 @@ def pool(measured: Sequence[Interval], floor: float) -> Pooled:
     else:
         inner = Interval(speedup=math.exp(mean), low=math.exp(mean - half), high=math.exp(mean + half),
                          rounds=sum(m.rounds for m in measured))
-    return Pooled(interval=across(inner, floor), measurements=len(measured), spread=math.sqrt(tau2))
+    return Pooled(interval=across(inner, floor), measurements=len(measured), spread=math.sqrt(tau2), inner=inner)

@@ -78,14 +78,19 @@ def _interval(c: Comparison) -> stats.Interval:
     return stats.Interval(c.speedup, c.ci_low, c.ci_high, c.rounds)
 
 
-def word_of(c: Comparison) -> VerdictWord:
-    """The word for one comparison's rounds against its noise floor (see the module's docstring)."""
-    floor = c.noise_floor or stats.NOISE_FLOOR
-    side = stats.side(_interval(c), floor)
+def word_for(iv: stats.Interval, floor: float) -> VerdictWord:
+    """The word for an interval against a noise floor (see the module's docstring): one
+    comparison's rounds, or several evaluations' pooled mean (tools/best_figure.py)."""
+    side = stats.side(iv, floor)
     if side != "unclear":
         return _WORDS[side]
-    tie = 1.0 / (1.0 + floor) <= c.speedup <= 1.0 + floor and stats.width(_interval(c)) <= stats.DECIDED_WIDTH
+    tie = 1.0 / (1.0 + floor) <= iv.speedup <= 1.0 + floor and stats.width(iv) <= stats.DECIDED_WIDTH
     return "within noise" if tie else "undecided"
+
+
+def word_of(c: Comparison) -> VerdictWord:
+    """The word for one comparison's rounds against its noise floor."""
+    return word_for(_interval(c), c.noise_floor or stats.NOISE_FLOOR)
 
 
 def _figure(label: str, c: Comparison) -> str:
@@ -94,10 +99,11 @@ def _figure(label: str, c: Comparison) -> str:
 
 def _said(word: VerdictWord, basis: Basis, c: Comparison, reason: str) -> Verdict:
     """A verdict on comparison `c`, reporting the interval across evaluations (stats.across)."""
-    wide = stats.across(_interval(c), c.noise_floor or stats.NOISE_FLOOR)
-    if word == "within noise" and stats.side(_interval(c), c.noise_floor or stats.NOISE_FLOOR) == "unclear":
-        reason = (f"a tie: the speedup lies inside the {c.noise_floor or stats.NOISE_FLOOR:.0%} floor, its rounds "
-                  f"reach past it on one side without clearing it; {reason}")
+    floor = c.noise_floor or stats.NOISE_FLOOR
+    wide = stats.across(_interval(c), floor)
+    if word == "within noise" and stats.side(_interval(c), floor) == "unclear":
+        reason = (f"a tie: the speedup lies inside the {floor:.0%} floor, its rounds reach past it on one side "
+                  f"without clearing it; {reason}")
     return Verdict(word=word, basis=basis, speedup=c.speedup, ci_low=wide.low, ci_high=wide.high, reason=reason,
                    rounds_low=c.ci_low, rounds_high=c.ci_high)
 
