@@ -104,7 +104,7 @@ def show(run_dir: Annotated[Path, typer.Argument(help="A run directory (runs/TAS
 def _confirm(run_dir: Path, device: DeviceName) -> None:
     """The best confirmed once more (nodes/services.confirm), summary.json's figure pooled anew."""
     from accelopt.evals.reporting.runs import run_candidates
-    from accelopt.nodes.context import RunContext
+    from accelopt.graph.config import resolve_context
     from accelopt.nodes.services import confirm
     from accelopt.tools.best_figure import pinned_source
     from accelopt.tools.run_record import load_summary, write_summary
@@ -121,8 +121,9 @@ def _confirm(run_dir: Path, device: DeviceName) -> None:
     except TaskError as e:
         fail(f"{run_dir}: its task cannot be loaded to confirm the best: {e}")
     source = pinned_source(candidates[summary.best_id])
-    got = confirm(task, source or "", candidates["baseline"]["source"], RunContext(device=device), str(run_dir),
-                  nth=len(summary.confirmations), device=None if device == "auto" else device)
+    ctx = resolve_context({"device": device}, door="flag")  # accelopt.toml and the environment, as a run's
+    got = confirm(task, source or "", candidates["baseline"]["source"], ctx, str(run_dir),
+                  nth=len(summary.confirmations))
     write_summary(str(run_dir), summary.with_confirmations(candidates, [*summary.confirmations, got]), None)
 
 

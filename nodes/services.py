@@ -191,13 +191,13 @@ def _measure(task: Task, source: str, ctx: RunContext, device: str | None, compa
 
 
 def confirm(task: Task, source: str, baseline_source: str, ctx: RunContext, run_dir: str | None = None,
-            nth: int = 0, device: str | None = None) -> Confirmation:
+            nth: int = 0) -> Confirmation:
     """The best once more against the baseline, by the rules of `check`: untrusted, on inputs
     drawn afresh (a seed of its own), rounds until decided. The `nth` confirmation of a run is kept
     in its run cache, so that a resumed run's end does not time it again, while asking again
     (`accelopt show --confirm`) measures anew."""
     cache = RunCache(run_dir)
-    where = device or (None if ctx.device == "auto" else ctx.device)
+    where = None if ctx.device == "auto" else ctx.device
     key = digest({"confirm": source, "baseline": baseline_source, "task": task.spec.model_dump(),
                   "reference": task.reference_source, "device": device_fingerprint(where or "auto"), "nth": nth})
     cached = cache.get("evals", key)
