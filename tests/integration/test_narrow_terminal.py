@@ -145,8 +145,11 @@ def test_report_and_doctor_read_whole_at_80_columns(runs):  # noqa: F811 - the f
             break
         parts.append(line.split("│")[3].strip())
     assert "yes" in lines[at] and all(part.endswith("/") for part in parts[:-1]), parts
-    page = (runs / "report-narrow" / "report.html").read_text()  # an interpreter run: no kernel called best
-    assert "Lineage of the beam head" in page and "Lineage of the best kernel" not in page  # as the CLI says
+    # an interpreter run: no kernel called best, as the CLI says; the head may be the baseline itself
+    # (interpreter wall times under a loaded machine decide whether a candidate ranks above it)
+    page = (runs / "report-narrow" / "report.html").read_text()
+    assert "Beam head against the baseline" in page and "Best kernel against the baseline" not in page
+    assert "Lineage of the best kernel" not in page
     assert "the run's best" not in page
 
 
