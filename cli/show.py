@@ -102,29 +102,17 @@ def show(run_dir: Annotated[Path, typer.Argument(help="A run directory (runs/TAS
 
 
 def _confirm(run_dir: Path, device: DeviceName) -> None:
-    """The best confirmed once more (nodes/services.confirm), summary.json's figure pooled anew."""
-    from accelopt.evals.reporting.runs import run_candidates
+    """The best confirmed once more, summary.json's figure pooled anew (nodes/standing.confirm_run,
+    as the confirm graph does it at every other door)."""
     from accelopt.graph.config import resolve_context
-    from accelopt.nodes.services import confirm
-    from accelopt.tools.best_figure import pinned_source
-    from accelopt.tools.run_record import load_summary, write_summary
-    from accelopt.tools.task import TaskError, load_task
+    from accelopt.nodes.standing import confirm_run
+    from accelopt.tools.settings import ConfigError
 
-    summary = load_summary(run_dir)
-    candidates = run_candidates(run_dir)
-    if summary is None or summary.best_id not in candidates or "baseline" not in candidates:
-        fail(f"{run_dir}: no summary.json or candidates to confirm the best from")
-    if summary.best_id == "baseline":
-        fail(f"{run_dir}: its best is the baseline itself: nothing to confirm against it")
-    try:
-        task = load_task(Path(summary.task_dir))
-    except TaskError as e:
-        fail(f"{run_dir}: its task cannot be loaded to confirm the best: {e}")
-    source = pinned_source(candidates[summary.best_id])
     ctx = resolve_context({"device": device}, door="flag")  # accelopt.toml and the environment, as a run's
-    got = confirm(task, source or "", candidates["baseline"]["source"], ctx, str(run_dir),
-                  nth=len(summary.confirmations))
-    write_summary(str(run_dir), summary.with_confirmations(candidates, [*summary.confirmations, got]), None)
+    try:
+        confirm_run(run_dir, ctx)
+    except ConfigError as e:
+        fail(str(e))
 
 
 def _render_run(view: RunView, console: Console) -> None:

@@ -16,9 +16,11 @@ one text block of JSON, the same object as `structuredContent`:
 - `accelopt` (the optimizer): what the run ended with (`run_digest`): stop reason, the best
   kernel's id and file (RUN_DIR/best_kernel.py), its speedup over the baseline with its interval
   and verdict, the run directory.
+- `confirm`: an ended run's best confirmed once more (`confirm_digest`): this confirmation's
+  figure, then the run's figure pooled anew with it.
 - a run that failed: `isError`, with `{"error": CLASS, "message": LINE}` (a refusal's one line).
 
-The optimizer's tool also takes `settings`, the run's context (RunContext: B, N, K, T, the model,
+The optimizer's and the confirmation's tools also take `settings`, the run's context (RunContext: B, N, K, T, the model,
 the device, budgets; Studio's context form), which MCP has no other way to pass: tools/list adds
 it to the tool's arguments as the server publishes the context schema, and tools/call sends it as
 the run's context, checked where every run's context is (graph/builder.ServedGraph for unknown
@@ -142,12 +144,7 @@ def run_digest(state: dict[str, Any]) -> dict[str, Any]:
     versus = (best.get("versus") or {}).get("baseline")
     figure = summary.get("best_figure")
     if figure and summary.get("best_id") == best_id:  # every evaluation of its program pooled
-        digest["versus_baseline"] = {
-            "speedup": round(figure["speedup"], 4), "interval": [round(figure["ci_low"], 4), round(figure["ci_high"], 4)],
-            "interval_is": f"across {figure['measurements']} evaluation(s) of its program, pooled, "
-                           f"{figure.get('confirmed') or 0} of them confirming it at the run's end",
-            "timer": figure.get("basis"), "verdict": figure["word"],
-            **({"failed_confirmation": figure["failed_confirmation"]} if figure.get("failed_confirmation") else {})}
+        digest["versus_baseline"] = figure_digest(figure)
     elif versus and best_id != state.get("baseline_id", "baseline"):
         digest["versus_baseline"] = _comparison(versus, None, timer)
     if summary.get("not_confirmed") and best_id != state.get("baseline_id", "baseline"):
@@ -160,8 +157,40 @@ def run_digest(state: dict[str, Any]) -> dict[str, Any]:
     return digest
 
 
-DIGESTS = {"check": check_digest, "accelopt": run_digest}  # graph id -> what its tool answers
-WITH_SETTINGS = {"accelopt"}  # graphs whose tool takes `settings`, the run's context
+def figure_digest(figure: dict[str, Any]) -> dict[str, Any]:
+    """A run's figure for its best (tools/best_figure.BestFigure, dumped): every evaluation of its
+    program pooled, the confirmations among them."""
+    return {"speedup": round(figure["speedup"], 4), "interval": [round(figure["ci_low"], 4), round(figure["ci_high"], 4)],
+            "interval_is": f"across {figure['measurements']} evaluation(s) of its program, pooled, "
+                           f"{figure.get('confirmed') or 0} of them confirming it",
+            "timer": figure.get("basis"), "verdict": figure["word"],
+            **({"failed_confirmation": figure["failed_confirmation"]} if figure.get("failed_confirmation") else {})}
+
+
+def confirm_digest(answer: dict[str, Any]) -> dict[str, Any]:
+    """A confirmation's answer (graph/confirm_graph.ConfirmOutput), short: this confirmation, then
+    the run's figure pooled anew."""
+    got = answer.get("confirmation") or {}
+    this = {"status": got.get("status"), "timer": got.get("timer"), "device_name": got.get("device_name"),
+            "seed": got.get("seed")}
+    if got.get("speedup") is not None:
+        this.update(speedup=round(got["speedup"], 4), interval=[round(got["ci_low"], 4), round(got["ci_high"], 4)],
+                    basis=got.get("basis"))
+    if got.get("error"):
+        this["error"] = _short(str(got["error"]))
+    figure = answer.get("best_figure")
+    digest = {"run_dir": answer.get("run_dir"), "best_id": answer.get("best_id"),
+              "best_kernel": answer.get("best_kernel"), "confirmation": this,
+              "confirmations": answer.get("confirmations"),
+              "versus_baseline": figure_digest(figure) if figure else None}
+    if got.get("timer") == "interpreter_wall":
+        digest["note"] = ("CPU Triton interpreter: correctness only; its times are not GPU performance, so the figure "
+                          "carries no verdict")
+    return digest
+
+
+DIGESTS = {"check": check_digest, "accelopt": run_digest, "confirm": confirm_digest}  # graph id -> its tool's answer
+WITH_SETTINGS = {"accelopt", "confirm"}  # graphs whose tool takes `settings`, the run's context
 SETTINGS_DESCRIPTION = ("The run's settings, its context (RunContext, as Studio's context form shows it): beams (B), "
                         "plans (N), samples (K), fixes (F), iterations (T), model ('tuner', or PROVIDER:NAME), device, "
                         "budgets and the rest; each optional, checked as the CLI checks its flags")

@@ -85,6 +85,10 @@ class RunContext:
     profile: bool = field(default=True, metadata={
         "description": "Profile verified kernels on a GPU (ncu if present, else torch.profiler) for the planner"})
     eval_timeout_s: float = field(default=300.0, metadata={"description": "Per-candidate evaluation limit (s)", "gt": 0})
+    confirm_best: bool = field(default=True, metadata={
+        "description": "At the run's end on a GPU, evaluate the best kernel once more against the baseline on fresh "
+                       "inputs and pool it with its earlier evaluations (summary.json best_figure); false: report "
+                       "the search's own evaluations (`accelopt show RUN_DIR --confirm` confirms later)"})
     versus_torch_compile: bool = field(default=True, metadata={
         "description": "At the run's end on a GPU, time the best kernel interleaved with torch.compile and eager "
                        "PyTorch of the reference (summary.json versus_torch_compile, torch_compile.json)"})

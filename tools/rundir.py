@@ -12,7 +12,8 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from accelopt.tools import settings
 RUN_FORMAT = 1  # run.json "format": bump when a run directory can no longer be resumed by older code
 TASK_FILES = ("task.json", "reference.py", "baseline.py")  # what a run's measurements depend on
 LOCK_FILE = ".lock"
+RUN_MARKERS = ("run.json", "skipped.json", "stopped.json", "error.txt")  # a run dir holds one of these
 
 _held: dict[str, int] = {}  # resolved run dir -> descriptor of its lock, held until this process exits
 
@@ -204,6 +206,69 @@ def lock_run_dir(run_dir: Path) -> None:
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"accelopt pid {os.getpid()} (started {time.strftime('%Y-%m-%d %H:%M:%S')})\n".encode(), 0)
     _held[key] = fd
+
+
+def lock_holder(run_dir: Path) -> str | None:
+    """Who holds the run directory's lock: the holder's line from .lock, or None when no live
+    process does (the OS drops the lock however its process ended)."""
+    path = run_dir / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return os.pread(fd, 200, 0).decode(errors="replace").strip() or "another accelopt process"
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def run_dir_held(run_dir: Path, doing: str) -> Iterator[None]:
+    """The run directory's lock for the length of one change to a run that has ended (`doing`, in
+    words for the refusal): refused with RunDirError while a run or another change holds it. A
+    process that holds it for its own run (lock_run_dir) goes on under that lock."""
+    if str(Path(run_dir).resolve()) in _held:
+        yield
+        return
+    fd = os.open(Path(run_dir) / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another accelopt process"
+            raise RunDirError(f"{run_dir} is in use by {holder}: {doing} once it has ended") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"accelopt pid {os.getpid()} ({doing}, started {time.strftime('%Y-%m-%d %H:%M:%S')})\n"
+                  .encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # drops the lock
+
+
+def is_run_dir(path: Path) -> bool:
+    return path.is_dir() and any((path / m).is_file() for m in RUN_MARKERS)
+
+
+def read_candidates(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """Every candidate written to a run directory (write_candidate): candidates/ID/result.json,
+    with its kernel.py as `source` (None where it has none). A file that does not read as a record
+    is left out."""
+    out: dict[str, dict[str, Any]] = {}
+    for path in sorted((Path(run_dir) / "candidates").glob("*/result.json")):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict):
+            kernel = path.parent / "kernel.py"
+            record.setdefault("source", kernel.read_text() if kernel.is_file() else None)
+            out[path.parent.name] = record
+    return out
 
 
 def check_checkpoint(run_dir: Path) -> None:

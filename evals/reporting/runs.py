@@ -19,9 +19,7 @@ what its best is worth. On the CPU interpreter the verdict is "interpreter": no 
 from __future__ import annotations
 
 import difflib
-import fcntl
 import json
-import os
 import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast
@@ -32,12 +30,11 @@ from accelopt.evals.reporting.report import chain, lineage_steps, load_row, vers
 from accelopt.evals.reporting.rows import OUTCOMES, TIMERS, LineageStep, Speedup, TaskRow
 from accelopt.tools.best_figure import BestFigure
 from accelopt.tools.run_record import RunSummary, candidate_counts, iterations_done, load_summary
-from accelopt.tools.rundir import LOCK_FILE, read_plans
+from accelopt.tools.rundir import is_run_dir, lock_holder, read_plans
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
 
-RUN_MARKERS = ("run.json", "skipped.json", "stopped.json", "error.txt")  # a run dir holds one of these
 EVAL_MARKER = "suite.json"  # an `accelopt eval` directory: one run dir per task below it
 
 RunState = Literal["finished", "running", "interrupted", "stopped", "skipped", "failed"]
@@ -134,10 +131,6 @@ class RunListing(BaseModel):
     cost_usd: float = 0.0
 
 
-def is_run_dir(path: Path) -> bool:
-    return path.is_dir() and any((path / m).is_file() for m in RUN_MARKERS)
-
-
 def find_runs(root: Path) -> list[Path]:
     """The run directories at root: root itself, its subfolders that are runs, and the runs of the
     `accelopt eval` directories among them (runs/eval1/TASK)."""
@@ -152,25 +145,6 @@ def find_runs(root: Path) -> list[Path]:
         elif (sub / EVAL_MARKER).is_file() or any(is_run_dir(p) for p in sub.iterdir() if p.is_dir()):
             found.extend(p for p in sorted(sub.iterdir()) if is_run_dir(p))
     return found
-
-
-def lock_holder(run_dir: Path) -> str | None:
-    """Who holds the run directory's lock: the holder's line from .lock, or None when no live
-    process does (the OS drops the lock however its process ended)."""
-    path = run_dir / LOCK_FILE
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return os.pread(fd, 200, 0).decode(errors="replace").strip() or "another accelopt process"
-    else:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return None
-    finally:
-        os.close(fd)
 
 
 class Checkpoint:
@@ -433,13 +407,3 @@ def _view(run: _Run) -> RunView:
                    best_id=beam[0]["id"] if beam else None, best=versus(beam[0], "baseline") if beam else None,
                    best_figure=figure, not_confirmed=run.summary.not_confirmed if run.summary else None,
                    beam=members, lineage=lineage, diff=diff, notes=run.notes)
-
-
-def run_candidates(run_dir: Path) -> dict[str, dict]:
-    """Every candidate of a run directory: candidates/ID/result.json with its kernel.py as `source`."""
-    run = _Run(run_dir, with_checkpoint=False)
-    try:
-        folders = sorted(p.parent.name for p in (run_dir / "candidates").glob("*/result.json"))
-        return {cid: c for cid in folders if (c := run.candidate(cid)) is not None}
-    finally:
-        run.close()

@@ -302,8 +302,8 @@ def test_two_checks_through_the_server_the_second_answered_by_the_judge_the_firs
     assert answer["__error__"] == {"error": "ConfigError", "message": f"{tmp_path}/none.py: no such file"}
 
 
-def test_both_graphs_are_mcp_tools_answering_json_and_the_optimizer_takes_its_settings(dev_server, tmp_path):
-    """tools/list: both tools, the optimizer's `settings` (its run context: B, N, K, T, the model);
+def test_every_graph_is_an_mcp_tool_answering_json_and_the_run_graphs_take_their_settings(dev_server, tmp_path):
+    """tools/list: the three tools, the optimizer's and the confirmation's `settings` (its run context: B, N, K, T, the model);
     tools/call: JSON an agent parses (the same object as structuredContent), short, never Python's
     repr of the state; a run's error as JSON with its one line."""
     import asyncio
@@ -329,7 +329,9 @@ def test_both_graphs_are_mcp_tools_answering_json_and_the_optimizer_takes_its_se
             return tools, checked, missing, optimized, misnamed
 
     tools, checked, missing, optimized, misnamed = asyncio.run(agent())
-    assert set(tools) == {"accelopt", "check"}
+    assert set(tools) == {"accelopt", "check", "confirm"}
+    assert tools["confirm"].input_schema["required"] == ["run_dir"]
+    assert "device" in tools["confirm"].input_schema["properties"]["settings"]["properties"]
     assert tools["check"].input_schema["required"] == ["task_dir", "kernel"]
     settable = tools["accelopt"].input_schema["properties"]["settings"]
     assert {"beams", "plans", "samples", "iterations", "model", "device"} <= set(settable["properties"])
@@ -362,6 +364,27 @@ def test_both_graphs_are_mcp_tools_answering_json_and_the_optimizer_takes_its_se
     assert len(optimized.content[0].text) < 2000  # the whole state's repr was 43 KB
     assert misnamed.is_error and read(misnamed)["message"].startswith(UNKNOWN)
     assert json.loads((tmp_path / "run" / "run.json").read_text())["context"]["beams"] == 1
+
+    # issue 65: the run's best confirmed through MCP as `show --confirm` confirms it. On the
+    # interpreter the tuner's one candidate rarely heads the beam; where the baseline does, there
+    # is nothing to confirm (the tool's error), and the candidate is made the run's best to confirm it.
+    async def confirm():
+        async with Client(f"{url}/mcp", read_timeout_seconds=600) as client:
+            return await client.call_tool("confirm", {"run_dir": str(tmp_path / "run"), "settings": {"device": "cpu"}})
+
+    summary_file = tmp_path / "run" / "summary.json"
+    summary = json.loads(summary_file.read_text())
+    if summary["best_id"] == "baseline":
+        refused = asyncio.run(confirm())
+        assert refused.is_error and read(refused)["message"].endswith("nothing to confirm against it")
+        (made,) = [p.name for p in (tmp_path / "run" / "candidates").iterdir() if p.name != "baseline"]
+        summary_file.write_text(json.dumps({**summary, "best_id": made}))
+    confirmed = asyncio.run(confirm())
+    again = read(confirmed)
+    assert not confirmed.is_error and again["confirmation"]["status"] == "verified", again
+    assert again["best_id"] == json.loads(summary_file.read_text())["best_id"] and again["confirmations"] == 1
+    assert again["versus_baseline"]["interval_is"].endswith("1 of them confirming it")
+    assert json.loads(summary_file.read_text())["confirmations"][0]["seed"] == again["confirmation"]["seed"]
 
 
 # ---------------------------------------------------------------- one product through every door

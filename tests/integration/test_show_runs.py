@@ -327,3 +327,58 @@ def test_show_confirm_evaluates_the_best_again_and_pools_it(runs, tmp_path):
     listed = CliRunner().invoke(app, ["runs", str(tmp_path), "--json"], env=WIDE)
     (entry,) = json.loads(listed.stdout)
     assert entry["best_measurements"] == 3 and entry["best_speedup"] == pytest.approx(written["best_speedup"])
+
+
+def test_the_confirm_graph_confirms_as_show_does_and_refuses_what_it_cannot_confirm(runs, tmp_path):
+    """Issue 65: the confirmation's door for graph.invoke, Studio and MCP (graph/confirm_graph.py)
+    is `show --confirm`'s implementation: a fresh evaluation pooled into summary.json; bad input is
+    one line, before any judging."""
+    from accelopt.graph.confirm_graph import graph
+    from accelopt.graph.served_app import confirm_digest
+    from accelopt.tools.settings import ConfigError
+
+    run = tmp_path / "scripted"
+    shutil.copytree(runs / "scripted", run)
+    best_id = json.loads((run / "summary.json").read_text())["best_id"]
+    answer = graph.invoke({"run_dir": str(run)}, context={"device": "cpu"})
+    assert answer["best_id"] == best_id and answer["confirmations"] == 1
+    assert answer["confirmation"]["status"] == "verified" and answer["confirmation"]["timer"] == "interpreter_wall"
+    assert answer["best_figure"] == json.loads((run / "summary.json").read_text())["best_figure"]
+    assert (answer["best_figure"]["measurements"], answer["best_figure"]["confirmed"]) == (2, 1)
+    digest = confirm_digest(answer)  # what the MCP tool answers
+    assert digest["versus_baseline"]["interval_is"] == "across 2 evaluation(s) of its program, pooled, 1 of them " \
+                                                      "confirming it"
+    assert digest["versus_baseline"]["verdict"] == "no verdict" and "not GPU performance" in digest["note"]
+    shown = json.loads(show(str(run), "--json").stdout)["best_figure"]  # what show reads is what it wrote
+    assert shown["measurements"] == 2 and shown["speedup"] == pytest.approx(answer["best_figure"]["speedup"])
+
+    def refused(given: dict, context: dict | None = None) -> str:
+        with pytest.raises(ConfigError) as caught:
+            graph.invoke(given, context={"device": "cpu", **(context or {})})
+        assert "\n" not in str(caught.value)
+        return str(caught.value)
+
+    assert refused({}).startswith("no run_dir in the confirmation's input")
+    assert refused({"run_dir": str(run), "kernel": "k.py"}).startswith("unknown input key 'kernel'")
+    assert "did you mean 'device'" in refused({"run_dir": str(run)}, {"devic": "cpu"})
+    assert refused({"run_dir": str(tmp_path)}) == f"{tmp_path}: not an accelopt run directory (no run.json)"
+    # a run held by a live process: its own, or another confirmation
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from accelopt.tools.rundir import "
+                               "lock_run_dir; lock_run_dir(sys.argv[1]); print('held', flush=True); time.sleep(60)",
+                               str(run)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert re.fullmatch(rf"{re.escape(str(run))} is in use by accelopt pid {holder.pid} \(.*\): confirm its "
+                            "best once it has ended", refused({"run_dir": str(run)}))
+    finally:
+        holder.kill()
+        holder.wait()
+    # a task edited since the run: a new figure would not pool with the run's
+    task_dir = Path(json.loads((run / "summary.json").read_text())["task_dir"])
+    moved = tmp_path / "task"
+    shutil.copytree(task_dir, moved)
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({**summary, "task_dir": str(moved)}))
+    (moved / "reference.py").write_text((moved / "reference.py").read_text() + "\n# edited\n")
+    assert "its task's reference.py changed since the run measured its candidates" in refused({"run_dir": str(run)})
+    assert json.loads((run / "summary.json").read_text())["best_figure"]["measurements"] == 2  # nothing measured

@@ -96,3 +96,8 @@ def test_the_runs_end_says_why_it_did_not_confirm(monkeypatch):
         got = node.confirmed(state, state["candidates"][best], RunContext(),
                              RunSummary.model_validate(state["summary"]))
         assert said in got.not_confirmed and got.confirmations == []
+    state = _state("i1")  # turned off: the search's own evaluations stand, and the summary says how to confirm
+    got = node.confirmed(state, state["candidates"]["i1"], RunContext(confirm_best=False),
+                         RunSummary.model_validate(state["summary"]))
+    assert got.not_confirmed.startswith("turned off (confirm_best = false)") and got.confirmations == []
+    assert got.best_figure is None or got.best_figure.confirmed == 0
