@@ -50,10 +50,11 @@ def drive(ctx: RunContext, run_dir: Path, inputs: dict | None, console: Console,
     the plans to run (edited, fewer, [] to skip the iteration's kernels), checked here before the
     run resumes with them (a malformed answer raises PlanReviewError and the run stays paused,
     resumable); without on_plans the proposed plans run as they are."""
-    from accelopt.graph.builder import compile_graph  # heavy imports after argument checks
-
     lock_run_dir(run_dir)
     meta = _run_meta(run_dir)
+    _start_judge(ctx, (inputs or {}).get("task_dir") or meta.get("task_dir"))
+    from accelopt.graph.builder import compile_graph  # heavy imports after argument checks
+
     with closing(sqlite3.connect(run_dir / "checkpoints.sqlite", check_same_thread=False)) as conn:
         saver = SqliteSaver(conn)
         graph = compile_graph(checkpointer=saver)
@@ -106,6 +107,24 @@ def answer_plan_review(review: dict, on_plans: PlanReviewer | None) -> list[dict
     answer = on_plans([dict(p) for p in review["plans"]])
     reviewed_plans(answer, review["plans"], review["beam"], review["iteration"])  # raises with the reason
     return answer
+
+
+def _start_judge(ctx: RunContext, task_dir: str | None) -> None:
+    """The local judge the run's first evaluation (its baseline's) will get, started before the
+    graph's imports and setup, so that they overlap its start; not for a Ray cluster's runs or a
+    backend other than Triton's, nor where the task does not load (setup says why)."""
+    from accelopt.nodes.common import task_of
+    from accelopt.tools.harness.runner import start_first_judge
+    from accelopt.tools.task import TaskError
+
+    if ctx.ray_address or not task_dir:
+        return
+    try:
+        if task_of(task_dir).spec.backend != "triton":
+            return
+    except (TaskError, OSError):
+        return
+    start_first_judge(ctx.device if ctx.device in ("cuda", "cpu") else None)
 
 
 def _run_meta(run_dir: Path) -> dict:

@@ -129,7 +129,7 @@ def test_a_run_through_the_sdk_streams_node_updates_in_order(dev_server):
     url, log, _ = dev_server
     client = get_sync_client(url=url)
     assistants = client.assistants.search()
-    assert sorted(a["graph_id"] for a in assistants) == ["accelopt", "check"]
+    assert sorted(a["graph_id"] for a in assistants) == ["accelopt", "check", "confirm"]
     # The context schema is published, so Studio can show a form for B/N/K/F/T, models, budgets.
     schemas = client.assistants.get_schemas(optimizer(client))
     schema = schemas["context_schema"]

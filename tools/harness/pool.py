@@ -182,10 +182,11 @@ class WorkerPool:
         self._changed = threading.Condition()
         self._reaper: threading.Thread | None = None
 
-    def warm(self) -> None:
-        """Start every judge now (each starts its spare sandboxes), not with the first request."""
+    def warm(self, judges: int | None = None) -> None:
+        """Start the first `judges` judges (None: every one) now, each with its spare sandboxes,
+        not with the first request: the first ones are those the first leases get (LIFO)."""
         with self._changed:
-            for w in self.workers:
+            for w in self.workers[:judges]:
                 if w.proc is None or w.proc.poll() is not None:
                     w._start()
             self._idle_since = time.monotonic()

@@ -67,6 +67,18 @@ def detect_device() -> str:
     return "cuda" if gpu_count() > 0 else "cpu"
 
 
+def start_first_judge(device: str | None = None) -> None:
+    """Start the judge a process's first evaluation on `device` (None: detect_device's) will lease,
+    now: its start (on the interpreter 2-3 s of a core: Python, torch, Triton, the sandbox template)
+    then overlaps what comes before that evaluation (the graph's imports, the task, endpoint checks,
+    the memory's embedder). Nothing is raised here: a pool that cannot be made says why at that
+    evaluation."""
+    try:
+        get_pool(device or detect_device(), gpu_count()).warm(judges=1)
+    except Exception:  # noqa: BLE001 - the evaluation makes the pool again and reports what is wrong
+        pass
+
+
 @lru_cache(maxsize=1)
 def gpu_count() -> int:
     """NVIDIA GPUs this process may use: the driver's list, narrowed by CUDA_VISIBLE_DEVICES, and
