@@ -10,7 +10,7 @@ from langgraph.runtime import Runtime
 
 from accelopt.nodes.common import task_of
 from accelopt.nodes.context import RunContext
-from accelopt.nodes.records import plan_draft
+from accelopt.nodes.records import plan_draft, with_outcome
 from accelopt.nodes.services import fill_within_quorum, new_attempt
 from accelopt.nodes.state import CandidateState
 from accelopt.policies.choice import policy_for
@@ -29,7 +29,6 @@ def executor(state: CandidateState, runtime: Runtime[RunContext]) -> CandidateSt
                            source=None if parent.get("kind") == "reference" else parent["source"],
                            plan=plan_draft(state["plan"]))
     if state.get("unpaid"):  # the budget left cannot pay for the call: recorded, never sent
-        attempt.update({"status": "not_sent", "error": state["unpaid"]})
-        return {"fixes": 0, "current": attempt, "usage": []}
+        return {"fixes": 0, "current": with_outcome(attempt, "not_sent", state["unpaid"]), "usage": []}
     policy = policy_for(runtime.context, "executor", state.get("run_dir"))
     return {"fixes": 0, **fill_within_quorum(state, attempt, asked_in, lambda: policy.write(request), counted=True)}

@@ -9,7 +9,7 @@ from langgraph.runtime import Runtime
 
 from accelopt.nodes.common import task_of
 from accelopt.nodes.context import RunContext
-from accelopt.nodes.records import plan_draft
+from accelopt.nodes.records import plan_draft, with_outcome
 from accelopt.nodes.services import fill_within_quorum, new_attempt
 from accelopt.nodes.state import CandidateState
 from accelopt.policies.choice import policy_for
@@ -33,7 +33,6 @@ def fixer(state: CandidateState, runtime: Runtime[RunContext]) -> CandidateState
                          source=failed.get("source"), status=status, error=failed.get("error") or "",
                          findings=describe_findings(failed.get("findings") or []))
     if state.get("unpaid"):  # the budget left cannot pay for the call: recorded, never sent
-        attempt.update({"status": "not_sent", "error": state["unpaid"]})
-        return {"fixes": fixes, "current": attempt, "usage": []}
+        return {"fixes": fixes, "current": with_outcome(attempt, "not_sent", state["unpaid"]), "usage": []}
     policy = policy_for(runtime.context, "fixer", state.get("run_dir"))
     return {"fixes": fixes, **fill_within_quorum(state, attempt, asked_in, lambda: policy.fix(request), counted=False)}

@@ -1,8 +1,11 @@
 """The records the graph keeps, typed: a candidate (every kernel evaluated), a plan, the
 autotune summary, and the state's other values (usage ledger entries, insights, iteration
 entries, the run record). They stay plain JSON-friendly dicts in the state (the checkpointer and
-the dev server serialize it), so they are TypedDicts; each way a candidate is born has one
-constructor here, and a measurement is attached in one way (`with_measurement`). Where another
+the dev server serialize it), so they are TypedDicts. The candidate is typed in parts (solution,
+lineage, evaluation: tools/candidate_record.py, re-exported here); each way a candidate is born has
+one constructor here, and a verdict is written into it in one of two ways: the harness's
+(`with_measurement`), or the run's where no judge saw it (`with_outcome`), both checked against the
+status's rules (candidate_record.evaluation_refusal). Where another
 floor owns a record as a pydantic model (memory's Insight, summary.json's RunSummary), the
 TypedDict here is the shape of its dump, and the dict is made from the model in one place
 (`insight_record`, `summary_record`); tests/unit/test_records.py keeps the two alike."""
@@ -18,17 +21,24 @@ from typing_extensions import TypedDict  # pydantic accepts it on every Python
 from accelopt.memory.schema import Insight
 from accelopt.nodes.context import RunContext
 from accelopt.policies.interface import PlanDraft
+from accelopt.tools.candidate_record import (  # noqa: F401 - re-exported: the node layer reads the parts here
+    EVALUATION_FIELDS,
+    UNJUDGED,
+    AutotuneSummary,
+    Candidate,
+    CandidateEvaluation,
+    CandidateKind,
+    CandidateLineage,
+    CandidateSolution,
+    EvaluationStatus,
+    checked_evaluation,
+    evaluation_of,
+    lineage_of,
+    program_of,
+    solution_of,
+)
 from accelopt.tools.harness.result import FIXABLE
 from accelopt.tools.run_record import RunSummary
-
-CandidateKind = Literal["kernel", "reference", "autotuned", "inductor_seed"]
-
-
-class AutotuneSummary(TypedDict):
-    tried: int
-    verified: int
-    best_id: str
-    gain: float  # the best variant's speedup over the rewrite's, both measured against the baseline
 
 
 class Plan(TypedDict, total=False):
@@ -113,59 +123,6 @@ def plan_draft(plan: Plan) -> PlanDraft:
     """The plan as the policy wrote it (for the executor and fixer requests)."""
     return PlanDraft(plan["text"], {k: (a, b) for k, (a, b) in (plan.get("moves") or {}).items()},
                      tuple(dict(c) for c in plan.get("configs") or ()), plan.get("rewrite", ""))
-
-
-class Candidate(TypedDict, total=False):
-    """Every kernel evaluated or attempted (state.candidates, by id): its lineage, then the harness's verdict."""
-
-    # --- identity and lineage (set when it is born)
-    id: str                 # i{iteration}.m{member}.p{plan}.k{sample}[.f{fix}][.a{variant}], or "baseline"
-    iteration: int
-    kind: CandidateKind     # absent for LLM/tuner rewrites (a "kernel")
-    parent_id: str | None
-    plan_id: str | None
-    plan_title: str
-    plan_text: str          # autotuned variants: the configuration change, as a plan would say it
-    fix_of: str | None      # the failed attempt this one repairs
-    fix_attempt: int
-    asked_in: int           # in_flight (--quorum): the iteration its model call was asked in (part of the call's key)
-    autotune_of: str        # autotuned variants: the rewrite whose launch was searched
-    source: str | None
-    tokens: int
-    cost_usd: float
-    # --- the harness's verdict (with_measurement)
-    status: str | None      # verified, compile_error, wrong_output, cheat_suspected, no_code, llm_error, ...
-    error: str | None
-    duplicate_of: str       # status duplicate: the candidate that evaluated the same program first
-    device: str
-    device_name: str | None
-    timer: str | None       # cuda_event | interpreter_wall
-    workloads: dict[str, dict[str, Any]]  # per workload: median_us, iqr_us, kernel_us, ..., pct_peak, bound
-    flags: list[str]        # above_estimated_roofline, over_10x_reverified, timing_contradicted, unaudited
-    findings: list[dict[str, Any]]  # static advice
-    evidence: list[str]     # the runtime checks the verdict rests on
-    kernels_seen: list[str]
-    audit: dict[str, Any] | None
-    eval_s: float | None
-    versus: dict[str, dict[str, Any]]     # comparator -> speedup and interval over interleaved rounds
-    compared_us: dict[str, dict[str, float]]  # comparator -> workload -> median µs, same rounds
-    void: dict[str, str]  # comparator -> why its comparison is void (verdict.void_comparisons)
-    speedup: float | None   # geomean over workloads vs the baseline
-    speedup_vs_parent: float | None
-    beats_parent: bool
-    loses_to_parent: bool
-    pct_peak: float | None
-    pct_achievable: float | None
-    pct_of_copy: float | None  # mean over memory-bound workloads: % of a same-size device copy's speed
-    max_abs_err: float | None
-    max_rel_err: float | None
-    profile: str | None     # ncu / torch.profiler / neuron-profile summary for the planner
-    node: str               # on a Ray cluster: the node that evaluated it (IP/node id)
-    # per timed function (candidate, comparators): the configuration each @triton.autotune kernel ran
-    # and who chose it (harness AutotuneRecord); best_kernel.py is written with the candidate's
-    autotune_choice: dict[str, dict[str, Any]]
-    # --- after autotuning (the rewrite only)
-    autotune: AutotuneSummary
 
 
 def source_of(candidate: Candidate | CompactCandidate) -> str:
@@ -253,11 +210,27 @@ def trails_parent(cand: Mapping[str, Any]) -> bool:
 
 
 def with_measurement(candidate: Candidate, measured: dict[str, Any]) -> Candidate:
-    """The candidate with the harness's fields attached (a new record; the input is not changed)."""
-    unknown = set(measured) - set(Candidate.__annotations__)
+    """The candidate with the harness's fields attached (a new record; the input is not changed):
+    fields of its evaluation only, whose status and fields agree (candidate_record.evaluation_refusal),
+    else ValueError naming the candidate and the rule."""
+    unknown = set(measured) - EVALUATION_FIELDS
     if unknown:  # a field the record does not declare would silently escape the docs and the tests
-        raise ValueError(f"measurement fields not declared on Candidate: {sorted(unknown)}")
-    return cast(Candidate, {**candidate, **measured})
+        raise ValueError(f"measurement fields not declared on CandidateEvaluation: {sorted(unknown)}")
+    return checked_evaluation(cast(Candidate, {**candidate, **measured}))
+
+
+def with_outcome(candidate: Candidate, status: EvaluationStatus, error: str | None,
+                 **solution: Any) -> Candidate:
+    """The candidate with a status no judge gave (a new record): the model's reply held no kernel
+    (no_code, truncated), its call failed (llm_error), was not paid for (not_sent), had not landed
+    (in_flight) or was never collected (cancelled), with why; `solution`: what the reply that landed
+    cost (tokens, cost_usd). Checked as with_measurement is."""
+    if status not in UNJUDGED:
+        raise ValueError(f"candidate {candidate.get('id')}: {status} is the judge's to give, not the run's")
+    unknown = set(solution) - set(CandidateSolution.__annotations__)
+    if unknown:
+        raise ValueError(f"not fields of a candidate's solution: {sorted(unknown)}")
+    return checked_evaluation(cast(Candidate, {**candidate, **solution, "status": status, "error": error}))
 
 
 class CompactCandidate(TypedDict):
@@ -268,7 +241,7 @@ class CompactCandidate(TypedDict):
     kind: CandidateKind | None
     plan_title: str | None
     source: str | None
-    status: str | None
+    status: EvaluationStatus | None
     workloads: dict[str, dict[str, Any]] | None
     speedup: float | None
     versus: dict[str, dict[str, Any]] | None

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import cast
 
 from langgraph.runtime import Runtime
 
 from accelopt.nodes.context import RunContext
 from accelopt.nodes.records import (
     Candidate,
+    EvaluationStatus,
     IterationRecord,
     PendingFix,
     PendingWrite,
@@ -26,6 +27,7 @@ from accelopt.nodes.records import (
     fixable,
     leads_parent,
     plans_of,
+    with_outcome,
 )
 from accelopt.nodes.state import RunState
 from accelopt.tools import inflight
@@ -183,17 +185,14 @@ def settle_in_flight(state: RunState, reason: str) -> tuple[list[Usage], dict[st
         if cand.get("status") != "in_flight":
             continue
         record, error = by_attempt.get(cid, (None, None))
-        outcome: dict[str, Any]
         if error is not None:
-            status = "not_sent" if isinstance(error, BudgetExceeded) else "llm_error"
-            outcome = {"status": status, "error": str(error)}
+            status: EvaluationStatus = "not_sent" if isinstance(error, BudgetExceeded) else "llm_error"
+            ended[cid] = with_outcome(cand, status, str(error))
         elif record is not None:
-            outcome = {"status": "cancelled", "error": f"its reply landed after the run stopped ({reason}): "
-                                                       "not evaluated", "tokens": call_tokens(record),
-                       "cost_usd": record.get("cost_usd")}
+            ended[cid] = with_outcome(cand, "cancelled", f"its reply landed after the run stopped ({reason}): "
+                                      "not evaluated", tokens=call_tokens(record), cost_usd=record.get("cost_usd"))
         else:
-            outcome = {"status": "cancelled", "error": f"the run stopped ({reason}) before its reply was collected"}
-        ended[cid] = cast(Candidate, {**cand, **outcome})
+            ended[cid] = with_outcome(cand, "cancelled", f"the run stopped ({reason}) before its reply was collected")
         write_candidate(state.get("run_dir"), ended[cid])
     return landed, ended
 

@@ -17,7 +17,7 @@ from accelopt.memory import embedder
 from accelopt.memory.store import InsightStore
 from accelopt.nodes.context import RunContext
 from accelopt.nodes.measurements import mean_pct
-from accelopt.nodes.records import Candidate, attempt, usage_entries
+from accelopt.nodes.records import Candidate, EvaluationStatus, attempt, usage_entries, with_outcome
 from accelopt.nodes.state import CandidateState
 from accelopt.policies.interface import Kernel, PolicyError
 from accelopt.policies.replies import plan_title
@@ -47,17 +47,15 @@ def fill_attempt(attempt: Candidate, ask: Callable[[], Kernel]) -> CandidateStat
     try:
         kernel = ask()
     except inflight.Detached as exc:
-        attempt.update({"status": "in_flight", "error": f"{exc}: a later iteration collects it"})
-        return {"current": attempt, "usage": []}
+        return {"current": with_outcome(attempt, "in_flight", f"{exc}: a later iteration collects it"), "usage": []}
     except PolicyError as exc:  # not called for the budget is not a failed call
-        attempt.update({"status": "not_sent" if isinstance(exc.__cause__, BudgetExceeded) else "llm_error",
-                        "error": str(exc)})
-        return {"current": attempt, "usage": []}
+        status: EvaluationStatus = "not_sent" if isinstance(exc.__cause__, BudgetExceeded) else "llm_error"
+        return {"current": with_outcome(attempt, status, str(exc)), "usage": []}
     if kernel.usage:
         attempt.update({"tokens": kernel.usage["input_tokens"] + kernel.usage["output_tokens"],
                         "cost_usd": kernel.usage["cost_usd"]})
     if kernel.source is None:
-        attempt.update({"status": kernel.status, "error": kernel.note})
+        attempt = with_outcome(attempt, kernel.status, kernel.note)
     else:
         attempt["source"] = kernel.source
     return {"current": attempt, "usage": usage_entries(kernel.usage)}

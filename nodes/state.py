@@ -25,6 +25,8 @@ from accelopt.nodes.records import (
     Plan,
     Summary,
     Usage,
+    evaluation_of,
+    lineage_of,
 )
 from accelopt.policies.interface import MeasuredKernel
 
@@ -148,9 +150,11 @@ class CandidateOutput(TypedDict):
 
 
 def compact(candidate: Candidate) -> CompactCandidate:
-    """The part of a candidate a branch needs about its parent or the baseline."""
+    """The part of a candidate a branch needs about its parent or the baseline: who it is (its
+    lineage), its source, and what its evaluation measured."""
+    born, said = lineage_of(candidate), evaluation_of(candidate)
     return CompactCandidate(
-        id=candidate["id"], kind=candidate.get("kind"), plan_title=candidate.get("plan_title"),
-        source=candidate.get("source"), status=candidate.get("status"), workloads=candidate.get("workloads"),
-        speedup=candidate.get("speedup"), versus=candidate.get("versus"), profile=candidate.get("profile"),
-        timer=candidate.get("timer"), pct_peak=candidate.get("pct_peak"), iteration=candidate.get("iteration"))
+        id=born["id"], kind=born.get("kind"), plan_title=born.get("plan_title"), iteration=born.get("iteration"),
+        source=candidate.get("source"), status=said.get("status"), workloads=said.get("workloads"),
+        speedup=said.get("speedup"), versus=said.get("versus"), profile=said.get("profile"),
+        timer=said.get("timer"), pct_peak=said.get("pct_peak"))

@@ -118,7 +118,7 @@ class Kernel:
     source: str | None            # the complete module, or None
     note: str = ""                # why there is none, in the policy's own words
     usage: Usage | None = None
-    status: str = "no_code"       # the attempt's status when there is none: no_code, or truncated
+    status: Literal["no_code", "truncated"] = "no_code"  # the attempt's status when there is none: no_code, or truncated
                                   # (the reply was cut off at the model's token limit)
 
 

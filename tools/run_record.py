@@ -16,6 +16,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from accelopt.tools.best_figure import BestFigure, Confirmation, best_figure
+from accelopt.tools.candidate_record import evaluation_of, lineage_of
 from accelopt.tools.harness.result import NOT_JUDGED
 from accelopt.tools.llm_spec import totals
 from accelopt.tools.rundir import atomic_write
@@ -245,25 +246,27 @@ def counts_text(evaluated: int, statuses: Mapping[str, int]) -> str:
 
 
 def run_summary(state: Mapping[str, Any]) -> RunSummary:
-    """The run record as of the state's last iteration."""
+    """The run record as of the state's last iteration: the best's figures are its evaluation's
+    (pooled over its program's evaluations: best_figure), its parent its lineage's."""
     candidates, beam = state["candidates"], state["beam"]
     best = candidates[beam[0]]
+    born, said = lineage_of(best), evaluation_of(best)
     evaluated, statuses = candidate_counts(candidates, state["baseline_id"])
     figure = best_figure(candidates, best)
     return RunSummary(
         task_dir=state["task_dir"], iteration=state["iteration"], stop_reason=state.get("stop_reason"),
-        best_id=best["id"], best_speedup=figure.speedup if figure is not None else best.get("speedup"),
+        best_id=born["id"], best_speedup=figure.speedup if figure is not None else said.get("speedup"),
         best_figure=figure,
-        baseline_kind=candidates[state["baseline_id"]].get("kind", "kernel"),
-        best_speedup_vs_parent=best.get("speedup_vs_parent"), best_parent_id=best.get("parent_id"),
-        timer=best.get("timer"), device_name=best.get("device_name"), best_pct_peak=best.get("pct_peak"),
-        best_pct_achievable=best.get("pct_achievable"), best_pct_of_copy=best.get("pct_of_copy"), beam=beam,
+        baseline_kind=lineage_of(candidates[state["baseline_id"]]).get("kind", "kernel"),
+        best_speedup_vs_parent=said.get("speedup_vs_parent"), best_parent_id=born.get("parent_id"),
+        timer=said.get("timer"), device_name=said.get("device_name"), best_pct_peak=said.get("pct_peak"),
+        best_pct_achievable=said.get("pct_achievable"), best_pct_of_copy=said.get("pct_of_copy"), beam=beam,
         failure=run_failure(state),
         candidates_evaluated=evaluated, statuses=statuses, usage=UsageTotals.model_validate(totals(state.get("usage", []))),
         iterations=state.get("history", []), insights=len(state.get("insights", [])),
         autotune=autotune_summary(candidates, best),
         note=("timer interpreter_wall: CPU Triton-interpreter times, not GPU performance"
-              if best.get("timer") == "interpreter_wall" else None))
+              if said.get("timer") == "interpreter_wall" else None))
 
 
 def autotune_summary(candidates: dict[str, dict], best: dict) -> AutotuneSummary | None:
@@ -273,7 +276,7 @@ def autotune_summary(candidates: dict[str, dict], best: dict) -> AutotuneSummary
     if not tuned:
         return None
     gains = [c["autotune"]["gain"] for c in tuned if c["autotune"].get("gain")]
-    origin = candidates.get(best.get("autotune_of") or "")
+    origin = candidates.get(lineage_of(best).get("autotune_of") or "")
     return AutotuneSummary(
         rewrites_tuned=len(tuned), variants=sum(c["autotune"]["tried"] for c in tuned),
         gain_geomean=math.exp(sum(math.log(g) for g in gains) / len(gains)) if gains else None,

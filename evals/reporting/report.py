@@ -51,6 +51,7 @@ from accelopt.evals.reporting.rows import (
     ratio_of,
     timer_groups,
 )
+from accelopt.tools.candidate_record import evaluation_of, lineage_of
 from accelopt.tools.harness import stats
 from accelopt.tools.harness.result import AutotuneRecord
 from accelopt.tools.run_record import IterationEvent, IterationRecord, load_summary
@@ -81,24 +82,31 @@ def versus(candidate: dict, against: str) -> Speedup:
 
 
 def chain(best_id: str | None, read: Callable[[str], dict | None]) -> list[dict]:
-    """The best kernel's records back to the baseline by parent_id, baseline first; a missing
-    record or a cycle ends the walk."""
+    """The best kernel's records back to the baseline by parent_id (their lineage), baseline first;
+    a missing record or a cycle ends the walk."""
     out: list[dict] = []
     seen: set[str] = set()
     here = read(best_id) if best_id else None
     while here is not None and here.get("id") not in seen:
         out.append(here)
         seen.add(here["id"])
-        here = read(here["parent_id"]) if here.get("parent_id") else None
+        parent = lineage_of(here).get("parent_id")
+        here = read(parent) if parent else None
     return out[::-1]
 
 
 def lineage_steps(records: list[dict]) -> list[LineageStep]:
-    return [LineageStep(id=c["id"], iteration=c.get("iteration") or 0, kind=c.get("kind"), parent_id=c.get("parent_id"),
-                        plan_title=c.get("plan_title"), fix_of=c.get("fix_of"), status=c.get("status"),
-                        vs_baseline=versus(c, "baseline"),
-                        vs_parent=versus(c, "parent") if c.get("parent_id") else Speedup())
-            for c in records]
+    """Each record's step: where it comes from (its lineage), its status, and its speedups from its
+    own evaluation."""
+    steps = []
+    for c in records:
+        born = lineage_of(c)
+        steps.append(LineageStep(id=born["id"], iteration=born.get("iteration") or 0, kind=born.get("kind"),
+                                 parent_id=born.get("parent_id"), plan_title=born.get("plan_title"),
+                                 fix_of=born.get("fix_of"), status=evaluation_of(c).get("status"),
+                                 vs_baseline=versus(c, "baseline"),
+                                 vs_parent=versus(c, "parent") if born.get("parent_id") else Speedup()))
+    return steps
 
 
 def per_workload(kernel: dict[str, Timing], other: dict[str, Timing]) -> dict[str, Speedup]:
@@ -183,10 +191,10 @@ def _candidates(run_dir: Path) -> list[CandidatePoint]:
         if not c:
             continue
         c.setdefault("id", path.parent.name)
-        verified = c.get("status") == "verified"
-        vs = versus(c, "baseline") if verified else None
-        points.append(CandidatePoint(id=c["id"], iteration=c.get("iteration") or 0,
-                                     status=c.get("status") or "unknown", kind=c.get("kind"),
+        born, said = lineage_of(c), evaluation_of(c)
+        vs = versus(c, "baseline") if said.get("status") == "verified" else None
+        points.append(CandidatePoint(id=born["id"], iteration=born.get("iteration") or 0,
+                                     status=said.get("status") or "unknown", kind=born.get("kind"),
                                      speedup=vs.speedup if vs else None, vs_baseline=vs))
     return sorted(points, key=lambda p: (p.iteration, p.id))
 

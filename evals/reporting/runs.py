@@ -29,6 +29,7 @@ from pydantic import BaseModel
 from accelopt.evals.reporting.report import chain, lineage_steps, load_row, versus
 from accelopt.evals.reporting.rows import OUTCOMES, TIMERS, LineageStep, Speedup, TaskRow
 from accelopt.tools.best_figure import BestFigure
+from accelopt.tools.candidate_record import evaluation_of, lineage_of, solution_of
 from accelopt.tools.run_record import RunSummary, candidate_counts, iterations_done, load_summary
 from accelopt.tools.rundir import is_run_dir, lock_holder, read_plans
 
@@ -377,24 +378,26 @@ def _counts(run: _Run, candidates: dict | None) -> tuple[int, dict[str, int]]:
 def _view(run: _Run) -> RunView:
     common = _common(run)
     beam = [c for c in (run.candidate(cid) for cid in run.beam_ids) if c]
-    members = [BeamMember(id=c["id"], iteration=c.get("iteration") or 0, status=c.get("status"), kind=c.get("kind"),
-                          vs_baseline=versus(c, "baseline")) for c in beam]
+    members = [BeamMember(id=c["id"], iteration=c.get("iteration") or 0, status=evaluation_of(c).get("status"),
+                          kind=c.get("kind"), vs_baseline=versus(c, "baseline")) for c in beam]
     steps = chain(beam[0]["id"], run.candidate) if beam else []  # the baseline to the best kernel
+    born = [lineage_of(c) for c in steps]
     plans: dict[str, dict] = {}
-    wanted = {c["plan_id"] for c in steps if c.get("plan_id") and not c.get("plan_text")}
+    wanted = {plan_id for b in born if (plan_id := b.get("plan_id")) and not b.get("plan_text")}
     if wanted and run.checkpoint is not None:
         try:
             plans = run.checkpoint.plans(wanted)
         except Exception as e:  # noqa: BLE001 - the rest of the view stands without the plans' text
             run.notes.append(f"plans unreadable from the checkpoint ({type(e).__name__}); titles shown")
-    lineage = [Step(**step.model_dump(), plan_id=c.get("plan_id"),
-                    plan=c.get("plan_text") or (plans.get(c.get("plan_id") or "") or {}).get("text")
-                    or c.get("plan_title"))
-               for step, c in zip(lineage_steps(steps), steps)]
+    lineage = [Step(**step.model_dump(), plan_id=b.get("plan_id"),
+                    plan=b.get("plan_text") or (plans.get(b.get("plan_id") or "") or {}).get("text")
+                    or b.get("plan_title"))
+               for step, b in zip(lineage_steps(steps), born)]
     diff = None
-    if steps and steps[0].get("source") is not None and steps[-1].get("source") is not None:
+    first, last = (solution_of(steps[0]).get("source"), solution_of(steps[-1]).get("source")) if steps else (None, None)
+    if first is not None and last is not None:
         diff = "\n".join(difflib.unified_diff(
-            steps[0]["source"].splitlines(), steps[-1]["source"].splitlines(),
+            first.splitlines(), last.splitlines(),
             f"{steps[0]['id']}/kernel.py", f"{steps[-1]['id']}/kernel.py", lineterm=""))
     tokens, cost = run.usage()
     candidates = ((run.ck or {}).get("candidates") or {}) if run.ck is not None else None

@@ -100,8 +100,10 @@ TRACEBACK = ("Traceback (most recent call last):\\n"
 def fake_measure(task, source, ctx, device, compare, baseline, parent, trusted, on_node=None):
     failed = "xx" in source
     return {"status": "runtime_error" if failed else "verified", "error": TRACEBACK if failed else None,
-            "device": "cpu", "device_name": None, "timer": "interpreter_wall", "workloads": {}, "flags": [],
-            "eval_s": 0.01, "versus": {}, "speedup": None if failed else 1.0, "findings": [], "evidence": [],
+            "device": "cpu", "device_name": None, "timer": None if failed else "interpreter_wall", "flags": [],
+            "workloads": {} if failed else {"w": {"median_us": 1.0, "iqr_us": 0.0, "samples": 1}},
+            "eval_s": 0.01, "versus": {}, "speedup": None if failed else 1.0, "findings": [],
+            "evidence": [] if failed else ["correct on 1 fresh input set"],
             "kernels_seen": [], "audit": None, "speedup_vs_parent": None, "beats_parent": False,
             "loses_to_parent": False, "pct_peak": None, "pct_achievable": None, "pct_of_copy": None}
 
