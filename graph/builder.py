@@ -26,8 +26,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 try:  # `langgraph dev` and Studio import this file: a broken environment must say what to do
-    from accelopt.graph.config import resolve_context
-    from accelopt.graph.doors import CheckedGraph, checked
+    from accelopt.graph.doors import RunContextGraph, checked
     from accelopt.graph.routing import (
         after_lessons,
         after_profiler,
@@ -40,7 +39,7 @@ try:  # `langgraph dev` and Studio import this file: a broken environment must s
     )
     from accelopt.graph.threads import MAX_CONCURRENCY
     from accelopt.nodes.autotune import autotune
-    from accelopt.nodes.context import RunContext, unknown_keys_refusal
+    from accelopt.nodes.context import RunContext
     from accelopt.nodes.executor import executor
     from accelopt.nodes.fixer import fixer
     from accelopt.nodes.planner import planner, review
@@ -102,7 +101,7 @@ def build_graph() -> StateGraph[RunState, RunContext, InputState, OutputState]:
     return builder
 
 
-class ServedGraph(CheckedGraph):
+class ServedGraph(RunContextGraph):
     """The optimizer as every door but the CLI reaches it: unknown input and context keys refused,
     and an input without a task_dir, before it runs; its context resolved as the CLI's is
     (accelopt.toml, the environment, then the caller's keys); a run that failed raises RunFailed
@@ -110,14 +109,6 @@ class ServedGraph(CheckedGraph):
 
     def refuses_input(self, given: Mapping[str, Any]) -> str | None:
         return input_refusal(given)
-
-    def refuses_context(self, keys: list[str]) -> str | None:
-        return unknown_keys_refusal(keys)
-
-    def resolved(self, context: Any) -> Any:
-        if context is not None and not isinstance(context, Mapping | RunContext):
-            return context  # setup refuses it in one line (nodes/context.context_refusal)
-        return resolve_context(context)
 
     def failure(self, values: Mapping[str, Any]) -> str | None:
         return run_failure(values)

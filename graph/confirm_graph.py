@@ -30,15 +30,13 @@ from pydantic import Field
 from typing_extensions import TypedDict
 
 try:  # `langgraph dev` imports this file: a broken environment must say what to do
-    from accelopt.graph.config import resolve_context
-    from accelopt.graph.doors import CheckedGraph, checked
+    from accelopt.graph.doors import RunContextGraph, checked
     from accelopt.nodes.context import (
         RunContext,
         context_refusal,
         device_refusal,
         refuse,
         setting_refusal,
-        unknown_keys_refusal,
     )
     from accelopt.nodes.standing import confirm_run
 except ImportError as exc:
@@ -109,20 +107,12 @@ def build_confirm_graph() -> StateGraph[ConfirmState, RunContext, ConfirmInput, 
     return builder
 
 
-class ServedConfirmGraph(CheckedGraph):
+class ServedConfirmGraph(RunContextGraph):
     """The confirm graph as every door reaches it: unknown input and context keys refused, and its
     context resolved as the optimizer's is (graph/doors.py)."""
 
     def refuses_input(self, given: Mapping[str, Any]) -> str | None:
         return input_refusal(given)
-
-    def refuses_context(self, keys: list[str]) -> str | None:
-        return unknown_keys_refusal(keys)
-
-    def resolved(self, context: Any) -> Any:
-        if context is not None and not isinstance(context, Mapping | RunContext):
-            return context
-        return resolve_context(context)
 
 
 graph: CompiledStateGraph[ConfirmState, RunContext, ConfirmInput, ConfirmOutput] = checked(

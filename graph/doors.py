@@ -23,7 +23,8 @@ from typing import Any
 from langgraph.graph.state import CompiledStateGraph
 from langgraph_sdk.runtime import ServerRuntime
 
-from accelopt.nodes.context import refuse, run_setting_names
+from accelopt.graph.config import resolve_context
+from accelopt.nodes.context import RunContext, refuse, run_setting_names, unknown_keys_refusal
 
 # What LangGraph's server itself may put in a run's context beside RunContext's fields (a run given
 # `config.configurable` instead of `context` has its configurable taken as the context).
@@ -170,6 +171,20 @@ class CheckedGraph(CompiledStateGraph[Any, Any, Any, Any]):
             if asked:
                 yield out
         self._raise_failure(watch.last)
+
+
+class RunContextGraph(CheckedGraph):
+    """A checked graph whose context is a run's (RunContext: the optimizer's, the confirmation's): a
+    context key RunContext lacks refused, and the context resolved as the CLI resolves its flags
+    (accelopt.toml, the environment, then the caller's keys)."""
+
+    def refuses_context(self, keys: list[str]) -> str | None:
+        return unknown_keys_refusal(keys)
+
+    def resolved(self, context: Any) -> Any:
+        if context is not None and not isinstance(context, Mapping | RunContext):
+            return context  # the graph's first node refuses it in one line (nodes/context.context_refusal)
+        return resolve_context(context)
 
 
 def checked(compiled: CompiledStateGraph[Any, Any, Any, Any], kind: type[CheckedGraph]) -> CheckedGraph:
