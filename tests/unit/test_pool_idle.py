@@ -111,3 +111,34 @@ def test_the_process_pool_reads_its_idle_limit_at_every_call(monkeypatch, tmp_pa
     finally:
         pools.close_pools()
     assert pools._pools == {} and not pool.workers[0].home.exists()
+
+
+def test_warming_one_judge_starts_the_one_the_first_lease_gets(sleeper):
+    """A run's first judge starts before the graph's imports (runner.start_first_judge): only the
+    judge the first lease is handed, not one per core."""
+    pool = WorkerPool("cpu", 3)
+    try:
+        pool.warm(judges=1)
+        started = [w for w in pool.workers if w.proc is not None]
+        assert started == [pool.workers[0]] and len(pool.judge_pids()) == 1
+        with pool.lease() as worker:
+            assert worker is pool.workers[0] and worker.proc is not None
+    finally:
+        pool.close()
+
+
+def test_a_run_starts_its_first_judge_only_where_its_evaluations_run_here(monkeypatch, softmax_task):
+    """The driver's early start: a Triton task evaluated by this process's pool; not a Ray
+    cluster's run, nor a task that does not load."""
+    from accelopt.graph import driver
+    from accelopt.nodes.context import RunContext
+    from accelopt.tools.harness import runner
+
+    started: list[str | None] = []
+    monkeypatch.setattr(runner, "start_first_judge", started.append)
+    driver._start_judge(RunContext(device="cpu"), str(softmax_task))
+    driver._start_judge(RunContext(device="auto"), str(softmax_task))
+    driver._start_judge(RunContext(device="cpu", ray_address="auto"), str(softmax_task))
+    driver._start_judge(RunContext(device="cpu"), str(softmax_task.parent / "no-such-task"))
+    driver._start_judge(RunContext(device="cpu"), None)
+    assert started == ["cpu", None]
