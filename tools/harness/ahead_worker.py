@@ -15,7 +15,7 @@ How a launch is predicted without a GPU:
   hash (ptxas version + arch), options and cache-invalidating variables: not on the GPU itself.
 - Every JITFunction.run is a warmup (compile, no launch); an Autotuner compiles every pruned
   configuration at once in a small thread pool (Triton's AsyncCompileMode, as the sandbox does
-  before its first benchmark: sandbox.compile_configs_together) and calls none; heuristics
+  before its first benchmark: sandbox.py `_compile_together`) and calls none; heuristics
   wrappers pass through.
 - The task's inputs are made on the CPU (values matter: FlashInfer-Bench wrappers read
   kv_indptr[-1].item() to size their launches), and the candidate sees "cuda" everywhere: a
