@@ -377,8 +377,10 @@ def test_every_graph_is_an_mcp_tool_answering_json_and_the_run_graphs_take_their
     if summary["best_id"] == "baseline":
         refused = asyncio.run(confirm())
         assert refused.is_error and read(refused)["message"].endswith("nothing to confirm against it")
-        (made,) = [p.name for p in (tmp_path / "run" / "candidates").iterdir() if p.name != "baseline"]
-        summary_file.write_text(json.dumps({**summary, "best_id": made}))
+        made = [p.parent.name for p in sorted((tmp_path / "run" / "candidates").glob("*/result.json"))
+                if p.parent.name != "baseline" and json.loads(p.read_text())["status"] == "verified"]
+        assert made, "the tuner's run verified no candidate"
+        summary_file.write_text(json.dumps({**summary, "best_id": made[0]}))
     confirmed = asyncio.run(confirm())
     again = read(confirmed)
     assert not confirmed.is_error and again["confirmation"]["status"] == "verified", again
