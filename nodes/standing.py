@@ -23,6 +23,7 @@ from accelopt.nodes.services import confirm, measure_against_torch
 from accelopt.nodes.state import RunState
 from accelopt.tools import inflight
 from accelopt.tools.best_figure import Confirmation, pinned_source
+from accelopt.tools.harness.confine import ConfinementError
 from accelopt.tools.harness.result import short_reason
 from accelopt.tools.run_record import RunSummary, load_summary, write_summary
 from accelopt.tools.rundir import (
@@ -117,8 +118,12 @@ def confirm_run(run_dir: Path, ctx: RunContext) -> tuple[RunSummary, Confirmatio
             if summary.best_id == "baseline":
                 refuse(f"{run_dir}: its best is the baseline itself: nothing to confirm against it")
             task = _unchanged_task(run_dir, summary.task_dir)
-            got = confirm(task, pinned_source(candidates[summary.best_id]) or "", candidates["baseline"]["source"],
-                          ctx, str(run_dir), nth=len(summary.confirmations))
+            try:
+                got = confirm(task, pinned_source(candidates[summary.best_id]) or "",
+                              candidates["baseline"]["source"], ctx, str(run_dir), nth=len(summary.confirmations))
+            except ConfinementError as e:  # no judge can start here (no bubblewrap): said as the CLI says it
+                refuse(" ".join(str(e).split()))
+                raise  # unreachable: refuse raised
             summary = summary.with_confirmations(candidates, [*summary.confirmations, got])
             write_summary(str(run_dir), summary, None)
             return summary, got

@@ -329,7 +329,7 @@ def test_show_confirm_evaluates_the_best_again_and_pools_it(runs, tmp_path):
     assert entry["best_measurements"] == 3 and entry["best_speedup"] == pytest.approx(written["best_speedup"])
 
 
-def test_the_confirm_graph_confirms_as_show_does_and_refuses_what_it_cannot_confirm(runs, tmp_path):
+def test_the_confirm_graph_confirms_as_show_does_and_refuses_what_it_cannot_confirm(runs, tmp_path, monkeypatch):
     """Issue 65: the confirmation's door for graph.invoke, Studio and MCP (graph/confirm_graph.py)
     is `show --confirm`'s implementation: a fresh evaluation pooled into summary.json; bad input is
     one line, before any judging."""
@@ -362,6 +362,17 @@ def test_the_confirm_graph_confirms_as_show_does_and_refuses_what_it_cannot_conf
     assert refused({"run_dir": str(run), "kernel": "k.py"}).startswith("unknown input key 'kernel'")
     assert "did you mean 'device'" in refused({"run_dir": str(run)}, {"devic": "cpu"})
     assert refused({"run_dir": str(tmp_path)}) == f"{tmp_path}: not an accelopt run directory (no run.json)"
+    # no judge can start here (candidates cannot be confined): one line, nothing written
+    from accelopt.nodes import standing
+    from accelopt.tools.harness.confine import ConfinementError, refusal_message
+
+    def unconfinable(*args, **kwargs):
+        raise ConfinementError(refusal_message("bubblewrap cannot create a user namespace"))
+
+    with monkeypatch.context() as patch:
+        patch.setattr(standing, "confirm", unconfinable)
+        assert refused({"run_dir": str(run)}).startswith("refusing to run candidate kernels unconfined: bubblewrap")
+    assert json.loads((run / "summary.json").read_text())["best_figure"]["measurements"] == 2
     # a run held by a live process: its own, or another confirmation
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from accelopt.tools.rundir import "
                                "lock_run_dir; lock_run_dir(sys.argv[1]); print('held', flush=True); time.sleep(60)",
