@@ -175,10 +175,12 @@ def _measure(task: Task, source: str, ctx: RunContext, device: str | None, compa
         fields["max_abs_err"], fields["max_rel_err"] = result.max_abs_err, result.max_rel_err
         # which configuration each autotuned kernel ran (the judge's choice): best_kernel.py is written with it
         fields["autotune_choice"] = {k: v.model_dump() for k, v in result.autotune.items()}
-        if "baseline" in result.void:  # no figure a void comparison could give: it ranks last
-            fields["speedup"] = None
+        if baseline is None:
+            fields["speedup"] = 1.0  # the baseline itself
+        elif "baseline" in result.void or "baseline" not in decided:
+            fields["speedup"] = None  # void (it ranks last), or untimed (NKI's simulator checks, times nothing)
         else:
-            fields["speedup"] = decided["baseline"][0].speedup if baseline is not None else 1.0
+            fields["speedup"] = decided["baseline"][0].speedup
         if parent is not None:
             vs_parent = (decided.get("parent") or decided.get("baseline") or (None,))[0]
             void = "parent" in result.void or ("parent" not in compare and "baseline" in result.void)

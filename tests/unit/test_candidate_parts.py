@@ -210,3 +210,11 @@ def test_a_verdict_written_wrong_fails_where_it_is_written():
         with_outcome(_attempt(), "cancelled", "stopped", speedup=1.0)
     landed = with_outcome(_attempt(), "cancelled", "stopped", tokens=12, cost_usd=0.01)
     assert (landed["tokens"], landed["status"]) == (12, "cancelled")
+
+
+def test_an_untimed_verified_kernel_against_a_baseline_is_recorded_without_a_figure(monkeypatch):
+    """NKI's simulator checks correctness and times nothing: a verified kernel with a baseline to
+    compare against has no speedup (it once raised KeyError where the comparison was read)."""
+    untimed = EvalResult(status="verified", device="nki", timer=None)
+    done = with_measurement(_attempt(), _fields(untimed, monkeypatch, {"id": "baseline", "source": "b"}))
+    assert done["status"] == "verified" and done["speedup"] is None and cr.evaluation_refusal(done) is None
