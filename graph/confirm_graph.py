@@ -35,8 +35,8 @@ try:  # `langgraph dev` imports this file: a broken environment must say what to
         RunContext,
         context_refusal,
         device_refusal,
+        fields_refusal,
         refuse,
-        setting_refusal,
     )
     from accelopt.nodes.standing import confirm_run
 except ImportError as exc:
@@ -87,7 +87,7 @@ def confirm(state: ConfirmState, runtime: Runtime[RunContext]) -> ConfirmOutput:
     refuse(input_refusal(state))
     if not isinstance(ctx, RunContext):
         refuse(context_refusal(ctx))
-    refuse(setting_refusal("eval_timeout_s", ctx.eval_timeout_s)
+    refuse(fields_refusal(ctx, ("device", "eval_timeout_s", "ray_address"))  # the settings it reads
            or (None if ctx.ray_address else device_refusal(ctx.device, flag=False)))
     run_dir = Path(state["run_dir"])
     summary, got = confirm_run(run_dir, ctx)

@@ -301,16 +301,24 @@ def model_refusal(ctx: RunContext) -> str | None:
     return None
 
 
+def fields_refusal(ctx: RunContext, names: Iterable[str]) -> str | None:
+    """The first of these settings whose value cannot run (its type, then its range), in one line,
+    or None: what a graph that reads only some of the settings checks (the confirmation's)."""
+    for name in names:
+        value = getattr(ctx, name)
+        refusal = _type_refusal(name, value) or setting_refusal(name, value)
+        if refusal:
+            return refusal
+    return None
+
+
 def settings_refusal(ctx: RunContext) -> str | None:
     """What is wrong with the settings themselves, wherever the run starts: a field's type or
     minimum, then the models' settings; None when they can run. Nothing here looks at the machine."""
-    for f in fields(ctx):
-        if f.name == "chat_models":  # code-only: ready chat models, whatever their class
-            continue
-        value = getattr(ctx, f.name)
-        refusal = _type_refusal(f.name, value) or setting_refusal(f.name, value)
-        if refusal:
-            return refusal
+    # chat_models: code-only, ready chat models whatever their class
+    refusal = fields_refusal(ctx, [f.name for f in fields(ctx) if f.name != "chat_models"])
+    if refusal:
+        return refusal
     if ctx.quorum is not None and not ctx.schedule.allows_quorum:
         return (f"quorum: schedule '{ctx.schedule}' waits for every branch of an iteration, as AccelOpt publishes; "
                 f"an iteration that moves on at a quorum of replies needs schedule "

@@ -361,6 +361,8 @@ def test_the_confirm_graph_confirms_as_show_does_and_refuses_what_it_cannot_conf
     assert refused({}).startswith("no run_dir in the confirmation's input")
     assert refused({"run_dir": str(run), "kernel": "k.py"}).startswith("unknown input key 'kernel'")
     assert "did you mean 'device'" in refused({"run_dir": str(run)}, {"devic": "cpu"})
+    assert refused({"run_dir": str(run)}, {"device": "tpu"}).startswith("device 'tpu'")  # before any judging
+    assert refused({"run_dir": str(run)}, {"eval_timeout_s": -1}) == "eval_timeout_s -1: must be greater than 0"
     assert refused({"run_dir": str(tmp_path)}) == f"{tmp_path}: not an accelopt run directory (no run.json)"
     # no judge can start here (candidates cannot be confined): one line, nothing written
     from accelopt.nodes import standing
