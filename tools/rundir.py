@@ -196,16 +196,23 @@ def lock_run_dir(run_dir: Path) -> None:
     key = str(Path(run_dir).resolve())
     if key in _held:
         return
-    fd = os.open(Path(run_dir) / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by judges
+    _held[key] = _locked(run_dir, "started", "; wait for it or stop it")
+
+
+def _locked(run_dir: Path, doing: str, advice: str) -> int:
+    """The descriptor of D/.lock, flocked exclusively and naming this process and what it is
+    `doing`; RunDirError naming the holder, then `advice` (its punctuation too), where another process holds it. The
+    descriptor is not inherited by the processes this one starts (judges)."""
+    fd = os.open(Path(run_dir) / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another accelopt process"
         os.close(fd)
-        raise RunDirError(f"{run_dir} is in use by {holder}; wait for it or stop it") from None
+        raise RunDirError(f"{run_dir} is in use by {holder}{advice}") from None
     os.ftruncate(fd, 0)
-    os.pwrite(fd, f"accelopt pid {os.getpid()} (started {time.strftime('%Y-%m-%d %H:%M:%S')})\n".encode(), 0)
-    _held[key] = fd
+    os.pwrite(fd, f"accelopt pid {os.getpid()} ({doing} {time.strftime('%Y-%m-%d %H:%M:%S')})\n".encode(), 0)
+    return fd
 
 
 def lock_holder(run_dir: Path) -> str | None:
@@ -235,16 +242,8 @@ def run_dir_held(run_dir: Path, doing: str) -> Iterator[None]:
     if str(Path(run_dir).resolve()) in _held:
         yield
         return
-    fd = os.open(Path(run_dir) / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _locked(run_dir, f"{doing}, started", f": {doing} once it has ended")
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another accelopt process"
-            raise RunDirError(f"{run_dir} is in use by {holder}: {doing} once it has ended") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"accelopt pid {os.getpid()} ({doing}, started {time.strftime('%Y-%m-%d %H:%M:%S')})\n"
-                  .encode(), 0)
         yield
     finally:
         os.close(fd)  # drops the lock
