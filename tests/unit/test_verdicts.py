@@ -198,3 +198,56 @@ def test_intervals_across_evaluations_hold_each_others_figures():
         return all(a[0] <= b[1] and b[0] <= a[1] for a in intervals for b in intervals)
 
     assert all_overlap(reported) and not all_overlap(rounds)
+
+
+class _AloneBackend:
+    """A backend whose evaluation of the --against kernel alone gives `own` (check_kernel's second call)."""
+
+    def __init__(self, own: EvalResult):
+        self.own, self.calls = own, []
+
+    def evaluate(self, task, source, *, device, timeout_s, compare, trusted, seed=None):
+        self.calls.append((source, device, compare, trusted))
+        return self.own
+
+
+def _against(spans_c, spans_a) -> EvalResult:
+    r = EvalResult(status="verified", device="cuda", timer="cuda_event", workloads={"b1": timing(spans_c, [95.0] * 4)},
+                   compare={"against": {"b1": timing(spans_a, [250.0] * 4)}})
+    r.versus = {"against": compare_rounds(r.workloads, r.compare["against"], timer="cuda_event")}
+    return with_verdicts(r)
+
+
+def test_an_against_kernel_that_pads_only_when_compared_voids_check_s_comparison():
+    """`check --against K` on a GPU also evaluates K alone, untrusted, with nothing to compare: 2.6x
+    slower as the comparator than alone, the comparison is void; as fast, it stands, and says so;
+    failing alone, it is void with K's status."""
+    from accelopt.tools.harness.check_kernel import hold_against_to_its_own_time
+
+    spans_c, padded = [100.0, 101.0, 100.5, 100.2], [262.0, 263.0, 262.5, 261.8]
+    alone = EvalResult(status="verified", device="cuda", timer="cuda_event", seed=7,
+                       workloads={"b1": timing([101.0] * 4, [96.0] * 4)})
+    backend = _AloneBackend(alone)
+    sandbagged = _against(spans_c, padded)
+    assert sandbagged.verdicts["against"].word == "faster"
+    hold_against_to_its_own_time(backend, None, "K", sandbagged, 60.0)
+    assert backend.calls == [("K", "cuda", {}, False)] and "against_alone" in sandbagged.phases_s
+    v = sandbagged.verdicts["against"]
+    assert v.word == "undecided" and v.reason.startswith("void: it ran 2.60x slower as a comparator")
+
+    honest = _against(spans_c, [262.0, 263.0, 262.5, 261.8])
+    backend.own = alone.model_copy(update={"workloads": {"b1": timing([260.0] * 4, [249.0] * 4)}})
+    hold_against_to_its_own_time(backend, None, "K", honest, 60.0)
+    assert honest.verdicts["against"].word == "faster" and not honest.void
+    assert "vs against: evaluated alone too (seed 7), it ran as fast alone as when compared, within noise" in honest.evidence
+
+    failing = _against(spans_c, padded)
+    backend.own = EvalResult(status="wrong_output", device="cuda", error="max abs err 3.0 at b1\nmore")
+    hold_against_to_its_own_time(backend, None, "K", failing, 60.0)
+    assert failing.verdicts["against"].word == "undecided"
+    assert failing.void["against"] == "the --against kernel failed its own evaluation (wrong_output: max abs err 3.0 at b1)"
+
+    backend.calls.clear()
+    failed_candidate = EvalResult(status="wrong_output", device="cuda")
+    hold_against_to_its_own_time(backend, None, "K", failed_candidate, 60.0)
+    assert backend.calls == []  # nothing to hold: no comparison was made

@@ -15,11 +15,14 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accelopt.tools.harness.reference_kernel import CompileMode
 from accelopt.tools.harness.result import EvalResult
 from accelopt.tools.task import Task, TaskError
+
+if TYPE_CHECKING:
+    from accelopt.tools.backends.protocol import Backend
 
 # What each figure of `before_judge_s` is, in words (the CLI's line, README).
 STARTUP_STEPS = {
@@ -110,12 +113,36 @@ def judge(task: Task, kernel: Path, against: Path | None, versus_torch: bool, de
     result = backend.evaluate(task, source, device=None if device == "auto" else device,
                               timeout_s=timeout, compare=compare, trusted=False, **replay)
     startup.judge_start = result.phases_s.get("judge_wait")
+    if "against" in compare and where == "cuda":
+        hold_against_to_its_own_time(backend, task, compare["against"], result, timeout)
     startup.done()
     result.error = user_paths(result.error, str(kernel))  # the user's file, not the sandbox's copy
     if source != text:  # static advice on the entry point accelopt appended is not about the user's file
         lines = len(text.splitlines())
         result.findings = [f for f in result.findings if f.line is None or f.line <= lines]
     return result
+
+
+def hold_against_to_its_own_time(backend: Backend, task: Task, source: str, result: EvalResult, timeout: float) -> None:
+    """An --against kernel is someone's kernel too: one that pads its calls only when it is timed as
+    a comparator makes any candidate look faster (2.62x against its own twin on an H100).
+    So on a GPU it is also evaluated alone, as a candidate is, and a comparison it ran far slower in
+    than alone, or that it failed alone, is void (verdict.void_comparisons); the seconds are
+    `phases_s["against_alone"]`. On the interpreter a wall clock says nothing of speed: not run."""
+    from accelopt.tools.harness.verdict import void_comparisons
+
+    if not result.ok or "against" not in result.verdicts or "against" in result.void:
+        return
+    began = time.monotonic()
+    own = backend.evaluate(task, source, device="cuda", timeout_s=timeout, compare={}, trusted=False)
+    result.phases_s["against_alone"] = round(time.monotonic() - began, 3)
+    if not own.ok:
+        why = (own.error or "").strip().splitlines()[0][:200] if own.error else "no error given"
+        void_comparisons(result, reasons={"against": f"the --against kernel failed its own evaluation ({own.status}: {why})"})
+        return
+    void_comparisons(result, recorded={"against": {w: t.model_dump() for w, t in own.workloads.items()}})
+    if "against" not in result.void:
+        result.evidence.append(f"vs against: evaluated alone too (seed {own.seed}), it ran as fast alone as when compared, within noise")
 
 
 def verdict_record(result: EvalResult, compile_mode: str = "default",

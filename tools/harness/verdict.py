@@ -175,16 +175,20 @@ def why_undecided(result: EvalResult) -> str:
 
 
 
-def void_comparisons(result: EvalResult, recorded: dict[str, dict[str, dict]] | None = None) -> EvalResult:
-    """Voids comparisons. Without `recorded`: those the judge voided (`result.void`: a comparator's
-    outputs were wrong when timed). With it (comparator -> workload -> its WorkloadTiming fields, from
-    its own evaluation): those with a comparator timed far slower here than there (COMPARATOR_DRIFT).
-    A void comparison's verdict is `undecided`, and its reason and the evidence say why."""
-    if recorded is None:
+def void_comparisons(result: EvalResult, recorded: dict[str, dict[str, dict]] | None = None,
+                     reasons: dict[str, str] | None = None) -> EvalResult:
+    """Voids comparisons. Without `recorded` or `reasons`: those the judge voided (`result.void`: a
+    comparator's outputs were wrong when timed). With `recorded` (comparator -> workload -> its
+    WorkloadTiming fields, from its own evaluation): those with a comparator timed far slower here
+    than there (COMPARATOR_DRIFT). With `reasons` (comparator -> why): those, as given (a comparator
+    that failed its own evaluation). A void comparison's verdict is `undecided`, and its reason and
+    the evidence say why."""
+    if recorded is None and reasons is None:
         voided = dict(result.void)
     else:
-        voided = {name: why for name, own in recorded.items()
+        voided = {name: why for name, own in (recorded or {}).items()
                   if name not in result.void and (why := _slowed(result, name, own))}
+        voided.update({name: why for name, why in (reasons or {}).items() if name not in result.void})
         result.void.update(voided)
     for name, why in voided.items():
         v = result.verdicts.get(name)
