@@ -201,8 +201,9 @@ def test_worker_env_hides_api_keys(task, monkeypatch):
 def test_results_over_10x_are_reverified_on_fresh_inputs_and_flagged(task):
     from tests.scripted import SLOW
 
-    # Against a 64x-redundant "baseline", the real baseline looks >10x faster.
-    result = evaluate(task, BASELINE, device="cpu", compare={"baseline": SLOW.replace("(n_rows, 16)", "(n_rows, 64)")})
+    # Against a 128x-redundant "baseline", the real baseline looks >10x faster (64x gave 9.3x on a loaded
+    # 2-core machine: the interpreter's per-call cost does not scale with the programs).
+    result = evaluate(task, BASELINE, device="cpu", compare={"baseline": SLOW.replace("(n_rows, 16)", "(n_rows, 128)")})
     assert result.status == "verified" and result.versus["baseline"].speedup > 10
     # no external profiler audits interpreter runs, so the flag keeps it out of the beam
     assert result.flags == ["over_10x_reverified", "unaudited"]
