@@ -150,6 +150,10 @@ class RoundsRun(BaseModel):
     min_rounds: int | None = None
     max_rounds: int | None = None
     noise_floor: float | None = None
+    # where the timing step's seconds went: drawing inputs and the reference's outputs, waiting on
+    # the timed calls, checking the outputs the judge picked, writing fresh inputs between calls,
+    # the trace checks, and the rest (estimates' bookkeeping, the rounds' summaries)
+    parts_s: dict[str, float] | None = None
 
 
 class TunedKernel(BaseModel):

@@ -47,6 +47,8 @@ WARM_BYTES = 2 << 30    # a new comparator's first calls are sent with the check
 # the judge reads anyway, the chance of a switch between the two input sets before each call
 # after the first change, and the inputs' size up to which the judge keeps the base set's values
 # to switch back to (beyond it, one change per round: a KernelBench input is 6 GB).
+# Where the timing step's seconds go (RoundsRun.parts_s); "other" is the rest of the step.
+TIMING_PARTS = ("inputs", "calls", "output_checks", "input_writes", "trace_checks", "other")
 CHECK_SHARE = 0.25
 SWITCH_SHARE = 0.3
 SWITCH_BYTES = 1 << 30
@@ -231,9 +233,19 @@ class TimingRounds:
         got = self._accountable_calls(box, req, ref, workload, reps, deadline, where, check,
                                       ("timing", r) if r >= 0 else ("estimate", 0))
         if check and candidate:
+            clock = time.monotonic()
             self._foreign(req, got["kernels"], got["known"], where)
             self.seen.update(got["kernels"])
+            self._spent("trace_checks", clock)
         return got
+
+    def _spent(self, part: str, since: float) -> float:
+        """Adds the seconds since `since` to the timing step's `part` (TIMING_PARTS); returns now."""
+        now = time.monotonic()
+        parts = getattr(self, "parts", None)
+        if parts is not None:
+            parts[part] += now - since
+        return now
 
     def _accountable_calls(self, box, req, ref, workload, reps: int, deadline: float, where: str, check: bool,
                            chain: tuple[str, int]) -> dict:
@@ -248,11 +260,13 @@ class TimingRounds:
         copy of (SWITCH_BYTES) change once."""
         torch = self.torch
         phase, index = chain
+        clock = time.monotonic()
         base, base_expected = self._fresh(ref, req, workload, self.seed(req, phase, index), expect=check)
         fresh, fresh_expected = self._fresh(ref, req, workload, self.seed(req, phase, index + 1), expect=check)
         pristine = None
         if _nbytes(base) <= SWITCH_BYTES:  # the base values again, to switch back to
             pristine = self._fresh(ref, req, workload, self.seed(req, phase, index), expect=False)[0]
+        clock = self._spent("inputs", clock)
         sets = _call_sets(reps, switching=pristine is not None)
         expected = (base_expected, fresh_expected)
         buffers = list(base)
@@ -260,16 +274,20 @@ class TimingRounds:
         try:
             for i in range(reps):
                 self._called(box, deadline)
+                clock = self._spent("calls", clock)
                 changed = sets[i] != (sets[i - 1] if i else 0)
                 if check and (changed or _RNG.random() < CHECK_SHARE):
                     box.tell("outputs")
                     _check_timed(torch, req, self._outputs(box, deadline), expected[sets[i]],
                                  f"{where}, call {i + 1} of {reps}" + (" (its inputs new)" if changed else ""))
+                    clock = self._spent("output_checks", clock)
                 if i + 1 < reps and sets[i + 1] != sets[i]:
                     source = fresh if sets[i + 1] else pristine
                     _write(torch, buffers, source or [])
+                    clock = self._spent("input_writes", clock)
                 box.tell("next")
             kind, reply = box.step(deadline)
+            self._spent("calls", clock)
         except (Reject, SandboxFailure) as failure:
             if isinstance(failure, Reject) or not failure.dead and box.pending:
                 box.kill()  # left between two calls: nothing more can be asked of it (a comparator's is made anew)
@@ -324,6 +342,8 @@ class TimingRounds:
         else at the cap, or where another round would not fit in the time left. Returns the
         timings, per function and workload, and what ran: {"ran", "stopped", ...}."""
         low, high = _round_limits(req)
+        began_timing = time.monotonic()
+        self.parts = dict.fromkeys(TIMING_PARTS, 0.0)
         floor = float(req.get("noise_floor", stats.NOISE_FLOOR))
         self.void: dict[str, str] = {}  # comparators whose comparison is void, and why
         plans = [self._plan_rounds(boxes, req, ref, workload, deadline) for workload in req["workloads"]]
@@ -355,7 +375,11 @@ class TimingRounds:
         for plan in plans:
             for name, summary in self._after_rounds(boxes, req, ref, plan, deadline).items():
                 out[name][plan.workload["name"]] = summary
-        return out, {"ran": ran, "stopped": stopped, "min_rounds": low, "max_rounds": high, "noise_floor": floor}
+        self.parts["other"] = max(0.0, time.monotonic() - began_timing - sum(self.parts.values()))
+        # on the interpreter every call is its own request: nothing to split
+        parts = {k: round(v, 3) for k, v in self.parts.items()} if req["device"] == "cuda" else None
+        return out, {"ran": ran, "stopped": stopped, "min_rounds": low, "max_rounds": high, "noise_floor": floor,
+                     "parts_s": parts}
 
     def _plan_rounds(self, boxes: dict, req, ref, workload, deadline: float) -> _WorkloadRounds:
         """Who is timed on the workload, and how many calls per round each: on a GPU enough for
