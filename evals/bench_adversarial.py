@@ -6,7 +6,9 @@
     python evals/bench_adversarial.py --out x.json --only phase_sniff_stale,honest_softmax --repeats 3
 
 Cases: every `# device: gpu` cheat of tests/fixtures/cheats (its header names the status it must get)
-and the CPU cheats named in CPU_CHEATS, on the bundled softmax task; honest kernels (the softmax
+and the CPU cheats named in CPU_CHEATS, on the bundled softmax task (their header's status is the
+interpreter's; on a GPU they must gain nothing: rejected, or verified with no `faster` verdict, as
+`gained` says); honest kernels (the softmax
 baseline against itself, AccelOpt's rmsnorm_h128 best against o3's), which must stay verified at their
 speed. Per check: status, the first line of its error, each comparator's verdict word and speedup,
 flags, the seed, the judge's steps and the process's wall seconds. Rows go to OUT as each check ends;
@@ -67,6 +69,7 @@ def check(case: dict, checkout: Path, timeout_s: float) -> dict:
                void=record.get("void"), phases_s=record.get("phases_s"), eval_s=record.get("eval_s"),
                verdicts={k: {"word": v["word"], "basis": v["basis"], "speedup": round(v["speedup"], 4),
                              "ci": [round(v["ci_low"], 4), round(v["ci_high"], 4)]} for k, v in verdicts.items()})
+    row["gained"] = any(v["word"] == "faster" for v in row["verdicts"].values())
     return row
 
 
@@ -87,7 +90,7 @@ def main() -> None:
                 break
             row = {"case": name, "run": i, "expect": case["expect"], **check(case, args.checkout.resolve(), args.timeout)}
             rows.append(row)
-            print(json.dumps({k: row.get(k) for k in ("case", "status", "expect", "wall_s", "error")}), flush=True)
+            print(json.dumps({k: row.get(k) for k in ("case", "status", "expect", "gained", "wall_s", "error")}), flush=True)
             args.out.write_text(json.dumps(rows, indent=1))
 
 
