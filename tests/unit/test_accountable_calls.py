@@ -9,6 +9,8 @@ the real code; only the GPU is missing (spans are the kernel's own claim of its 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -103,6 +105,28 @@ def test_a_kernel_honest_only_on_the_last_call_fails_at_a_call_the_judge_picked(
             _round(last_call_only, r)
     assert caught.value.status == "cheat_suspected" and "not when timed" in caught.value.error
     assert "call" in caught.value.error and "of 12" in caught.value.error  # the call is named
+
+
+def test_a_configuration_wrong_while_the_configurations_are_timed_is_wrong_not_a_cheat():
+    """Timing the configurations to choose one comes before any check: a configuration that is
+    wrong there (an honest kernel's tile too small for a row, say) gets the check's own status, with
+    the phase and call named; after the checks, the same wrong output is a kernel that behaves only
+    when checked."""
+    def half_wrong(inputs, i, reps):
+        out = inputs[0] * 2
+        out[32:] = 0.0
+        return out, 5.0
+
+    with pytest.raises(Reject) as caught:
+        Judge()._accountable_calls(StepBox(half_wrong), REQ, None, WORKLOAD, 12, float("inf"),
+                                   "workload w, configuration 0 of k, choosing the configuration", True, ("tuning", 0),
+                                   checked_before=False)
+    assert caught.value.status == "wrong_output", caught.value.error
+    assert re.match(r"workload w, configuration 0 of k, choosing the configuration, call \d+ of 12", caught.value.error)
+    assert "not when timed" not in caught.value.error
+    with pytest.raises(Reject) as after_checks:
+        _round(half_wrong)
+    assert after_checks.value.status == "cheat_suspected" and "correct when checked, not when timed" in after_checks.value.error
 
 
 def test_a_kernel_that_skips_calls_at_random_is_caught_within_a_few_rounds():

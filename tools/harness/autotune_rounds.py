@@ -199,7 +199,8 @@ class AutotuneRounds:
         def seed(req: dict, phase: str, index: int = 0) -> int: ...
 
         def _accountable_calls(self, box: Sandbox, req: dict, ref, workload: dict, reps: int, deadline: float,
-                               where: str, check: bool, chain: tuple[str, int]) -> dict: ...
+                               where: str, check: bool, chain: tuple[str, int],
+                               checked_before: bool = True) -> dict: ...
 
         def _give_back_gpu_memory(self, req: dict) -> None: ...
 
@@ -355,8 +356,9 @@ class AutotuneRounds:
         """(the spans, the kernel-only times, the key the kernel ran under) of one configuration's
         timed calls on one workload in round r; a string: why it cannot run on this GPU (left out)."""
         where = f"workload {workload['name']}, {self._configuration(k, i)}, choosing the configuration"
-        try:  # every configuration's outputs checked at calls it cannot foresee (the candidate's)
-            got = self._accountable_calls(box, req, ref, workload, TUNE_REPS, deadline, where, check, ("tuning", r))
+        try:  # every configuration's outputs checked at calls it cannot foresee (the candidate's), before any check
+            got = self._accountable_calls(box, req, ref, workload, TUNE_REPS, deadline, where, check, ("tuning", r),
+                                          checked_before=False)
         except SandboxFailure as f:
             if not f.dead and any(s in f.error for s in NOT_RUNNABLE):
                 return f.error.strip().splitlines()[-1][:300]

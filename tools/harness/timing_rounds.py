@@ -248,7 +248,7 @@ class TimingRounds:
         return now
 
     def _accountable_calls(self, box, req, ref, workload, reps: int, deadline: float, where: str, check: bool,
-                           chain: tuple[str, int]) -> dict:
+                           chain: tuple[str, int], checked_before: bool = True) -> dict:
         """`reps` timed calls in which no call can tell whether it is checked or whether its inputs
         are new. The calls start on the chain's base set (its index's seed) and move to the next
         set (index + 1) at a random call after the first, then switch between the two at random;
@@ -279,7 +279,8 @@ class TimingRounds:
                 if check and (changed or _RNG.random() < CHECK_SHARE):
                     box.tell("outputs")
                     _check_timed(torch, req, self._outputs(box, deadline), expected[sets[i]],
-                                 f"{where}, call {i + 1} of {reps}" + (" (its inputs new)" if changed else ""))
+                                 f"{where}, call {i + 1} of {reps}" + (" (its inputs new)" if changed else ""),
+                                 checked_before)
                     clock = self._spent("output_checks", clock)
                 if i + 1 < reps and sets[i + 1] != sets[i]:
                     source = fresh if sets[i + 1] else pristine
@@ -536,10 +537,16 @@ def _comparator_failed(name: str, f: SandboxFailure) -> Reject:
     return Reject(f.status, f"{what} could not be loaded (not the kernel under test): {f.error}")
 
 
-def _check_timed(torch, req, outs, expected, where: str) -> None:
+def _check_timed(torch, req, outs, expected, where: str, checked_before: bool = True) -> None:
+    """A timed call's outputs against the judge's expected ones, by the task's rule. Wrong after the
+    checks passed, the kernel behaves when checked and not when timed: `cheat_suspected`. Before
+    any check (`checked_before` False: the configurations timed to choose one, which comes first),
+    a wrong configuration is just wrong: the check's own status, the configuration and phase named."""
     try:
         correctness.for_request(req)(torch, outs, expected, where)  # the task's rule, as checked
     except Reject as rj:
+        if not checked_before:
+            raise
         raise Reject("cheat_suspected", f"correct when checked, not when timed: {rj.error}") from None
 
 
