@@ -31,7 +31,15 @@ class StepBox:
     def send(self, op, deadline, **args):
         assert op == "time_calls" and args["steps"]
         self.pending += 1
+        self.receive = args.get("receive")
         self.script, self.started = self._calls(args["inputs"], args["reps"]), False
+
+    def hand_over(self, out):
+        """As sandbox.Sandbox._outputs: into the judge's buffer where it fits, else the tensor."""
+        if self.receive is not None and out.shape == self.receive[0].shape:
+            self.receive[0].copy_(out)
+            return [{"received": 0}]
+        return [out.clone()]
 
     def _calls(self, inputs, reps):
         self.kernel(inputs, -1, reps)  # the warm-up, outputs unchecked
@@ -41,7 +49,7 @@ class StepBox:
             spans.append(span)
             word = yield ("called", None)
             while word == "outputs":
-                word = yield ("outputs", [out.clone()])
+                word = yield ("outputs", self.hand_over(out))
             assert word == "next"
         yield ("ok", {"span_us": spans, "event_us": spans, "kernel_us": spans, "kernels": [], "known": [],
                       "tuned": [], "complete": True, "outputs": []})
@@ -205,3 +213,55 @@ def test_every_comparator_is_checked_but_the_tasks_own_reference_and_the_copy():
     assert _someones(req, "parent") and _someones(req, "baseline") and _someones(req, "against")
     assert not _someones(req, "eager") and not _someones(req, "torch_compile") and not _someones(req, COPY)
     assert not _someones({**req, "trusted": True}, "parent")  # a trusted request times torch comparators only
+
+
+def test_checked_outputs_reach_the_judge_through_its_own_buffers_poisoned_before_each_read():
+    """The judge shares one buffer per output for the request; the sandbox copies a checked call's
+    outputs into it. An honest kernel passes so; a sandbox that claims the buffer without filling it
+    leaves the judge's poison there, and one that claims a buffer the judge has none of is refused."""
+    box = StepBox(honest)
+    Judge()._accountable_calls(box, REQ, None, WORKLOAD, 12, float("inf"), "round 0", True, ("timing", 0))
+    assert box.receive is not None and len(box.receive) == 1 and box.receive[0].shape == (64,)
+
+    class Liar(StepBox):
+        def hand_over(self, out):
+            return [{"received": 0}]  # filled nothing
+
+    with pytest.raises(Reject) as caught:
+        Judge()._accountable_calls(Liar(honest), REQ, None, WORKLOAD, 12, float("inf"), "round 0", True, ("timing", 0))
+    assert caught.value.status == "cheat_suspected" and "nan" in caught.value.error.lower(), caught.value.error
+
+    class Stranger(StepBox):
+        def hand_over(self, out):
+            return [{"received": 3}]
+
+    with pytest.raises(Reject) as strange:
+        Judge()._accountable_calls(Stranger(honest), REQ, None, WORKLOAD, 12, float("inf"), "round 0", True,
+                                   ("timing", 0))
+    assert "a claim of the judge's buffer 3" in strange.value.error
+
+
+def test_the_sandbox_copies_what_fits_the_judge_s_buffers_and_sends_the_rest(monkeypatch):
+    """sandbox.Sandbox._outputs: an output of its buffer's shape and dtype is copied with the copy_
+    saved before the kernel loaded (a patched Tensor.copy_ is not called); one that does not fit
+    travels as a tensor, for the check to name the mismatch; a non-tensor as a description."""
+    from types import SimpleNamespace
+
+    from accelopt.tools.harness.sandbox import Sandbox
+
+    saved = torch.Tensor.copy_
+    box = SimpleNamespace(torch=torch, device="cpu", original={"torch.Tensor.copy_": saved})
+    receive = [torch.full((4,), float("nan")), torch.full((2, 2), float("nan"))]
+    out = (torch.arange(4.0), torch.ones(3), "text")
+
+    def patched(*args, **kwargs):
+        raise AssertionError("the kernel's copy_ was called")
+
+    monkeypatch.setattr(torch.Tensor, "copy_", patched)  # what a kernel could do after the sandbox saved it
+    sent = Sandbox._outputs(box, out, receive)
+    monkeypatch.undo()
+    assert sent[0] == {"received": 0} and torch.equal(receive[0], torch.arange(4.0))
+    assert isinstance(sent[1], torch.Tensor) and torch.equal(sent[1], torch.ones(3)) and receive[1].isnan().all()
+    assert sent[2]["not_a_tensor"] == "builtins.str"
+    (alone,) = Sandbox._outputs(box, torch.arange(4.0))  # no buffers: the tensor itself
+    assert isinstance(alone, torch.Tensor) and torch.equal(alone, torch.arange(4.0))

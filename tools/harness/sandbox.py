@@ -228,6 +228,7 @@ def watched(torch) -> dict:
            "torch.empty": torch.empty, "torch.empty_like": torch.empty_like, "torch.allclose": torch.allclose,
            "torch.equal": torch.equal, "torch.Tensor.__eq__": torch.Tensor.__eq__,
            "torch.Tensor.double": torch.Tensor.double, "torch.Tensor.clone": torch.Tensor.clone,
+           "torch.Tensor.copy_": torch.Tensor.copy_,  # how a checked timed call's outputs reach the judge
            "torch.profiler.profile": torch.profiler.profile, "triton.testing.do_bench": triton.testing.do_bench,
            "threading.active_count": threading.active_count,
            "triton's Autotuner.run": Autotuner.run,  # the judge's choice of configuration (AutotuneControl)
@@ -236,6 +237,14 @@ def watched(torch) -> dict:
            "torch.cuda.Event.record": getattr(torch.cuda.Event, "record", None),
            "torch.cuda.Event.elapsed_time": getattr(torch.cuda.Event, "elapsed_time", None)}
     return out
+
+
+def _fits(torch, item, receive: list | None, i: int) -> bool:
+    """Whether output `i` can be copied into the judge's buffer `i` as it is: same shape, dtype, device."""
+    if receive is None or i >= len(receive) or type(receive[i]) is not torch.Tensor:
+        return False
+    buf = receive[i]
+    return tuple(item.shape) == tuple(buf.shape) and item.dtype == buf.dtype and item.device == buf.device
 
 
 class Poison:
@@ -669,7 +678,7 @@ class Sandbox:
                 self._last = self._invoke(inputs, where, poison)
         return host_ops(prof.events())
 
-    def time_calls(self, inputs, reps: int, steps: bool = False) -> dict:
+    def time_calls(self, inputs, reps: int, steps: bool = False, receive: list | None = None) -> dict:
         """Per call, on a cold L2, launched while the GPU spins for at least 1 ms (the cover):
         the real span on the GPU (from the end of the cover to the call's last GPU activity:
         copies, and host work the cover did not hide, as after a synchronization, included), the
@@ -680,8 +689,10 @@ class Sandbox:
         word (`_step`): the judge alone decides, once the call is over, whether to read its
         outputs, and writes fresh values into the shared input buffers between calls when it
         chooses. Nothing in this process knows which call will be checked or which inputs are new,
-        so no phase, counter or frame here tells a kernel when to behave. The GPU kernels seen are
-        returned too, so every timed round is traced."""
+        so no phase, counter or frame here tells a kernel when to behave. `receive`: the judge's
+        buffers, shared once per request, into which a checked call's outputs are copied (one
+        device copy, not a CUDA handle opened and closed in the judge per checked call). The GPU
+        kernels seen are returned too, so every timed round is traced."""
         from torch.profiler import ProfilerActivity, profile
 
         torch = self.torch
@@ -709,7 +720,7 @@ class Sandbox:
                     if self.marker:
                         self.mark(MARKER_CYCLES)
                     if steps:
-                        self._step(out)
+                        self._step(out, receive)
                 torch.cuda.synchronize()
         except Failure:
             raise
@@ -725,9 +736,10 @@ class Sandbox:
                 "complete": len(span) == reps,  # every call seen
                 "outputs": [] if steps else self._outputs(out)}
 
-    def _step(self, out) -> None:
+    def _step(self, out, receive: list | None = None) -> None:
         """Between two timed calls (untimed): "called" to the judge, then its words: "outputs"
-        (hand this call's outputs over), "next" (go on; the inputs may hold new values now)."""
+        (hand this call's outputs over: into `receive` where they fit it), "next" (go on; the
+        inputs may hold new values now)."""
         self.conn.send(("called", None))
         while True:
             word = self.conn.recv()
@@ -735,7 +747,7 @@ class Sandbox:
                 return
             if word != "outputs":
                 raise Failure("runtime_error", f"the judge's word {word!r} is not a timing step")
-            self.conn.send(("outputs", self._outputs(out)))
+            self.conn.send(("outputs", self._outputs(out, receive)))
 
     def batch(self, inputs, n: int) -> dict:
         """n calls back to back and one synchronization: the judge's wall clock around this
@@ -747,19 +759,26 @@ class Sandbox:
 
     # ------------------------------------------------------------ wire
 
-    def _outputs(self, out):
-        """Plain tensors travel as tensors; anything else as a description the judge rejects."""
+    def _outputs(self, out, receive: list | None = None):
+        """Plain tensors travel as tensors; anything else as a description the judge rejects. With
+        `receive` (the judge's buffers), a tensor of its buffer's shape and dtype is copied into it
+        (the copy_ saved before the kernel loaded) and travels as {"received": its index}."""
         torch = self.torch
         items = list(out) if isinstance(out, (tuple, list)) else [out]
-        sent = []
-        for item in items:
+        sent: list = []
+        for i, item in enumerate(items):
             if type(item) is torch.Tensor and item.device.type != self.device:
                 sent.append({"not_a_tensor": f"a tensor on {item.device.type}", "on": item.device.type})
+            elif type(item) is torch.Tensor and _fits(torch, item, receive, i):
+                self.original["torch.Tensor.copy_"](receive[i], item)  # type: ignore[index]
+                sent.append({"received": i})
             elif type(item) is torch.Tensor:
                 sent.append(torch.Tensor.detach(item))  # the class's own: an instance may override it
             else:
                 sent.append({"not_a_tensor": type(item).__module__ + "." + type(item).__qualname__,
                              "on": str(getattr(item, "device", ""))})
+        if self.device == "cuda" and any(isinstance(s, dict) and "received" in s for s in sent):
+            self.original["torch.cuda.synchronize"]()  # copied before the judge reads the buffers
         return sent
 
     def serve(self, tampered) -> None:

@@ -270,15 +270,17 @@ class TimingRounds:
         sets = _call_sets(reps, switching=pristine is not None)
         expected = (base_expected, fresh_expected)
         buffers = list(base)
-        box.send("time_calls", deadline, inputs=buffers, reps=reps, steps=True)
+        receive = _receive_buffers(torch, base_expected) if check else None
+        box.send("time_calls", deadline, inputs=buffers, reps=reps, steps=True, receive=receive)
         try:
             for i in range(reps):
                 self._called(box, deadline)
                 clock = self._spent("calls", clock)
                 changed = sets[i] != (sets[i - 1] if i else 0)
                 if check and (changed or _RNG.random() < CHECK_SHARE):
+                    _poison(torch, receive)  # a buffer the sandbox claims but did not fill fails
                     box.tell("outputs")
-                    _check_timed(torch, req, self._outputs(box, deadline), expected[sets[i]],
+                    _check_timed(torch, req, _received(self._outputs(box, deadline), receive), expected[sets[i]],
                                  f"{where}, call {i + 1} of {reps}" + (" (its inputs new)" if changed else ""),
                                  checked_before)
                     clock = self._spent("output_checks", clock)
@@ -591,6 +593,46 @@ def _largest_shape(inputs) -> list[int] | None:
     lesson's scale is read from (memory.features.row_length)."""
     tensors = [t for t in inputs if hasattr(t, "numel") and hasattr(t, "shape")]
     return list(max(tensors, key=lambda t: t.numel()).shape) if tensors else None
+
+
+# The judge's buffers a checked timed call's outputs are copied into (sandbox.Sandbox._outputs):
+# one CUDA handle per request instead of one opened and closed per checked call. Float and
+# non-bool integer outputs only (the poison must tell an unfilled buffer), within SWITCH_BYTES.
+def _receive_buffers(torch, expected) -> list | None:
+    items = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+    poisonable = all(isinstance(t, torch.Tensor) and _poisonable(torch, t.dtype) for t in items)
+    if not items or not poisonable or _nbytes(items) > SWITCH_BYTES:
+        return None
+    return [torch.empty_like(t) for t in items]
+
+
+def _poisonable(torch, dtype) -> bool:
+    if dtype.is_floating_point:
+        return not str(dtype).startswith("torch.float4_") and dtype.itemsize > 1  # fp8 has no NaN in every format
+    return dtype != torch.bool and not dtype.is_complex
+
+
+def _poison(torch, receive: list | None) -> None:
+    """NaN (floats) or the largest value (integers) in every buffer, finished before the sandbox copies."""
+    if not receive:
+        return
+    for buf in receive:
+        buf.fill_(float("nan") if buf.dtype.is_floating_point else torch.iinfo(buf.dtype).max)
+    if any(buf.is_cuda for buf in receive):
+        torch.cuda.synchronize()
+
+
+def _received(outs: list, receive: list | None) -> list:
+    """The sandbox's outputs with each {"received": i} replaced by the judge's buffer i; a claim of a
+    buffer that does not exist stays a description, which the correctness check rejects."""
+    def one(o):
+        if isinstance(o, dict) and "received" in o:
+            i = o["received"]
+            if receive and isinstance(i, int) and 0 <= i < len(receive):
+                return receive[i]
+            return {"not_a_tensor": f"a claim of the judge's buffer {i!r}", "on": ""}
+        return o
+    return [one(o) for o in outs]
 
 
 def _nbytes(values) -> int:
