@@ -167,7 +167,7 @@ def _judge():
         def seed(req, phase, index=0):
             return index
 
-        def _accountable_calls(self, box, req, ref, workload, reps, deadline, where, check, chain):
+        def _accountable_calls(self, box, req, ref, workload, reps, deadline, where, check, chain, checked_before=True):
             """The timed calls as the fake box times them (the per-call protocol has tests of its own:
             test_accountable_calls.py); its outputs checked as the real method checks a call's."""
             inputs, expected = self.prepare(ref, req, workload, 0, expect=check)
