@@ -43,12 +43,12 @@ MAX_REPS = 40
 MIN_ROUNDS = {"cuda": 3, "cpu": 2}
 MAX_ROUNDS_GPU = 15
 WARM_BYTES = 2 << 30    # a new comparator's first calls are sent with the checks up to this much input
+# Where the timing step's seconds go (RoundsRun.parts_s); "other" is the rest of the step.
+TIMING_PARTS = ("inputs", "calls", "output_checks", "input_writes", "trace_checks", "other")
 # Timed calls on a GPU (_accountable_calls): the share of calls on unchanged inputs whose outputs
 # the judge reads anyway, the chance of a switch between the two input sets before each call
 # after the first change, and the inputs' size up to which the judge keeps the base set's values
 # to switch back to (beyond it, one change per round: a KernelBench input is 6 GB).
-# Where the timing step's seconds go (RoundsRun.parts_s); "other" is the rest of the step.
-TIMING_PARTS = ("inputs", "calls", "output_checks", "input_writes", "trace_checks", "other")
 CHECK_SHARE = 0.25
 SWITCH_SHARE = 0.3
 SWITCH_BYTES = 1 << 30
