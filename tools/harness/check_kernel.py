@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from accelopt.tools.harness.reference_kernel import CompileMode
-from accelopt.tools.harness.result import EvalResult
+from accelopt.tools.harness.result import EvalResult, short_reason
 from accelopt.tools.task import Task, TaskError
 
 if TYPE_CHECKING:
@@ -137,7 +137,7 @@ def hold_against_to_its_own_time(backend: Backend, task: Task, source: str, resu
     own = backend.evaluate(task, source, device="cuda", timeout_s=timeout, compare={}, trusted=False)
     result.phases_s["against_alone"] = round(time.monotonic() - began, 3)
     if not own.ok:
-        why = (own.error or "").strip().splitlines()[0][:200] if own.error else "no error given"
+        why = short_reason(own.error, 200) or "no error given"
         void_comparisons(result, reasons={"against": f"the --against kernel failed its own evaluation ({own.status}: {why})"})
         return
     void_comparisons(result, recorded={"against": {w: t.model_dump() for w, t in own.workloads.items()}})
