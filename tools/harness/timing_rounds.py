@@ -131,6 +131,8 @@ class TimingRounds:
     (every kernel the traced calls ran), `prepare` (a workload x seed's inputs and the reference's
     outputs), `_foreign` (the trace check) and `_give_back_gpu_memory`."""
 
+    parts: dict[str, float] | None = None  # the timing step's seconds by TIMING_PARTS, while it runs
+
     if TYPE_CHECKING:
         torch: Any
         boxes: Sandboxes | None
@@ -242,9 +244,8 @@ class TimingRounds:
     def _spent(self, part: str, since: float) -> float:
         """Adds the seconds since `since` to the timing step's `part` (TIMING_PARTS); returns now."""
         now = time.monotonic()
-        parts = getattr(self, "parts", None)
-        if parts is not None:
-            parts[part] += now - since
+        if self.parts is not None:  # None outside the timing step (the configurations timed before it)
+            self.parts[part] += now - since
         return now
 
     def _accountable_calls(self, box, req, ref, workload, reps: int, deadline: float, where: str, check: bool,
@@ -346,7 +347,7 @@ class TimingRounds:
         timings, per function and workload, and what ran: {"ran", "stopped", ...}."""
         low, high = _round_limits(req)
         began_timing = time.monotonic()
-        self.parts = dict.fromkeys(TIMING_PARTS, 0.0)
+        self.parts = spent = dict.fromkeys(TIMING_PARTS, 0.0)
         floor = float(req.get("noise_floor", stats.NOISE_FLOOR))
         self.void: dict[str, str] = {}  # comparators whose comparison is void, and why
         plans = [self._plan_rounds(boxes, req, ref, workload, deadline) for workload in req["workloads"]]
@@ -378,9 +379,10 @@ class TimingRounds:
         for plan in plans:
             for name, summary in self._after_rounds(boxes, req, ref, plan, deadline).items():
                 out[name][plan.workload["name"]] = summary
-        self.parts["other"] = max(0.0, time.monotonic() - began_timing - sum(self.parts.values()))
+        self.parts = None
+        spent["other"] = max(0.0, time.monotonic() - began_timing - sum(spent.values()))
         # on the interpreter every call is its own request: nothing to split
-        parts = {k: round(v, 3) for k, v in self.parts.items()} if req["device"] == "cuda" else None
+        parts = {k: round(v, 3) for k, v in spent.items()} if req["device"] == "cuda" else None
         return out, {"ran": ran, "stopped": stopped, "min_rounds": low, "max_rounds": high, "noise_floor": floor,
                      "parts_s": parts}
 
