@@ -56,21 +56,33 @@ class Errors:
 
 
 def errors(torch, o, r, atol: float, rtol: float, chunk: int = COMPARE_CHUNK) -> Errors:
-    """Element-wise errors of o against r, in float64, a chunk at a time. Both NaN counts as equal."""
+    """Element-wise errors of o against r, in float64, a chunk at a time. Both NaN counts as equal.
+    The figures stay on o's device until one read at the end: on a GPU each read is a
+    synchronization, and a timed call's check is on the judge's clock (six reads a chunk cost
+    more than the arithmetic on a 16M-element output)."""
     out = Errors(numel=o.numel())
     flat_o, flat_r = o.detach().reshape(-1), r.detach().reshape(-1)
+    rows = []
     for start in range(0, out.numel, chunk):
         of, rf = widened(torch, flat_o[start:start + chunk]), widened(torch, flat_r[start:start + chunk])
-        out.bad += int((~torch.isfinite(of) & torch.isfinite(rf)).sum())
+        bad = (~torch.isfinite(of) & torch.isfinite(rf)).sum()
         delta = of - rf
         diff = delta.abs()
         diff = torch.where(torch.isnan(of) & torch.isnan(rf), torch.zeros_like(diff), diff)
-        out.failed += int(((diff > atol) & (diff > rtol * rf.abs())).sum())
+        size = rf.abs()
+        failed = ((diff > atol) & (diff > rtol * size)).sum()
         # NaN where the reference is NaN and the kernel is not: no error size to report (nan_to_num)
-        out.max_abs = max(out.max_abs, float(diff.nan_to_num(nan=0.0, posinf=math.inf).max()))
-        out.max_rel = max(out.max_rel, float((diff / rf.abs().clamp_min(1e-12)).nan_to_num(nan=0.0, posinf=math.inf).max()))
-        out.diff_sq += float(delta.square().sum())
-        out.ref_sq += float(rf.square().sum())
+        max_abs = diff.nan_to_num(nan=0.0, posinf=math.inf).max()
+        max_rel = (diff / size.clamp_min(1e-12)).nan_to_num(nan=0.0, posinf=math.inf).max()
+        # counts below 2**53 are exact in float64
+        rows.append(torch.stack([bad.double(), failed.double(), max_abs, max_rel, delta.square().sum(),
+                                 rf.square().sum()]))
+    for bad, failed, max_abs, max_rel, diff_sq, ref_sq in torch.stack(rows).tolist() if rows else []:
+        out.bad += int(bad)
+        out.failed += int(failed)
+        out.max_abs, out.max_rel = max(out.max_abs, max_abs), max(out.max_rel, max_rel)
+        out.diff_sq += diff_sq
+        out.ref_sq += ref_sq
     return out
 
 
