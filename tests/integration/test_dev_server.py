@@ -99,7 +99,7 @@ def optimizer(client) -> str:
 def test_a_check_sent_during_an_optimization_is_not_queued_behind_it(dev_server):
     """`langgraph dev` runs one job at a time by default: a check sent 4 s into an optimization
     waited for all of it (8.3 s for a 0.5 s check). Started as the README says, it answers while
-    the optimization still runs."""
+    the optimization still runs (sent once the optimization has judged its baseline)."""
     from langgraph_sdk import get_sync_client
 
     assert "--no-reload" in readme_flags() and "--n-jobs-per-worker" in readme_flags()
@@ -109,7 +109,11 @@ def test_a_check_sent_during_an_optimization_is_not_queued_behind_it(dev_server)
     context = {"beams": 2, "plans": 2, "samples": 2, "fixes": 1, "iterations": 6, "device": "cpu",
                "model": "tuner", "use_memory": False}
     run = client.runs.create(long["thread_id"], "accelopt", input={"task_dir": str(TASKS / "softmax")}, context=context)
-    time.sleep(4)
+    deadline = time.time() + 120  # under way: its baseline judged (setup's checkpoint), its iterations ahead
+    while not (client.threads.get_state(long["thread_id"])["values"] or {}).get("candidates"):
+        assert client.runs.get(long["thread_id"], run["run_id"])["status"] in ("pending", "running")
+        assert time.time() < deadline, "the optimization never judged its baseline"
+        time.sleep(0.1)
     check = client.threads.create()
     out = client.runs.wait(check["thread_id"], "check", input={"task_dir": str(TASKS / "softmax"),
                                                                "kernel": str(TASKS / "softmax" / "baseline.py")})
