@@ -74,7 +74,7 @@ def test_the_judge_stays_warm_across_checks_and_goes_when_idle(softmax_task, tmp
     """Two checks in one process: the second is answered by the judge the first started (same pid,
     nothing to start). Idle past ACCELOPT_JUDGE_IDLE_S, the judge, its template and sandboxes are
     killed and its home removed; a third check starts a new judge."""
-    monkeypatch.setenv("ACCELOPT_JUDGE_IDLE_S", "4")
+    monkeypatch.setenv("ACCELOPT_JUDGE_IDLE_S", "2")  # far above the 0.2 s between two checks
     pools.close_pools()  # no judge an earlier test of this worker started (the interpreter has one per core)
     kernel = tmp_path / "k.py"
     kernel.write_text(BASELINE)
