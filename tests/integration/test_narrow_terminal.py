@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from accelopt.cli import app as cli_app
 from tests.conftest import ROOT
-from tests.integration.test_show_runs import runs  # noqa: F401 - the scripted run, built once for this module
+from tests.integration.test_show_runs import runs  # noqa: F401 - the scripted run, built once (shared with that module)
 
 NARROW = {"COLUMNS": "80", "TERMINAL_WIDTH": "80"}
 
@@ -128,10 +128,10 @@ def test_runs_reads_whole_at_80_columns(runs):  # noqa: F811 - the fixture
     assert stopped[2].startswith("  stopped before the search (setup): task softmax has no baseline.py")
 
 
-def test_report_and_doctor_read_whole_at_80_columns(runs):  # noqa: F811 - the fixture
+def test_report_and_doctor_read_whole_at_80_columns(runs, tmp_path):  # noqa: F811 - the fixture
     """The headline's geomean line wrapped at words (it was one 118-column line); doctor's paths
     folded (the embedder's was cut with an ellipsis)."""
-    for args in (["report", str(runs / "scripted"), "--out", str(runs / "report-narrow")], ["doctor"]):
+    for args in (["report", str(runs / "scripted"), "--out", str(tmp_path / "report-narrow")], ["doctor"]):
         done = subprocess.run([sys.executable, "-m", "accelopt", *args], cwd=ROOT, env={**os.environ, **NARROW},
                               capture_output=True, text=True, timeout=300)
         assert done.stdout.strip(), done.stderr[-2000:]
@@ -147,7 +147,7 @@ def test_report_and_doctor_read_whole_at_80_columns(runs):  # noqa: F811 - the f
     assert "yes" in lines[at] and all(part.endswith("/") for part in parts[:-1]), parts
     # an interpreter run: no kernel called best, as the CLI says; the head may be the baseline itself
     # (interpreter wall times under a loaded machine decide whether a candidate ranks above it)
-    page = (runs / "report-narrow" / "report.html").read_text()
+    page = (tmp_path / "report-narrow" / "report.html").read_text()
     assert "Beam head against the baseline" in page and "Best kernel against the baseline" not in page
     assert "Lineage of the best kernel" not in page
     assert "the run's best" not in page

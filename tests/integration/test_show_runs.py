@@ -4,6 +4,7 @@ driver's checkpoint and lock), a run that setup stopped (driven as `optimize` wo
 after its first iteration (interrupted, then held by a live process), and paths that are no run."""
 
 import difflib
+import fcntl
 import json
 import os
 import re
@@ -90,10 +91,9 @@ def _drive_new_run(ctx, task_dir: str, run_dir: str) -> None:
     drive(ctx, run, {"task_dir": str(task), "run_dir": str(run.resolve())}, Console(file=io.StringIO()))
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> Path:
-    base = tmp_path_factory.mktemp("runs")
-    tasks = tmp_path_factory.mktemp("tasks")
+def _make_runs(base: Path, tasks: Path) -> None:
+    """The scripted run (base/scripted: T=2, finished) and one setup stopped (base/stopped)."""
+    base.mkdir(parents=True, exist_ok=True)
     shutil.copytree(TASKS / "softmax", tasks / "softmax")
     (tasks / "softmax" / "baseline.py").write_text(_kernel(16))
     shutil.copytree(TASKS / "softmax", tasks / "scratch")
@@ -107,7 +107,29 @@ def runs(tmp_path_factory) -> Path:
     stopped = subprocess.run([sys.executable, "-c", code, str(tasks / "scratch"), str(base / "stopped")], cwd=ROOT,
                              env=env, capture_output=True, text=True, timeout=300)
     assert stopped.returncode == 0, stopped.stderr[-3000:]
-    return base
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Path:
+    """The runs the tests read (never write: a test that changes one copies it first). Under
+    pytest-xdist, built once for the session: this module and test_narrow_terminal's, on whichever
+    workers, share the first one built (a second waits on the lock for it: ~10 s of a run each)."""
+    session = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if session is None:
+        base = tmp_path_factory.mktemp("runs")
+        _make_runs(base, tmp_path_factory.mktemp("tasks"))
+        return base
+    shared = tmp_path_factory.getbasetemp().parent / f"shared-runs-{session}"  # the workers' common folder
+    shared.mkdir(exist_ok=True)
+    with open(shared / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (shared / "built").is_file():
+            shutil.rmtree(shared / "runs", ignore_errors=True)  # a build that failed in another worker
+            shutil.rmtree(shared / "tasks", ignore_errors=True)
+            (shared / "tasks").mkdir()
+            _make_runs(shared / "runs", shared / "tasks")
+            (shared / "built").write_text("")
+    return shared / "runs"
 
 
 def show(*args: str):
