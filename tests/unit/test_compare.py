@@ -92,3 +92,55 @@ def test_a_fingerprint_sees_two_changes_that_cancel_in_a_plain_sum():
     odd_changed = odd.clone()
     odd_changed[1000] += 1
     assert not identical(torch, odd_changed, fingerprint(torch, odd, key=1))
+
+
+def _rule_passes(rule, outs, refs) -> bool:
+    try:
+        rule(torch, outs, refs, "w")
+    except Reject:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_a_timed_call_s_quick_read_says_pass_exactly_where_the_rule_does(dtype):
+    """A timed call's outputs are read with `surely_passes` (no figures: half the device work),
+    the rule itself only where it says no. Pass must mean pass: over draws at the tolerance's
+    edge, with NaN and Inf on either side, under a matched ratio too, the quick read agrees with
+    the rule on every one (both directions: it also says pass wherever the rule does)."""
+    gen = torch.Generator().manual_seed(1)
+    agreed = {True: 0, False: 0}
+    for trial in range(300):
+        ref = (torch.randn(64, generator=gen) * 4).to(dtype)
+        atol, rtol = [(1e-2, 1e-2), (0.0, 1e-3), (1e-3, 0.0), (0.0, 0.0)][trial % 4]
+        scale = torch.rand(64, generator=gen).double() * 2.5  # below, at and past the edge
+        edge = torch.maximum(torch.full((64,), atol, dtype=torch.float64), rtol * ref.double().abs())
+        out = (ref.double() + torch.where(torch.rand(64, generator=gen) < 0.5, 1, -1) * edge * scale).to(dtype)
+        if trial % 3 == 0:
+            out = torch.where(torch.rand(64, generator=gen) < 0.9, ref, out)  # most exact, a few off
+        if trial % 5 == 0:
+            out[3], ref[3] = float("nan"), float("nan")  # both NaN: equal
+        if trial % 7 == 0:
+            out[5] = float("inf") if trial % 2 else float("nan")  # non-finite where ref is finite
+        if trial % 11 == 0:
+            ref[6] = out[6] = float("-inf")
+        for ratio in (None, 0.9):
+            rule = evaluator("allclose", atol, rtol, ratio)
+            verdict = _rule_passes(rule, [out], ref)
+            assert rule.surely_passes(torch, [out], ref) == verdict, (trial, ratio)
+            agreed[verdict] += 1
+    assert min(agreed.values()) > 50  # both outcomes drawn often
+
+
+def test_the_quick_read_leaves_what_it_cannot_read_to_the_rule():
+    """Another count, shape or dtype, a description instead of a tensor, and outputs it has no
+    fast arithmetic for are never passed by the quick read; nor is any rule but allclose."""
+    ref = torch.randn(8)
+    rule = evaluator("allclose", 1e-2, 1e-2)
+    assert rule.surely_passes(torch, [ref.clone()], ref)
+    assert not rule.surely_passes(torch, [ref.clone(), ref.clone()], ref)
+    assert not rule.surely_passes(torch, [ref.clone()[:4]], ref)
+    assert not rule.surely_passes(torch, [ref.double()], ref)
+    assert not rule.surely_passes(torch, [{"not_a_tensor": "a list", "on": ""}], ref)
+    assert not rule.surely_passes(torch, [torch.arange(8)], torch.arange(8))
+    assert not evaluator("relative_l2", 0, 1e-2).surely_passes(torch, [ref.clone()], ref)

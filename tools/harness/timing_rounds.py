@@ -550,8 +550,11 @@ def _check_timed(torch, req, outs, expected, where: str, checked_before: bool = 
     checks passed, the kernel behaves when checked and not when timed: `cheat_suspected`. Before
     any check (`checked_before` False: the configurations timed to choose one, which comes first),
     a wrong configuration is just wrong: the check's own status, the configuration and phase named."""
+    rule = correctness.for_request(req)
+    if rule.surely_passes(torch, outs, expected):
+        return
     try:
-        correctness.for_request(req)(torch, outs, expected, where)  # the task's rule, as checked
+        rule(torch, outs, expected, where)  # the task's rule, as checked
     except Reject as rj:
         if not checked_before:
             raise
