@@ -20,7 +20,7 @@ CUDA_WRAPPER = (TASKS / "softmax" / "baseline.py").read_text().replace("def run(
     "        raise RuntimeError('CUDA is required')\n"
     "    x = x if x.is_cuda else x.cuda()\n"
     "    scratch = torch.empty(16, device='cuda')\n"
-    "    assert float(x[0, 0].abs().cpu().item()) >= 0\n"))
+    "    assert float(x[0, 0].cpu().item()) == float(x[0, 0].cpu().item())\n"))  # a read back: no compute
 
 
 @pytest.fixture(scope="module")
