@@ -142,5 +142,6 @@ def test_the_quick_read_leaves_what_it_cannot_read_to_the_rule():
     assert not rule.surely_passes(torch, [ref.clone()[:4]], ref)
     assert not rule.surely_passes(torch, [ref.double()], ref)
     assert not rule.surely_passes(torch, [{"not_a_tensor": "a list", "on": ""}], ref)
+    assert not rule.surely_passes(torch, [7], ref)  # plain data a sandbox may send instead
     assert not rule.surely_passes(torch, [torch.arange(8)], torch.arange(8))
     assert not evaluator("relative_l2", 0, 1e-2).surely_passes(torch, [ref.clone()], ref)
