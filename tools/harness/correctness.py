@@ -12,7 +12,9 @@ then, per output:
 - packed sub-byte floats (float4_e2m1fn_x2: torch has no arithmetic on them) are compared bit
   for bit whatever the task's rule (`ExactBytes`): the rounding is part of the answer.
 Floating outputs are compared in float64 a chunk at a time (`errors`), and a NaN or Inf where the
-reference is finite rejects under every rule.
+reference is finite rejects under every rule. A rule's `surely_passes` is its quick pass, for the
+judge's reads of timed calls (hundreds a check): True only where the rule itself would pass, with
+no figures; anything else goes to the rule, so the verdict and its message are always the rule's.
 
 `EVALUATORS` maps the task format's names (tools/task.py `correctness`) to the rules;
 `for_request` is the rule a judge request carries. Standard library only, torch passed in: the
