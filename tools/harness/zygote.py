@@ -145,10 +145,10 @@ def main() -> None:
         # (lru_cache), on the first compile: once here, not in every sandbox on the GPU's clock.
         try:
             from triton.runtime.cache import triton_key
-        except ImportError:  # another Triton: each sandbox pays it
-            pass
-        else:
+
             triton_key()
+        except Exception:  # noqa: BLE001 - only a saving: each sandbox computes it at its first compile, as before
+            pass
     sandbox = _load("accelopt_sandbox", "sandbox.py")
     confine = _load("accelopt_confine", "confine.py")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the run decides on Ctrl-C; the judge ends us
