@@ -102,8 +102,9 @@ def _rule_passes(rule, outs, refs) -> bool:
     return True
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
-def test_a_timed_call_s_quick_read_says_pass_exactly_where_the_rule_does(dtype):
+def test_a_timed_call_s_quick_read_says_pass_exactly_where_the_rule_does(dtype, device):
     """A timed call's outputs are read with `surely_passes` (no figures: half the device work),
     the rule itself only where it says no. Pass must mean pass: over draws at the tolerance's
     edge, with NaN and Inf on either side, under a matched ratio too, the quick read agrees with
@@ -124,6 +125,7 @@ def test_a_timed_call_s_quick_read_says_pass_exactly_where_the_rule_does(dtype):
             out[5] = float("inf") if trial % 2 else float("nan")  # non-finite where ref is finite
         if trial % 11 == 0:
             ref[6] = out[6] = float("-inf")
+        out, ref = out.to(device), ref.to(device)  # on a GPU, as the judge reads timed calls
         for ratio in (None, 0.9):
             rule = evaluator("allclose", atol, rtol, ratio)
             verdict = _rule_passes(rule, [out], ref)
