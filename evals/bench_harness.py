@@ -6,6 +6,9 @@
     python evals/bench_harness.py robustness   # 20 candidates, 5 of them hang, crash or fault the GPU
     python evals/bench_harness.py identical    # the softmax baseline against an identical copy, 20 times
     python evals/bench_harness.py all --out harness.json
+    python evals/bench_harness.py throughput --checkout /path/to/old
+                                               # then the same at another checkout, on the same machine:
+                                               # both figures and their ratio in one report
     python evals/bench_harness.py scaling --cluster ray [--ray-address auto]
                                                # evaluations per minute: the local pool on 1 GPU, and Ray's
                                                # evaluation actors on 1, 2, 4 and all GPUs of the cluster
@@ -15,7 +18,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -217,6 +224,23 @@ def robustness() -> dict:
             "judge_starts": sum(w.started for w in pool.workers)}
 
 
+def at_checkout(checkout: Path, which: str, args: list[str], timeout_s: float = 1800) -> dict:
+    """`which` run by another checkout's own bench (its folder first on PYTHONPATH, so its
+    `accelopt` is the one imported), after this one's on the same machine: its report."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "report.json"
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(checkout), os.environ.get("PYTHONPATH", "")])}
+        subprocess.run([sys.executable, str(checkout / "evals" / "bench_harness.py"), which, *args, "--out", str(out)],
+                       cwd=checkout, env=env, check=True, timeout=timeout_s)
+        return json.loads(out.read_text()).get(which, {})
+
+
+def side_by_side(now: dict, then: dict) -> dict:
+    """Each throughput mode measured by both checkouts: this one's evaluations a minute over the other's."""
+    return {mode: now[mode]["per_minute"] / then[mode]["per_minute"]
+            for mode in now if mode in then and isinstance(now[mode], dict) and "per_minute" in now[mode]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("which", choices=["throughput", "scaling", "fidelity", "robustness", "identical", "all"])
@@ -226,6 +250,9 @@ def main() -> None:
     parser.add_argument("--cluster", choices=["local", "ray"], default="local",
                         help="scaling: the local pool's judges, or Ray's evaluation actors (pip install accelopt[ray])")
     parser.add_argument("--ray-address", default=None, help="with --cluster ray (default: $ACCELOPT_RAY_ADDRESS or auto)")
+    parser.add_argument("--checkout", type=Path, default=None,
+                        help="throughput: then the same modes at this other checkout (e.g. `git archive` of an old "
+                             "commit), on the same machine; the report holds both and their ratio")
     args = parser.parse_args()
     address = args.ray_address or settings.ray_address() or "auto"
     report = {}
@@ -239,6 +266,12 @@ def main() -> None:
             if name == "robustness":
                 for case, r in report[name]["results"].items():
                     print(f"  {case:16s} {r['status']:16s} {r['error'][-110:]!r}")
+            if name == "throughput" and args.checkout:
+                report["throughput_at_checkout"] = then = at_checkout(args.checkout.resolve(), "throughput",
+                                                                      ["--modes", args.modes])
+                report["throughput_ratio"] = side_by_side(report[name], then)
+                print("at", args.checkout, json.dumps(then, indent=1, default=str))
+                print("this checkout over it:", json.dumps(report["throughput_ratio"]))
             if args.out:
                 args.out.write_text(json.dumps(report, indent=2, default=str))
 
