@@ -67,12 +67,11 @@ def errors(torch, o, r, atol: float, rtol: float, chunk: int = COMPARE_CHUNK) ->
     rows = []
     for start in range(0, out.numel, chunk):
         of, rf = widened(torch, flat_o[start:start + chunk]), widened(torch, flat_r[start:start + chunk])
-        bad = (~torch.isfinite(of) & torch.isfinite(rf)).sum()
         delta = of - rf
         diff = delta.abs()
         diff = torch.where(torch.isnan(of) & torch.isnan(rf), torch.zeros_like(diff), diff)
         size = rf.abs()
-        failed = ((diff > atol) & (diff > rtol * size)).sum()
+        bad, failed = _bad_and_failed(torch, of, rf, diff, size, atol, rtol)
         # NaN where the reference is NaN and the kernel is not: no error size to report (nan_to_num)
         max_abs = diff.nan_to_num(nan=0.0, posinf=math.inf).max()
         max_rel = (diff / size.clamp_min(1e-12)).nan_to_num(nan=0.0, posinf=math.inf).max()
@@ -86,6 +85,13 @@ def errors(torch, o, r, atol: float, rtol: float, chunk: int = COMPARE_CHUNK) ->
         out.diff_sq += diff_sq
         out.ref_sq += ref_sq
     return out
+
+
+def _bad_and_failed(torch, of, rf, diff, size, atol: float, rtol: float):
+    """The rule's two counts of a chunk, as device scalars: non-finite where the reference is finite,
+    and outside both atol and rtol (`of`, `rf` in float64, `diff` = |of - rf|, `size` = |rf|; a NaN
+    difference is never outside). One home for `errors` and the quick pass (`_outside`)."""
+    return (~torch.isfinite(of) & torch.isfinite(rf)).sum(), ((diff > atol) & (diff > rtol * size)).sum()
 
 
 def widened(torch, t):
@@ -258,17 +264,16 @@ class AllClose(Evaluator):
 
 
 def _outside(torch, o, r, atol: float, rtol: float, chunk: int = COMPARE_CHUNK):
-    """[non-finite where r is finite, outside both atol and rtol] as a device tensor: `errors`'
-    `bad` and `failed`, the same float64 arithmetic (both NaN: a NaN difference, never outside),
-    without the figures `errors` also computes."""
+    """[bad, failed] as a device tensor: `errors`' two counts (`_bad_and_failed`), without the
+    figures `errors` also computes."""
     flat_o, flat_r = o.detach().reshape(-1), r.detach().reshape(-1)
     total = torch.zeros(2, dtype=torch.int64, device=o.device)
     for start in range(0, flat_o.numel(), chunk):
-        part_o, part_r = flat_o[start:start + chunk], flat_r[start:start + chunk]
-        total[0] += (~torch.isfinite(part_o) & torch.isfinite(part_r)).sum()
-        rf = part_r.double()
-        diff = (part_o.double() - rf).abs_()  # a new tensor: never the output or the reference
-        total[1] += ((diff > atol) & (diff > rf.abs().mul_(rtol))).sum()
+        of, rf = flat_o[start:start + chunk].double(), flat_r[start:start + chunk].double()
+        diff = (of - rf).abs_()  # a new tensor: never the output or the reference
+        bad, failed = _bad_and_failed(torch, of, rf, diff, rf.abs(), atol, rtol)
+        total[0] += bad
+        total[1] += failed
     return total
 
 
