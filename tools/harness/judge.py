@@ -700,8 +700,8 @@ class Judge(TimingRounds, AutotuneRounds):
             if failure.status == "timeout":  # which step ran out of time, and what the others took
                 failure.error += f" ({self._progress(req['timeout_s'])})"
             raise
-        finally:
-            box.kill(keep_cache=req.get("keep_cache"))
+        finally:  # its processes killed now; waited for once the verdict is sent (serve)
+            self.boxes.end(box, keep_cache=req.get("keep_cache"))
 
     def _next_step(self, name: str) -> None:
         now = time.monotonic()
@@ -906,6 +906,7 @@ def serve() -> None:
                       "restart": True}
         results.write(RESULT_MARK + req["nonce"] + json.dumps(result) + "\n")
         results.flush()
+        judge.boxes.finish_ended()
         if result.get("restart"):
             break
     if judge.boxes is not None:

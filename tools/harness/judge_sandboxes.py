@@ -406,24 +406,33 @@ class Sandbox:
             return 0.0
         return _cpu_s(self.proc.pid) - sum(_cpu_s(self.proc.pid, tid) for tid in self.baseline)
 
-    def kill(self, keep_cache: str | None = None) -> None:
+    def kill(self, keep_cache: str | None = None, wait: bool = True) -> None:
         """End the process and every process it started (`kill_tree`), and remove its folder;
         `keep_cache`: first move its Triton cache there (the kernels it compiled, for the same
-        candidate's audit: compiled once)."""
+        candidate's audit: compiled once). `wait=False`: every process is killed now, but waiting
+        for the sandbox's end (its GPU memory freed as it exits: up to tenths of a second) and
+        removing its folder are left to `finish`, so a verdict need not wait for them. The processes
+        the candidate started have exited when it returns either way."""
         if self.proc.poll() is None:
-            kill_tree(self.proc.pid)
+            started = kill_tree(self.proc.pid) - {self.proc.pid}
             self.proc.kill()
-            self.proc.wait()
+            _await_ended(started)  # most have no GPU memory to free: milliseconds
         try:
             self.conn.close()
         except OSError:
             pass
         cache = os.path.join(self.home, "triton-cache")
         if keep_cache and os.path.isdir(cache) and not os.path.exists(keep_cache):
-            try:
+            try:  # nothing of the sandbox runs any more: killed, it only has to exit
                 shutil.move(cache, keep_cache)
             except OSError:
                 pass
+        if wait:
+            self.finish()
+
+    def finish(self) -> None:
+        """After `kill`: its end waited for, and its folder removed."""
+        self.proc.wait()
         shutil.rmtree(self.home, ignore_errors=True)
 
 
@@ -466,10 +475,11 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def kill_tree(pid: int) -> None:
+def kill_tree(pid: int) -> set[int]:
     """Stop `pid` and every descendant (stopped, none forks again; until none new appears), then
     SIGKILL them all: nothing a candidate started outlives its sandbox, a setsid grandchild
-    included (the sandbox is a subreaper: its orphans stay in its tree while it lives)."""
+    included (the sandbox is a subreaper: its orphans stay in its tree while it lives). Returns
+    every process signalled."""
     import signal
 
     stopped: set[int] = set()
@@ -488,6 +498,22 @@ def kill_tree(pid: int) -> None:
             os.kill(p, signal.SIGKILL)
         except OSError:
             pass
+    return stopped
+
+
+def _await_ended(pids: set[int], timeout: float = 2.0) -> None:
+    """Until every process in `pids` has exited (a zombie, or reaped), at most `timeout` s."""
+    left, ends = set(pids), time.monotonic() + timeout
+    while left and time.monotonic() < ends:
+        for p in list(left):
+            try:
+                with open(f"/proc/{p}/stat") as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                        left.discard(p)
+            except (OSError, IndexError):
+                left.discard(p)
+        if left:
+            time.sleep(0.002)
 
 
 def _children(pid: int) -> list[int]:
@@ -520,6 +546,7 @@ class Sandboxes:
         self.confined = confined
         self.template = Template(self.root, confined)
         self.spares: collections.deque[Sandbox] = collections.deque()
+        self.ended: list[Sandbox] = []  # killed, not yet waited for (`end`)
         self.comparators: collections.OrderedDict[str, Sandbox] = collections.OrderedDict()
 
     def _new(self, readable: list[str]) -> Sandbox:
@@ -567,7 +594,19 @@ class Sandboxes:
             box.kill()
         self.comparators.clear()
 
+    def finish_ended(self) -> None:
+        """The candidates' sandboxes killed without waiting (`end`): waited for, folders removed."""
+        while self.ended:
+            self.ended.pop().finish()
+
+    def end(self, box: Sandbox, keep_cache: str | None = None) -> None:
+        """A candidate's sandbox after its evaluation: killed now, waited for by `finish_ended`
+        once the verdict is sent."""
+        box.kill(keep_cache=keep_cache, wait=False)
+        self.ended.append(box)
+
     def close(self) -> None:
+        self.finish_ended()
         for box in list(self.spares) + list(self.comparators.values()):
             box.kill()
         self.template.close()
