@@ -700,7 +700,7 @@ class Judge(TimingRounds, AutotuneRounds):
             if failure.status == "timeout":  # which step ran out of time, and what the others took
                 failure.error += f" ({self._progress(req['timeout_s'])})"
             raise
-        finally:  # its processes killed now; waited for once the verdict is sent (serve)
+        finally:  # its processes killed now, its exit awaited beside the next request
             self.boxes.end(box, keep_cache=req.get("keep_cache"))
 
     def _next_step(self, name: str) -> None:
@@ -906,7 +906,6 @@ def serve() -> None:
                       "restart": True}
         results.write(RESULT_MARK + req["nonce"] + json.dumps(result) + "\n")
         results.flush()
-        judge.boxes.finish_ended()
         if result.get("restart"):
             break
     if judge.boxes is not None:

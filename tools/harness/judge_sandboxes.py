@@ -26,6 +26,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 ERROR_CHARS = 1500
@@ -546,7 +547,7 @@ class Sandboxes:
         self.confined = confined
         self.template = Template(self.root, confined)
         self.spares: collections.deque[Sandbox] = collections.deque()
-        self.ended: list[Sandbox] = []  # killed, not yet waited for (`end`)
+        self.ending: list[threading.Thread] = []  # candidates' sandboxes killed, their exits awaited (`end`)
         self.comparators: collections.OrderedDict[str, Sandbox] = collections.OrderedDict()
 
     def _new(self, readable: list[str]) -> Sandbox:
@@ -594,19 +595,18 @@ class Sandboxes:
             box.kill()
         self.comparators.clear()
 
-    def finish_ended(self) -> None:
-        """The candidates' sandboxes killed without waiting (`end`): waited for, folders removed."""
-        while self.ended:
-            self.ended.pop().finish()
-
     def end(self, box: Sandbox, keep_cache: str | None = None) -> None:
-        """A candidate's sandbox after its evaluation: killed now, waited for by `finish_ended`
-        once the verdict is sent."""
+        """A candidate's sandbox after its evaluation: killed now (what it started has exited when
+        this returns), its own exit waited for and its folder removed on a thread of their own,
+        so the verdict, and the next request, need not wait for them."""
         box.kill(keep_cache=keep_cache, wait=False)
-        self.ended.append(box)
+        ending = threading.Thread(target=box.finish, name="accelopt-sandbox-end", daemon=True)
+        ending.start()
+        self.ending = [t for t in self.ending if t.is_alive()] + [ending]
 
     def close(self) -> None:
-        self.finish_ended()
+        for ending in self.ending:
+            ending.join(timeout=10)
         for box in list(self.spares) + list(self.comparators.values()):
             box.kill()
         self.template.close()
