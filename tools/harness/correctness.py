@@ -274,9 +274,10 @@ FLOAT32_MAX = 3.4028234663852886e38
 
 
 def _unsure(torch, o, r, atol: float, rtol: float, count_bad: bool, chunk: int = COMPARE_CHUNK):
-    """[elements not surely inside the tolerances (at least the rule's failed count), non-finite
-    where the reference is finite (the rule's `bad`; 0 unless `count_bad`: without a ratio an
-    output passes only with no unsure element, which has none)] as a device tensor."""
+    """[elements not surely inside the tolerances (at least the rule's failed count), elements
+    non-finite where the reference is finite (the rule's `bad`)] as a device tensor. On the float32
+    path `bad` is counted only with `count_bad` (a ratio): without one, an output passes only with
+    no unsure element, and then it has no bad one either."""
     flat_o, flat_r = o.detach().reshape(-1), r.detach().reshape(-1)
     total = torch.zeros(2, dtype=torch.int64, device=o.device)
     narrow = o.element_size() <= 4 and atol >= QUICK_MIN_ATOL

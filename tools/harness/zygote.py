@@ -192,13 +192,13 @@ def main() -> None:
     control.sendall(b'{"ready": true}\n')
     warmed = os.environ.get("TRITON_INTERPRET") == "1"  # on the interpreter: done above
     while True:
-        ready, _, _ = select.select([control, woken], [], [], 0.2)
+        ready, _, _ = select.select([control.fileno(), woken], [], [], 0.2)
         if woken in ready:
             _drain(woken)
         _reap(children)
         _kill_orphans(children)
-        if control not in ready:
-            if not warmed:  # once the first sandboxes are forked and none is asked for
+        if control.fileno() not in ready:
+            if not ready and not warmed:  # 0.2 s with nothing asked, once the first sandboxes are forked
                 _ahead_of_later_sandboxes()
                 warmed = True
             continue
