@@ -7,8 +7,9 @@ one JSON object with three file descriptors attached (the sandbox's end of its s
 judge, its stderr log, the write end of its exit-status pipe). The template forks; the child
 closes everything else, takes the environment and folder it was given, confines itself with
 Landlock while it is still the only thread, and serves the judge as sandbox.py. The template
-reaps its children and writes each one's wait status to its pipe, which is how the judge learns
-how a sandbox ended.
+reaps its children as they end (SIGCHLD wakes it) and writes each one's wait status to its pipe,
+which is how the judge learns how a sandbox ended. Once idle, it does what every later sandbox
+would do on its own (`_ahead_of_later_sandboxes`).
 
 The template and every sandbox are child subreapers (PR_SET_CHILD_SUBREAPER): a process a
 candidate starts stays a descendant of its sandbox however it detaches (double fork, setsid), so
