@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from accelopt.evals.check_process import checkout_env
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -55,9 +56,9 @@ def check(case: dict, checkout: Path, timeout_s: float) -> dict:
            "--device", "cuda", "--timeout", str(timeout_s)]
     if case.get("against"):
         cmd += ["--against", str(case["against"])]
-    env = {**os.environ, "PYTHONPATH": f"{checkout}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     began = time.monotonic()
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=checkout, env=env, timeout=timeout_s * 3 + 120)
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=checkout, env=checkout_env(checkout),
+                          timeout=timeout_s * 3 + 120)
     row: dict = {"wall_s": round(time.monotonic() - began, 1), "exit": done.returncode}
     try:
         record = json.loads(done.stdout.strip().splitlines()[-1])

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -26,6 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from accelopt.evals.check_process import checkout_env
 from accelopt.tools import settings
 from accelopt.tools.harness.kernel_profile import profile_kernel
 from accelopt.tools.harness.pool import make_pool
@@ -229,9 +229,8 @@ def at_checkout(checkout: Path, which: str, args: list[str], timeout_s: float = 
     `accelopt` is the one imported), after this one's on the same machine: its report."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "report.json"
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(checkout), os.environ.get("PYTHONPATH", "")])}
         subprocess.run([sys.executable, str(checkout / "evals" / "bench_harness.py"), which, *args, "--out", str(out)],
-                       cwd=checkout, env=env, check=True, timeout=timeout_s)
+                       cwd=checkout, env=checkout_env(checkout), check=True, timeout=timeout_s)
         return json.loads(out.read_text()).get(which, {})
 
 

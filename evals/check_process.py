@@ -4,6 +4,7 @@ benchmarks of verdicts (bench_fib_verdicts, bench_autotune_verdicts, bench_serve
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -22,3 +23,9 @@ def check_process(task: Path, kernel: Path, against: Path | None, timeout_s: flo
         return json.loads(done.stdout.strip().splitlines()[-1]), ran
     except (ValueError, IndexError):
         return None, {**ran, "error": done.stderr[-2000:]}
+
+
+def checkout_env(checkout: Path) -> dict[str, str]:
+    """This process's environment with another checkout's folder first on PYTHONPATH, so that a
+    process started there imports that checkout's `accelopt`, not this one's: figures side by side."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(checkout), os.environ.get("PYTHONPATH", "")])}

@@ -30,8 +30,7 @@ CHILD_ENVIRONMENTS = {
     ("tools/backends/nki.py", "run_worker"): "the NKI worker's: this one, pinned to a NeuronCore",
     ("evals/bench_realworld.py", "run_probes"): "a probe's: this one, with its own Triton cache",
     ("evals/bench_full_run.py", "traced_env"): "a benchmarked run's: this one, traced to a stand-in endpoint",
-    ("evals/bench_adversarial.py", "check"): "a check process's: this one, another checkout first on PYTHONPATH",
-    ("evals/bench_harness.py", "at_checkout"): "a bench process's: this one, another checkout first on PYTHONPATH",
+    ("evals/check_process.py", "checkout_env"): "a process of another checkout's: this one, that checkout first on PYTHONPATH",
 }
 # ACCELOPT_ reads left in modules others are moving while this was written; route each through
 # tools/settings.py (the function named) and delete its line.
