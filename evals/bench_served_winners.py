@@ -7,11 +7,13 @@ the replay endpoint (evals/replay: real LLM-written kernels, AccelOpt's best amo
 variants, at a modelled LLM's latency; a rehearsal, not an LLM) serves a run that starts from the
 corpus solution AccelOpt started from (evals/bench_full_run.py, B2 N2 K2 F1 by default). Then:
 1. the best served kernel's standalone verdict: `accelopt check TASK BEST --against BASELINE --json`;
-2. per run, its best's speedup over the baseline with its interval, and whether the served best
-   was evaluated in it and with which verdict (the candidate whose source is the served best's);
-3. pass: where the replay served the best in the run, the run's best is at least the standalone
-   verdict within noise (its interval, widened by the judge's noise floor, reaches the standalone
-   interval); where it did not, no verdict (`passes` null: the run was never handed the winner).
+2. per run, the figure it reports for its best (summary.json `best_figure`: every evaluation of the
+   best's program pooled with the run's end's confirmation), and each evaluation of the served best
+   in it (the candidates whose source is the served best's), with its interval across evaluations
+   (stats.across) and whether every pair of those intervals overlaps;
+3. pass: where the replay served the best in the run, the reported figure is the standalone
+   verdict's within noise: their intervals, each widened by the noise floor, overlap; where it did
+   not, no verdict (`passes` null: the run was never handed the winner).
 Rows go to OUT/served_winners.json.
 """
 
@@ -24,7 +26,7 @@ import sys
 from pathlib import Path
 
 from accelopt.evals.check_process import check_process
-from accelopt.tools.harness.stats import NOISE_FLOOR
+from accelopt.tools.harness.stats import NOISE_FLOOR, Interval, across
 
 HERE = Path(__file__).resolve().parent
 REALWORLD = HERE / "realworld"
@@ -50,6 +52,26 @@ def against_baseline(result: dict) -> dict:
     return vs
 
 
+def widened(vs: dict) -> list[float] | None:
+    """A result.json comparison's rounds' interval as a verdict reports it: across evaluations."""
+    if vs.get("ci_low") is None or vs.get("ci_high") is None:
+        return None
+    iv = across(Interval(vs["speedup"], vs["ci_low"], vs["ci_high"], 0), vs.get("noise_floor") or NOISE_FLOOR)
+    return [iv.low, iv.high]
+
+
+def overlaps(a: list[float] | None, b: list[float] | None) -> bool:
+    return bool(a and b and None not in (*a, *b) and a[0] <= b[1] and b[0] <= a[1])
+
+
+def passes(run: dict, standalone_interval: list[float] | None) -> bool | None:
+    """None where the run was never handed the winner; else whether the figure it reports holds the
+    standalone verdict within noise (both intervals are reported across evaluations)."""
+    if not run.get("served_best_evaluations"):
+        return None
+    return overlaps(run.get("best_interval"), standalone_interval)
+
+
 def run_row(task: str, out: Path, args: argparse.Namespace, best_text: str) -> dict:
     cmd = [sys.executable, str(HERE / "bench_full_run.py"), "--out", str(out), "--tasks", task,
            "-B", str(args.beams), "-N", str(args.plans), "-K", str(args.samples), "-F", str(args.fixes),
@@ -64,14 +86,14 @@ def run_row(task: str, out: Path, args: argparse.Namespace, best_text: str) -> d
     except (OSError, ValueError):
         return {**row, "error": done.stderr[-1500:] or done.stdout[-1500:]}
     row.update(best_id=summary.get("best_id"), best_speedup=summary.get("best_speedup"),
-               stop_reason=summary.get("stop_reason"))
-    best = run_dir / "candidates" / str(summary.get("best_id")) / "result.json"
+               stop_reason=summary.get("stop_reason"), best_figure=summary.get("best_figure"),
+               confirmations=summary.get("confirmations"), not_confirmed=summary.get("not_confirmed"))
+    figure = summary.get("best_figure") or {}
     if summary.get("best_id") == "baseline":  # nothing beat it: the baseline against itself
         row.update(best_interval=[1.0, 1.0], best_word="baseline", best_basis=None)
-    elif best.is_file():
-        vs = against_baseline(json.loads(best.read_text()))
-        row["best_interval"] = [vs.get("ci_low"), vs.get("ci_high")]
-        row["best_word"], row["best_basis"] = vs.get("word"), vs.get("basis")
+    elif figure:  # the figure the run reports: its best's evaluations pooled with its confirmation
+        row["best_interval"] = [figure.get("ci_low"), figure.get("ci_high")]
+        row["best_word"], row["best_basis"] = figure.get("word"), figure.get("basis")
     served = []
     for folder in sorted((run_dir / "candidates").glob("*")):
         kernel, result = folder / "kernel.py", folder / "result.json"
@@ -80,9 +102,11 @@ def run_row(task: str, out: Path, args: argparse.Namespace, best_text: str) -> d
             vs = against_baseline(got)
             served.append({"id": folder.name, "status": got.get("status"), "speedup": got.get("speedup"),
                            "word": vs.get("word"), "basis": vs.get("basis"),
-                           "interval": [vs.get("ci_low"), vs.get("ci_high")], "flags": got.get("flags"),
-                           "autotune": got.get("autotune_choice")})
+                           "interval": widened(vs) if vs else None, "rounds_interval": [vs.get("ci_low"), vs.get("ci_high")],
+                           "flags": got.get("flags"), "autotune": got.get("autotune_choice")})
     row["served_best_evaluations"] = served
+    measured = [e["interval"] for e in served if e.get("interval")]
+    row["served_intervals_overlap"] = all(overlaps(a, b) for i, a in enumerate(measured) for b in measured[i + 1:])
     return row
 
 
@@ -116,16 +140,17 @@ def main() -> None:
         rows.append(row)  # written as each part ends: a bench cut short keeps what it measured
         (args.out / "served_winners.json").write_text(json.dumps(rows, indent=1))
         print(task, "standalone", row["standalone"], flush=True)
-        low = (row["standalone"].get("interval") or [None])[0]
         for r in range(args.runs):
             run = run_row(task, args.out / f"{task}_run{r}", argparse.Namespace(**{**vars(args), "seed": args.seed + r}),
                           best.read_text())
-            top = (run.get("best_interval") or [None, None])[1]
-            run["passes"] = (None if not run.get("served_best_evaluations")
-                             else bool(low is not None and top is not None and top * (1 + NOISE_FLOOR) >= low))
+            run["passes"] = passes(run, row["standalone"].get("interval"))
             row["runs"].append(run)
             (args.out / "served_winners.json").write_text(json.dumps(rows, indent=1))
-            print(task, r, run.get("best_speedup"), run.get("best_interval"), "standalone", row["standalone"],
+            figure = run.get("best_figure") or {}
+            print(task, r, run.get("best_speedup"), run.get("best_interval"),
+                  f"pooling {figure.get('measurements')} ({figure.get('confirmed')} confirming)",
+                  "served evaluations' intervals overlap:", run.get("served_intervals_overlap"),
+                  "standalone", row["standalone"],
                   {True: "passes", False: "FAILS", None: "not served"}[run["passes"]], flush=True)
 
 
