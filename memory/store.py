@@ -34,10 +34,28 @@ from urllib.parse import urlparse
 
 import numpy as np
 from platformdirs import user_data_dir
+from tenacity import retry, retry_if_exception, stop_after_delay, wait_exponential
 
 from accelopt.memory.embedder import DEFAULT_EMBEDDER, Embedder, MemoryStoreError, check_model, get_embedder
 from accelopt.memory.features import class_family
 from accelopt.memory.schema import Insight, config_key
+
+
+def _not_on_disk_yet(exc: BaseException) -> bool:
+    """A Chroma server's passing state, not a fault: a collection another writer has just written,
+    whose vector index the server has yet to write ("Error creating hnsw segment reader: Nothing
+    found on disk"). Asked again a moment later, it answers."""
+    from chromadb.errors import InternalError
+
+    return isinstance(exc, InternalError) and "Nothing found on disk" in str(exc)
+
+
+@retry(retry=retry_if_exception(_not_on_disk_yet), wait=wait_exponential(multiplier=0.05, max=1.0),
+       stop=stop_after_delay(15), reraise=True)
+def query_collection(collection, **kwargs: Any) -> Any:
+    """`collection.query`, asked again while the server has the index still to write."""
+    return collection.query(**kwargs)
+
 
 COLLECTION_PREFIX = "accelopt-insights"
 DUPLICATE_SIMILARITY = 0.92
@@ -204,8 +222,8 @@ class InsightStore:
         count = collection.count()
         if count == 0:
             return None
-        found = collection.query(query_embeddings=[vector], n_results=min(DUPLICATE_CANDIDATES, count),
-                                 include=["metadatas", "distances"])
+        found = query_collection(collection, query_embeddings=[vector],
+                                 n_results=min(DUPLICATE_CANDIDATES, count), include=["metadatas", "distances"])
         for dist, meta in zip(found["distances"][0], found["metadatas"][0]):
             if meta["kind"] != insight.kind or 1.0 - dist < DUPLICATE_SIMILARITY:
                 continue
@@ -305,7 +323,7 @@ class InsightStore:
         if count == 0:
             return []
         vector = self.embedder.embed([query])[0]
-        found = collection.query(query_embeddings=[vector], n_results=min(4 * k, count),
+        found = query_collection(collection, query_embeddings=[vector], n_results=min(4 * k, count),
                                  include=["metadatas", "distances", "embeddings"])
         similarity = 1.0 - np.asarray(found["distances"][0])
         family = class_family(kernel_class or "")
