@@ -59,9 +59,10 @@ lint: install mypy-tree
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-# CI runs this: ruff, then the CPU tests, a test file to a worker, with mypy beside them (most of
-# a test's wall time is waiting on processes it started: judges, servers, the CLI; the 2 cores
-# have room for mypy's 30 s then). Either failing fails the target, mypy's report printed last.
+# CI runs this: ruff, then the CPU tests, a test file to a worker, with mypy beside them. The
+# tests spend their time in processes they start (judges, servers, the CLI), which keep 2 cores
+# about 90% busy (/proc/stat; `time` counts only the processes pytest itself reaps), mypy's 30 s
+# beside them. Either failing fails the target, mypy's report printed last.
 # The slowest tests are listed: CI has 15 minutes, and a slow test is a slow code path. The
 # project's own modules are byte-compiled first, as the install compiles the packages: every CLI,
 # judge and server process the tests start imports them (0.2 s a process without).
