@@ -15,8 +15,8 @@ Named pairs:
 - rmsnorm_best_vs_o3: AccelOpt's rmsnorm_h128 best against o3's kernel it started from;
 - softmax_baseline: the bundled softmax's baseline against itself, an honest tie;
 - softmax_shared_key: an honest autotuned softmax at a tie with the baseline whose autotune key
-  leaves out the row count, on the bundled softmax at two heights of one width (built under OUT's
-  folder): its two workloads share one tuning key.
+  leaves out the row count, on the bundled softmax at two heights of one width (built beside OUT,
+  in OUT's name with `_tasks`): its two workloads share one tuning key.
 """
 
 from __future__ import annotations
@@ -44,6 +44,11 @@ def two_heights(where: Path) -> Path:
                 interpreter_workloads=[{"name": f"M{m}_N37", "params": {"M": m, "N": 37}} for m in (2, 5)])
     (task / "task.json").write_text(json.dumps(spec, indent=1))
     return task
+
+
+def pair_tasks_folder(out: Path) -> Path:
+    """Where a pair's built task goes: beside OUT, named after it (never the working folder)."""
+    return out.resolve().parent / f"{out.stem}_tasks"
 
 
 def pair(name: str, where: Path) -> tuple[Path, Path, Path | None]:
@@ -111,7 +116,7 @@ def main() -> None:
     args = parser.parse_args()
     if (args.pair is None) == (args.kernel is None):
         parser.error("name a --pair, or a --task and --kernel")
-    task, kernel, against = (pair(args.pair, args.out.resolve().parent / "tasks") if args.pair
+    task, kernel, against = (pair(args.pair, pair_tasks_folder(args.out)) if args.pair
                              else (args.task, args.kernel, args.against))
     rows: list[dict] = []
     for _ in range(args.processes):

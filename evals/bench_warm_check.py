@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from accelopt.evals.bench_one_verdict import agreement, pair, shared_key_said
+from accelopt.evals.bench_one_verdict import agreement, pair, pair_tasks_folder, shared_key_said
 
 HERE = Path(__file__).resolve().parent
 REALWORLD = HERE / "realworld"
@@ -59,7 +59,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     args = parser.parse_args()
     if args.pair:
-        args.task, args.kernel, args.against = pair(args.pair, args.out.resolve().parent / "tasks")
+        args.task, args.kernel, args.against = pair(args.pair, pair_tasks_folder(args.out))
     task, kernel = default_pair() if args.kernel is None else (args.task, args.kernel)
     from accelopt.graph.check_graph import graph  # the served door's own graph
 
