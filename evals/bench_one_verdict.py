@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+from collections.abc import Sequence
 from itertools import combinations
 from pathlib import Path
 
@@ -65,22 +66,28 @@ def pair(name: str, where: Path) -> tuple[Path, Path, Path | None]:
     raise SystemExit(f"unknown pair {name!r}: rmsnorm_best_vs_o3, softmax_baseline or softmax_shared_key")
 
 
-def overlaps(a: tuple[float, float], b: tuple[float, float]) -> bool:
-    return a[0] <= b[1] and b[0] <= a[1]
+def overlaps(a: Sequence[float | None] | None, b: Sequence[float | None] | None) -> bool:
+    """Whether two intervals [low, high] share a point; an interval missing, or missing an end, shares none."""
+    if not a or not b or None in (*a, *b):
+        return False
+    return a[0] <= b[1] and b[0] <= a[1]  # type: ignore[operator]
 
 
 def shared_key_said(record: dict) -> bool:
     return any(SHARED_KEY in note for rec in (record.get("autotune") or {}).values() for note in rec.get("notes") or [])
 
 
+def verdicts_of(record: dict) -> dict:
+    """A check record's verdicts as `agreement` reads them: word, figure, and both intervals."""
+    return {name: {k: v.get(k) for k in ("word", "basis", "speedup", "ci_low", "ci_high", "rounds_low", "rounds_high")}
+            for name, v in (record.get("verdicts") or {}).items()}
+
+
 def row(record: dict | None, ran: dict) -> dict:
     if record is None:
         return {**ran, "status": "no_record"}
     return {**ran, "status": record["status"], "flags": record.get("flags"), "eval_s": record.get("eval_s"),
-            "shared_key_advice": shared_key_said(record),
-            "verdicts": {name: {k: v.get(k) for k in ("word", "basis", "speedup", "ci_low", "ci_high",
-                                                      "rounds_low", "rounds_high")}
-                         for name, v in (record.get("verdicts") or {}).items()}}
+            "shared_key_advice": shared_key_said(record), "verdicts": verdicts_of(record)}
 
 
 def agreement(rows: list[dict]) -> dict:

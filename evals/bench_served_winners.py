@@ -25,6 +25,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from accelopt.evals.bench_one_verdict import overlaps
 from accelopt.evals.check_process import check_process
 from accelopt.tools.harness.stats import NOISE_FLOOR, Interval, across
 
@@ -58,10 +59,6 @@ def widened(vs: dict) -> list[float] | None:
         return None
     iv = across(Interval(vs["speedup"], vs["ci_low"], vs["ci_high"], 0), vs.get("noise_floor") or NOISE_FLOOR)
     return [iv.low, iv.high]
-
-
-def overlaps(a: list[float] | None, b: list[float] | None) -> bool:
-    return bool(a and b and None not in (*a, *b) and a[0] <= b[1] and b[0] <= a[1])
 
 
 def passes(run: dict, standalone_interval: list[float] | None) -> bool | None:

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from accelopt.evals.bench_one_verdict import agreement, pair, pair_tasks_folder, shared_key_said
+from accelopt.evals.bench_one_verdict import agreement, pair, pair_tasks_folder, shared_key_said, verdicts_of
 
 HERE = Path(__file__).resolve().parent
 REALWORLD = HERE / "realworld"
@@ -40,10 +40,7 @@ def row(record: dict, wall_s: float) -> dict:
     return {"wall_s": round(wall_s, 2), "status": record.get("status"), "error": record.get("error"),
             "flags": record.get("flags"), "phases_s": record.get("phases_s"),
             "before_judge_s": record.get("before_judge_s"),
-            "shared_key_advice": shared_key_said(record),
-            "verdicts": {name: {k: v.get(k) for k in ("word", "basis", "speedup", "ci_low", "ci_high",
-                                                      "rounds_low", "rounds_high")}
-                         for name, v in (record.get("verdicts") or {}).items()},
+            "shared_key_advice": shared_key_said(record), "verdicts": verdicts_of(record),
             "autotune": {name: {"how": rec.get("how"), "ran": [k.get("ran") for k in rec.get("kernels") or []]}
                          for name, rec in (record.get("autotune") or {}).items()}}
 
