@@ -217,6 +217,22 @@ def _timing(median: float, outside: float | None) -> dict:
     return {"median_us": median, "iqr_us": 0.1, "samples": 10, "outside_us": outside}
 
 
+def test_the_shared_key_advice_is_said_again_wherever_the_choice_is_given():
+    """A source checked again in one process is pinned as given, not timed; the advice on its shared
+    key, said when it was timed, is said again (a warm check said it at 1 of 5 checks without)."""
+    timed = _judge().autotune(_Box({"small": SMALL, "large": LARGE}), REQ, None, float("inf"))
+    advice = [n for n in timed["notes"] if "shares one tuning key" in n]
+    handed = AutotuneRecord(**timed).given()
+    assert advice and handed["k"]["advice"] == advice
+    box = _Box({"small": SMALL, "large": LARGE})
+    again = _judge().autotune(box, REQ, None, float("inf"), given=handed)
+    assert again["how"] == "given" and "time_calls" not in box.requests and again["notes"] == advice
+    assert AutotuneRecord(**again).given() == handed  # and at the evaluation after that
+    # a choice made without the advice hands none on
+    assert "advice" not in AutotuneRecord(**_judge().autotune(_Box({"small": SMALL, "large": LARGE}), REQ, None,
+                                                              float("inf"), given=_given({KEY: 3, "*": 3}))).given()["k"]
+
+
 def test_host_time_a_comparator_pays_too_is_no_contradiction():
     """A 2 µs kernel launched through an autotuner: the judge's back-to-back clock sees the launch
     (60 µs a call). The comparator's honest calls pay 30 µs beyond their span: not a contradiction.
@@ -500,7 +516,7 @@ def test_the_results_model_is_the_judges_record_type():
     assert AutotuneRecord.model_fields["how"].annotation == typing.get_type_hints(autotune_record.AutotuneRecord)["how"]
     # the keys a path may leave out are those the result defaults
     optional = autotune_record.TunedKernel.__optional_keys__
-    assert optional == {"keys", "timed", "checked", "times_us", "timer", "failed"}
+    assert optional == {"keys", "timed", "checked", "times_us", "timer", "failed", "advice"}
     assert all(not TunedKernel.model_fields[name].is_required() for name in optional)
     record = _judge().autotune(_Box({"small": SMALL, "large": LARGE}), REQ, None, float("inf"))
     assert set(record["kernels"][0]) == set(judged) - {"checked"}  # timed: every key but the interpreter's

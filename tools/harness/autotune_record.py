@@ -61,6 +61,7 @@ class TunedKernel(TypedDict):
     times_us: NotRequired[dict[str, list[float | None]]]  # workload -> per configuration (None: cannot run)
     timer: NotRequired[dict[str, str]]  # workload -> "span" or "kernel_only" (host-dominated calls)
     failed: NotRequired[dict[str, str]]  # configuration index -> why it cannot run on this GPU (left out)
+    advice: NotRequired[list[str]]  # what its shared tuning key costs (shared_key_notes), kept with its pins
 
 
 class AutotuneRecord(TypedDict):
@@ -78,6 +79,7 @@ class GivenPin(TypedDict):
 
     choices: dict[str, int]
     configs: str
+    advice: NotRequired[list[str]]  # the shared-key advice said when they were chosen
 
 
 # ---------------------------------------------------------------- building it (the judge)
@@ -107,6 +109,8 @@ def pinned_as_given(k: TunedKernel, pin: GivenPin) -> None:
     """The choices an earlier evaluation made, as handed back."""
     k["choices"] = {key: i for key, i in pin["choices"].items() if key != DEFAULT_KEY}
     k["default"] = pin["choices"].get(DEFAULT_KEY, 0)
+    if pin.get("advice"):
+        k["advice"] = list(pin["advice"])
 
 
 def ran_under(k: TunedKernel, workload: str, key: str) -> None:
@@ -147,9 +151,16 @@ def pins(record: AutotuneRecord) -> Pins:
 
 def given(record: AutotuneRecord) -> dict[str, GivenPin]:
     """The pins as handed to a later evaluation of the same source: per kernel its choices and the
-    configuration list they index, named by every field (what `stale` reads back)."""
-    digests = {k["kernel"]: k["digest"] for k in record["kernels"]}
-    return {kernel: GivenPin(choices=choice, configs=digests[kernel]) for kernel, choice in pins(record).items()}
+    configuration list they index, named by every field (what `stale` reads back), and the advice
+    on a shared key said when they were chosen: the same source gets it at every evaluation, in a
+    process that chose or one handed the choice (it was said at 1 of 5 warm checks without)."""
+    chosen, out = pins(record), {}
+    for k in record["kernels"]:
+        if k["kernel"] in chosen:
+            out[k["kernel"]] = GivenPin(choices=chosen[k["kernel"]], configs=k["digest"])
+            if k.get("advice"):
+                out[k["kernel"]]["advice"] = list(k["advice"])
+    return out
 
 
 def stale(kernels: list[TunedKernel], given_pins: Mapping[str, Any]) -> list[str]:

@@ -228,6 +228,7 @@ class AutotuneRounds:
         if given:
             for k in controlled:
                 autotune_record.pinned_as_given(k, given[k["kernel"]])
+                record["notes"] += k.get("advice", [])  # said as when they were chosen
             if check:  # what each workload runs under them, said as when they were chosen
                 box.request("pin", deadline, choices=pins(record))
                 self._which_ran(box, req, ref, deadline, controlled)
@@ -411,4 +412,7 @@ def _record_choice(k: TunedKernel, req: dict, names: list[str], times: dict[str,
         times_us={w: [round(t, 3) if t < math.inf else None for t in times[w]] for w in names},
         timer={w: "kernel_only" if unit[w].startswith("kernel") else "span" for w in names},
         failed={str(i): e[:300] for i, e in failures.items()})
-    return shared_key_notes(k["kernel"], k["key"], times, keys, chosen, floor, unit)
+    advice = shared_key_notes(k["kernel"], k["key"], times, keys, chosen, floor, unit)
+    if advice:  # kept with the pins: a later evaluation pinned as given says it too
+        k["advice"] = advice
+    return advice

@@ -178,6 +178,7 @@ class TunedKernel(BaseModel):
     times_us: dict[str, list[float | None]] = {}  # workload -> per configuration (None: cannot run)
     timer: dict[str, str] = {}     # workload -> "span" or "kernel_only" (host-dominated calls)
     failed: dict[str, str] = {}    # configuration index -> why it cannot run on this GPU (left out)
+    advice: list[str] = []         # what its shared tuning key costs (shared_key_notes), kept with its pins
 
     def ran_text(self, workload: str) -> str | None:
         index = self.ran.get(workload)
