@@ -127,6 +127,37 @@ def test_warming_one_judge_starts_the_one_the_first_lease_gets(sleeper):
         pool.close()
 
 
+def test_on_the_interpreter_a_second_judge_starts_only_once_the_first_stayed_busy(sleeper, monkeypatch):
+    """An evaluation that finds the started judge busy waits for it up to START_WAIT_S (a start costs
+    as much CPU as an evaluation there); past that, it starts a judge of its own."""
+    monkeypatch.setattr(pools, "START_WAIT_S", 1.0)
+    pool = WorkerPool("cpu", 2)
+    got: list = []
+
+    def second() -> None:
+        started = time.monotonic()
+        with pool.lease() as worker:
+            got.append((worker, time.monotonic() - started))
+
+    try:
+        pool.warm(judges=1)
+        first = pool.workers[0]
+        with pool.lease() as worker:  # busy for less than the wait: the second evaluation takes it after
+            assert worker is first
+            waiting = threading.Thread(target=second)
+            waiting.start()
+            time.sleep(0.3)
+        waiting.join()
+        assert got[0][0] is first and 0.25 <= got[0][1] < 1.0 and pool.judge_pids() == [first.proc.pid]
+        with pool.lease():  # busy for longer: the second evaluation gets the judge not yet started
+            waiting = threading.Thread(target=second)
+            waiting.start()
+            waiting.join(5.0)
+        assert got[1][0] is pool.workers[1] and 1.0 <= got[1][1] < 2.0
+    finally:
+        pool.close()
+
+
 def test_a_run_starts_its_first_judge_only_where_its_evaluations_run_here(monkeypatch, softmax_task):
     """The driver's early start: a Triton task evaluated by this process's pool; not a Ray
     cluster's run, nor a task that does not load."""

@@ -1,6 +1,6 @@
 """The judge: the trusted side of the trust boundary.
 
-A persistent process (one per GPU, or per core on the interpreter) started by pool.py as
+A persistent process (one per GPU, or up to one per core on the interpreter) started by pool.py as
 `python judge.py`, one JSON request per line on stdin, one verdict line per request on a private
 copy of stdout. It owns the seeds, the inputs, the reference, the expected outputs, the
 comparison and every decision, and it never imports candidate code: each candidate runs in a

@@ -1,4 +1,4 @@
-"""Judges: one persistent judge process per visible GPU (or per core on the interpreter).
+"""Judges: one persistent judge process per visible GPU (or up to one per core on the interpreter).
 
 Each judge (judge.py) is a spawned process (never forked from this one) with a scrubbed
 environment and its own working directory; it runs every candidate in a fresh sandbox process
@@ -21,7 +21,6 @@ import atexit
 import contextlib
 import json
 import os
-import queue
 import re
 import secrets
 import select
@@ -45,6 +44,10 @@ HOME_PREFIX = "accelopt-judge-"  # + device, slot, p<pid of the process that own
 SOURCE_PREFIX = "accelopt-src-"
 # What a judge may take beyond a candidate's own limit: its start and the reference's import.
 JUDGE_MARGIN_S = 120.0
+# On the interpreter: how long an evaluation waits for a busy started judge before it starts
+# another (WorkerPool._take): about a bundled task's evaluation there. In the CPU suite, 12
+# processes started a second judge without the wait, 4 with 3 s (3-9 s after their first).
+START_WAIT_S = 6.0
 # Variables a kernel may see; everything else (API keys above all) is dropped.
 _PASSED_ENV = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "TRITON_PTXAS_PATH",
                "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS", confine.UNCONFINED_ENV)
@@ -90,6 +93,9 @@ class Worker:
         self.proc = subprocess.Popen([sys.executable, str(JUDGE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.stderr, cwd=self.home, env=self._env(), text=True)
         self.started += 1
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -156,8 +162,9 @@ class Worker:
 
 
 class WorkerPool:
-    """Hands out judges; a judge serves one request at a time. On the interpreter there is one
-    judge per core; on GPUs one per GPU (each judge's sandboxes see only that GPU)."""
+    """Hands out judges; a judge serves one request at a time. On the interpreter there is up to
+    one judge per core, each started once evaluations overlap for START_WAIT_S (`_take`); on GPUs
+    one per GPU (each judge's sandboxes see only that GPU)."""
 
     def __init__(self, device: str, count: int, gpus: list[str] | None = None, fresh_process: bool = False,
                  on_wait: device_lease.OnWait | None = None, idle_s: float | None = None):
@@ -166,12 +173,9 @@ class WorkerPool:
         self.on_wait = on_wait  # where "waiting for GPU 0, held by pid N (...)" goes (None: stderr)
         slots: list[str | None] = list(gpus) if gpus else [None] * count
         self.workers = [Worker(device, i, slots[i]) for i in range(count)]
-        # Last in, first out: evaluations one after another go to the judge that just served
-        # (started, its spares ready), not to a judge that has yet to start (on the interpreter
-        # a start is 2-5 s of a core); concurrent evaluations still get judges of their own.
-        self.free: queue.LifoQueue[Worker] = queue.LifoQueue()
-        for w in reversed(self.workers):
-            self.free.put(w)
+        # The judges no lease holds, the one that served last at the end (`_take`); guarded by
+        # `_changed`, which a lease's end notifies.
+        self.free: list[Worker] = list(reversed(self.workers))
         # Idle release (`idle_s`: None keeps the judges until close): leases held now, since when
         # none is, and a reaper thread, started with the first lease, that waits on the condition.
         self.idle_s = idle_s
@@ -200,20 +204,41 @@ class WorkerPool:
         with self._changed:  # counted before it waits for a judge: no release while anyone wants one
             self._held += 1
         try:
-            worker = self.free.get()
+            worker = self._take()
             try:
                 with self.holding_gpu(worker):
                     yield worker
             finally:
                 if self.fresh_process:
                     worker.kill()
-                self.free.put(worker)
+                with self._changed:
+                    self.free.append(worker)
+                    self._changed.notify_all()
         finally:
             with self._changed:
                 self._held -= 1
                 self._idle_since = time.monotonic()
                 self._watch_idle()
                 self._changed.notify_all()
+
+    def _take(self) -> Worker:
+        """A free judge: a started one first, the one that served last (its spares ready). On the
+        interpreter, a judge not yet started only once the started ones stayed busy for
+        START_WAIT_S: a start costs as much CPU as an evaluation there (about 5 s of a core: the
+        judge's torch, its template's torch, Triton and first profiler session), so a second
+        judge is worth its start only where evaluations overlap for longer than that. On GPUs a
+        free judge at once: each holds a GPU of its own."""
+        wait_until = time.monotonic() + (START_WAIT_S if self.device != "cuda" else 0.0)
+        with self._changed:
+            while True:
+                started = [w for w in self.free if w.running()]
+                ready = started or (self.free if time.monotonic() >= wait_until or
+                                    not any(w.running() for w in self.workers) else [])
+                if ready:
+                    worker = ready[-1]
+                    self.free.remove(worker)
+                    return worker
+                self._changed.wait(max(0.0, wait_until - time.monotonic()) if self.free else None)
 
     def _watch_idle(self) -> None:
         """Start the reaper (once, and only with an idle limit); the caller holds the condition."""
@@ -255,7 +280,7 @@ class WorkerPool:
     def has_free_judge(self) -> bool:
         """A judge no lease holds now: the next lease takes it without waiting on this pool
         (another process may still hold its GPU)."""
-        return not self.free.empty()
+        return bool(self.free)
 
     def judge_pids(self) -> list[int]:
         """The pids of the judges running now (tests, and what a server shows)."""
