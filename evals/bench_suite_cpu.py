@@ -15,38 +15,24 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
 
-HZ = os.sysconf("SC_CLK_TCK")
+from accelopt.tools.harness.judge_sandboxes import _children, _cpu_s  # the judge's own /proc readers
 
 
-def read_proc() -> dict[int, tuple[int, float]]:
-    """pid -> (parent pid, CPU seconds so far) of every process now."""
-    out = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                fields = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()
-                out[int(name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / HZ)
-            except (OSError, IndexError, ValueError):
-                continue
-    return out
-
-
-def under(root: int, procs: dict[int, tuple[int, float]]) -> set[int]:
-    children: dict[int, list[int]] = collections.defaultdict(list)
-    for pid, (parent, _) in procs.items():
-        children[parent].append(pid)
-    found, todo = set(), [root]
+def tree(root: int) -> dict[int, int]:
+    """Every process under `root` -> its parent, walked as the judge walks a sandbox's tree."""
+    parents: dict[int, int] = {}
+    todo = [root]
     while todo:
-        for child in children[todo.pop()]:
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
+        pid = todo.pop()
+        for kid in _children(pid):
+            if kid not in parents:
+                parents[kid] = pid
+                todo.append(kid)
+    return parents
 
 
 def role(cmd: str, parent_cmd: str) -> str:
@@ -85,16 +71,15 @@ def sample(command: list[str], every_s: float = 0.3) -> tuple[int, float, dict[s
     child = subprocess.Popen(command)
     seen: dict[str, dict] = {}
     while child.poll() is None:
-        procs = read_proc()
-        for pid in under(child.pid, procs):
+        for pid, parent in tree(child.pid).items():
             entry = seen.get(str(pid))
             if entry is None:
                 try:
                     cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
                 except OSError:
                     continue
-                entry = seen[str(pid)] = {"cmd": cmd[:300], "parent": procs[pid][0], "cpu_s": 0.0}
-            entry["cpu_s"] = max(entry["cpu_s"], procs[pid][1])
+                entry = seen[str(pid)] = {"cmd": cmd[:300], "parent": parent, "cpu_s": 0.0}
+            entry["cpu_s"] = max(entry["cpu_s"], _cpu_s(pid))  # 0.0 once it is gone: its last reading stays
         time.sleep(every_s)
     return child.returncode, time.monotonic() - started, seen
 
