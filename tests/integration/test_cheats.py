@@ -48,7 +48,7 @@ PICKLE_MARKER = Path("/tmp/accelopt-pickle-rce")  # what pickle_rce_reply's payl
 # evaluated one after another in a single judge, they must leave later candidates unaffected.
 PATCHING = ("patch_allclose", "patch_tensor_double", "patch_torch_softmax", "patch_torch_empty", "patch_jit_run",
             "patch_jit_run_restore", "patch_perf_counter", "patch_do_bench", "setattr_assembled_timer",
-            "patch_timer", "patch_timer_dynamic", "frame_patch_compare", "sandbox_hijack")
+            "patch_timer", "patch_timer_dynamic", "frame_patch_compare", "sandbox_hijack", "patch_profiler_hide")
 
 # mode_sniff (torch only where no profiler runs) left this list when the trace began recording every
 # thread: torch's `_profiler_enabled()`, its probe, then reads False. Another probe may still tell.

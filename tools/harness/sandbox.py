@@ -229,7 +229,9 @@ def watched(torch) -> dict:
            "torch.equal": torch.equal, "torch.Tensor.__eq__": torch.Tensor.__eq__,
            "torch.Tensor.double": torch.Tensor.double, "torch.Tensor.clone": torch.Tensor.clone,
            "torch.Tensor.copy_": torch.Tensor.copy_,  # how a checked timed call's outputs reach the judge
-           "torch.profiler.profile": torch.profiler.profile, "triton.testing.do_bench": triton.testing.do_bench,
+           "torch.profiler.profile": torch.profiler.profile,
+           "torch.autograd.profiler.profile": torch.autograd.profiler.profile,  # host_profile
+           "triton.testing.do_bench": triton.testing.do_bench,
            "threading.active_count": threading.active_count,
            "triton's Autotuner.run": Autotuner.run,  # the judge's choice of configuration (AutotuneControl)
            # present on CPU builds too: patching them shows intent even where they time nothing
@@ -508,6 +510,15 @@ LAUNCH, HOOK = "accelopt::triton_launch", "accelopt::hook"
 _NOT_DTYPES = {"", "Scalar", "ScalarList", "TensorList", "GenericList"}
 
 
+def host_profile(kineto_profile, **options):
+    """A host-only (CPU) profiler session: torch.profiler.profile's own Kineto session
+    (torch.autograd.profiler.profile, bound by the Sandbox before any candidate loads), opened
+    directly. torch.profiler.profile asks `hasattr(torch, "_inductor")` at each start (for a
+    cudagraphs setting that a CPU trace never reads), which imports Inductor, dynamo and sympy:
+    about 1 s of CPU in every process that traces, for nothing."""
+    return kineto_profile(use_cpu=True, use_kineto=True, **options)
+
+
 def _all_threads():
     """The profiler's setting that records ops on every thread, not only the one that started it."""
     from torch._C._profiler import _ExperimentalConfig
@@ -550,6 +561,7 @@ class Sandbox:
 
         tmp.set_sharing_strategy("file_system")  # works between unrelated processes
         self.conn, self.torch = conn, torch
+        self.kineto = torch.autograd.profiler.profile  # bound before any candidate: one it patches is not used
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         self.run = None
         self.module = None
@@ -572,7 +584,7 @@ class Sandbox:
         torch = self.torch
         torch.ones(1 << 20).add_(1).sum()
         if self.device == "cpu":  # on a GPU marker_kernel_name's session starts the profiler
-            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+            with host_profile(self.kineto):
                 torch.ones(1).add_(1)
 
     # ------------------------------------------------------------ requests
@@ -673,10 +685,10 @@ class Sandbox:
             return sorted({e.name() for e in prof.profiler.kineto_results.events()
                            if e.device_type() == DeviceType.CUDA})
         # input dtypes (record_shapes); ops on every thread, the kernel's own included
-        with profile(activities=[ProfilerActivity.CPU], record_shapes=True, experimental_config=_all_threads()) as prof:
+        with host_profile(self.kineto, record_shapes=True, experimental_config=_all_threads()) as prof:
             with record_function("accelopt::call"):
                 self._last = self._invoke(inputs, where, poison)
-        return host_ops(prof.events())
+        return host_ops(prof.function_events)
 
     def time_calls(self, inputs, reps: int, steps: bool = False, receive: list | None = None) -> dict:
         """Per call, on a cold L2, launched while the GPU spins for at least 1 ms (the cover):

@@ -114,9 +114,10 @@ def _ahead_of_later_sandboxes() -> None:
     so that the sandboxes forked after it start with it. Not before the template is ready: a cold
     check's first sandboxes would wait for it, then do it no sooner. No CUDA is touched (the
     template must not), and each is only a saving: where it fails, each sandbox does it, as before.
-    - A profiler's start asks `hasattr(torch, "_inductor")`, which imports Inductor and with it
-      dynamo and sympy: 800 modules, 2.5-3 s of a sandbox's first trace (its timing marker's) on
-      an H100 host whose packages have no byte code.
+    - torch.profiler.profile's start asks `hasattr(torch, "_inductor")`, which imports Inductor
+      and with it dynamo and sympy: 800 modules, 2.5-3 s of a sandbox's first GPU trace (its
+      timing marker's) on an H100 host whose packages have no byte code. (The interpreter's host
+      traces open Kineto directly and never import it: sandbox.host_profile.)
     - Triton's cache key hashes its own files (libtriton alone: 0.3-0.5 s), once a process
       (lru_cache), at its first compile."""
     try:
@@ -177,12 +178,8 @@ def main() -> None:
     import triton.language  # noqa: F401
 
     if os.environ.get("TRITON_INTERPRET") == "1":
-        # The profiler's first session costs 1.5-2 s on a CPU, later ones milliseconds, forked
-        # children included: paid once here, not in every sandbox's first traced call. (Not on a
-        # GPU: with CUDA present the profiler may start CUPTI, and the template must not touch CUDA.)
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
-            pass
-        # nested @jit calls (Inductor's reduction helpers) re-patch the language on every call
+        # nested @jit calls (Inductor's reduction helpers) re-patch the language on every call.
+        # (No profiler warm-up: a sandbox's host trace (sandbox.host_profile) starts in 10 ms.)
         _load("accelopt_interpreter_calls", "interpreter_calls.py").install()
     sandbox = _load("accelopt_sandbox", "sandbox.py")
     confine = _load("accelopt_confine", "confine.py")
