@@ -224,8 +224,8 @@ class WorkerPool:
     def _take(self) -> Worker:
         """A free judge: a started one first, the one that served last (its spares ready). On the
         interpreter, a judge not yet started only once the started ones stayed busy for
-        START_WAIT_S: a start costs as much CPU as an evaluation there (about 5 s of a core: the
-        judge's torch, its template's torch, Triton and first profiler session), so a second
+        START_WAIT_S: a start costs as much CPU as an evaluation there (about 4 s of a core,
+        mostly the judge's torch and its template's torch and Triton), so a second
         judge is worth its start only where evaluations overlap for longer than that. On GPUs a
         free judge at once: each holds a GPU of its own."""
         wait_until = time.monotonic() + (START_WAIT_S if self.device != "cuda" else 0.0)
